@@ -1,0 +1,74 @@
+// CoordinatorClient: tessctl's view of the coordinator's JobService. Each method
+// is one unary RPC with a deadline; gRPC statuses come back as absl::Status with
+// the same code (UNAVAILABLE -> Unavailable, NOT_FOUND -> NotFound, ...).
+//
+// The client is built from a channel, so tests can hand it an in-process channel;
+// MakeCoordinatorClient() builds one over an insecure TCP channel to "host:port".
+//
+// Thread-safety: all methods may be called concurrently (the generated stub is
+// thread-safe and the client holds no other mutable state).
+#ifndef TESSERA_CLI_CLIENT_H_
+#define TESSERA_CLI_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tessera/v1/tessera.grpc.pb.h"
+#include "tessera/v1/tessera.pb.h"
+
+namespace tessera::cli {
+
+// Converts a gRPC status to an absl::Status with the same code and message.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+class CoordinatorClient {
+ public:
+  struct Options {
+    // Deadline of every call.
+    absl::Duration rpc_timeout = absl::Seconds(10);
+    // How the coordinator is named in messages, e.g. "127.0.0.1:50051". Channels
+    // do not expose their target, so the factory records it here.
+    std::string target = "the coordinator";
+  };
+
+  CoordinatorClient(std::shared_ptr<grpc::Channel> channel, Options options);
+
+  CoordinatorClient(const CoordinatorClient&) = delete;
+  CoordinatorClient& operator=(const CoordinatorClient&) = delete;
+
+  // Returns the job id.
+  absl::StatusOr<int64_t> SubmitJob(const tessera::v1::SubmitJobRequest& request);
+  absl::StatusOr<std::vector<tessera::v1::Job>> ListJobs();
+  // NotFound when the coordinator knows no such job.
+  absl::StatusOr<tessera::v1::Job> GetJob(int64_t job_id);
+  absl::StatusOr<std::vector<tessera::v1::MetricPoint>> GetMetrics(
+      const tessera::v1::GetMetricsRequest& request);
+  absl::StatusOr<std::vector<tessera::v1::Worker>> ListWorkers();
+
+  const std::string& target() const { return options_.target; }
+
+ private:
+  void SetDeadline(grpc::ClientContext& context) const;
+
+  const Options options_;
+  std::unique_ptr<tessera::v1::JobService::Stub> stub_;
+};
+
+// Largest reply tessctl accepts (job lists, metric pages).
+inline constexpr int kMaxReplyBytes = 64 << 20;
+
+// A client over an insecure channel to `address` ("host:port"). Connecting is
+// lazy: an unreachable address shows up as Unavailable from the first call.
+std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(
+    const std::string& address, absl::Duration rpc_timeout = absl::Seconds(10));
+
+}  // namespace tessera::cli
+
+#endif  // TESSERA_CLI_CLIENT_H_

@@ -1,0 +1,365 @@
+#include "cli/commands.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "coordinator/common/job_spec.h"
+
+namespace tessera::cli {
+
+namespace v1 = tessera::v1;
+using nlohmann::json;
+
+namespace {
+
+// The coordinator answers at most this many points per GetMetrics by default;
+// asking for exactly that keeps paging aligned with it.
+constexpr int32_t kMetricsPageSize = 10000;
+// Bound on what `tessctl metrics` holds in memory.
+constexpr size_t kMaxMetricPoints = 5'000'000;
+// Spec files are small; a huge file is a wrong path.
+constexpr std::streamsize kMaxSpecFileBytes = 1 << 20;
+
+FormatContext Now() { return FormatContext{absl::Now(), absl::LocalTimeZone()}; }
+
+void PrintJson(const json& value, std::ostream& out) {
+  // Replace rather than throw on invalid UTF-8 coming from the server.
+  out << value.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+// Reports a failed RPC on `err` and returns the exit code for it.
+int ReportRpcError(const absl::Status& status, const CoordinatorClient& client,
+                   std::optional<int64_t> job_id, std::ostream& err) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound:
+      if (job_id) {
+        err << "tessctl: job " << *job_id << " not found\n";
+      } else {
+        err << "tessctl: not found: " << status.message() << "\n";
+      }
+      return kExitNotFound;
+    case absl::StatusCode::kUnavailable:
+      err << "tessctl: cannot reach the coordinator at " << client.target() << ": "
+          << status.message() << " (set --coordinator or TESSERA_COORDINATOR)\n";
+      return kExitUnreachable;
+    case absl::StatusCode::kDeadlineExceeded:
+      err << "tessctl: the coordinator at " << client.target()
+          << " did not answer in time: " << status.message() << "\n";
+      return kExitUnreachable;
+    case absl::StatusCode::kInvalidArgument:
+      err << "tessctl: rejected by the coordinator: " << status.message() << "\n";
+      return kExitUsage;
+    default:
+      err << "tessctl: " << status << "\n";
+      return kExitFailed;
+  }
+}
+
+bool IsRetryable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+// 128 random bits as hex: unique per submit, shared by that submit's retries.
+std::string NewRequestId() {
+  std::random_device device;
+  std::string id;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&id, "%08x", device());
+  return id;
+}
+
+absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read spec file '", path, "': ", std::strerror(errno)));
+  }
+  std::string text(static_cast<size_t>(kMaxSpecFileBytes) + 1, '\0');
+  in.read(text.data(), kMaxSpecFileBytes + 1);
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat("cannot read spec file '", path, "'"));
+  }
+  if (in.gcount() > kMaxSpecFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec file '", path, "' is larger than ", kMaxSpecFileBytes, " bytes"));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+bool RejectCsv(OutputFormat format, absl::string_view command, std::ostream& err) {
+  if (format != OutputFormat::kCsv) return false;
+  err << "tessctl: " << command << " supports -o table|json, not csv\n";
+  return true;
+}
+
+// Final test accuracy of a succeeded job: the ranks' reported results, else the
+// newest stored "test_accuracy" metric.
+std::optional<double> FinalAccuracy(const v1::Job& job, CoordinatorClient& client) {
+  double sum = 0;
+  int count = 0;
+  for (const v1::RankStatus& rank : job.ranks()) {
+    if (rank.has_result()) {
+      sum += rank.test_accuracy();
+      ++count;
+    }
+  }
+  if (count > 0) return sum / count;
+  absl::StatusOr<std::vector<v1::MetricPoint>> points =
+      FetchMetrics(client, job.id(), -1, kTestAccuracyMetric);
+  if (!points.ok()) return std::nullopt;
+  return LatestStepMean(*points, kTestAccuracyMetric);
+}
+
+absl::Duration JobDuration(const v1::Job& job, absl::Duration fallback) {
+  if (job.created_unix_ms() > 0 && job.updated_unix_ms() >= job.created_unix_ms()) {
+    return absl::Milliseconds(job.updated_unix_ms() - job.created_unix_ms());
+  }
+  return fallback;
+}
+
+int ReportTerminal(const v1::Job& job, absl::Duration waited, CoordinatorClient& client,
+                   std::ostream& out) {
+  const absl::Duration took = JobDuration(job, waited);
+  if (job.state() == v1::JOB_STATE_SUCCEEDED) {
+    out << "job " << job.id() << " SUCCEEDED in " << HumanDuration(took);
+    if (std::optional<double> accuracy = FinalAccuracy(job, client)) {
+      out << ": test accuracy " << FormatPercent(*accuracy);
+    }
+    out << "\n";
+    return kExitOk;
+  }
+  out << "job " << job.id() << " " << JobStateName(job.state()) << " after "
+      << HumanDuration(took);
+  if (!job.reason().empty()) out << ": " << job.reason();
+  out << "\n";
+  return kExitFailed;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::MetricPoint>> FetchMetrics(CoordinatorClient& client,
+                                                          int64_t job_id,
+                                                          int64_t after_step,
+                                                          const std::string& name) {
+  // The coordinator returns points ordered by step. A full page may end part-way
+  // through its last step, so the next page starts again at that step.
+  std::vector<v1::MetricPoint> all;
+  int64_t after = after_step;
+  while (true) {
+    v1::GetMetricsRequest request;
+    request.set_job_id(job_id);
+    request.set_after_step(after);
+    request.set_name(name);
+    request.set_limit(kMetricsPageSize);
+    absl::StatusOr<std::vector<v1::MetricPoint>> page = client.GetMetrics(request);
+    if (!page.ok()) return page.status();
+
+    int64_t min_step = INT64_MAX;
+    int64_t max_step = INT64_MIN;
+    for (const v1::MetricPoint& p : *page) {
+      min_step = std::min(min_step, p.step());
+      max_step = std::max(max_step, p.step());
+    }
+    const bool full = page->size() >= static_cast<size_t>(kMetricsPageSize);
+    // A full page of a single step cannot be split further; take it whole.
+    const bool split = full && min_step < max_step;
+    for (v1::MetricPoint& p : *page) {
+      // "after_step" 0 means "all" to the server; filter here so that paging
+      // from step 0 cannot repeat points.
+      if (p.step() <= after) continue;
+      if (split && p.step() == max_step) continue;
+      all.push_back(std::move(p));
+    }
+    if (all.size() > kMaxMetricPoints) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job ", job_id, " has more than ", kMaxMetricPoints,
+                       " metric points; select one with --name"));
+    }
+    if (!full) break;
+    // Strictly increasing: a split page holds a step in (after, max_step).
+    after = split ? max_step - 1 : max_step;
+  }
+  return all;
+}
+
+int RunSubmit(const SubmitOptions& options, CoordinatorClient& client, std::ostream& out,
+              std::ostream& err) {
+  absl::StatusOr<std::string> text = ReadSpecFile(options.spec_path);
+  if (!text.ok()) {
+    err << "tessctl: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<std::string> yaml = ApplySpecOverrides(*text, options.overrides);
+  if (!yaml.ok()) {
+    err << "tessctl: " << options.spec_path << ": " << yaml.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(*yaml, SpecLimits{});
+  if (!spec.ok()) {
+    err << "tessctl: invalid spec " << options.spec_path << ": "
+        << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(*yaml);
+  *request.mutable_spec() = *spec;
+  request.set_client_request_id(NewRequestId());
+
+  absl::Duration backoff = options.initial_backoff;
+  absl::StatusOr<int64_t> job_id;
+  for (int attempt = 1;; ++attempt) {
+    job_id = client.SubmitJob(request);
+    if (job_id.ok() || !IsRetryable(job_id.status()) || attempt >= options.max_attempts) {
+      break;
+    }
+    err << "tessctl: submit attempt " << attempt << " failed ("
+        << job_id.status().message() << "); retrying in " << absl::FormatDuration(backoff)
+        << "\n";
+    absl::SleepFor(backoff);
+    backoff *= 2;
+  }
+  if (!job_id.ok()) return ReportRpcError(job_id.status(), client, std::nullopt, err);
+
+  out << "submitted job " << *job_id << " (" << spec->name() << ")\n" << *job_id << "\n";
+  return kExitOk;
+}
+
+int RunJobs(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
+            std::ostream& err) {
+  if (RejectCsv(options.format, "jobs", err)) return kExitUsage;
+  absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs();
+  if (!jobs.ok()) return ReportRpcError(jobs.status(), client, std::nullopt, err);
+  if (options.format == OutputFormat::kJson) {
+    json array = json::array();
+    for (const v1::Job& job : *jobs) array.push_back(JobToJson(job, false));
+    PrintJson(array, out);
+  } else {
+    out << FormatJobsTable(*jobs, Now());
+  }
+  return kExitOk;
+}
+
+int RunStatus(const StatusOptions& options, CoordinatorClient& client, std::ostream& out,
+              std::ostream& err) {
+  if (RejectCsv(options.format, "status", err)) return kExitUsage;
+  absl::StatusOr<v1::Job> job = client.GetJob(options.job_id);
+  if (!job.ok()) return ReportRpcError(job.status(), client, options.job_id, err);
+  if (options.format == OutputFormat::kJson) {
+    PrintJson(JobToJson(*job), out);
+  } else {
+    out << FormatJobStatus(*job, Now());
+  }
+  return kExitOk;
+}
+
+int RunWorkers(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
+               std::ostream& err) {
+  if (RejectCsv(options.format, "workers", err)) return kExitUsage;
+  absl::StatusOr<std::vector<v1::Worker>> workers = client.ListWorkers();
+  if (!workers.ok()) return ReportRpcError(workers.status(), client, std::nullopt, err);
+  if (options.format == OutputFormat::kJson) {
+    json array = json::array();
+    for (const v1::Worker& w : *workers) array.push_back(WorkerToJson(w));
+    PrintJson(array, out);
+  } else {
+    out << FormatWorkersTable(*workers, Now());
+  }
+  return kExitOk;
+}
+
+int RunWait(const WaitOptions& options, CoordinatorClient& client, std::ostream& out,
+            std::ostream& err) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = options.timeout > absl::ZeroDuration()
+                                  ? start + options.timeout
+                                  : absl::InfiniteFuture();
+  absl::Time next_progress = start;
+  int failures = 0;
+  int64_t last_step = -1;              // newest step shown in a progress line
+  std::optional<StepSummary> summary;  // of attempt `summary_attempt`
+  int32_t summary_attempt = -1;
+  std::optional<v1::JobState> state;
+
+  while (true) {
+    absl::StatusOr<v1::Job> job = client.GetJob(options.job_id);
+    if (job.ok()) {
+      failures = 0;
+      state = job->state();
+      if (IsTerminal(job->state()))
+        return ReportTerminal(*job, absl::Now() - start, client, out);
+      if (options.progress && absl::Now() >= next_progress) {
+        // A restart begins a new attempt whose steps start over.
+        if (job->attempt() != summary_attempt) {
+          summary_attempt = job->attempt();
+          summary.reset();
+          last_step = -1;
+        }
+        // Re-read the newest step shown so far: ranks that had not reported it
+        // then are counted now.
+        absl::StatusOr<std::vector<v1::MetricPoint>> points =
+            FetchMetrics(client, options.job_id, last_step > 0 ? last_step - 1 : -1, "");
+        if (points.ok()) {
+          if (std::optional<StepSummary> newer =
+                  SummarizeLatestStep(*points, job->attempt())) {
+            summary = newer;
+            last_step = newer->step;
+          }
+        }
+        out << FormatProgressLine(absl::Now() - start, *job, summary) << std::endl;
+        next_progress = absl::Now() + options.progress_interval;
+      }
+    } else if (IsRetryable(job.status()) && ++failures < options.max_poll_failures) {
+      // The coordinator may be restarting; keep polling.
+    } else {
+      return ReportRpcError(job.status(), client, options.job_id, err);
+    }
+
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      err << "tessctl: timed out after " << HumanDuration(options.timeout)
+          << " waiting for job " << options.job_id;
+      if (state) err << " (" << JobStateName(*state) << ")";
+      err << "\n";
+      return kExitTimeout;
+    }
+    absl::SleepFor(std::min(options.poll_interval, deadline - now));
+  }
+}
+
+int RunMetrics(const MetricsOptions& options, CoordinatorClient& client,
+               std::ostream& out, std::ostream& err) {
+  // Asking for the job first turns an unknown id into "not found" rather than an
+  // empty listing.
+  absl::StatusOr<v1::Job> job = client.GetJob(options.job_id);
+  if (!job.ok()) return ReportRpcError(job.status(), client, options.job_id, err);
+  absl::StatusOr<std::vector<v1::MetricPoint>> points =
+      FetchMetrics(client, options.job_id, -1, options.name);
+  if (!points.ok()) return ReportRpcError(points.status(), client, options.job_id, err);
+  switch (options.format) {
+    case OutputFormat::kJson: {
+      json array = json::array();
+      for (const v1::MetricPoint& p : *points) array.push_back(MetricPointToJson(p));
+      PrintJson(array, out);
+      break;
+    }
+    case OutputFormat::kCsv:
+      out << FormatMetricsCsv(*points);
+      break;
+    case OutputFormat::kTable:
+      out << FormatMetricsTable(*points, Now());
+      break;
+  }
+  return kExitOk;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,406 @@
+#include "cli/output.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/common/job_spec.h"
+#include "google/protobuf/descriptor.h"
+
+namespace tessera::cli {
+
+namespace v1 = tessera::v1;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+using nlohmann::json;
+
+namespace {
+
+// Reasons can be long; tables show the start, JSON the whole text.
+constexpr size_t kMaxReasonCellChars = 72;
+
+std::string Sanitize(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  return text;
+}
+
+std::string Truncate(std::string text, size_t max_chars) {
+  if (text.size() <= max_chars) return text;
+  text.resize(max_chars - 3);
+  return text + "...";
+}
+
+absl::Time FromUnixMs(int64_t ms) { return absl::FromUnixMillis(ms); }
+
+std::string Rfc3339(int64_t unix_ms) {
+  return absl::FormatTime(absl::RFC3339_full, FromUnixMs(unix_ms), absl::UTCTimeZone());
+}
+
+std::string Ago(int64_t unix_ms, const FormatContext& ctx) {
+  if (unix_ms <= 0) return "-";
+  absl::Duration d = ctx.now - FromUnixMs(unix_ms);
+  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+  return HumanDuration(d);
+}
+
+std::string LocalTime(int64_t unix_ms, const FormatContext& ctx) {
+  if (unix_ms <= 0) return "-";
+  return absl::StrCat(
+      absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", FromUnixMs(unix_ms), ctx.tz), " (",
+      Ago(unix_ms, ctx), " ago)");
+}
+
+// Shortest text that reads back as the same double.
+std::string ExactDouble(double value) {
+  char buf[64];
+  for (int precision = 15; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  return buf;
+}
+
+std::string ReasonCell(const v1::Job& job) {
+  const std::string& text =
+      job.state() == v1::JOB_STATE_QUEUED && !job.pending_reason().empty()
+          ? job.pending_reason()
+          : job.reason();
+  return text.empty() ? "-" : Truncate(Sanitize(text), kMaxReasonCellChars);
+}
+
+std::string ExitCell(const v1::RankStatus& rank) {
+  if (rank.state() != "exited") return "-";
+  if (rank.signal() != 0) return absl::StrCat("signal ", rank.signal());
+  return absl::StrCat(rank.exit_code());
+}
+
+json ScalarToJson(const Message& msg, const FieldDescriptor* field, int index) {
+  const Reflection* refl = msg.GetReflection();
+  const bool rep = field->is_repeated();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return rep ? refl->GetRepeatedInt32(msg, field, index) : refl->GetInt32(msg, field);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return rep ? refl->GetRepeatedInt64(msg, field, index) : refl->GetInt64(msg, field);
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return rep ? refl->GetRepeatedUInt32(msg, field, index)
+                 : refl->GetUInt32(msg, field);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return rep ? refl->GetRepeatedUInt64(msg, field, index)
+                 : refl->GetUInt64(msg, field);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return rep ? refl->GetRepeatedDouble(msg, field, index)
+                 : refl->GetDouble(msg, field);
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return rep ? refl->GetRepeatedFloat(msg, field, index) : refl->GetFloat(msg, field);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return rep ? refl->GetRepeatedBool(msg, field, index) : refl->GetBool(msg, field);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return (rep ? refl->GetRepeatedEnum(msg, field, index) : refl->GetEnum(msg, field))
+          ->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return rep ? refl->GetRepeatedString(msg, field, index)
+                 : refl->GetString(msg, field);
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return ProtoToJson(rep ? refl->GetRepeatedMessage(msg, field, index)
+                             : refl->GetMessage(msg, field));
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string JobStateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  constexpr absl::string_view kPrefix = "JOB_STATE_";
+  if (absl::StartsWith(name, kPrefix)) name.erase(0, kPrefix.size());
+  return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
+}
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+std::string HumanDuration(absl::Duration d) {
+  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+  const int64_t total = absl::ToInt64Seconds(d);
+  const int64_t days = total / 86400;
+  const int64_t hours = (total % 86400) / 3600;
+  const int64_t minutes = (total % 3600) / 60;
+  const int64_t seconds = total % 60;
+  if (days > 0) return absl::StrFormat("%dd%02dh", days, hours);
+  if (hours > 0) return absl::StrFormat("%dh%02dm", hours, minutes);
+  if (minutes > 0) return absl::StrFormat("%dm%02ds", minutes, seconds);
+  return absl::StrFormat("%ds", seconds);
+}
+
+std::string FormatElapsed(absl::Duration d) {
+  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+  const int64_t total = absl::ToInt64Seconds(d);
+  if (total >= 3600) {
+    return absl::StrFormat("%d:%02d:%02d", total / 3600, (total % 3600) / 60, total % 60);
+  }
+  return absl::StrFormat("%02d:%02d", total / 60, total % 60);
+}
+
+std::string FormatPercent(double fraction) {
+  return absl::StrFormat("%.2f%%", fraction * 100.0);
+}
+
+Table::Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+
+void Table::AddRow(std::vector<std::string> cells) {
+  for (std::string& cell : cells) cell = Sanitize(std::move(cell));
+  rows_.push_back(std::move(cells));
+}
+
+std::string Table::Render() const {
+  std::vector<size_t> widths;
+  for (const auto& row : rows_) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i)
+      widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+    }
+    out += line;
+    out += '\n';
+  }
+  return out;
+}
+
+std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatContext& ctx) {
+  Table table({"ID", "NAME", "STATE", "WORLD", "ATTEMPT", "AGE", "REASON"});
+  for (const v1::Job& job : jobs) {
+    table.AddRow({absl::StrCat(job.id()), job.name(), JobStateName(job.state()),
+                  absl::StrCat(job.spec().world_size()), absl::StrCat(job.attempt()),
+                  Ago(job.created_unix_ms(), ctx), ReasonCell(job)});
+  }
+  return table.Render();
+}
+
+std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
+  Table fields({"JOB", absl::StrCat(job.id())});
+  fields.AddRow({"NAME", job.name()});
+  fields.AddRow({"STATE", JobStateName(job.state())});
+  if (!job.reason().empty()) fields.AddRow({"REASON", job.reason()});
+  if (!job.pending_reason().empty()) fields.AddRow({"PENDING", job.pending_reason()});
+  fields.AddRow({"ATTEMPT", absl::StrCat(job.attempt())});
+  fields.AddRow({"WORLD", absl::StrCat(job.spec().world_size())});
+  fields.AddRow(
+      {"TRAINER", absl::StrJoin(TrainerConfigToFlags(job.spec().trainer()), " ")});
+  fields.AddRow({"CREATED", LocalTime(job.created_unix_ms(), ctx)});
+  fields.AddRow({"UPDATED", LocalTime(job.updated_unix_ms(), ctx)});
+  std::string out = fields.Render();
+  if (job.ranks_size() == 0) return out;
+
+  Table ranks(
+      {"RANK", "WORKER", "SLOT", "STATE", "PID", "EXIT", "PARAM_HASH", "TEST_ACCURACY"});
+  for (const v1::RankStatus& rank : job.ranks()) {
+    ranks.AddRow(
+        {absl::StrCat(rank.rank()), rank.worker().empty() ? "-" : rank.worker(),
+         absl::StrCat(rank.slot()), rank.state().empty() ? "-" : rank.state(),
+         rank.pid() > 0 ? absl::StrCat(rank.pid()) : "-", ExitCell(rank),
+         rank.has_result() && !rank.param_hash().empty() ? rank.param_hash() : "-",
+         rank.has_result() ? FormatPercent(rank.test_accuracy()) : "-"});
+  }
+  return absl::StrCat(out, "\n", ranks.Render());
+}
+
+std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
+                               const FormatContext& ctx) {
+  Table table({"NAME", "HOST", "KIND", "SLOTS", "USED", "ALIVE", "LAST-SEEN"});
+  for (const v1::Worker& w : workers) {
+    const std::string ago = Ago(w.last_seen_unix_ms(), ctx);
+    table.AddRow({w.name(), w.hostname().empty() ? "-" : w.hostname(),
+                  w.device_kind().empty() ? "-" : w.device_kind(),
+                  absl::StrCat(w.slots()), absl::StrCat(w.slots_used()),
+                  w.alive() ? "yes" : "no",
+                  ago == "-" ? ago : absl::StrCat(ago, " ago")});
+  }
+  return table.Render();
+}
+
+std::string FormatMetricsTable(const std::vector<v1::MetricPoint>& points,
+                               const FormatContext& ctx) {
+  Table table({"ATTEMPT", "RANK", "STEP", "NAME", "VALUE", "TIME"});
+  for (const v1::MetricPoint& p : points) {
+    table.AddRow({absl::StrCat(p.attempt()), absl::StrCat(p.rank()),
+                  absl::StrCat(p.step()), p.name(), absl::StrFormat("%.6g", p.value()),
+                  p.unix_ms() > 0 ? absl::FormatTime("%Y-%m-%d %H:%M:%S",
+                                                     FromUnixMs(p.unix_ms()), ctx.tz)
+                                  : "-"});
+  }
+  return table.Render();
+}
+
+std::string FormatMetricsCsv(const std::vector<v1::MetricPoint>& points) {
+  std::string out = "attempt,rank,step,name,value,unix_ms\n";
+  for (const v1::MetricPoint& p : points) {
+    std::string name = p.name();
+    if (name.find_first_of(",\"\n\r") != std::string::npos) {
+      std::string quoted = "\"";
+      for (char c : name) {
+        if (c == '"') quoted += '"';
+        quoted += c;
+      }
+      name = quoted + "\"";
+    }
+    absl::StrAppend(&out, p.attempt(), ",", p.rank(), ",", p.step(), ",", name, ",",
+                    ExactDouble(p.value()), ",", p.unix_ms(), "\n");
+  }
+  return out;
+}
+
+json ProtoToJson(const Message& message) {
+  json out = json::object();
+  const google::protobuf::Descriptor* desc = message.GetDescriptor();
+  const Reflection* refl = message.GetReflection();
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const FieldDescriptor* field = desc->field(i);
+    if (field->is_repeated()) {
+      json values = json::array();
+      for (int j = 0; j < refl->FieldSize(message, field); ++j) {
+        values.push_back(ScalarToJson(message, field, j));
+      }
+      out[field->name()] = std::move(values);
+      continue;
+    }
+    // Optional scalars without a value are left out; unset messages too.
+    if (field->has_presence() && !refl->HasField(message, field)) continue;
+    out[field->name()] = ScalarToJson(message, field, 0);
+  }
+  return out;
+}
+
+json JobToJson(const v1::Job& job, bool include_spec_yaml) {
+  json ranks = json::array();
+  for (const v1::RankStatus& r : job.ranks()) {
+    ranks.push_back(
+        {{"rank", r.rank()},
+         {"worker", r.worker()},
+         {"slot", r.slot()},
+         {"state", r.state()},
+         {"pid", r.pid()},
+         {"exit_code", r.exit_code()},
+         {"signal", r.signal()},
+         {"param_hash", r.has_result() ? json(r.param_hash()) : json(nullptr)},
+         {"test_accuracy", r.has_result() ? json(r.test_accuracy()) : json(nullptr)}});
+  }
+  json out = {{"id", job.id()},
+              {"name", job.name()},
+              {"state", JobStateName(job.state())},
+              {"reason", job.reason()},
+              {"pending_reason", job.pending_reason()},
+              {"attempt", job.attempt()},
+              {"world_size", job.spec().world_size()},
+              {"created", Rfc3339(job.created_unix_ms())},
+              {"created_unix_ms", job.created_unix_ms()},
+              {"updated", Rfc3339(job.updated_unix_ms())},
+              {"updated_unix_ms", job.updated_unix_ms()},
+              {"ranks", std::move(ranks)},
+              {"spec", ProtoToJson(job.spec())}};
+  if (include_spec_yaml) out["spec_yaml"] = job.spec_yaml();
+  return out;
+}
+
+json WorkerToJson(const v1::Worker& w) {
+  return {{"name", w.name()},
+          {"hostname", w.hostname()},
+          {"device_kind", w.device_kind()},
+          {"slots", w.slots()},
+          {"slots_used", w.slots_used()},
+          {"alive", w.alive()},
+          {"epoch", w.epoch()},
+          {"last_seen", Rfc3339(w.last_seen_unix_ms())},
+          {"last_seen_unix_ms", w.last_seen_unix_ms()}};
+}
+
+json MetricPointToJson(const v1::MetricPoint& p) {
+  return {{"attempt", p.attempt()}, {"rank", p.rank()},   {"step", p.step()},
+          {"name", p.name()},       {"value", p.value()}, {"unix_ms", p.unix_ms()}};
+}
+
+std::optional<StepSummary> SummarizeLatestStep(const std::vector<v1::MetricPoint>& points,
+                                               int32_t attempt) {
+  std::optional<int64_t> latest;
+  for (const v1::MetricPoint& p : points) {
+    if (p.attempt() == attempt && p.name() == kLossMetric) {
+      latest = std::max(latest.value_or(p.step()), p.step());
+    }
+  }
+  if (!latest) return std::nullopt;
+
+  StepSummary summary;
+  summary.step = *latest;
+  double loss_sum = 0;
+  for (const v1::MetricPoint& p : points) {
+    if (p.attempt() != attempt || p.step() != *latest) continue;
+    if (p.name() == kLossMetric) {
+      loss_sum += p.value();
+      ++summary.ranks;
+    } else if (p.name() == kImagesPerSecMetric) {
+      summary.images_per_sec += p.value();
+      summary.has_images_per_sec = true;
+    }
+  }
+  summary.mean_loss = loss_sum / summary.ranks;
+  return summary;
+}
+
+std::optional<double> LatestStepMean(const std::vector<v1::MetricPoint>& points,
+                                     const std::string& name) {
+  // Newest attempt first, then newest step within it.
+  std::optional<std::pair<int32_t, int64_t>> latest;
+  for (const v1::MetricPoint& p : points) {
+    if (p.name() != name) continue;
+    const std::pair<int32_t, int64_t> key(p.attempt(), p.step());
+    if (!latest || key > *latest) latest = key;
+  }
+  if (!latest) return std::nullopt;
+  double sum = 0;
+  int count = 0;
+  for (const v1::MetricPoint& p : points) {
+    if (p.name() == name && p.attempt() == latest->first && p.step() == latest->second) {
+      sum += p.value();
+      ++count;
+    }
+  }
+  return sum / count;
+}
+
+std::string FormatProgressLine(absl::Duration elapsed, const v1::Job& job,
+                               const std::optional<StepSummary>& summary) {
+  std::string line =
+      absl::StrCat("[", FormatElapsed(elapsed), "] ", JobStateName(job.state()));
+  if (summary) {
+    absl::StrAppendFormat(&line, " step %d  loss %.4f  %d rank%s", summary->step,
+                          summary->mean_loss, summary->ranks,
+                          summary->ranks == 1 ? "" : "s");
+    if (summary->has_images_per_sec) {
+      absl::StrAppendFormat(&line, "  %.1f img/s", summary->images_per_sec);
+    }
+  } else if (job.state() == v1::JOB_STATE_QUEUED && !job.pending_reason().empty()) {
+    absl::StrAppend(&line, ": ", Sanitize(job.pending_reason()));
+  }
+  if (job.attempt() > 1) absl::StrAppend(&line, "  (attempt ", job.attempt(), ")");
+  return line;
+}
+
+}  // namespace tessera::cli

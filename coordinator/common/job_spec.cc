@@ -1,0 +1,545 @@
+#include "coordinator/common/job_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "coordinator/common/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+
+namespace tessera {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumValueDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Specs are small; anything larger is a mistake or an attack on the parser.
+constexpr size_t kMaxSpecYamlBytes = 1 << 20;
+// Every string field of a spec ends up in argv, the database or a table.
+constexpr size_t kMaxStringBytes = 4096;
+constexpr size_t kMaxNameBytes = 128;
+// Upper bound on the elements of any repeated field.
+constexpr int kMaxRepeatedElements = 1024;
+
+std::string JoinPath(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+}
+
+// "spec" names the document itself in messages about the top level.
+std::string PathOrSpec(const std::string& path) { return path.empty() ? "spec" : path; }
+
+std::string DescribeNode(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar:
+      return absl::StrCat("'", node.Scalar(), "'");
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+absl::Status MalformedYaml(const YAML::Exception& e) {
+  if (e.mark.is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: malformed YAML: ", e.msg));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("spec: malformed YAML at line ",
+                                                 e.mark.line + 1, ", column ",
+                                                 e.mark.column + 1, ": ", e.msg));
+}
+
+absl::StatusOr<YAML::Node> LoadYaml(const std::string& yaml_text) {
+  if (yaml_text.size() > kMaxSpecYamlBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec: YAML text is ", yaml_text.size(), " bytes, limit ", kMaxSpecYamlBytes));
+  }
+  try {
+    return YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return MalformedYaml(e);
+  }
+}
+
+absl::Status TypeError(const std::string& path, absl::string_view expected,
+                       const YAML::Node& node) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": expected ", expected, ", got ", DescribeNode(node)));
+}
+
+absl::Status ParseMessage(const YAML::Node& node, const std::string& path, Message* msg);
+
+// Parses one scalar-or-message value of `field` from `node`. For a repeated field
+// the value is appended; otherwise it is set.
+absl::Status ParseValue(const YAML::Node& node, const std::string& path,
+                        const FieldDescriptor* field, Message* msg) {
+  const Reflection* refl = msg->GetReflection();
+  const bool repeated = field->is_repeated();
+
+  if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    Message* sub =
+        repeated ? refl->AddMessage(msg, field) : refl->MutableMessage(msg, field);
+    return ParseMessage(node, path, sub);
+  }
+
+  if (!node.IsScalar()) {
+    absl::string_view expected = "a scalar";
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        expected = "a string";
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        expected = "true or false";
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        expected = "a number";
+        break;
+      default:
+        expected = "an integer";
+        break;
+    }
+    return TypeError(path, expected, node);
+  }
+  const std::string& text = node.Scalar();
+
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32: {
+      int64_t wide = 0;
+      if (!absl::SimpleAtoi(text, &wide)) return TypeError(path, "an integer", node);
+      if (wide < INT32_MIN || wide > INT32_MAX) {
+        return TypeError(path, "a 32-bit integer", node);
+      }
+      const auto value = static_cast<int32_t>(wide);
+      repeated ? refl->AddInt32(msg, field, value) : refl->SetInt32(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(text, &value)) return TypeError(path, "an integer", node);
+      repeated ? refl->AddInt64(msg, field, value) : refl->SetInt64(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_UINT32: {
+      uint32_t value = 0;
+      if (!absl::SimpleAtoi(text, &value)) {
+        return TypeError(path, "a non-negative 32-bit integer", node);
+      }
+      repeated ? refl->AddUInt32(msg, field, value) : refl->SetUInt32(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t value = 0;
+      if (!absl::SimpleAtoi(text, &value)) {
+        return TypeError(path, "a non-negative integer", node);
+      }
+      repeated ? refl->AddUInt64(msg, field, value) : refl->SetUInt64(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      double value = 0;
+      if (!absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
+        return TypeError(path, "a finite number", node);
+      }
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+        repeated ? refl->AddDouble(msg, field, value)
+                 : refl->SetDouble(msg, field, value);
+      } else {
+        const auto narrow = static_cast<float>(value);
+        repeated ? refl->AddFloat(msg, field, narrow)
+                 : refl->SetFloat(msg, field, narrow);
+      }
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      // YAML 1.1 spellings, as yaml-cpp itself accepts them.
+      const std::string lower = absl::AsciiStrToLower(text);
+      bool value = false;
+      if (lower == "true" || lower == "yes" || lower == "on") {
+        value = true;
+      } else if (lower == "false" || lower == "no" || lower == "off") {
+        value = false;
+      } else {
+        return TypeError(path, "true or false", node);
+      }
+      repeated ? refl->AddBool(msg, field, value) : refl->SetBool(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const EnumValueDescriptor* value = field->enum_type()->FindValueByName(text);
+      if (value == nullptr) {
+        std::vector<std::string> names;
+        for (int i = 0; i < field->enum_type()->value_count(); ++i) {
+          names.push_back(field->enum_type()->value(i)->name());
+        }
+        return TypeError(path, absl::StrCat("one of ", absl::StrJoin(names, ", ")), node);
+      }
+      repeated ? refl->AddEnum(msg, field, value) : refl->SetEnum(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_STRING: {
+      repeated ? refl->AddString(msg, field, text) : refl->SetString(msg, field, text);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;  // handled above
+  }
+  return absl::InternalError(absl::StrCat(path, ": unsupported field type"));
+}
+
+absl::Status ParseField(const YAML::Node& node, const std::string& path,
+                        const FieldDescriptor* field, Message* msg) {
+  // `key:` with no value (or `~`) leaves the field unset.
+  if (node.IsNull()) return absl::OkStatus();
+  if (field->is_map()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": map fields are not supported in specs"));
+  }
+  if (!field->is_repeated()) return ParseValue(node, path, field, msg);
+
+  if (!node.IsSequence()) return TypeError(path, "a list", node);
+  if (node.size() > static_cast<size_t>(kMaxRepeatedElements)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": has ", node.size(), " elements, limit ", kMaxRepeatedElements));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    RETURN_IF_ERROR(ParseValue(node[i], absl::StrCat(path, "[", i, "]"), field, msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessage(const YAML::Node& node, const std::string& path, Message* msg) {
+  if (!node.IsMap()) {
+    if (path.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec: expected a map of fields at the top level, got ", DescribeNode(node)));
+    }
+    return TypeError(path, "a map", node);
+  }
+  const Descriptor* desc = msg->GetDescriptor();
+  std::set<std::string> seen;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(PathOrSpec(path), ": field names must be strings, got ",
+                       DescribeNode(entry.first)));
+    }
+    const std::string& key = entry.first.Scalar();
+    const std::string field_path = JoinPath(path, key);
+    const FieldDescriptor* field = desc->FindFieldByName(key);
+    if (field == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec: unknown field '", field_path, "'"));
+    }
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec: duplicate field '", field_path, "'"));
+    }
+    RETURN_IF_ERROR(ParseField(entry.second, field_path, field, msg));
+  }
+  return absl::OkStatus();
+}
+
+// Appends a message for every string field (at any depth) longer than the limit,
+// and for every non-finite floating-point value; these rules hold for fields
+// added to the proto later as well.
+void CheckGenericLimits(const Message& msg, const std::string& path,
+                        std::vector<std::string>* errors) {
+  const Reflection* refl = msg.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  refl->ListFields(msg, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string field_path = JoinPath(path, field->name());
+    const int count = field->is_repeated() ? refl->FieldSize(msg, field) : 1;
+    if (field->is_repeated() && count > kMaxRepeatedElements) {
+      errors->push_back(absl::StrCat(field_path, ": has ", count, " elements, limit ",
+                                     kMaxRepeatedElements));
+      continue;
+    }
+    for (int i = 0; i < count; ++i) {
+      const std::string elem_path =
+          field->is_repeated() ? absl::StrCat(field_path, "[", i, "]") : field_path;
+      switch (field->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_STRING: {
+          const std::string value = field->is_repeated()
+                                        ? refl->GetRepeatedString(msg, field, i)
+                                        : refl->GetString(msg, field);
+          if (value.size() > kMaxStringBytes) {
+            errors->push_back(absl::StrCat(elem_path, ": too long (", value.size(),
+                                           " bytes, limit ", kMaxStringBytes, ")"));
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+        case FieldDescriptor::CPPTYPE_FLOAT: {
+          double value = 0;
+          if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+            value = field->is_repeated() ? refl->GetRepeatedDouble(msg, field, i)
+                                         : refl->GetDouble(msg, field);
+          } else {
+            value = field->is_repeated() ? refl->GetRepeatedFloat(msg, field, i)
+                                         : refl->GetFloat(msg, field);
+          }
+          if (!std::isfinite(value)) {
+            errors->push_back(absl::StrCat(elem_path, ": must be finite, got ", value));
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          CheckGenericLimits(field->is_repeated()
+                                 ? refl->GetRepeatedMessage(msg, field, i)
+                                 : refl->GetMessage(msg, field),
+                             elem_path, errors);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+template <typename T>
+void CheckNonNegative(const std::string& path, T value,
+                      std::vector<std::string>* errors) {
+  if (value < 0) {
+    errors->push_back(absl::StrCat(path, ": must be non-negative, got ", value));
+  }
+}
+
+// Shortest decimal form that reads back as the same double.
+std::string FormatDouble(double value) {
+  char buf[64];
+  for (int precision = 15; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  return buf;
+}
+
+std::string FormatScalar(const Message& msg, const FieldDescriptor* field, int index) {
+  const Reflection* refl = msg.GetReflection();
+  const bool rep = field->is_repeated();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return absl::StrCat(rep ? refl->GetRepeatedInt32(msg, field, index)
+                              : refl->GetInt32(msg, field));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return absl::StrCat(rep ? refl->GetRepeatedInt64(msg, field, index)
+                              : refl->GetInt64(msg, field));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return absl::StrCat(rep ? refl->GetRepeatedUInt32(msg, field, index)
+                              : refl->GetUInt32(msg, field));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return absl::StrCat(rep ? refl->GetRepeatedUInt64(msg, field, index)
+                              : refl->GetUInt64(msg, field));
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return FormatDouble(rep ? refl->GetRepeatedDouble(msg, field, index)
+                              : refl->GetDouble(msg, field));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return FormatDouble(rep ? refl->GetRepeatedFloat(msg, field, index)
+                              : refl->GetFloat(msg, field));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return (rep ? refl->GetRepeatedBool(msg, field, index) : refl->GetBool(msg, field))
+                 ? "true"
+                 : "false";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return (rep ? refl->GetRepeatedEnum(msg, field, index) : refl->GetEnum(msg, field))
+          ->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return rep ? refl->GetRepeatedString(msg, field, index)
+                 : refl->GetString(msg, field);
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  return "";
+}
+
+// Sets `key.path` in `root` to the scalar `value`, creating maps on the way.
+absl::Status ApplyOneOverride(YAML::Node& root, const std::string& override_text) {
+  const size_t eq = override_text.find('=');
+  if (eq == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("override '", override_text, "': expected key=value"));
+  }
+  const std::string key = override_text.substr(0, eq);
+  const std::string value_text = override_text.substr(eq + 1);
+  if (key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("override '", override_text, "': empty key"));
+  }
+  const std::vector<std::string> parts = absl::StrSplit(key, '.');
+  for (const std::string& part : parts) {
+    if (part.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "override '", override_text, "': key '", key, "' has an empty component"));
+    }
+  }
+
+  YAML::Node value;
+  try {
+    value = YAML::Load(value_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "override '", override_text, "': value is not a YAML scalar: ", e.msg));
+  }
+  if (!value.IsScalar() && !value.IsNull()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("override '", override_text, "': value must be a scalar, got ",
+                     DescribeNode(value), " (quote it to pass a string)"));
+  }
+
+  // yaml-cpp nodes are handles: reset() rebinds `current`, whereas assignment
+  // would overwrite the node it refers to.
+  YAML::Node current;
+  current.reset(root);
+  std::string walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked = JoinPath(walked, parts[i]);
+    YAML::Node child = current[parts[i]];
+    if (!child.IsDefined() || child.IsNull()) {
+      current[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      child.reset(current[parts[i]]);
+    } else if (!child.IsMap()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "override '", override_text, "': '", walked, "' is not a map in the spec"));
+    }
+    current.reset(child);
+  }
+  current[parts.back()] = value;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ApplySpecOverrides(
+    const std::string& yaml_text, const std::vector<std::string>& overrides) {
+  // Returning the text untouched keeps its comments for the record.
+  if (overrides.empty()) return yaml_text;
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(yaml_text));
+  if (root.IsNull()) {
+    root = YAML::Node(YAML::NodeType::Map);
+  } else if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec: expected a map of fields at the top level, got ", DescribeNode(root)));
+  }
+  try {
+    for (const std::string& override_text : overrides) {
+      RETURN_IF_ERROR(ApplyOneOverride(root, override_text));
+    }
+    YAML::Emitter emitter;
+    emitter << root;
+    if (!emitter.good()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec: cannot write YAML: ", emitter.GetLastError()));
+    }
+    return std::string(emitter.c_str()) + "\n";
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: cannot apply overrides: ", e.msg));
+  }
+}
+
+absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text) {
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(yaml_text));
+  tessera::v1::JobSpec spec;
+  try {
+    RETURN_IF_ERROR(ParseMessage(root, "", &spec));
+  } catch (const YAML::Exception& e) {
+    return MalformedYaml(e);
+  }
+  return spec;
+}
+
+absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits& limits) {
+  std::vector<std::string> errors;
+  CheckGenericLimits(spec, "", &errors);
+
+  if (spec.name().empty()) {
+    errors.push_back("name: missing");
+  } else if (spec.name().size() > kMaxNameBytes) {
+    errors.push_back(absl::StrCat("name: too long (", spec.name().size(),
+                                  " bytes, limit ", kMaxNameBytes, ")"));
+  }
+  if (spec.world_size() < 1 || spec.world_size() > limits.max_world_size) {
+    errors.push_back(absl::StrCat("world_size: must be between 1 and ",
+                                  limits.max_world_size, ", got ", spec.world_size()));
+  }
+
+  const tessera::v1::TrainerConfig& t = spec.trainer();
+  if (t.model().empty()) errors.push_back("trainer.model: missing");
+  if (t.dataset().empty()) errors.push_back("trainer.dataset: missing");
+  if (t.batch_size() <= 0) {
+    errors.push_back(
+        absl::StrCat("trainer.batch_size: must be positive, got ", t.batch_size()));
+  }
+  CheckNonNegative("trainer.epochs", t.epochs(), &errors);
+  CheckNonNegative("trainer.max_steps", t.max_steps(), &errors);
+  if (t.epochs() == 0 && t.max_steps() == 0) {
+    errors.push_back(
+        "trainer.epochs: one of trainer.epochs and trainer.max_steps must be positive");
+  }
+  // lr 0 means "trainer default"; a set value must be a usable rate.
+  if (t.lr() < 0) {
+    errors.push_back(absl::StrCat("trainer.lr: must be positive, got ", t.lr()));
+  }
+  CheckNonNegative("trainer.weight_decay", t.weight_decay(), &errors);
+  CheckNonNegative("trainer.train_subset", t.train_subset(), &errors);
+  CheckNonNegative("trainer.test_subset", t.test_subset(), &errors);
+  CheckNonNegative("trainer.metrics_every", t.metrics_every(), &errors);
+  CheckNonNegative("trainer.threads", t.threads(), &errors);
+
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+}
+
+absl::StatusOr<tessera::v1::JobSpec> ParseAndValidateJobSpec(const std::string& yaml_text,
+                                                             const SpecLimits& limits) {
+  ASSIGN_OR_RETURN(tessera::v1::JobSpec spec, ParseJobSpec(yaml_text));
+  RETURN_IF_ERROR(ValidateJobSpec(spec, limits));
+  return spec;
+}
+
+std::vector<std::string> TrainerConfigToFlags(const tessera::v1::TrainerConfig& config) {
+  // ListFields yields exactly the set fields in field-number order: proto3
+  // scalars when non-default, `optional` fields when present.
+  std::vector<const FieldDescriptor*> fields;
+  config.GetReflection()->ListFields(config, &fields);
+  std::vector<std::string> flags;
+  for (const FieldDescriptor* field : fields) {
+    // TrainerConfig is flat by contract (one field, one flag); a nested message
+    // has no flag spelling.
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    const std::string flag =
+        absl::StrCat("--", absl::StrReplaceAll(field->name(), {{"_", "-"}}));
+    const int count =
+        field->is_repeated() ? config.GetReflection()->FieldSize(config, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      flags.push_back(absl::StrCat(flag, "=", FormatScalar(config, field, i)));
+    }
+  }
+  return flags;
+}
+
+}  // namespace tessera

@@ -1,0 +1,70 @@
+#include "coordinator/coordinator_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/common/status_macros.h"
+#include "coordinator/sqlite_store.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const CoordinatorOptions& options, const Clock* clock) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  if (clock == nullptr) clock = &s->real_clock_;
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(options.db_path));
+  s->store_ = std::move(store);
+  s->writer_ = std::make_unique<StoreWriter>(s->store_.get());
+  s->manager_ = std::make_unique<JobManager>(s->store_.get(), s->writer_.get(), clock,
+                                             options.manager);
+  RETURN_IF_ERROR(s->manager_->Recover());
+  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get());
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get());
+  s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->manager_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  // Without this, gRPC sets SO_REUSEPORT and a second coordinator could bind
+  // the same port silently.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  if (!options.listen.empty()) {
+    builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  }
+  builder.RegisterService(s->job_service_.get());
+  builder.RegisterService(s->worker_service_.get());
+  builder.RegisterService(s->trainer_service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || (!options.listen.empty() && s->port_ == 0)) {
+    s->shut_down_ = true;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot listen on ", options.listen,
+        ": the address is in use or not available on this host"));
+  }
+  spdlog::info("coordinator serving gRPC on {} (port {}), database {}", options.listen,
+               s->port_, options.db_path);
+  return s;
+}
+
+std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel() {
+  grpc::ChannelArguments args;
+  return server_->InProcessChannel(args);
+}
+
+void CoordinatorServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  manager_->Shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_->Wait();
+  writer_->Flush();
+}
+
+CoordinatorServer::~CoordinatorServer() {
+  if (server_ != nullptr) Shutdown();
+}
+
+}  // namespace tessera

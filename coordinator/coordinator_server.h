@@ -1,0 +1,71 @@
+// CoordinatorServer: wires the store, the writer, the JobManager and the gRPC
+// services into one running coordinator. main.cc fills Options from flags;
+// tests build one in-process and talk to it through InProcessChannel().
+//
+// Thread-safety: Start and Shutdown from one thread; the services inside are
+// thread-safe.
+#ifndef TESSERA_COORDINATOR_COORDINATOR_SERVER_H_
+#define TESSERA_COORDINATOR_COORDINATOR_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/common/clock.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_service.h"
+#include "coordinator/store.h"
+#include "coordinator/store_writer.h"
+#include "coordinator/trainer_service.h"
+#include "coordinator/worker_service.h"
+#include "grpcpp/server.h"
+
+namespace tessera {
+
+struct CoordinatorOptions {
+  // gRPC listen address; port 0 picks a free port (see Start's result).
+  // Empty: no network listener, in-process channel only (tests).
+  std::string listen = "127.0.0.1:50051";
+  // SQLite database file; ":memory:" keeps everything in memory.
+  std::string db_path = "tessera.db";
+  // Largest gRPC message accepted or sent, in bytes.
+  int max_message_bytes = 16 * 1024 * 1024;
+  JobManagerOptions manager;
+};
+
+class CoordinatorServer {
+ public:
+  // Opens the store, recovers state and starts serving. Returns FailedPrecondition
+  // with a clear message when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const CoordinatorOptions& options, const Clock* clock = nullptr);
+  ~CoordinatorServer();
+
+  // The port actually bound (0 without a network listener).
+  int port() const { return port_; }
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+  JobManager& manager() { return *manager_; }
+  Store& store() { return *store_; }
+
+  // Stops accepting calls, finishes waiting ones, flushes the store. Idempotent.
+  void Shutdown();
+
+ private:
+  CoordinatorServer() = default;
+
+  // Members in dependency order; destroyed in reverse.
+  RealClock real_clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<StoreWriter> writer_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<TrainerServiceImpl> trainer_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_COORDINATOR_SERVER_H_

@@ -1,0 +1,602 @@
+#include "coordinator/job_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/common/status_macros.h"
+#include "coordinator/scheduler.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+
+constexpr char kAssigned[] = "assigned";
+constexpr char kRunning[] = "running";
+constexpr char kExited[] = "exited";
+
+std::string StateName(v1::JobState s) {
+  std::string name = v1::JobState_Name(s);
+  constexpr absl::string_view kPrefix = "JOB_STATE_";
+  if (absl::string_view(name).substr(0, kPrefix.size()) == kPrefix) {
+    name = name.substr(kPrefix.size());
+  }
+  return name;
+}
+
+bool ExitedCleanly(const RankRecord& r) {
+  return r.state == kExited && r.exit_code == 0 && r.signal == 0;
+}
+
+std::string ExitText(const RankRecord& r) {
+  if (r.signal != 0) return absl::StrCat("was killed by signal ", r.signal);
+  return absl::StrCat("exited with code ", r.exit_code);
+}
+
+// Each rank's index among the job's ranks on the same worker.
+std::vector<int32_t> LocalRanks(const std::vector<RankRecord>& ranks) {
+  std::map<std::string, int32_t> next;
+  std::vector<int32_t> out;
+  out.reserve(ranks.size());
+  for (const auto& r : ranks) out.push_back(next[r.worker]++);
+  return out;
+}
+
+}  // namespace
+
+void RunReleases(Rendezvous::Releases& releases) {
+  for (auto& [callback, result] : releases) callback(std::move(result));
+  releases.clear();
+}
+
+JobManager::JobManager(Store* store, StoreWriter* writer, const Clock* clock,
+                       JobManagerOptions options)
+    : store_(store), writer_(writer), clock_(clock), options_(std::move(options)) {}
+
+int64_t JobManager::NowMs() const { return absl::ToUnixMillis(clock_->Now()); }
+
+bool JobManager::IsTerminal(v1::JobState s) const {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED;
+}
+
+bool JobManager::WorkerAlive(const WorkerRecord& w) const {
+  return clock_->Now() - absl::FromUnixMillis(w.last_seen_unix_ms) <=
+         options_.worker_dead_after;
+}
+
+absl::Status JobManager::Recover() {
+  ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->ListWorkers());
+  ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ListActiveJobs());
+  absl::MutexLock lock(&mu_);
+  for (auto& w : workers) workers_[w.name] = WorkerState{std::move(w)};
+  for (auto& rec : active) {
+    ActiveJob job;
+    job.record = std::move(rec);
+    if (job.record.attempt > 0) {
+      ASSIGN_OR_RETURN(job.ranks, store_->GetRanks(job.record.id, job.record.attempt));
+    }
+    job.kill_sent.assign(job.ranks.size(), false);
+    if (job.record.state == v1::JOB_STATE_SCHEDULED) {
+      rendezvous_.Open(job.record.id, job.record.attempt, LocalRanks(job.ranks));
+    }
+    int64_t id = job.record.id;
+    jobs_.emplace(id, std::move(job));
+  }
+  spdlog::info("recovered {} workers and {} active jobs from the store", workers_.size(),
+               jobs_.size());
+  ScheduleLocked();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
+                                           const std::string& spec_yaml,
+                                           const std::string& client_request_id) {
+  RETURN_IF_ERROR(ValidateJobSpec(spec, options_.spec_limits));
+  if (client_request_id.size() > 128) {
+    return absl::InvalidArgumentError("client_request_id: longer than 128 characters");
+  }
+  if (spec_yaml.size() > 64 * 1024) {
+    return absl::InvalidArgumentError("spec_yaml: larger than 64 KiB");
+  }
+  JobRecord record;
+  record.name = spec.name();
+  record.state = v1::JOB_STATE_QUEUED;
+  record.reason = "submitted";
+  record.spec = spec;
+  record.spec_yaml = spec_yaml;
+  record.client_request_id = client_request_id;
+  record.created_unix_ms = NowMs();
+  record.updated_unix_ms = record.created_unix_ms;
+  // Durable before acknowledged: the store commits before we answer.
+  ASSIGN_OR_RETURN(int64_t id, store_->CreateJob(record));
+  record.id = id;
+
+  absl::MutexLock lock(&mu_);
+  if (!jobs_.contains(id)) {
+    ASSIGN_OR_RETURN(JobRecord stored, store_->GetJob(id));
+    if (stored.state == v1::JOB_STATE_QUEUED && stored.attempt == 0 &&
+        stored.created_unix_ms == record.created_unix_ms) {
+      jobs_.emplace(id, ActiveJob{std::move(stored), {}, {}});
+      spdlog::info("job {} ({}) queued: world size {}", id, spec.name(), spec.world_size());
+      ScheduleLocked();
+    }
+  }
+  return id;
+}
+
+tessera::v1::Job JobManager::ToProto(const JobRecord& record,
+                                     const std::vector<RankRecord>& ranks) const {
+  v1::Job job;
+  job.set_id(record.id);
+  job.set_name(record.name);
+  job.set_state(record.state);
+  job.set_reason(record.reason);
+  job.set_pending_reason(record.pending_reason);
+  job.set_attempt(record.attempt);
+  *job.mutable_spec() = record.spec;
+  job.set_spec_yaml(record.spec_yaml);
+  job.set_created_unix_ms(record.created_unix_ms);
+  job.set_updated_unix_ms(record.updated_unix_ms);
+  for (const auto& r : ranks) {
+    v1::RankStatus* s = job.add_ranks();
+    s->set_rank(r.rank);
+    s->set_worker(r.worker);
+    s->set_slot(r.slot);
+    s->set_state(r.state);
+    s->set_pid(r.pid);
+    s->set_exit_code(r.exit_code);
+    s->set_signal(r.signal);
+    s->set_has_result(r.has_result);
+    s->set_param_hash(r.param_hash);
+    s->set_test_accuracy(r.test_accuracy);
+  }
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::GetJob(int64_t job_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) return ToProto(it->second.record, it->second.ranks);
+  }
+  writer_->Flush();
+  absl::StatusOr<JobRecord> record = store_->GetJob(job_id);
+  if (absl::IsNotFound(record.status())) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  }
+  RETURN_IF_ERROR(record.status());
+  std::vector<RankRecord> ranks;
+  if (record->attempt > 0) {
+    ASSIGN_OR_RETURN(ranks, store_->GetRanks(job_id, record->attempt));
+  }
+  return ToProto(*record, ranks);
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobManager::ListJobs() {
+  writer_->Flush();
+  ASSIGN_OR_RETURN(std::vector<JobRecord> records, store_->ListJobs());
+  std::vector<v1::Job> out;
+  out.reserve(records.size());
+  absl::MutexLock lock(&mu_);
+  for (const auto& rec : records) {
+    auto it = jobs_.find(rec.id);
+    if (it != jobs_.end()) {
+      out.push_back(ToProto(it->second.record, it->second.ranks));
+    } else {
+      out.push_back(ToProto(rec, {}));
+    }
+  }
+  return out;
+}
+
+std::vector<v1::Worker> JobManager::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, int32_t> used;
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& r : job.ranks) {
+      if (r.state != kExited) ++used[r.worker];
+    }
+  }
+  std::vector<v1::Worker> out;
+  for (const auto& [name, w] : workers_) {
+    v1::Worker p;
+    p.set_name(name);
+    p.set_hostname(w.record.hostname);
+    p.set_slots(w.record.slots);
+    p.set_slots_used(used[name]);
+    p.set_alive(WorkerAlive(w.record));
+    p.set_last_seen_unix_ms(w.record.last_seen_unix_ms);
+    p.set_epoch(w.record.epoch);
+    p.set_device_kind(w.record.device_kind);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::MetricPoint>> JobManager::GetMetrics(
+    const v1::GetMetricsRequest& request) {
+  bool active = false;
+  {
+    absl::MutexLock lock(&mu_);
+    active = jobs_.contains(request.job_id());
+  }
+  if (!active) {
+    absl::Status exists = store_->GetJob(request.job_id()).status();
+    if (absl::IsNotFound(exists)) {
+      return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
+    }
+    RETURN_IF_ERROR(exists);
+  }
+  MetricQuery query;
+  query.job_id = request.job_id();
+  query.after_step = request.after_step() > 0 ? request.after_step() : -1;
+  query.name = request.name();
+  query.limit = request.limit() > 0 ? std::min(request.limit(), 100000) : 10000;
+  ASSIGN_OR_RETURN(std::vector<MetricRow> rows, store_->QueryMetrics(query));
+  std::vector<v1::MetricPoint> out;
+  out.reserve(rows.size());
+  for (const auto& row : rows) {
+    v1::MetricPoint p;
+    p.set_rank(row.rank);
+    p.set_step(row.step);
+    p.set_name(row.name);
+    p.set_value(row.value);
+    p.set_unix_ms(row.unix_ms);
+    p.set_attempt(row.attempt);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
+  if (request.name().empty() || request.name().size() > 128) {
+    return absl::InvalidArgumentError("name: must be 1-128 characters");
+  }
+  if (request.slots() < 0 || request.slots() > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots: must be between 0 and 4096, got ", request.slots()));
+  }
+  v1::RegisterWorkerResponse response;
+  absl::MutexLock lock(&mu_);
+  WorkerState& w = workers_[request.name()];
+  w.record.name = request.name();
+  w.record.hostname = request.hostname();
+  w.record.slots = request.slots();
+  w.record.device_kind = request.device_kind().empty() ? "cpu" : request.device_kind();
+  w.record.epoch += 1;
+  w.record.last_seen_unix_ms = NowMs();
+  writer_->UpsertWorker(w.record);
+  spdlog::info("worker {} registered from {}: {} {} slots, epoch {}", w.record.name,
+               w.record.hostname, w.record.slots, w.record.device_kind, w.record.epoch);
+  response.set_epoch(w.record.epoch);
+  response.set_heartbeat_interval_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  ScheduleLocked();
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  v1::HeartbeatResponse response;
+  Rendezvous::Releases releases;
+  {
+    absl::MutexLock lock(&mu_);
+    auto wit = workers_.find(request.name());
+    if (wit == workers_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("worker ", request.name(), " is not registered"));
+    }
+    WorkerRecord& worker = wit->second.record;
+    if (request.epoch() != worker.epoch) {
+      return absl::AbortedError(absl::StrCat("stale epoch ", request.epoch(), " for worker ",
+                                             request.name(), "; current is ", worker.epoch));
+    }
+    worker.last_seen_unix_ms = NowMs();
+    writer_->UpsertWorker(worker);
+
+    bool changed = false;
+    for (const v1::LocalRank& lr : request.ranks()) {
+      auto jit = jobs_.find(lr.job_id());
+      const bool current = jit != jobs_.end() && jit->second.record.attempt == lr.attempt() &&
+                           lr.rank() >= 0 &&
+                           lr.rank() < static_cast<int32_t>(jit->second.ranks.size()) &&
+                           jit->second.ranks[lr.rank()].worker == request.name();
+      v1::KillOrder key;
+      key.set_job_id(lr.job_id());
+      key.set_attempt(lr.attempt());
+      key.set_rank(lr.rank());
+      if (!current) {
+        // A rank this coordinator no longer tracks: stop it if alive, forget it if not.
+        if (lr.exited()) {
+          *response.add_acknowledged_exits() = key;
+        } else {
+          spdlog::warn("worker {} runs unknown rank job {} attempt {} rank {}; stopping it",
+                       request.name(), lr.job_id(), lr.attempt(), lr.rank());
+          *response.add_kill() = key;
+        }
+        continue;
+      }
+      ActiveJob& job = jit->second;
+      RankRecord& rank = job.ranks[lr.rank()];
+      if (lr.exited()) {
+        if (rank.state != kExited) {
+          rank.state = kExited;
+          rank.pid = lr.pid();
+          rank.exit_code = lr.exit_code();
+          rank.signal = lr.signal();
+          writer_->PutRanks({rank});
+          spdlog::info("job {} attempt {} rank {} {}", job.record.id, job.record.attempt,
+                       rank.rank, ExitText(rank));
+          EvaluateLocked(job, &releases);
+          changed = true;
+        }
+        *response.add_acknowledged_exits() = key;
+      } else if (rank.state == kAssigned || rank.pid != lr.pid()) {
+        rank.state = kRunning;
+        rank.pid = lr.pid();
+        writer_->PutRanks({rank});
+      }
+    }
+
+    // Orders for this worker: launches not yet seen running, stops not yet done.
+    std::map<std::pair<int64_t, int32_t>, bool> reported;
+    for (const v1::LocalRank& lr : request.ranks()) {
+      reported[{lr.job_id(), lr.rank()}] = true;
+    }
+    for (auto& [id, job] : jobs_) {
+      for (size_t r = 0; r < job.ranks.size(); ++r) {
+        const RankRecord& rank = job.ranks[r];
+        if (rank.worker != request.name()) continue;
+        if (job.kill_sent[r] && rank.state != kExited) {
+          v1::KillOrder* k = response.add_kill();
+          k->set_job_id(id);
+          k->set_attempt(job.record.attempt);
+          k->set_rank(rank.rank);
+        } else if (rank.state == kAssigned && !IsTerminal(job.record.state) &&
+                   !reported.contains({id, rank.rank})) {
+          v1::LaunchOrder* l = response.add_launch();
+          l->set_job_id(id);
+          l->set_attempt(job.record.attempt);
+          l->set_rank(rank.rank);
+          l->set_world_size(static_cast<int32_t>(job.ranks.size()));
+          l->set_local_rank(LocalRanks(job.ranks)[r]);
+          l->set_slot(rank.slot);
+          *l->mutable_trainer() = job.record.spec.trainer();
+        }
+      }
+    }
+    if (changed) {
+      ReapLocked();
+      ScheduleLocked();
+    }
+  }
+  RunReleases(releases);
+  return response;
+}
+
+void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) {
+  if (IsTerminal(job.record.state)) return;
+  const RankRecord* failed = nullptr;
+  bool all_clean = true;
+  for (const auto& r : job.ranks) {
+    if (r.state == kExited && !ExitedCleanly(r) && failed == nullptr) failed = &r;
+    if (!ExitedCleanly(r)) all_clean = false;
+  }
+  if (failed != nullptr) {
+    std::string reason =
+        absl::StrCat("rank ", failed->rank, " on ", failed->worker, " ", ExitText(*failed));
+    for (size_t r = 0; r < job.ranks.size(); ++r) {
+      if (job.ranks[r].state != kExited) job.kill_sent[r] = true;
+    }
+    auto closed = rendezvous_.Close(job.record.id, job.record.attempt,
+                                    absl::AbortedError(reason));
+    for (auto& c : closed) releases->push_back(std::move(c));
+    Transition(job, v1::JOB_STATE_FAILED, std::move(reason));
+    return;
+  }
+  if (all_clean) {
+    rendezvous_.Close(job.record.id, job.record.attempt, absl::OkStatus());
+    Transition(job, v1::JOB_STATE_SUCCEEDED,
+               absl::StrCat("all ", job.ranks.size(), " ranks exited with code 0"));
+  }
+}
+
+void JobManager::ReapLocked() {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const ActiveJob& job = it->second;
+    bool done = IsTerminal(job.record.state) &&
+                std::all_of(job.ranks.begin(), job.ranks.end(),
+                            [](const RankRecord& r) { return r.state == kExited; });
+    it = done ? jobs_.erase(it) : std::next(it);
+  }
+}
+
+void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason) {
+  spdlog::info("job {} {} -> {}: {}", job.record.id, StateName(job.record.state),
+               StateName(to), reason);
+  job.record.state = to;
+  job.record.reason = std::move(reason);
+  if (to != v1::JOB_STATE_QUEUED) job.record.pending_reason.clear();
+  job.record.updated_unix_ms = NowMs();
+  writer_->UpdateJob(job.record);
+}
+
+void JobManager::ScheduleLocked() {
+  std::vector<PendingJob> queue;
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state == v1::JOB_STATE_QUEUED) {
+      queue.push_back(PendingJob{id, job.record.spec.world_size()});
+    }
+  }
+  if (queue.empty()) return;
+  std::map<std::string, std::vector<int32_t>> used;
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& r : job.ranks) {
+      if (r.state != kExited) used[r.worker].push_back(r.slot);
+    }
+  }
+  std::vector<WorkerInventory> inventory;
+  for (const auto& [name, w] : workers_) {
+    inventory.push_back(WorkerInventory{name, w.record.slots, used[name],
+                                        WorkerAlive(w.record)});
+  }
+  ScheduleResult result = Schedule(queue, inventory);
+  for (const Placement& placement : result.placements) {
+    ActiveJob& job = jobs_.at(placement.job_id);
+    job.record.attempt += 1;
+    job.ranks.clear();
+    std::vector<int32_t> local_ranks;
+    for (const RankPlacement& rp : placement.ranks) {
+      RankRecord rank;
+      rank.job_id = placement.job_id;
+      rank.attempt = job.record.attempt;
+      rank.rank = rp.rank;
+      rank.worker = rp.worker;
+      rank.slot = rp.slot;
+      rank.state = kAssigned;
+      job.ranks.push_back(rank);
+      local_ranks.push_back(rp.local_rank);
+    }
+    job.kill_sent.assign(job.ranks.size(), false);
+    rendezvous_.Open(placement.job_id, job.record.attempt, std::move(local_ranks));
+    writer_->PutRanks(job.ranks);
+    std::string where;
+    for (const auto& r : job.ranks) {
+      absl::StrAppend(&where, where.empty() ? "" : ", ", r.rank, "->", r.worker, "/",
+                      r.slot);
+    }
+    Transition(job, v1::JOB_STATE_SCHEDULED,
+               absl::StrCat("attempt ", job.record.attempt, " placed: ", where));
+  }
+  for (const auto& [id, reason] : result.pending_reasons) {
+    ActiveJob& job = jobs_.at(id);
+    if (job.record.pending_reason != reason) {
+      job.record.pending_reason = reason;
+      job.record.updated_unix_ms = NowMs();
+      writer_->UpdateJob(job.record);
+    }
+  }
+}
+
+void JobManager::Rendezvous(
+    const v1::RendezvousRequest& request,
+    std::function<void(absl::StatusOr<v1::RendezvousResponse>)> done) {
+  if (request.bootstrap().size() > 4096) {
+    done(absl::InvalidArgumentError("bootstrap: larger than 4096 bytes"));
+    return;
+  }
+  Rendezvous::Releases releases;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request.job_id());
+    if (it == jobs_.end()) {
+      status = absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active"));
+    } else if (it->second.record.attempt != request.attempt()) {
+      status = absl::AbortedError(absl::StrCat("attempt ", request.attempt(),
+                                               " is stale; current is ",
+                                               it->second.record.attempt));
+    } else {
+      auto callback = [done](absl::StatusOr<RendezvousResult> result) {
+        if (!result.ok()) {
+          done(result.status());
+          return;
+        }
+        v1::RendezvousResponse response;
+        response.set_rank(result->rank);
+        response.set_local_rank(result->local_rank);
+        response.set_world_size(result->world_size);
+        response.set_attempt(result->attempt);
+        response.set_bootstrap(result->bootstrap);
+        response.set_backend(result->backend);
+        done(std::move(response));
+      };
+      bool completed = false;
+      status = rendezvous_.Join(request.job_id(), request.attempt(), request.rank(),
+                                request.bootstrap(), request.backend(), callback,
+                                &releases, &completed);
+      if (status.ok() && completed) {
+        Transition(it->second, v1::JOB_STATE_RUNNING,
+                   absl::StrCat("all ", it->second.ranks.size(), " ranks joined"));
+      }
+    }
+  }
+  RunReleases(releases);
+  if (!status.ok()) done(status);
+}
+
+void JobManager::ReportMetrics(const v1::ReportMetricsRequest& request,
+                               std::function<void(absl::Status)> done) {
+  if (request.points_size() > options_.max_points_per_report) {
+    done(absl::InvalidArgumentError(absl::StrCat("at most ",
+                                                 options_.max_points_per_report,
+                                                 " points per report")));
+    return;
+  }
+  std::vector<MetricRow> rows;
+  rows.reserve(request.points_size());
+  for (const v1::MetricPoint& p : request.points()) {
+    if (p.name().empty() || p.name().size() > 128) {
+      done(absl::InvalidArgumentError("metric name: must be 1-128 characters"));
+      return;
+    }
+    rows.push_back(MetricRow{request.job_id(), request.attempt(), request.rank(), p.step(),
+                             p.name(), p.value(), p.unix_ms()});
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request.job_id());
+    if (it == jobs_.end()) {
+      done(absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active")));
+      return;
+    }
+    if (request.rank() < 0 || request.rank() >= static_cast<int32_t>(it->second.ranks.size())) {
+      done(absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
+                                                   " is outside the job")));
+      return;
+    }
+    // Enqueued under the lock so the rows are ordered with the job's state changes.
+    writer_->AppendMetrics(std::move(rows), std::move(done));
+  }
+}
+
+absl::Status JobManager::ReportResult(const v1::ReportResultRequest& request) {
+  if (request.param_hash().size() > 128) {
+    return absl::InvalidArgumentError("param_hash: longer than 128 characters");
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(request.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active"));
+  }
+  ActiveJob& job = it->second;
+  if (job.record.attempt != request.attempt()) {
+    return absl::AbortedError(absl::StrCat("attempt ", request.attempt(), " is stale"));
+  }
+  if (request.rank() < 0 || request.rank() >= static_cast<int32_t>(job.ranks.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
+                                                   " is outside the job"));
+  }
+  RankRecord& rank = job.ranks[request.rank()];
+  rank.has_result = true;
+  rank.param_hash = request.param_hash();
+  rank.test_accuracy = request.test_accuracy();
+  rank.test_loss = request.test_loss();
+  writer_->PutRanks({rank});
+  return absl::OkStatus();
+}
+
+void JobManager::Shutdown() {
+  Rendezvous::Releases releases;
+  {
+    absl::MutexLock lock(&mu_);
+    releases = rendezvous_.CloseAll(absl::UnavailableError("coordinator is shutting down"));
+  }
+  RunReleases(releases);
+}
+
+}  // namespace tessera

@@ -1,0 +1,129 @@
+// JobManager: the coordinator's core. It owns the in-memory view of active jobs
+// and registered workers, runs the scheduler, drives the job state machine, and
+// coordinates rendezvous. The gRPC services are thin adapters over it.
+//
+// Durability: a job is written to the store before Submit returns. Later
+// changes are enqueued on the StoreWriter while the lock is held (so they
+// reach disk in the order they happened) and written by its thread, so no
+// method holds the lock across disk I/O. Reads of jobs that are no longer
+// active flush the writer first.
+//
+// Thread-safety: every public method is safe from any thread; all state is
+// guarded by one mutex. Callbacks passed in are run without the lock held.
+#ifndef TESSERA_COORDINATOR_JOB_MANAGER_H_
+#define TESSERA_COORDINATOR_JOB_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/common/clock.h"
+#include "coordinator/common/job_spec.h"
+#include "coordinator/rendezvous.h"
+#include "coordinator/store.h"
+#include "coordinator/store_writer.h"
+#include "tessera/v1/tessera.pb.h"
+
+namespace tessera {
+
+struct JobManagerOptions {
+  // Limits applied to submitted specs.
+  SpecLimits spec_limits;
+  // How often workers are asked to heartbeat.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A worker silent for longer than this is shown as not alive and gets no new ranks.
+  absl::Duration worker_dead_after = absl::Seconds(15);
+  // Most metric points accepted in one report.
+  int max_points_per_report = 10000;
+};
+
+class JobManager {
+ public:
+  // `store`, `writer` and `clock` are not owned and must outlive the manager.
+  JobManager(Store* store, StoreWriter* writer, const Clock* clock,
+             JobManagerOptions options);
+
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Loads workers and non-terminal jobs from the store. Call once, before serving.
+  absl::Status Recover();
+
+  // Validates and stores a job, then tries to place it. Returns the job id; a
+  // repeated `client_request_id` returns the first job's id.
+  absl::StatusOr<int64_t> Submit(const tessera::v1::JobSpec& spec,
+                                 const std::string& spec_yaml,
+                                 const std::string& client_request_id);
+  absl::StatusOr<tessera::v1::Job> GetJob(int64_t job_id);
+  absl::StatusOr<std::vector<tessera::v1::Job>> ListJobs();
+  std::vector<tessera::v1::Worker> ListWorkers();
+  absl::StatusOr<std::vector<tessera::v1::MetricPoint>> GetMetrics(
+      const tessera::v1::GetMetricsRequest& request);
+
+  absl::StatusOr<tessera::v1::RegisterWorkerResponse> RegisterWorker(
+      const tessera::v1::RegisterWorkerRequest& request);
+  absl::StatusOr<tessera::v1::HeartbeatResponse> Heartbeat(
+      const tessera::v1::HeartbeatRequest& request);
+
+  // Answers through `done` once every rank of the attempt has joined, or at
+  // once with an error for a bad request.
+  void Rendezvous(const tessera::v1::RendezvousRequest& request,
+                  std::function<void(absl::StatusOr<tessera::v1::RendezvousResponse>)> done);
+  // Calls `done` once the points are durable (or with the error).
+  void ReportMetrics(const tessera::v1::ReportMetricsRequest& request,
+                     std::function<void(absl::Status)> done);
+  absl::Status ReportResult(const tessera::v1::ReportResultRequest& request);
+
+  // Fails every waiting rendezvous with Unavailable so that the RPC server can
+  // shut down; trainers retry against the restarted coordinator.
+  void Shutdown();
+
+ private:
+  struct ActiveJob {
+    JobRecord record;
+    std::vector<RankRecord> ranks;  // current attempt, indexed by rank
+    std::vector<bool> kill_sent;    // per rank: stop ordered
+  };
+  struct WorkerState {
+    WorkerRecord record;
+  };
+
+  bool IsTerminal(tessera::v1::JobState s) const;
+  bool WorkerAlive(const WorkerRecord& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Transition(ActiveJob& job, tessera::v1::JobState to, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the scheduler over queued jobs and applies its placements.
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides a job's outcome after a rank exit; may order the other ranks stopped.
+  void EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops finished jobs whose ranks have all exited.
+  void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  tessera::v1::Job ToProto(const JobRecord& record,
+                           const std::vector<RankRecord>& ranks) const;
+  int64_t NowMs() const;
+
+  Store* const store_;         // Not owned.
+  StoreWriter* const writer_;  // Not owned.
+  const Clock* const clock_;   // Not owned.
+  const JobManagerOptions options_;
+
+  absl::Mutex mu_;
+  std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
+  tessera::Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs released rendezvous callbacks; call without locks held.
+void RunReleases(Rendezvous::Releases& releases);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_JOB_MANAGER_H_

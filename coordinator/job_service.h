@@ -1,0 +1,38 @@
+// JobServiceImpl: the gRPC adapter for tessctl's JobService over JobManager.
+// Plain synchronous handlers; no logic beyond converting types and statuses.
+//
+// Thread-safety: safe for concurrent calls (JobManager is thread-safe).
+#ifndef TESSERA_COORDINATOR_JOB_SERVICE_H_
+#define TESSERA_COORDINATOR_JOB_SERVICE_H_
+
+#include "coordinator/job_manager.h"
+#include "tessera/v1/tessera.grpc.pb.h"
+
+namespace tessera {
+
+class JobServiceImpl final : public tessera::v1::JobService::Service {
+ public:
+  explicit JobServiceImpl(JobManager* manager) : manager_(manager) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* context,
+                         const tessera::v1::SubmitJobRequest* request,
+                         tessera::v1::SubmitJobResponse* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context,
+                        const tessera::v1::ListJobsRequest* request,
+                        tessera::v1::ListJobsResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const tessera::v1::GetJobRequest* request,
+                      tessera::v1::GetJobResponse* response) override;
+  grpc::Status GetMetrics(grpc::ServerContext* context,
+                          const tessera::v1::GetMetricsRequest* request,
+                          tessera::v1::GetMetricsResponse* response) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context,
+                           const tessera::v1::ListWorkersRequest* request,
+                           tessera::v1::ListWorkersResponse* response) override;
+
+ private:
+  JobManager* const manager_;  // Not owned.
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_JOB_SERVICE_H_

@@ -1,0 +1,70 @@
+// tessera-coordinator: flags -> Options, wiring, signals. No logic here.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <pthread.h>
+
+#include "CLI/CLI.hpp"
+#include "coordinator/coordinator_server.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  tessera::CoordinatorOptions options;
+  std::string http = "127.0.0.1:8080";
+  std::string port_file;
+  int64_t heartbeat_ms = 1000;
+  int64_t dead_after_ms = 15000;
+
+  CLI::App app{"tessera-coordinator: schedules data-parallel training jobs onto workers"};
+  app.footer(
+      "Example:\n"
+      "  tessera-coordinator --listen 0.0.0.0:50051 --http 127.0.0.1:8080 --db /var/lib/tessera/tessera.db\n"
+      "Stops cleanly on SIGTERM or SIGINT.");
+  app.add_option("--listen", options.listen, "gRPC listen address HOST:PORT (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--http", http, "dashboard/API listen address HOST:PORT")->capture_default_str();
+  app.add_option("--db", options.db_path, "SQLite database file")->capture_default_str();
+  app.add_option("--port-file", port_file, "write the bound gRPC port to this file once serving");
+  app.add_option("--max-world-size", options.manager.spec_limits.max_world_size,
+                 "largest world size accepted at submit")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--heartbeat-interval-ms", heartbeat_ms, "worker heartbeat interval")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{50}, int64_t{60000}));
+  app.add_option("--worker-dead-after-ms", dead_after_ms,
+                 "a worker silent this long is shown dead and gets no new ranks")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  CLI11_PARSE(app, argc, argv);
+  options.manager.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
+  options.manager.worker_dead_after = absl::Milliseconds(dead_after_ms);
+
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ coordinator: %v");
+  // Block the stop signals in every thread; this thread waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto server = tessera::CoordinatorServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "tessera-coordinator: " << server.status().message() << "\n";
+    return 1;
+  }
+  if (!port_file.empty()) {
+    std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << (*server)->port() << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("received signal {}; shutting down", sig);
+  (*server)->Shutdown();
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,841 @@
+#include "coordinator/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iterator>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/common/status_macros.h"
+
+namespace tessera {
+namespace {
+
+// One migration per schema version, applied in order. A later schema version
+// appends an entry here; existing entries never change, since databases in the
+// field have already applied them.
+struct Migration {
+  int version;
+  const char* sql;
+};
+
+constexpr Migration kMigrations[] = {
+    {1, R"sql(
+CREATE TABLE jobs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  pending_reason TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  spec BLOB NOT NULL,
+  spec_yaml TEXT NOT NULL,
+  client_request_id TEXT UNIQUE,
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL
+);
+CREATE INDEX jobs_by_state ON jobs (state, id);
+
+CREATE TABLE events (
+  seq INTEGER PRIMARY KEY,
+  job_id INTEGER NOT NULL REFERENCES jobs (id),
+  time_ms INTEGER NOT NULL,
+  from_state TEXT,
+  to_state TEXT NOT NULL,
+  reason TEXT NOT NULL
+);
+CREATE INDEX events_by_job ON events (job_id, seq);
+
+CREATE TABLE workers (
+  name TEXT PRIMARY KEY,
+  hostname TEXT NOT NULL,
+  slots INTEGER NOT NULL,
+  device_kind TEXT NOT NULL,
+  epoch INTEGER NOT NULL,
+  last_seen_ms INTEGER NOT NULL
+);
+
+CREATE TABLE ranks (
+  job_id INTEGER NOT NULL REFERENCES jobs (id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  worker TEXT NOT NULL,
+  slot INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  pid INTEGER NOT NULL,
+  exit_code INTEGER NOT NULL,
+  signal INTEGER NOT NULL,
+  has_result INTEGER NOT NULL,
+  param_hash TEXT NOT NULL,
+  test_accuracy REAL,
+  test_loss REAL,
+  PRIMARY KEY (job_id, attempt, rank)
+) WITHOUT ROWID;
+
+-- The key is the set (job_id, attempt, rank, step, name); its columns are
+-- ordered so that QueryMetrics' ORDER BY (step, rank, name) is a range scan of
+-- the primary key with no sort.
+CREATE TABLE metrics (
+  job_id INTEGER NOT NULL REFERENCES jobs (id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  value REAL,
+  time_ms INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step, rank, name, attempt)
+) WITHOUT ROWID;
+)sql"},
+};
+
+constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;
+static_assert(kLatestVersion == SqliteStore::kSchemaVersion,
+              "kSchemaVersion must name the last migration");
+
+// Statement texts. Each has static storage: its address keys the statement
+// cache.
+constexpr char kBeginRead[] = "BEGIN";
+constexpr char kBeginWrite[] = "BEGIN IMMEDIATE";
+constexpr char kCommit[] = "COMMIT";
+constexpr char kRollback[] = "ROLLBACK";
+
+constexpr char kCreateSchemaVersion[] =
+    "CREATE TABLE IF NOT EXISTS schema_version ("
+    "version INTEGER PRIMARY KEY, applied_ms INTEGER NOT NULL)";
+constexpr char kSelectSchemaVersion[] =
+    "SELECT COALESCE(MAX(version), 0) FROM schema_version";
+constexpr char kInsertSchemaVersion[] =
+    "INSERT INTO schema_version (version, applied_ms) VALUES (?1, ?2)";
+constexpr char kJournalMode[] = "PRAGMA journal_mode";
+
+constexpr char kFindJobByRequest[] = "SELECT id FROM jobs WHERE client_request_id = ?1";
+constexpr char kInsertJob[] =
+    "INSERT INTO jobs (name, state, reason, pending_reason, attempt, spec, spec_yaml, "
+    "client_request_id, created_ms, updated_ms) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+// The three job queries select the columns ReadJob() reads, in its order.
+constexpr char kSelectJob[] =
+    "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
+    "client_request_id, created_ms, updated_ms FROM jobs WHERE id = ?1";
+constexpr char kListJobs[] =
+    "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
+    "client_request_id, created_ms, updated_ms FROM jobs ORDER BY id DESC";
+constexpr char kListActiveJobs[] =
+    "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
+    "client_request_id, created_ms, updated_ms FROM jobs "
+    "WHERE state IN ('QUEUED', 'SCHEDULED', 'RUNNING') ORDER BY id";
+constexpr char kSelectJobState[] = "SELECT state FROM jobs WHERE id = ?1";
+constexpr char kUpdateJob[] =
+    "UPDATE jobs SET state = ?2, reason = ?3, pending_reason = ?4, attempt = ?5, "
+    "updated_ms = ?6 WHERE id = ?1";
+constexpr char kInsertEvent[] =
+    "INSERT INTO events (job_id, time_ms, from_state, to_state, reason) "
+    "VALUES (?1, ?2, ?3, ?4, ?5)";
+constexpr char kListEvents[] =
+    "SELECT job_id, time_ms, from_state, to_state, reason FROM events "
+    "WHERE job_id = ?1 ORDER BY seq";
+
+constexpr char kUpsertWorker[] =
+    "INSERT OR REPLACE INTO workers (name, hostname, slots, device_kind, epoch, "
+    "last_seen_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+constexpr char kListWorkers[] =
+    "SELECT name, hostname, slots, device_kind, epoch, last_seen_ms FROM workers "
+    "ORDER BY name";
+
+constexpr char kPutRank[] =
+    "INSERT OR REPLACE INTO ranks (job_id, attempt, rank, worker, slot, state, pid, "
+    "exit_code, signal, has_result, param_hash, test_accuracy, test_loss) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+constexpr char kGetRanks[] =
+    "SELECT job_id, attempt, rank, worker, slot, state, pid, exit_code, signal, "
+    "has_result, param_hash, test_accuracy, test_loss FROM ranks "
+    "WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank";
+
+constexpr char kInsertMetric[] =
+    "INSERT OR IGNORE INTO metrics (job_id, attempt, rank, step, name, value, time_ms) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+// attempt breaks ties when a restarted attempt reports a step again.
+constexpr char kQueryMetrics[] =
+    "SELECT job_id, attempt, rank, step, name, value, time_ms FROM metrics "
+    "WHERE job_id = ?1 AND step > ?2 AND (?3 = '' OR name = ?3) "
+    "ORDER BY step, rank, name, attempt LIMIT ?4";
+
+// Maps a SQLite result code to a status whose code says what the caller can do
+// about it, keeping SQLite's message.
+absl::Status SqliteError(sqlite3* db, int rc, absl::string_view what) {
+  // sqlite3_errmsg describes the most recent failure on this connection, which
+  // is the one being reported when rc came from it; otherwise use rc's text.
+  const char* message =
+      db != nullptr && sqlite3_extended_errcode(db) == rc ? sqlite3_errmsg(db)
+                                                          : sqlite3_errstr(rc);
+  std::string text = absl::StrCat(what, ": ", message, " (sqlite code ", rc, ")");
+  switch (rc & 0xff) {
+    case SQLITE_FULL:
+    case SQLITE_NOMEM:
+      return absl::ResourceExhaustedError(std::move(text));
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(std::move(text));
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::DataLossError(std::move(text));
+    case SQLITE_CONSTRAINT:
+      if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+        return absl::NotFoundError(
+            absl::StrCat(what, ": refers to a job that does not exist"));
+      }
+      return absl::InternalError(std::move(text));
+    default:
+      return absl::InternalError(std::move(text));
+  }
+}
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr absl::string_view kStatePrefix = "JOB_STATE_";
+
+absl::StatusOr<std::string> StateText(v1::JobState state) {
+  if (!v1::JobState_IsValid(state)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job state ", static_cast<int>(state), " is not a JobState"));
+  }
+  absl::string_view name = v1::JobState_Name(state);
+  name.remove_prefix(kStatePrefix.size());
+  return std::string(name);
+}
+
+absl::StatusOr<v1::JobState> ParseStateText(absl::string_view text) {
+  v1::JobState state;
+  if (!v1::JobState_Parse(absl::StrCat(kStatePrefix, text), &state)) {
+    return absl::DataLossError(absl::StrCat("stored job state '", text, "' is unknown"));
+  }
+  return state;
+}
+
+// A cached statement in use: binds parameters, steps, reads columns, and on
+// destruction resets the statement and clears its bindings for the next user.
+// Bind errors are kept and reported by the next Step().
+class Statement {
+ public:
+  Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  ~Statement() { Reset(); }
+
+  // Makes the statement ready to be bound and run again.
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+
+  Statement& BindInt(int index, int64_t value) {
+    return Check(sqlite3_bind_int64(stmt_, index, value));
+  }
+  // NaN binds as NULL, which SQLite would store for it anyway.
+  Statement& BindDouble(int index, double value) {
+    return Check(sqlite3_bind_double(stmt_, index, value));
+  }
+  Statement& BindText(int index, absl::string_view value) {
+    return Check(sqlite3_bind_text64(stmt_, index, value.data(), value.size(),
+                                     SQLITE_TRANSIENT, SQLITE_UTF8));
+  }
+  // Binds NULL for the empty string.
+  Statement& BindTextOrNull(int index, absl::string_view value) {
+    if (value.empty()) return Check(sqlite3_bind_null(stmt_, index));
+    return BindText(index, value);
+  }
+  Statement& BindBlob(int index, absl::string_view value) {
+    return Check(
+        sqlite3_bind_blob64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT));
+  }
+
+  // Runs the statement to its next row: true when a row is ready to read, false
+  // when it is done.
+  absl::StatusOr<bool> Step() {
+    RETURN_IF_ERROR(bind_status_);
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqliteError(db_, rc, sqlite3_sql(stmt_));
+  }
+  // Runs a statement that returns no rows.
+  absl::Status Run() {
+    ASSIGN_OR_RETURN(bool row, Step());
+    if (row) {
+      return absl::InternalError(
+          absl::StrCat("statement returned a row: ", sqlite3_sql(stmt_)));
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t Int(int column) const { return sqlite3_column_int64(stmt_, column); }
+  bool IsNull(int column) const {
+    return sqlite3_column_type(stmt_, column) == SQLITE_NULL;
+  }
+  // NULL reads as NaN.
+  double Double(int column) const {
+    if (IsNull(column)) return std::numeric_limits<double>::quiet_NaN();
+    return sqlite3_column_double(stmt_, column);
+  }
+  // TEXT or BLOB as bytes; NULL reads as "".
+  std::string Bytes(int column) const {
+    const void* data = sqlite3_column_blob(stmt_, column);
+    int size = sqlite3_column_bytes(stmt_, column);
+    if (data == nullptr) return std::string();
+    return std::string(static_cast<const char*>(data), size);
+  }
+
+ private:
+  Statement& Check(int rc) {
+    if (rc != SQLITE_OK && bind_status_.ok()) {
+      bind_status_ = SqliteError(db_, rc, absl::StrCat("bind: ", sqlite3_sql(stmt_)));
+    }
+    return *this;
+  }
+
+  sqlite3* const db_;
+  sqlite3_stmt* const stmt_;
+  absl::Status bind_status_;
+};
+
+absl::StatusOr<JobRecord> ReadJob(const Statement& row) {
+  JobRecord job;
+  job.id = row.Int(0);
+  job.name = row.Bytes(1);
+  ASSIGN_OR_RETURN(job.state, ParseStateText(row.Bytes(2)));
+  job.reason = row.Bytes(3);
+  job.pending_reason = row.Bytes(4);
+  job.attempt = static_cast<int32_t>(row.Int(5));
+  std::string spec = row.Bytes(6);
+  if (!job.spec.ParseFromString(spec)) {
+    return absl::DataLossError(absl::StrCat("stored spec of job ", job.id, " is corrupt"));
+  }
+  job.spec_yaml = row.Bytes(7);
+  job.client_request_id = row.Bytes(8);
+  job.created_unix_ms = row.Int(9);
+  job.updated_unix_ms = row.Int(10);
+  return job;
+}
+
+}  // namespace
+
+// An open transaction; rolled back on destruction unless committed. Holds the
+// cached COMMIT and ROLLBACK statements of its store, which must outlive it and
+// stay locked while it lives.
+class SqliteStore::Transaction {
+ public:
+  Transaction(sqlite3* db, sqlite3_stmt* commit, sqlite3_stmt* rollback)
+      : db_(db), commit_(commit), rollback_(rollback) {}
+  Transaction(Transaction&& other)
+      : db_(std::exchange(other.db_, nullptr)),
+        commit_(other.commit_),
+        rollback_(other.rollback_) {}
+  Transaction& operator=(Transaction&&) = delete;
+  ~Transaction() {
+    // SQLite may already have rolled back by itself after some errors (a full
+    // disk, for one); only roll back a transaction that is still open.
+    if (db_ != nullptr && sqlite3_get_autocommit(db_) == 0) {
+      Statement(db_, rollback_).Run().IgnoreError();
+    }
+  }
+
+  absl::Status Commit() {
+    sqlite3* db = std::exchange(db_, nullptr);
+    absl::Status status = Statement(db, commit_).Run();
+    if (!status.ok() && sqlite3_get_autocommit(db) == 0) {
+      Statement(db, rollback_).Run().IgnoreError();
+    }
+    return status;
+  }
+
+ private:
+  sqlite3* db_;  // Not owned; nullptr once committed or moved from.
+  sqlite3_stmt* commit_;
+  sqlite3_stmt* rollback_;
+};
+
+void SqliteStore::DbCloser::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+
+void SqliteStore::StatementFinalizer::operator()(sqlite3_stmt* stmt) const {
+  sqlite3_finalize(stmt);
+}
+
+SqliteStore::SqliteStore(DbHandle db) : db_(std::move(db)) {}
+
+SqliteStore::~SqliteStore() = default;
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+  return Open(path, Options());
+}
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
+                                                               const Options& options) {
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                               SQLITE_OPEN_NOMUTEX,  // mu_ serialises all use
+                           nullptr);
+  // sqlite3_open_v2 returns a handle even on failure; it must still be closed.
+  DbHandle db(raw);
+  if (rc != SQLITE_OK) {
+    return SqliteError(db.get(), rc, absl::StrCat("open ", path));
+  }
+  std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(db)));
+  absl::MutexLock lock(&store->mu_);
+  RETURN_IF_ERROR(store->Configure(path, options));
+  RETURN_IF_ERROR(store->Migrate());
+  return store;
+}
+
+absl::Status SqliteStore::Configure(const std::string& path, const Options& options) {
+  sqlite3* db = db_.get();
+  sqlite3_extended_result_codes(db, 1);
+  int rc = sqlite3_busy_timeout(db, options.busy_timeout_ms);
+  if (rc != SQLITE_OK) return SqliteError(db, rc, "busy_timeout");
+
+  // Runs a pragma and returns the text of its first result column, if any.
+  auto pragma = [db](const std::string& sql) -> absl::StatusOr<std::string> {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql.c_str(), -1, &raw, nullptr);
+    StatementHandle stmt(raw);
+    if (rc != SQLITE_OK) return SqliteError(db, rc, sql);
+    Statement statement(db, stmt.get());
+    ASSIGN_OR_RETURN(bool row, statement.Step());
+    return row ? statement.Bytes(0) : std::string();
+  };
+
+  RETURN_IF_ERROR(pragma("PRAGMA foreign_keys = ON").status());
+  if (path != ":memory:") {
+    ASSIGN_OR_RETURN(std::string mode, pragma("PRAGMA journal_mode = WAL"));
+    if (mode != "wal") {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot use WAL journal mode for ", path, ": SQLite chose '",
+                       mode, "'"));
+    }
+    RETURN_IF_ERROR(pragma("PRAGMA synchronous = NORMAL").status());
+  }
+  if (options.max_size_bytes > 0) {
+    ASSIGN_OR_RETURN(std::string page_size, pragma("PRAGMA page_size"));
+    int64_t bytes_per_page = std::strtoll(page_size.c_str(), nullptr, 10);
+    if (bytes_per_page <= 0) {
+      return absl::InternalError(absl::StrCat("unexpected page_size '", page_size, "'"));
+    }
+    int64_t pages = std::max<int64_t>(1, options.max_size_bytes / bytes_per_page);
+    RETURN_IF_ERROR(pragma(absl::StrCat("PRAGMA max_page_count = ", pages)).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::Migrate() {
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  int current = 0;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * create, Prepare(kCreateSchemaVersion));
+    RETURN_IF_ERROR(Statement(db_.get(), create).Run());
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectSchemaVersion));
+    Statement version(db_.get(), select);
+    ASSIGN_OR_RETURN(bool row, version.Step());
+    if (row) current = static_cast<int>(version.Int(0));
+  }
+  if (current > kLatestVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("database schema version ", current,
+                     " is newer than this coordinator supports (", kLatestVersion, ")"));
+  }
+  for (const Migration& migration : kMigrations) {
+    if (migration.version <= current) continue;
+    char* error = nullptr;
+    int rc = sqlite3_exec(db_.get(), migration.sql, nullptr, nullptr, &error);
+    if (rc != SQLITE_OK) {
+      absl::Status status = SqliteError(
+          db_.get(), rc, absl::StrCat("schema migration ", migration.version));
+      sqlite3_free(error);
+      return status;
+    }
+    ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertSchemaVersion));
+    RETURN_IF_ERROR(Statement(db_.get(), insert)
+                        .BindInt(1, migration.version)
+                        .BindInt(2, NowUnixMs())
+                        .Run());
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<sqlite3_stmt*> SqliteStore::Prepare(const char* sql) {
+  auto it = statements_.find(sql);
+  if (it != statements_.end()) return it->second.get();
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v3(db_.get(), sql, -1, SQLITE_PREPARE_PERSISTENT, &raw,
+                              nullptr);
+  StatementHandle stmt(raw);
+  if (rc != SQLITE_OK) return SqliteError(db_.get(), rc, absl::StrCat("prepare ", sql));
+  sqlite3_stmt* result = stmt.get();
+  statements_.emplace(sql, std::move(stmt));
+  return result;
+}
+
+absl::StatusOr<SqliteStore::Transaction> SqliteStore::Begin(bool write) {
+  ASSIGN_OR_RETURN(sqlite3_stmt * begin, Prepare(write ? kBeginWrite : kBeginRead));
+  ASSIGN_OR_RETURN(sqlite3_stmt * commit, Prepare(kCommit));
+  ASSIGN_OR_RETURN(sqlite3_stmt * rollback, Prepare(kRollback));
+  RETURN_IF_ERROR(Statement(db_.get(), begin).Run());
+  return Transaction(db_.get(), commit, rollback);
+}
+
+absl::StatusOr<int64_t> SqliteStore::CreateJob(const JobRecord& job) {
+  ASSIGN_OR_RETURN(std::string state, StateText(job.state));
+  std::string spec;
+  if (!job.spec.SerializeToString(&spec)) {
+    return absl::InvalidArgumentError("job spec cannot be serialized");
+  }
+  absl::MutexLock lock(&mu_);
+  sqlite3* db = db_.get();
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  if (!job.client_request_id.empty()) {
+    ASSIGN_OR_RETURN(sqlite3_stmt * find, Prepare(kFindJobByRequest));
+    Statement existing(db, find);
+    existing.BindText(1, job.client_request_id);
+    ASSIGN_OR_RETURN(bool found, existing.Step());
+    if (found) return existing.Int(0);
+  }
+  int64_t id = 0;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertJob));
+    RETURN_IF_ERROR(Statement(db, insert)
+                        .BindText(1, job.name)
+                        .BindText(2, state)
+                        .BindText(3, job.reason)
+                        .BindText(4, job.pending_reason)
+                        .BindInt(5, job.attempt)
+                        .BindBlob(6, spec)
+                        .BindText(7, job.spec_yaml)
+                        .BindTextOrNull(8, job.client_request_id)
+                        .BindInt(9, job.created_unix_ms)
+                        .BindInt(10, job.updated_unix_ms)
+                        .Run());
+    id = sqlite3_last_insert_rowid(db);
+  }
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * event, Prepare(kInsertEvent));
+    RETURN_IF_ERROR(Statement(db, event)
+                        .BindInt(1, id)
+                        .BindInt(2, job.created_unix_ms)
+                        .BindTextOrNull(3, "")  // no previous state
+                        .BindText(4, state)
+                        .BindText(5, job.reason)
+                        .Run());
+  }
+  RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+absl::StatusOr<JobRecord> SqliteStore::GetJob(int64_t id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
+  JobRecord job;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectJob));
+    Statement row(db_.get(), select);
+    row.BindInt(1, id);
+    ASSIGN_OR_RETURN(bool found, row.Step());
+    if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+    ASSIGN_OR_RETURN(job, ReadJob(row));
+  }
+  RETURN_IF_ERROR(txn.Commit());
+  return job;
+}
+
+absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListJobs() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
+  std::vector<JobRecord> jobs;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListJobs));
+    Statement row(db_.get(), select);
+    while (true) {
+      ASSIGN_OR_RETURN(bool found, row.Step());
+      if (!found) break;
+      ASSIGN_OR_RETURN(JobRecord job, ReadJob(row));
+      jobs.push_back(std::move(job));
+    }
+  }
+  RETURN_IF_ERROR(txn.Commit());
+  return jobs;
+}
+
+absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListActiveJobs() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
+  std::vector<JobRecord> jobs;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListActiveJobs));
+    Statement row(db_.get(), select);
+    while (true) {
+      ASSIGN_OR_RETURN(bool found, row.Step());
+      if (!found) break;
+      ASSIGN_OR_RETURN(JobRecord job, ReadJob(row));
+      jobs.push_back(std::move(job));
+    }
+  }
+  RETURN_IF_ERROR(txn.Commit());
+  return jobs;
+}
+
+absl::Status SqliteStore::UpdateJob(const JobRecord& job) {
+  ASSIGN_OR_RETURN(std::string state, StateText(job.state));
+  absl::MutexLock lock(&mu_);
+  sqlite3* db = db_.get();
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  std::string old_state;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectJobState));
+    Statement row(db, select);
+    row.BindInt(1, job.id);
+    ASSIGN_OR_RETURN(bool found, row.Step());
+    if (!found) return absl::NotFoundError(absl::StrCat("job ", job.id, " not found"));
+    old_state = row.Bytes(0);
+  }
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * update, Prepare(kUpdateJob));
+    RETURN_IF_ERROR(Statement(db, update)
+                        .BindInt(1, job.id)
+                        .BindText(2, state)
+                        .BindText(3, job.reason)
+                        .BindText(4, job.pending_reason)
+                        .BindInt(5, job.attempt)
+                        .BindInt(6, job.updated_unix_ms)
+                        .Run());
+  }
+  if (old_state != state) {
+    ASSIGN_OR_RETURN(sqlite3_stmt * event, Prepare(kInsertEvent));
+    RETURN_IF_ERROR(Statement(db, event)
+                        .BindInt(1, job.id)
+                        .BindInt(2, job.updated_unix_ms)
+                        .BindText(3, old_state)
+                        .BindText(4, state)
+                        .BindText(5, job.reason)
+                        .Run());
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<JobEvent>> SqliteStore::ListEvents(int64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  sqlite3* db = db_.get();
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectJobState));
+    Statement row(db, select);
+    row.BindInt(1, job_id);
+    ASSIGN_OR_RETURN(bool found, row.Step());
+    if (!found) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  }
+  std::vector<JobEvent> events;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListEvents));
+    Statement row(db, select);
+    row.BindInt(1, job_id);
+    while (true) {
+      ASSIGN_OR_RETURN(bool found, row.Step());
+      if (!found) break;
+      JobEvent event;
+      event.job_id = row.Int(0);
+      event.unix_ms = row.Int(1);
+      if (!row.IsNull(2)) {
+        ASSIGN_OR_RETURN(event.from_state, ParseStateText(row.Bytes(2)));
+      }
+      ASSIGN_OR_RETURN(event.to_state, ParseStateText(row.Bytes(3)));
+      event.reason = row.Bytes(4);
+      events.push_back(std::move(event));
+    }
+  }
+  RETURN_IF_ERROR(txn.Commit());
+  return events;
+}
+
+absl::Status SqliteStore::UpsertWorker(const WorkerRecord& worker) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * upsert, Prepare(kUpsertWorker));
+    RETURN_IF_ERROR(Statement(db_.get(), upsert)
+                        .BindText(1, worker.name)
+                        .BindText(2, worker.hostname)
+                        .BindInt(3, worker.slots)
+                        .BindText(4, worker.device_kind)
+                        .BindInt(5, worker.epoch)
+                        .BindInt(6, worker.last_seen_unix_ms)
+                        .Run());
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<WorkerRecord>> SqliteStore::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
+  std::vector<WorkerRecord> workers;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListWorkers));
+    Statement row(db_.get(), select);
+    while (true) {
+      ASSIGN_OR_RETURN(bool found, row.Step());
+      if (!found) break;
+      WorkerRecord worker;
+      worker.name = row.Bytes(0);
+      worker.hostname = row.Bytes(1);
+      worker.slots = static_cast<int32_t>(row.Int(2));
+      worker.device_kind = row.Bytes(3);
+      worker.epoch = row.Int(4);
+      worker.last_seen_unix_ms = row.Int(5);
+      workers.push_back(std::move(worker));
+    }
+  }
+  RETURN_IF_ERROR(txn.Commit());
+  return workers;
+}
+
+absl::Status SqliteStore::PutRanks(const std::vector<RankRecord>& ranks) {
+  if (ranks.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * put, Prepare(kPutRank));
+    Statement statement(db_.get(), put);
+    for (const RankRecord& rank : ranks) {
+      statement.Reset();
+      RETURN_IF_ERROR(statement.BindInt(1, rank.job_id)
+                          .BindInt(2, rank.attempt)
+                          .BindInt(3, rank.rank)
+                          .BindText(4, rank.worker)
+                          .BindInt(5, rank.slot)
+                          .BindText(6, rank.state)
+                          .BindInt(7, rank.pid)
+                          .BindInt(8, rank.exit_code)
+                          .BindInt(9, rank.signal)
+                          .BindInt(10, rank.has_result ? 1 : 0)
+                          .BindText(11, rank.param_hash)
+                          .BindDouble(12, rank.test_accuracy)
+                          .BindDouble(13, rank.test_loss)
+                          .Run());
+    }
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<RankRecord>> SqliteStore::GetRanks(int64_t job_id,
+                                                              int32_t attempt) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
+  std::vector<RankRecord> ranks;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kGetRanks));
+    Statement row(db_.get(), select);
+    row.BindInt(1, job_id).BindInt(2, attempt);
+    while (true) {
+      ASSIGN_OR_RETURN(bool found, row.Step());
+      if (!found) break;
+      RankRecord rank;
+      rank.job_id = row.Int(0);
+      rank.attempt = static_cast<int32_t>(row.Int(1));
+      rank.rank = static_cast<int32_t>(row.Int(2));
+      rank.worker = row.Bytes(3);
+      rank.slot = static_cast<int32_t>(row.Int(4));
+      rank.state = row.Bytes(5);
+      rank.pid = static_cast<int32_t>(row.Int(6));
+      rank.exit_code = static_cast<int32_t>(row.Int(7));
+      rank.signal = static_cast<int32_t>(row.Int(8));
+      rank.has_result = row.Int(9) != 0;
+      rank.param_hash = row.Bytes(10);
+      rank.test_accuracy = row.Double(11);
+      rank.test_loss = row.Double(12);
+      ranks.push_back(std::move(rank));
+    }
+  }
+  RETURN_IF_ERROR(txn.Commit());
+  return ranks;
+}
+
+absl::Status SqliteStore::AppendMetrics(const std::vector<MetricRow>& rows) {
+  if (rows.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertMetric));
+    Statement statement(db_.get(), insert);
+    for (const MetricRow& metric : rows) {
+      statement.Reset();
+      RETURN_IF_ERROR(statement.BindInt(1, metric.job_id)
+                          .BindInt(2, metric.attempt)
+                          .BindInt(3, metric.rank)
+                          .BindInt(4, metric.step)
+                          .BindText(5, metric.name)
+                          .BindDouble(6, metric.value)
+                          .BindInt(7, metric.unix_ms)
+                          .Run());
+    }
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<MetricRow>> SqliteStore::QueryMetrics(
+    const MetricQuery& query) {
+  if (query.limit <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metric query limit must be positive, got ", query.limit));
+  }
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
+  std::vector<MetricRow> rows;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kQueryMetrics));
+    Statement row(db_.get(), select);
+    row.BindInt(1, query.job_id)
+        .BindInt(2, query.after_step)
+        .BindText(3, query.name)
+        .BindInt(4, query.limit);
+    while (true) {
+      ASSIGN_OR_RETURN(bool found, row.Step());
+      if (!found) break;
+      MetricRow metric;
+      metric.job_id = row.Int(0);
+      metric.attempt = static_cast<int32_t>(row.Int(1));
+      metric.rank = static_cast<int32_t>(row.Int(2));
+      metric.step = row.Int(3);
+      metric.name = row.Bytes(4);
+      metric.value = row.Double(5);
+      metric.unix_ms = row.Int(6);
+      rows.push_back(std::move(metric));
+    }
+  }
+  RETURN_IF_ERROR(txn.Commit());
+  return rows;
+}
+
+absl::StatusOr<int> SqliteStore::SchemaVersion() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectSchemaVersion));
+  Statement row(db_.get(), select);
+  ASSIGN_OR_RETURN(bool found, row.Step());
+  if (!found) return absl::InternalError("schema_version query returned no row");
+  return static_cast<int>(row.Int(0));
+}
+
+absl::StatusOr<std::string> SqliteStore::JournalMode() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kJournalMode));
+  Statement row(db_.get(), select);
+  ASSIGN_OR_RETURN(bool found, row.Step());
+  if (!found) return absl::InternalError("journal_mode query returned no row");
+  return row.Bytes(0);
+}
+
+}  // namespace tessera

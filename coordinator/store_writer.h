@@ -1,0 +1,76 @@
+// StoreWriter: the coordinator's single writer thread.
+//
+// Logic classes enqueue writes while holding their own lock, which fixes the
+// order in which writes reach the store, and never wait for disk while holding
+// it. The writer applies the writes in that order; consecutive metric batches
+// are merged into one AppendMetrics transaction. A write may carry a completion
+// callback, run on the writer thread after the write committed (or failed), so an
+// RPC can be acknowledged only once its data is durable.
+//
+// Thread-safety: all methods are safe from any thread. Callbacks must not call
+// back into the StoreWriter's Flush().
+#ifndef TESSERA_COORDINATOR_STORE_WRITER_H_
+#define TESSERA_COORDINATOR_STORE_WRITER_H_
+
+#include <deque>
+#include <functional>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/store.h"
+
+namespace tessera {
+
+class StoreWriter {
+ public:
+  using Done = std::function<void(absl::Status)>;
+
+  // `store` is not owned and must outlive the writer.
+  explicit StoreWriter(Store* store);
+  // Applies everything still queued, then joins the thread.
+  ~StoreWriter();
+
+  StoreWriter(const StoreWriter&) = delete;
+  StoreWriter& operator=(const StoreWriter&) = delete;
+
+  void UpdateJob(JobRecord job, Done done = nullptr);
+  void PutRanks(std::vector<RankRecord> ranks, Done done = nullptr);
+  void UpsertWorker(WorkerRecord worker, Done done = nullptr);
+  void AppendMetrics(std::vector<MetricRow> rows, Done done = nullptr);
+
+  // Blocks until every write enqueued before the call has been applied.
+  void Flush();
+
+  // Number of writes that failed since start; the last failure is logged.
+  int64_t failed_writes() const;
+
+ private:
+  struct Barrier {};
+  using Payload = std::variant<JobRecord, std::vector<RankRecord>, WorkerRecord,
+                               std::vector<MetricRow>, Barrier>;
+  struct Op {
+    Payload payload;
+    Done done;
+  };
+
+  void Enqueue(Payload payload, Done done);
+  void Run();
+  void Apply(std::vector<Op>& batch);
+
+  Store* const store_;  // Not owned.
+
+  mutable absl::Mutex mu_;
+  std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t failed_writes_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::thread thread_;  // Last: starts after every other member exists.
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_STORE_WRITER_H_

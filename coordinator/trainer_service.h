@@ -1,0 +1,36 @@
+// TrainerServiceImpl: the gRPC adapter for trainer ranks over JobManager.
+//
+// Uses the callback API: Rendezvous waits until every rank has joined and
+// ReportMetrics until its points are durable, and neither should pin a server
+// thread while waiting.
+//
+// Thread-safety: safe for concurrent calls.
+#ifndef TESSERA_COORDINATOR_TRAINER_SERVICE_H_
+#define TESSERA_COORDINATOR_TRAINER_SERVICE_H_
+
+#include "coordinator/job_manager.h"
+#include "tessera/v1/tessera.grpc.pb.h"
+
+namespace tessera {
+
+class TrainerServiceImpl final : public tessera::v1::TrainerService::CallbackService {
+ public:
+  explicit TrainerServiceImpl(JobManager* manager) : manager_(manager) {}
+
+  grpc::ServerUnaryReactor* Rendezvous(grpc::CallbackServerContext* context,
+                                       const tessera::v1::RendezvousRequest* request,
+                                       tessera::v1::RendezvousResponse* response) override;
+  grpc::ServerUnaryReactor* ReportMetrics(grpc::CallbackServerContext* context,
+                                          const tessera::v1::ReportMetricsRequest* request,
+                                          tessera::v1::ReportMetricsResponse* response) override;
+  grpc::ServerUnaryReactor* ReportResult(grpc::CallbackServerContext* context,
+                                         const tessera::v1::ReportResultRequest* request,
+                                         tessera::v1::ReportResultResponse* response) override;
+
+ private:
+  JobManager* const manager_;  // Not owned.
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_TRAINER_SERVICE_H_

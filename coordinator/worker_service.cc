@@ -1,0 +1,27 @@
+#include "coordinator/worker_service.h"
+
+#include "coordinator/common/grpc_status.h"
+
+namespace tessera {
+
+namespace v1 = ::tessera::v1;
+
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*,
+                                               const v1::RegisterWorkerRequest* request,
+                                               v1::RegisterWorkerResponse* response) {
+  absl::StatusOr<v1::RegisterWorkerResponse> result = manager_->RegisterWorker(*request);
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *response = std::move(*result);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*,
+                                          const v1::HeartbeatRequest* request,
+                                          v1::HeartbeatResponse* response) {
+  absl::StatusOr<v1::HeartbeatResponse> result = manager_->Heartbeat(*request);
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *response = std::move(*result);
+  return grpc::Status::OK;
+}
+
+}  // namespace tessera

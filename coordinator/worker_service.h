@@ -1,0 +1,30 @@
+// WorkerServiceImpl: the gRPC adapter for worker sessions (register, heartbeat)
+// over JobManager. Plain synchronous handlers.
+//
+// Thread-safety: safe for concurrent calls.
+#ifndef TESSERA_COORDINATOR_WORKER_SERVICE_H_
+#define TESSERA_COORDINATOR_WORKER_SERVICE_H_
+
+#include "coordinator/job_manager.h"
+#include "tessera/v1/tessera.grpc.pb.h"
+
+namespace tessera {
+
+class WorkerServiceImpl final : public tessera::v1::WorkerService::Service {
+ public:
+  explicit WorkerServiceImpl(JobManager* manager) : manager_(manager) {}
+
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const tessera::v1::RegisterWorkerRequest* request,
+                              tessera::v1::RegisterWorkerResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const tessera::v1::HeartbeatRequest* request,
+                         tessera::v1::HeartbeatResponse* response) override;
+
+ private:
+  JobManager* const manager_;  // Not owned.
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_WORKER_SERVICE_H_

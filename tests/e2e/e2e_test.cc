@@ -1,0 +1,248 @@
+// End-to-end tests: a real tessera-coordinator, two tessera-worker daemons with
+// one CPU slot each, and real tessera-train ranks, all on 127.0.0.1.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/common/job_spec.h"
+#include "gmock/gmock.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "tessera/v1/tessera.grpc.pb.h"
+#include "tests/testing/test_util.h"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+using ::tessera::testing::ChildProcess;
+using ::tessera::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
+
+// A short but real 2-rank job on Fashion-MNIST.
+std::string SpecYaml(bool allreduce) {
+  return absl::StrCat(R"(name: e2e-fmnist
+world_size: 2
+trainer:
+  model: vit-micro
+  dataset: fashion-mnist
+  data_dir: )",
+                      kDataDir, R"(
+  epochs: 1
+  max_steps: 12
+  batch_size: 32
+  lr: 0.002
+  train_subset: 2048
+  test_subset: 256
+  metrics_every: 4
+  seed: 7
+  allreduce: )",
+                      allreduce ? "true" : "false", "\n");
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void StartCoordinator(int port = 0) {
+    std::string listen = absl::StrCat("127.0.0.1:", port);
+    auto c = ChildProcess::Start({testing::BinDir() + "/tessera-coordinator", "--listen",
+                                  listen, "--db", dir_.File("tessera.db"), "--port-file",
+                                  dir_.File("port"), "--heartbeat-interval-ms", "200"},
+                                 dir_.File("coordinator.log"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    absl::StatusOr<int> bound = testing::WaitForPortFile(dir_.File("port"), absl::Seconds(30));
+    ASSERT_TRUE(bound.ok()) << coordinator_->Log();
+    port_ = *bound;
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_),
+                                   grpc::InsecureChannelCredentials());
+    jobs_ = v1::JobService::NewStub(channel_);
+  }
+
+  void StartWorker(const std::string& name, int port) {
+    auto w = ChildProcess::Start(
+        {testing::BinDir() + "/tessera-worker", "--coordinator",
+         absl::StrCat("127.0.0.1:", port), "--name", name, "--cpu-slots", "1", "--work-dir",
+         dir_.File("work-" + name), "--kill-grace-ms", "3000"},
+        dir_.File(name + ".log"));
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers_.push_back(std::move(*w));
+  }
+
+  // Waits until `n` live workers are registered.
+  void WaitForWorkers(int n) {
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < until) {
+      grpc::ClientContext ctx;
+      v1::ListWorkersResponse resp;
+      if (jobs_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
+        int alive = 0;
+        for (const auto& w : resp.workers()) alive += w.alive() ? 1 : 0;
+        if (alive >= n) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "workers did not register";
+  }
+
+  int64_t Submit(const std::string& yaml) {
+    absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(yaml, SpecLimits{});
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = *spec;
+    req.set_spec_yaml(yaml);
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job_id();
+  }
+
+  v1::Job WaitForEnd(int64_t id, absl::Duration timeout) {
+    const absl::Time until = absl::Now() + timeout;
+    v1::Job job;
+    while (absl::Now() < until) {
+      grpc::ClientContext ctx;
+      v1::GetJobRequest req;
+      req.set_job_id(id);
+      v1::GetJobResponse resp;
+      if (jobs_->GetJob(&ctx, req, &resp).ok()) {
+        job = resp.job();
+        if (job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
+            job.state() == v1::JOB_STATE_CANCELLED) {
+          return job;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    ADD_FAILURE() << "job " << id << " did not finish; last state "
+                  << v1::JobState_Name(job.state()) << "\n"
+                  << DumpLogs();
+    return job;
+  }
+
+  std::string DumpLogs() {
+    std::string out = "--- coordinator ---\n" + coordinator_->Log();
+    for (auto& w : workers_) out += "--- " + w->log_path() + " ---\n" + w->Log();
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_.path())) {
+      if (entry.path().extension() == ".log" &&
+          entry.path().string().find("rank-") != std::string::npos) {
+        out += "--- " + entry.path().string() + " ---\n" +
+               testing::ReadFile(entry.path().string());
+      }
+    }
+    return out;
+  }
+
+  std::vector<v1::MetricPoint> Metrics(int64_t id) {
+    grpc::ClientContext ctx;
+    v1::GetMetricsRequest req;
+    req.set_job_id(id);
+    v1::GetMetricsResponse resp;
+    EXPECT_TRUE(jobs_->GetMetrics(&ctx, req, &resp).ok());
+    return {resp.points().begin(), resp.points().end()};
+  }
+
+  // SIGTERM every daemon and check each stops cleanly.
+  void TearDown() override {
+    for (auto& w : workers_) {
+      w->Signal(SIGTERM);
+      std::optional<int> status = w->Wait(absl::Seconds(20));
+      ASSERT_TRUE(status.has_value()) << "worker did not stop on SIGTERM";
+      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << w->Log();
+    }
+    if (coordinator_ != nullptr) {
+      coordinator_->Signal(SIGTERM);
+      std::optional<int> status = coordinator_->Wait(absl::Seconds(20));
+      ASSERT_TRUE(status.has_value()) << "coordinator did not stop on SIGTERM";
+      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << coordinator_->Log();
+    }
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  int port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+};
+
+TEST_F(ClusterTest, TwoRankJobSucceedsWithMatchingParameterHashes) {
+  if (!std::filesystem::exists(std::string(kDataDir) + "/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Fashion-MNIST not installed; run scripts/setup.sh";
+  }
+  StartCoordinator();
+  StartWorker("w1", port_);
+  StartWorker("w2", port_);
+  WaitForWorkers(2);
+
+  const int64_t with_allreduce = Submit(SpecYaml(/*allreduce=*/true));
+  v1::Job job = WaitForEnd(with_allreduce, absl::Minutes(4));
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason() << "\n" << DumpLogs();
+  ASSERT_EQ(job.ranks_size(), 2);
+  std::set<std::string> workers_used;
+  for (const auto& r : job.ranks()) {
+    EXPECT_TRUE(r.has_result()) << "rank " << r.rank() << " reported no result";
+    EXPECT_EQ(r.param_hash().size(), 16u);
+    workers_used.insert(r.worker());
+  }
+  EXPECT_EQ(workers_used.size(), 2u) << "the gang should span both one-slot workers";
+  EXPECT_EQ(job.ranks(0).param_hash(), job.ranks(1).param_hash())
+      << "allreduce must keep the replicas identical";
+
+  std::map<int32_t, int> loss_rows;
+  for (const auto& p : Metrics(with_allreduce)) {
+    if (p.name() == "loss") ++loss_rows[p.rank()];
+  }
+  EXPECT_GT(loss_rows[0], 0);
+  EXPECT_GT(loss_rows[1], 0);
+
+  // The same job without gradient averaging: each rank fits its own shard.
+  const int64_t without = Submit(SpecYaml(/*allreduce=*/false));
+  v1::Job solo = WaitForEnd(without, absl::Minutes(4));
+  ASSERT_EQ(solo.state(), v1::JOB_STATE_SUCCEEDED) << solo.reason() << "\n" << DumpLogs();
+  ASSERT_EQ(solo.ranks_size(), 2);
+  EXPECT_NE(solo.ranks(0).param_hash(), solo.ranks(1).param_hash())
+      << "without allreduce the replicas must diverge";
+}
+
+TEST_F(ClusterTest, WorkerKeepsRetryingUntilCoordinatorAppears) {
+  const int port = testing::PickUnusedPort();
+  StartWorker("early", port);
+  // Long enough for several failed registration attempts.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_TRUE(workers_[0]->Running()) << workers_[0]->Log();
+  EXPECT_THAT(workers_[0]->Log(), HasSubstr("unreachable"));
+
+  StartCoordinator(port);
+  WaitForWorkers(1);
+}
+
+TEST_F(ClusterTest, FailingRankFailsJobWithReason) {
+  StartCoordinator();
+  StartWorker("w1", port_);
+  StartWorker("w2", port_);
+  WaitForWorkers(2);
+  // A data directory without the dataset: every rank exits non-zero.
+  std::string yaml = SpecYaml(true);
+  yaml.replace(yaml.find(kDataDir), std::string(kDataDir).size(), dir_.File("no-such-dir"));
+  const int64_t id = Submit(yaml);
+  v1::Job job = WaitForEnd(id, absl::Minutes(2));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("exited with code"));
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,103 @@
+// tessera-worker: flags -> WorkerOptions, wiring, signals. No logic here.
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include <limits.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "CLI/CLI.hpp"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "spdlog/spdlog.h"
+#include "worker/worker_agent.h"
+
+namespace {
+
+std::string Hostname() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::string DefaultTrainerPath() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "tessera-train";
+  return (self.parent_path() / "tessera-train").string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessera::WorkerOptions options;
+  options.hostname = Hostname();
+  options.name = options.hostname;
+  options.trainer_path = DefaultTrainerPath();
+  int64_t grace_ms = 10000;
+
+  CLI::App app{"tessera-worker: runs training ranks on this node for a tessera-coordinator"};
+  app.footer(
+      "Example:\n"
+      "  tessera-worker --coordinator 10.0.0.1:50051 --name node07 --cpu-slots 4 "
+      "--work-dir /var/lib/tessera/work\n"
+      "Keeps retrying while the coordinator is unreachable. On SIGTERM or SIGINT it stops\n"
+      "its ranks (SIGTERM, then SIGKILL after --kill-grace-ms) and exits.");
+  app.add_option("--coordinator", options.coordinator, "coordinator gRPC address HOST:PORT")
+      ->capture_default_str();
+  app.add_option("--name", options.name, "worker name, unique in the cluster")
+      ->capture_default_str();
+  app.add_option("--cpu-slots", options.cpu_slots, "ranks this node runs at once (no GPU)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--work-dir", options.work_dir, "directory for rank logs")
+      ->capture_default_str();
+  app.add_option("--trainer", options.trainer_path, "tessera-train executable")
+      ->capture_default_str();
+  app.add_option("--kill-grace-ms", grace_ms, "time between SIGTERM and SIGKILL for a rank")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  CLI11_PARSE(app, argc, argv);
+  options.kill_grace = absl::Milliseconds(grace_ms);
+
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ worker " + options.name + ": %v");
+  if (access(options.trainer_path.c_str(), X_OK) != 0) {
+    std::cerr << "tessera-worker: trainer " << options.trainer_path
+              << " is not an executable file (set --trainer)\n";
+    return 2;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.work_dir, ec);
+  if (ec) {
+    std::cerr << "tessera-worker: cannot create --work-dir " << options.work_dir << ": "
+              << ec.message() << "\n";
+    return 2;
+  }
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  auto channel = grpc::CreateCustomChannel(options.coordinator,
+                                           grpc::InsecureChannelCredentials(), args);
+  tessera::PosixLauncher launcher;
+  tessera::WorkerAgent agent(options, channel, &launcher);
+  std::thread signal_thread([&agent, stop_signals] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("received signal {}; stopping", sig);
+    agent.Stop();
+  });
+  agent.Run();
+  // Run() returned on Stop(); the signal thread has finished.
+  signal_thread.join();
+  spdlog::info("stopped");
+  return 0;
+}

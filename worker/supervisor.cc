@@ -1,0 +1,186 @@
+#include "worker/supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+extern char** environ;
+
+namespace tessera {
+
+absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
+  if (spec.argv.empty()) return absl::InvalidArgumentError("empty argv");
+  // Everything the child needs is prepared before fork: after fork only
+  // async-signal-safe calls are allowed.
+  std::vector<char*> argv;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
+  for (const auto& e : spec.env) env_storage.push_back(e);
+  std::vector<char*> envp;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  if (log_fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot open log file ", spec.log_path, ": ", std::strerror(errno)));
+  }
+  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int err_pipe[2];
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    close(log_fd);
+    if (null_fd >= 0) close(null_fd);
+    return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
+  }
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    // Die with the worker, even if it is SIGKILLed.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD}) signal(s, SIG_DFL);
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    execve(argv[0], argv.data(), envp.data());
+    int e = errno;
+    ssize_t ignored = write(err_pipe[1], &e, sizeof(e));
+    (void)ignored;
+    _exit(127);
+  }
+  int fork_errno = errno;
+  close(err_pipe[1]);
+  close(log_fd);
+  if (null_fd >= 0) close(null_fd);
+  if (pid < 0) {
+    close(err_pipe[0]);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(fork_errno)));
+  }
+  setpgid(pid, pid);  // also in the parent, so signals sent right away reach the group
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = read(err_pipe[0], &child_errno, sizeof(child_errno));
+  } while (n < 0 && errno == EINTR);
+  close(err_pipe[0]);
+  if (n == sizeof(child_errno)) {
+    waitpid(pid, nullptr, 0);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot execute ", spec.argv[0], ": ", std::strerror(child_errno)));
+  }
+  return pid;
+}
+
+void PosixLauncher::SignalGroup(pid_t pgid, int sig) {
+  if (pgid > 0) kill(-pgid, sig);
+}
+
+std::optional<ProcessExit> PosixLauncher::TryReap(pid_t pid) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(pid, &status, WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) return std::nullopt;
+  ProcessExit exit;
+  if (r < 0) {
+    // Not our child any more (already reaped elsewhere): report it as lost.
+    exit.exit_code = 255;
+    return exit;
+  }
+  if (WIFSIGNALED(status)) {
+    exit.signal = WTERMSIG(status);
+  } else {
+    exit.exit_code = WEXITSTATUS(status);
+  }
+  return exit;
+}
+
+Supervisor::Supervisor(ProcessLauncher* launcher, const Clock* clock,
+                       absl::Duration kill_grace)
+    : launcher_(launcher), clock_(clock), kill_grace_(kill_grace) {}
+
+absl::Status Supervisor::Start(const RankKey& key, const ProcessSpec& spec) {
+  RankProcess& proc = ranks_[key];
+  proc.key = key;
+  absl::StatusOr<pid_t> pid = launcher_->Launch(spec);
+  if (!pid.ok()) {
+    proc.exited = true;
+    proc.exit.exit_code = 127;
+    return pid.status();
+  }
+  proc.pid = *pid;
+  return absl::OkStatus();
+}
+
+void Supervisor::Stop(const RankKey& key) {
+  auto it = ranks_.find(key);
+  if (it == ranks_.end() || it->second.exited || it->second.kill_deadline) return;
+  launcher_->SignalGroup(it->second.pid, SIGTERM);
+  it->second.kill_deadline = clock_->Now() + kill_grace_;
+}
+
+bool Supervisor::Poll() {
+  bool any_exit = false;
+  const absl::Time now = clock_->Now();
+  for (auto& [key, proc] : ranks_) {
+    if (proc.exited) continue;
+    if (std::optional<ProcessExit> exit = launcher_->TryReap(proc.pid)) {
+      proc.exited = true;
+      proc.exit = *exit;
+      any_exit = true;
+      // The trainer may have left children in its group; they go with it.
+      launcher_->SignalGroup(proc.pid, SIGKILL);
+      continue;
+    }
+    if (proc.kill_deadline && now >= *proc.kill_deadline) {
+      spdlog::warn("job {} rank {} ignored SIGTERM for {}; sending SIGKILL", key.job_id,
+                   key.rank, absl::FormatDuration(kill_grace_));
+      launcher_->SignalGroup(proc.pid, SIGKILL);
+      proc.kill_deadline = now + kill_grace_;
+    }
+  }
+  return any_exit;
+}
+
+void Supervisor::Forget(const RankKey& key) {
+  auto it = ranks_.find(key);
+  if (it != ranks_.end() && it->second.exited) ranks_.erase(it);
+}
+
+void Supervisor::StopAll() {
+  for (auto& [key, proc] : ranks_) Stop(key);
+  while (running() > 0) {
+    Poll();
+    if (running() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<RankProcess> Supervisor::Snapshot() const {
+  std::vector<RankProcess> out;
+  for (const auto& [key, proc] : ranks_) out.push_back(proc);
+  return out;
+}
+
+int Supervisor::running() const {
+  int n = 0;
+  for (const auto& [key, proc] : ranks_) n += proc.exited ? 0 : 1;
+  return n;
+}
+
+}  // namespace tessera

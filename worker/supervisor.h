@@ -1,0 +1,106 @@
+// Supervisor: starts trainer processes for ranks and watches them.
+//
+// A ProcessLauncher does the OS work (fork/exec into a new process group with
+// PR_SET_PDEATHSIG, output to a log file, reaping, signalling) behind a small
+// interface so tests can substitute a fake. The Supervisor keeps one entry per
+// (job, attempt, rank) until the coordinator acknowledges its exit, stops ranks
+// with SIGTERM to the whole process group and escalates to SIGKILL after a
+// grace period.
+//
+// Thread-safety: not thread-safe; the worker agent's loop thread owns it. Fork
+// happens on that thread, which lives as long as the ranks: PR_SET_PDEATHSIG
+// fires when the forking thread exits.
+#ifndef TESSERA_WORKER_SUPERVISOR_H_
+#define TESSERA_WORKER_SUPERVISOR_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/common/clock.h"
+
+namespace tessera {
+
+struct ProcessSpec {
+  std::vector<std::string> argv;  // argv[0] is the executable path; no shell
+  std::vector<std::string> env;   // "NAME=value" entries added to the inherited environment
+  std::string log_path;           // stdout and stderr are appended here
+};
+
+struct ProcessExit {
+  int exit_code = 0;  // valid when signal == 0
+  int signal = 0;     // terminating signal, or 0
+};
+
+class ProcessLauncher {
+ public:
+  virtual ~ProcessLauncher() = default;
+  // Starts the process in a new process group whose id is its pid.
+  virtual absl::StatusOr<pid_t> Launch(const ProcessSpec& spec) = 0;
+  // Sends `sig` to the process group `pgid`.
+  virtual void SignalGroup(pid_t pgid, int sig) = 0;
+  // Non-blocking: the exit of `pid` if it has ended (and reaps it).
+  virtual std::optional<ProcessExit> TryReap(pid_t pid) = 0;
+};
+
+// The real launcher: fork + execve.
+class PosixLauncher final : public ProcessLauncher {
+ public:
+  absl::StatusOr<pid_t> Launch(const ProcessSpec& spec) override;
+  void SignalGroup(pid_t pgid, int sig) override;
+  std::optional<ProcessExit> TryReap(pid_t pid) override;
+};
+
+struct RankKey {
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  int32_t rank = 0;
+  auto operator<=>(const RankKey&) const = default;
+};
+
+struct RankProcess {
+  RankKey key;
+  pid_t pid = 0;
+  bool exited = false;
+  ProcessExit exit;
+  std::optional<absl::Time> kill_deadline;  // set once a stop was requested
+};
+
+class Supervisor {
+ public:
+  // `launcher` and `clock` are not owned.
+  Supervisor(ProcessLauncher* launcher, const Clock* clock, absl::Duration kill_grace);
+  ~Supervisor() = default;
+
+  bool Has(const RankKey& key) const { return ranks_.contains(key); }
+  // Starts a rank. If launching fails, the rank is recorded as exited with
+  // code 127 so the coordinator learns of it like any other failure.
+  absl::Status Start(const RankKey& key, const ProcessSpec& spec);
+  // Sends SIGTERM to the rank's process group; SIGKILL follows after the grace.
+  void Stop(const RankKey& key);
+  // Reaps exited ranks and escalates overdue stops. Returns true if a rank exited.
+  bool Poll();
+  // Drops an exited rank (its exit was acknowledged by the coordinator).
+  void Forget(const RankKey& key);
+  // Stops every running rank and waits until all have exited (SIGKILL after the grace).
+  void StopAll();
+  std::vector<RankProcess> Snapshot() const;
+  int running() const;
+
+ private:
+  ProcessLauncher* const launcher_;  // Not owned.
+  const Clock* const clock_;         // Not owned.
+  const absl::Duration kill_grace_;
+  std::map<RankKey, RankProcess> ranks_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_SUPERVISOR_H_

@@ -1,0 +1,62 @@
+// The trainer's view of the coordinator's TrainerService: rendezvous, metric
+// batches and the final result of one rank of one job attempt.
+//
+// An interface without gRPC so the training code, the reporter and their tests do
+// not depend on it; grpc_coordinator_client.h is the real implementation (absent
+// from TESSERA_TRAINER_ONLY builds). Implementations are thread-safe: the
+// reporter's sender thread and the main thread call them concurrently.
+#ifndef TESSERA_WORKER_TRAINER_COORDINATOR_CLIENT_H_
+#define TESSERA_WORKER_TRAINER_COORDINATOR_CLIENT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tessera::trainer {
+
+// What the coordinator answers every rank once all ranks have joined.
+struct RendezvousResult {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int attempt = 0;
+  std::string bootstrap;  // rank 0's bootstrap, e.g. "host:port" of its TCPStore
+  std::string backend;    // "gloo" or "nccl"
+};
+
+struct MetricSample {
+  int64_t step = 0;
+  std::string name;
+  double value = 0;
+  int64_t unix_ms = 0;
+};
+
+struct TrainingResult {
+  std::string param_hash;  // see param_hash.h
+  double test_accuracy = 0;
+  double test_loss = 0;
+};
+
+class CoordinatorClient {
+ public:
+  virtual ~CoordinatorClient() = default;
+
+  // Joins the attempt. Rank 0 passes its bootstrap; the others pass an empty one.
+  // Blocks until every rank has joined (or the implementation's deadline).
+  virtual absl::StatusOr<RendezvousResult> Rendezvous(const std::string& bootstrap,
+                                                      const std::string& backend) = 0;
+
+  // Delivers one batch of metric points. Unavailable when the coordinator cannot
+  // be reached; callers keep the points and retry.
+  virtual absl::Status ReportMetrics(const std::vector<MetricSample>& points) = 0;
+
+  // Reports this rank's final result.
+  virtual absl::Status ReportResult(const TrainingResult& result) = 0;
+};
+
+}  // namespace tessera::trainer
+
+#endif  // TESSERA_WORKER_TRAINER_COORDINATOR_CLIENT_H_

@@ -1,0 +1,82 @@
+#include "worker/trainer/distributed_sampler.h"
+
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessera::trainer {
+namespace {
+
+// Uniform in [0, bound) by rejection (Lemire's method), bound > 0. Unlike
+// std::uniform_int_distribution its output is specified, hence portable.
+uint64_t Below(std::mt19937_64& rng, uint64_t bound) {
+  unsigned __int128 product = static_cast<unsigned __int128>(rng()) * bound;
+  uint64_t low = static_cast<uint64_t>(product);
+  if (low < bound) {
+    const uint64_t threshold = (0 - bound) % bound;
+    while (low < threshold) {
+      product = static_cast<unsigned __int128>(rng()) * bound;
+      low = static_cast<uint64_t>(product);
+    }
+  }
+  return static_cast<uint64_t>(product >> 64);
+}
+
+}  // namespace
+
+std::vector<int64_t> SeededPermutation(int64_t n, uint64_t seed) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::mt19937_64 rng(seed);
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(Below(rng, static_cast<uint64_t>(i) + 1));
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  }
+  return order;
+}
+
+absl::StatusOr<DistributedSampler> DistributedSampler::Create(
+    const DistributedSamplerOptions& options) {
+  if (options.dataset_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset size must be >= 0, got ", options.dataset_size));
+  }
+  if (options.world_size < 1 || options.rank < 0 ||
+      options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank,
+                                                   " is not in [0, world size ",
+                                                   options.world_size, ")"));
+  }
+  return DistributedSampler(options);
+}
+
+DistributedSampler::DistributedSampler(const DistributedSamplerOptions& options)
+    : options_(options) {
+  const int64_t n = options.dataset_size;
+  const int64_t w = options.world_size;
+  num_samples_ = options.keep_tail ? (n - options.rank + w - 1) / w : n / w;
+}
+
+std::vector<int64_t> DistributedSampler::EpochIndices(int64_t epoch) const {
+  const int64_t n = options_.dataset_size;
+  std::vector<int64_t> order;
+  if (options_.shuffle) {
+    order = SeededPermutation(n, static_cast<uint64_t>(options_.seed + epoch));
+  } else {
+    order.resize(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), int64_t{0});
+  }
+  std::vector<int64_t> shard;
+  shard.reserve(static_cast<size_t>(num_samples_));
+  for (int64_t k = 0; k < num_samples_; ++k) {
+    shard.push_back(order[static_cast<size_t>(options_.rank + k * options_.world_size)]);
+  }
+  return shard;
+}
+
+}  // namespace tessera::trainer

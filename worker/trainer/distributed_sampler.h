@@ -1,0 +1,60 @@
+// Splits a dataset's indices among the ranks of a data-parallel job.
+//
+// Training (shuffle on): each epoch permutes [0, n) with a generator seeded by
+// seed + epoch, drops the tail so the count divides the world size, and gives rank
+// r the strided positions r, r + W, r + 2W, ... of that permutation. Every rank
+// gets the same number of samples, shards are disjoint, and a shard depends only
+// on (n, seed, epoch, rank, world size), never on process start order or on
+// which epochs were asked for before.
+//
+// Evaluation (shuffle off, keep_tail on): rank r takes r, r + W, ... of [0, n)
+// in order, so all samples are covered exactly once and shard sizes differ by at
+// most one.
+//
+// Immutable after Create: thread-safe.
+#ifndef TESSERA_WORKER_TRAINER_DISTRIBUTED_SAMPLER_H_
+#define TESSERA_WORKER_TRAINER_DISTRIBUTED_SAMPLER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessera::trainer {
+
+struct DistributedSamplerOptions {
+  int64_t dataset_size = 0;
+  int rank = 0;
+  int world_size = 1;
+  int64_t seed = 0;
+  bool shuffle = true;     // permute per epoch (training); off: natural order
+  bool keep_tail = false;  // keep the n % world_size leftovers (evaluation)
+};
+
+class DistributedSampler {
+ public:
+  // InvalidArgument for a negative size or a rank outside [0, world_size).
+  static absl::StatusOr<DistributedSampler> Create(
+      const DistributedSamplerOptions& options);
+
+  // Samples this rank sees per epoch.
+  int64_t num_samples() const { return num_samples_; }
+
+  // This rank's indices for `epoch`, in visiting order.
+  std::vector<int64_t> EpochIndices(int64_t epoch) const;
+
+ private:
+  explicit DistributedSampler(const DistributedSamplerOptions& options);
+
+  DistributedSamplerOptions options_;
+  int64_t num_samples_;
+};
+
+// The permutation of [0, n) used for `seed` (the sampler passes seed + epoch).
+// Fisher-Yates driven by std::mt19937_64 with an unbiased bounded draw, both
+// fully specified, so every platform produces the same order.
+std::vector<int64_t> SeededPermutation(int64_t n, uint64_t seed);
+
+}  // namespace tessera::trainer
+
+#endif  // TESSERA_WORKER_TRAINER_DISTRIBUTED_SAMPLER_H_

@@ -1,0 +1,193 @@
+#include "worker/trainer/gloo_communicator.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "worker/trainer/net_util.h"
+
+namespace tessera::trainer {
+
+struct GlooStore::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::string host;
+};
+
+struct GlooCommunicator::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+};
+
+namespace {
+
+std::chrono::milliseconds ToChrono(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// c10d and Gloo signal every failure with an exception whose text is the only
+// classification available.
+absl::Status FromException(const std::exception& e, const std::string& what) {
+  const std::string message = e.what();
+  const std::string lower = absl::AsciiStrToLower(message);
+  const std::string text = absl::StrCat(what, ": ", message);
+  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
+    return absl::DeadlineExceededError(text);
+  }
+  if (absl::StrContains(lower, "connection") || absl::StrContains(lower, "peer") ||
+      absl::StrContains(lower, "socket") || absl::StrContains(lower, "refused")) {
+    return absl::UnavailableError(text);
+  }
+  return absl::InternalError(text);
+}
+
+absl::Status CheckCollectiveTensor(const at::Tensor& tensor) {
+  if (!tensor.defined()) return absl::InvalidArgumentError("undefined tensor");
+  if (!tensor.device().is_cpu()) {
+    return absl::InvalidArgumentError("Gloo collectives here take CPU tensors");
+  }
+  if (!tensor.is_contiguous()) {
+    return absl::InvalidArgumentError("collective tensor must be contiguous");
+  }
+  const auto type = tensor.scalar_type();
+  if (type != at::kFloat && type != at::kDouble && type != at::kLong) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported collective dtype ", c10::toString(type)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+GlooStore::GlooStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GlooStore::~GlooStore() = default;
+
+absl::StatusOr<std::unique_ptr<GlooStore>> GlooStore::Host(
+    const std::string& advertise_host, int port, absl::Duration timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  options.isServer = true;
+  // Other ranks learn the address only after the coordinator answers, so the
+  // server must not wait for them here.
+  options.numWorkers = c10::nullopt;
+  options.waitWorkers = false;
+  options.timeout = ToChrono(timeout);
+  try {
+    auto impl = std::make_unique<Impl>();
+    impl->store = c10::make_intrusive<c10d::TCPStore>(advertise_host, options);
+    impl->host = advertise_host;
+    if (impl->store->getPort() == 0) {
+      return absl::InternalError("TCPStore did not report the port it bound");
+    }
+    return std::unique_ptr<GlooStore>(new GlooStore(std::move(impl)));
+  } catch (const std::exception& e) {
+    return FromException(e, absl::StrCat("hosting a TCPStore on port ", port));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<GlooStore>> GlooStore::Connect(const std::string& host,
+                                                              int port,
+                                                              absl::Duration timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  options.isServer = false;
+  options.timeout = ToChrono(timeout);
+  try {
+    auto impl = std::make_unique<Impl>();
+    impl->store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    impl->host = host;
+    return std::unique_ptr<GlooStore>(new GlooStore(std::move(impl)));
+  } catch (const std::exception& e) {
+    return FromException(e, absl::StrCat("connecting to the TCPStore at ",
+                                         FormatHostPort(host, port)));
+  }
+}
+
+int GlooStore::port() const { return impl_->store->getPort(); }
+
+std::string GlooStore::address() const { return FormatHostPort(impl_->host, port()); }
+
+GlooCommunicator::GlooCommunicator(int rank, int world_size,
+                                   std::unique_ptr<GlooStore> store,
+                                   std::unique_ptr<Impl> impl)
+    : rank_(rank), world_size_(world_size), store_(std::move(store)),
+      impl_(std::move(impl)) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    std::unique_ptr<GlooStore> store, int rank, int world_size,
+    const GlooOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("no store");
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not in [0, world size ", world_size, ")"));
+  }
+  try {
+    auto group_options = c10d::ProcessGroupGloo::Options::create(ToChrono(options.timeout));
+    group_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(options.local_address));
+    group_options->threads = options.threads;
+    auto impl = std::make_unique<Impl>();
+    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        store->impl_->store, rank, world_size, group_options);
+    return std::unique_ptr<GlooCommunicator>(
+        new GlooCommunicator(rank, world_size, std::move(store), std::move(impl)));
+  } catch (const std::exception& e) {
+    return FromException(e, absl::StrCat("joining the Gloo group as rank ", rank, " of ",
+                                         world_size, " via ",
+                                         options.local_address));
+  }
+}
+
+absl::Status GlooCommunicator::AllReduceSum(at::Tensor& tensor) {
+  absl::Status valid = CheckCollectiveTensor(tensor);
+  if (!valid.ok()) return valid;
+  try {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    impl_->group->allreduce(tensors, options)->wait();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return FromException(e, "Gloo all-reduce");
+  }
+}
+
+absl::Status GlooCommunicator::Broadcast(at::Tensor& tensor, int root) {
+  absl::Status valid = CheckCollectiveTensor(tensor);
+  if (!valid.ok()) return valid;
+  if (root < 0 || root >= world_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast root ", root, " is not in [0, ", world_size_, ")"));
+  }
+  try {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    options.rootTensor = 0;
+    impl_->group->broadcast(tensors, options)->wait();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return FromException(e, "Gloo broadcast");
+  }
+}
+
+absl::Status GlooCommunicator::Barrier() {
+  try {
+    impl_->group->barrier()->wait();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return FromException(e, "Gloo barrier");
+  }
+}
+
+}  // namespace tessera::trainer

@@ -1,0 +1,98 @@
+// Communicator over Gloo (c10d::ProcessGroupGloo), for CPU ranks, and the c10d
+// TCPStore the ranks meet through.
+//
+// Bootstrap: rank 0 hosts a GlooStore (port 0 lets the kernel choose; port()
+// reports the bound port) and advertises its address() through the coordinator;
+// the other ranks Connect to that address. Each rank then hands its store to
+// GlooCommunicator::Create, which connects the full Gloo mesh over the device
+// bound to `local_address` and returns once every rank has done the same.
+//
+// c10d types stay in the .cc (pimpl) so this header is cheap to include. c10d
+// reports failures with exceptions; every one is caught here and returned as a
+// status: Unavailable for a peer that went away, DeadlineExceeded for timeouts.
+// Thread-safety: as Communicator; a GlooStore is used by one thread at a time.
+#ifndef TESSERA_WORKER_TRAINER_GLOO_COMMUNICATOR_H_
+#define TESSERA_WORKER_TRAINER_GLOO_COMMUNICATOR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/trainer/communicator.h"
+
+namespace tessera::trainer {
+
+// A c10d TCPStore client, plus the server when this process hosts it.
+class GlooStore {
+ public:
+  // Starts a store server listening on all interfaces at `port` (0: any free
+  // port) and connects to it. `advertise_host` is the address other ranks use to
+  // reach this machine; address() returns it with the bound port.
+  static absl::StatusOr<std::unique_ptr<GlooStore>> Host(const std::string& advertise_host,
+                                                         int port, absl::Duration timeout);
+
+  // Connects to a store at host:port, retrying until `timeout`.
+  static absl::StatusOr<std::unique_ptr<GlooStore>> Connect(const std::string& host,
+                                                            int port,
+                                                            absl::Duration timeout);
+
+  ~GlooStore();
+  GlooStore(const GlooStore&) = delete;
+  GlooStore& operator=(const GlooStore&) = delete;
+
+  // The port the store listens on (for a hosted store, the one actually bound).
+  int port() const;
+  // "host:port" of the store.
+  std::string address() const;
+
+ private:
+  struct Impl;  // Holds the c10d store; defined in the .cc.
+  explicit GlooStore(std::unique_ptr<Impl> impl);
+
+  friend class GlooCommunicator;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct GlooOptions {
+  // Address of the local interface the Gloo device binds to; peers connect to
+  // it. Normally the address used to reach the coordinator or store.
+  std::string local_address = "127.0.0.1";
+  // Limit for connecting the mesh and for each collective.
+  absl::Duration timeout = absl::Minutes(5);
+  // Gloo worker threads of the process group.
+  int threads = 2;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Joins the group of `world_size` ranks meeting in `store`, which the
+  // communicator keeps (rank 0's store must outlive the others' connections).
+  // Blocks until every rank has joined or options.timeout has passed.
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
+      std::unique_ptr<GlooStore> store, int rank, int world_size,
+      const GlooOptions& options);
+
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::string backend() const override { return "gloo"; }
+  absl::Status AllReduceSum(at::Tensor& tensor) override;
+  absl::Status Broadcast(at::Tensor& tensor, int root) override;
+  absl::Status Barrier() override;
+
+ private:
+  struct Impl;  // Holds the process group; defined in the .cc.
+  GlooCommunicator(int rank, int world_size, std::unique_ptr<GlooStore> store,
+                   std::unique_ptr<Impl> impl);
+
+  const int rank_;
+  const int world_size_;
+  std::unique_ptr<GlooStore> store_;
+  std::unique_ptr<Impl> impl_;  // Declared after store_: destroyed first.
+};
+
+}  // namespace tessera::trainer
+
+#endif  // TESSERA_WORKER_TRAINER_GLOO_COMMUNICATOR_H_

@@ -1,0 +1,115 @@
+#include "worker/trainer/grpc_coordinator_client.h"
+
+#include <grpcpp/client_context.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace tessera::trainer {
+namespace {
+
+absl::Status ToAbsl(const grpc::Status& status, const std::string& what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, ": ", status.error_message()));
+}
+
+// Runs `call(context)` with a fresh context per attempt, retrying UNAVAILABLE
+// with exponential backoff until `options.retry_window` has passed.
+template <typename Call>
+grpc::Status CallWithRetry(const GrpcCoordinatorClientOptions& options,
+                           absl::Duration deadline, Call call) {
+  const absl::Time give_up = absl::Now() + options.retry_window;
+  absl::Duration backoff = options.initial_backoff;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    grpc::Status status = call(&context);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        absl::Now() + backoff > give_up) {
+      return status;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, options.max_backoff);
+  }
+}
+
+}  // namespace
+
+GrpcCoordinatorClient::GrpcCoordinatorClient(std::shared_ptr<grpc::Channel> channel,
+                                             TrainerIdentity identity,
+                                             GrpcCoordinatorClientOptions options)
+    : identity_(identity),
+      options_(options),
+      stub_(tessera::v1::TrainerService::NewStub(std::move(channel))) {}
+
+absl::StatusOr<RendezvousResult> GrpcCoordinatorClient::Rendezvous(
+    const std::string& bootstrap, const std::string& backend) {
+  tessera::v1::RendezvousRequest request;
+  request.set_job_id(identity_.job_id);
+  request.set_attempt(identity_.attempt);
+  request.set_rank(identity_.rank);
+  request.set_bootstrap(bootstrap);
+  request.set_backend(backend);
+  tessera::v1::RendezvousResponse response;
+  const grpc::Status status =
+      CallWithRetry(options_, options_.rendezvous_deadline,
+                    [&](grpc::ClientContext* context) {
+                      return stub_->Rendezvous(context, request, &response);
+                    });
+  if (!status.ok()) return ToAbsl(status, "Rendezvous");
+  RendezvousResult result;
+  result.rank = response.rank();
+  result.local_rank = response.local_rank();
+  result.world_size = response.world_size();
+  result.attempt = response.attempt();
+  result.bootstrap = response.bootstrap();
+  result.backend = response.backend();
+  return result;
+}
+
+absl::Status GrpcCoordinatorClient::ReportMetrics(
+    const std::vector<MetricSample>& points) {
+  tessera::v1::ReportMetricsRequest request;
+  request.set_job_id(identity_.job_id);
+  request.set_attempt(identity_.attempt);
+  request.set_rank(identity_.rank);
+  for (const MetricSample& sample : points) {
+    tessera::v1::MetricPoint* point = request.add_points();
+    point->set_rank(identity_.rank);
+    point->set_attempt(identity_.attempt);
+    point->set_step(sample.step);
+    point->set_name(sample.name);
+    point->set_value(sample.value);
+    point->set_unix_ms(sample.unix_ms);
+  }
+  tessera::v1::ReportMetricsResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_deadline));
+  return ToAbsl(stub_->ReportMetrics(&context, request, &response), "ReportMetrics");
+}
+
+absl::Status GrpcCoordinatorClient::ReportResult(const TrainingResult& result) {
+  tessera::v1::ReportResultRequest request;
+  request.set_job_id(identity_.job_id);
+  request.set_attempt(identity_.attempt);
+  request.set_rank(identity_.rank);
+  request.set_param_hash(result.param_hash);
+  request.set_test_accuracy(result.test_accuracy);
+  request.set_test_loss(result.test_loss);
+  tessera::v1::ReportResultResponse response;
+  return ToAbsl(CallWithRetry(options_, options_.rpc_deadline,
+                              [&](grpc::ClientContext* context) {
+                                return stub_->ReportResult(context, request, &response);
+                              }),
+                "ReportResult");
+}
+
+}  // namespace tessera::trainer

@@ -1,0 +1,52 @@
+// Forms the group of ranks that train one job attempt together and returns the
+// Communicator they share.
+//
+// Three ways in:
+//   * coordinator: rank 0 hosts a GlooStore on port 0 at the local address it uses
+//     to reach the coordinator and sends "ip:port" as its Rendezvous bootstrap;
+//     every rank receives rank, world size and that bootstrap once all have
+//     joined, connects to the store and joins the Gloo group.
+//   * static store (--rendezvous-store, no coordinator): rank 0 hosts the store at
+//     the given port; the others connect to it. For benchmarks and machines
+//     without the control plane.
+//   * neither: a standalone run of world size 1 (LocalCommunicator).
+// A world of one never opens sockets beyond the coordinator call.
+//
+// Thread-compatible free function; blocks until the group is formed.
+#ifndef TESSERA_WORKER_TRAINER_PROCESS_GROUP_H_
+#define TESSERA_WORKER_TRAINER_PROCESS_GROUP_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/trainer/communicator.h"
+#include "worker/trainer/coordinator_client.h"
+#include "worker/trainer/trainer_options.h"
+
+namespace tessera::trainer {
+
+struct ProcessGroupOptions {
+  // Store connection and Gloo mesh timeout; also each collective's limit.
+  absl::Duration timeout = absl::Minutes(5);
+  int gloo_threads = 2;  // Gloo worker threads
+};
+
+struct ProcessGroup {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  std::unique_ptr<Communicator> communicator;
+};
+
+// `coordinator` must be non-null exactly when launch.coordinator is set. Fails
+// with FailedPrecondition when the coordinator's answer contradicts the launch
+// flags (another rank or world size), and with the store's or Gloo's status when
+// the group cannot be formed.
+absl::StatusOr<ProcessGroup> JoinProcessGroup(const LaunchOptions& launch,
+                                              CoordinatorClient* coordinator,
+                                              const ProcessGroupOptions& options = {});
+
+}  // namespace tessera::trainer
+
+#endif  // TESSERA_WORKER_TRAINER_PROCESS_GROUP_H_

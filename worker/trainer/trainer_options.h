@@ -1,0 +1,77 @@
+// Settings of one tessera-train process: what to train (TrainerOptions, which
+// mirrors tessera.v1.TrainerConfig field by field) and where this process sits in
+// the job (LaunchOptions: coordinator address, job, attempt, rank, world size).
+//
+// main.cc fills both from flags (trainer_flags.h) and validates them here before
+// anything else runs. Plain structs and pure functions: thread-compatible.
+#ifndef TESSERA_WORKER_TRAINER_TRAINER_OPTIONS_H_
+#define TESSERA_WORKER_TRAINER_TRAINER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace tessera::trainer {
+
+// One field per tessera.v1.TrainerConfig field, same name and meaning. The
+// defaults are what the trainer uses when the worker leaves a field unset.
+struct TrainerOptions {
+  std::string model = "vit-micro";        // preset name, see vit_config.h
+  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "synthetic"
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int32_t epochs = 1;            // passes over the rank's shard
+  int64_t max_steps = 0;         // stop after this many optimizer steps; 0: no limit
+  int32_t batch_size = 64;       // per rank
+  double lr = 1e-3;              // peak AdamW learning rate
+  int64_t train_subset = 0;      // use only the first N training samples; 0: all
+  int64_t test_subset = 0;       // use only the first N test samples; 0: all
+  bool allreduce = true;         // average gradients across ranks
+  int32_t metrics_every = 10;    // report metrics every K optimizer steps
+  int64_t seed = 0;              // init, shuffling and synthetic data
+  int32_t threads = 1;           // intra-op threads; 0: the trainer default (1)
+  double weight_decay = 0.05;    // AdamW decoupled weight decay
+};
+
+// Where this process sits in the job. Set by the worker on the command line.
+struct LaunchOptions {
+  // "host:port" of the coordinator. Empty: no coordinator; then either a
+  // standalone run (world size 1) or a static rendezvous via rendezvous_store.
+  std::string coordinator;
+  // "host:port" of a c10d TCPStore for a run without a coordinator: rank 0 hosts
+  // the store on that port and every rank connects to it (for benchmarks and
+  // machines without the control plane). Ignored when coordinator is set.
+  std::string rendezvous_store;
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  int32_t rank = 0;
+  int32_t world_size = 1;
+  int32_t local_rank = 0;     // rank within this machine
+  std::string metrics_file;   // JSON lines of every metric point; empty: none
+};
+
+// Largest values accepted from the command line.
+struct OptionLimits {
+  int32_t max_batch_size = 65536;
+  int32_t max_epochs = 100000;
+  int32_t max_threads = 1024;
+  int32_t max_world_size = 4096;
+};
+
+// Range and consistency checks on the trainer settings; InvalidArgument naming the
+// flag on failure, e.g. "--batch-size must be in [1, 65536], got 0".
+absl::Status ValidateTrainerOptions(const TrainerOptions& options,
+                                    const OptionLimits& limits = {});
+
+// Checks the launch settings. `coordinator_supported` is false in builds without
+// gRPC (TESSERA_TRAINER_ONLY), where --coordinator is rejected.
+absl::Status ValidateLaunchOptions(const LaunchOptions& launch,
+                                   bool coordinator_supported,
+                                   const OptionLimits& limits = {});
+
+// The intra-op thread count to use: `threads`, or the default (1) when it is 0.
+int EffectiveThreads(const TrainerOptions& options);
+
+}  // namespace tessera::trainer
+
+#endif  // TESSERA_WORKER_TRAINER_TRAINER_OPTIONS_H_

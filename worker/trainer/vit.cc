@@ -1,0 +1,106 @@
+#include "worker/trainer/vit.h"
+
+#include <cmath>
+#include <string>
+
+namespace tessera::trainer {
+namespace {
+
+torch::nn::LayerNorm MakeLayerNorm(const ViTConfig& config) {
+  return torch::nn::LayerNorm(
+      torch::nn::LayerNormOptions({config.dim}).eps(config.layer_norm_eps));
+}
+
+// Xavier-uniform weights and zero biases, as torchvision initialises the
+// transformer's linear layers.
+torch::nn::Linear MakeLinear(int in, int out) {
+  torch::nn::Linear linear(torch::nn::LinearOptions(in, out));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::xavier_uniform_(linear->weight);
+  torch::nn::init::zeros_(linear->bias);
+  return linear;
+}
+
+}  // namespace
+
+SelfAttentionImpl::SelfAttentionImpl(int dim, int heads, double dropout)
+    : heads_(heads), scale_(1.0 / std::sqrt(static_cast<double>(dim / heads))) {
+  qkv_ = register_module("qkv", MakeLinear(dim, 3 * dim));
+  proj_ = register_module("proj", MakeLinear(dim, dim));
+  attn_dropout_ = register_module("attn_dropout", torch::nn::Dropout(dropout));
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t batch = x.size(0);
+  const int64_t tokens = x.size(1);
+  const int64_t dim = x.size(2);
+  // [3, batch, heads, tokens, head_dim]
+  const torch::Tensor qkv = qkv_->forward(x)
+                                .reshape({batch, tokens, 3, heads_, dim / heads_})
+                                .permute({2, 0, 3, 1, 4});
+  const torch::Tensor q = qkv[0] * scale_;
+  const torch::Tensor k = qkv[1];
+  const torch::Tensor v = qkv[2];
+  torch::Tensor attention = torch::matmul(q, k.transpose(-2, -1)).softmax(-1);
+  attention = attn_dropout_->forward(attention);
+  const torch::Tensor out =
+      torch::matmul(attention, v).transpose(1, 2).reshape({batch, tokens, dim});
+  return proj_->forward(out);
+}
+
+EncoderBlockImpl::EncoderBlockImpl(const ViTConfig& config) {
+  norm1_ = register_module("norm1", MakeLayerNorm(config));
+  attention_ = register_module("attention",
+                               SelfAttention(config.dim, config.heads, config.dropout));
+  norm2_ = register_module("norm2", MakeLayerNorm(config));
+  fc1_ = register_module("fc1", MakeLinear(config.dim, config.mlp_dim));
+  fc2_ = register_module("fc2", MakeLinear(config.mlp_dim, config.dim));
+  dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
+}
+
+torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = x + dropout_->forward(attention_->forward(norm1_->forward(x)));
+  torch::Tensor hidden = torch::gelu(fc1_->forward(norm2_->forward(y)));
+  hidden = fc2_->forward(dropout_->forward(hidden));
+  return y + dropout_->forward(hidden);
+}
+
+VisionTransformerImpl::VisionTransformerImpl(const ViTConfig& config) : config_(config) {
+  patch_embedding_ = register_module(
+      "patch_embedding",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(config.in_channels, config.dim,
+                                                 config.patch_size)
+                            .stride(config.patch_size)));
+  class_token_ = register_parameter("class_token", torch::zeros({1, 1, config.dim}));
+  position_embedding_ = register_parameter(
+      "position_embedding",
+      torch::randn({1, config.num_patches() + 1, config.dim}) * 0.02);
+  dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
+  blocks_ = register_module("blocks", torch::nn::Sequential());
+  for (int i = 0; i < config.depth; ++i) blocks_->push_back(EncoderBlock(config));
+  norm_ = register_module("norm", MakeLayerNorm(config));
+  head_ = register_module("head", torch::nn::Linear(config.dim, config.num_classes));
+
+  torch::NoGradGuard no_grad;
+  // LeCun-normal patch projection (fan-in scaled), zero head: the initial logits
+  // are all zero and the first loss is ln(classes).
+  const double fan_in =
+      static_cast<double>(config.in_channels) * config.patch_size * config.patch_size;
+  torch::nn::init::normal_(patch_embedding_->weight, 0.0, std::sqrt(1.0 / fan_in));
+  torch::nn::init::zeros_(patch_embedding_->bias);
+  torch::nn::init::zeros_(head_->weight);
+  torch::nn::init::zeros_(head_->bias);
+}
+
+torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
+  const int64_t batch = images.size(0);
+  // [batch, dim, grid, grid] -> [batch, patches, dim]
+  torch::Tensor x = patch_embedding_->forward(images).flatten(2).transpose(1, 2);
+  x = torch::cat({class_token_.expand({batch, -1, -1}), x}, 1) + position_embedding_;
+  x = dropout_->forward(x);
+  x = blocks_->forward(x);
+  x = norm_->forward(x);
+  return head_->forward(x.select(1, 0));
+}
+
+}  // namespace tessera::trainer

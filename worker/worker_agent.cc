@@ -1,0 +1,176 @@
+#include "worker/worker_agent.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/common/grpc_status.h"
+#include "coordinator/common/job_spec.h"
+#include "grpcpp/client_context.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+
+namespace v1 = ::tessera::v1;
+
+namespace {
+
+void SetDeadline(grpc::ClientContext& ctx, absl::Duration timeout) {
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+RankKey KeyOf(int64_t job, int32_t attempt, int32_t rank) {
+  return RankKey{job, attempt, rank};
+}
+
+}  // namespace
+
+WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> channel,
+                         ProcessLauncher* launcher)
+    : options_(std::move(options)),
+      stub_(v1::WorkerService::NewStub(channel)),
+      supervisor_(launcher, &clock_, options_.kill_grace) {}
+
+absl::Status WorkerAgent::Register() {
+  v1::RegisterWorkerRequest request;
+  request.set_name(options_.name);
+  request.set_hostname(options_.hostname);
+  request.set_slots(options_.cpu_slots);
+  request.set_device_kind("cpu");
+  v1::RegisterWorkerResponse response;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, options_.rpc_timeout);
+  absl::Status s = FromGrpcStatus(stub_->RegisterWorker(&ctx, request, &response));
+  if (!s.ok()) return s;
+  epoch_ = response.epoch();
+  if (response.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
+  }
+  spdlog::info("registered with coordinator {} as {} ({} cpu slots), epoch {}",
+               options_.coordinator, options_.name, options_.cpu_slots, epoch_);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerAgent::HeartbeatOnce() {
+  supervisor_.Poll();
+  v1::HeartbeatRequest request;
+  request.set_name(options_.name);
+  request.set_epoch(epoch_);
+  for (const RankProcess& p : supervisor_.Snapshot()) {
+    v1::LocalRank* r = request.add_ranks();
+    r->set_job_id(p.key.job_id);
+    r->set_attempt(p.key.attempt);
+    r->set_rank(p.key.rank);
+    r->set_pid(p.pid);
+    r->set_exited(p.exited);
+    r->set_exit_code(p.exit.exit_code);
+    r->set_signal(p.exit.signal);
+  }
+  v1::HeartbeatResponse response;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, options_.rpc_timeout);
+  absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response));
+  if (!s.ok()) return s;
+  for (const v1::KillOrder& k : response.acknowledged_exits()) {
+    supervisor_.Forget(KeyOf(k.job_id(), k.attempt(), k.rank()));
+  }
+  for (const v1::KillOrder& k : response.kill()) {
+    RankKey key = KeyOf(k.job_id(), k.attempt(), k.rank());
+    if (supervisor_.Has(key)) {
+      spdlog::info("stopping job {} attempt {} rank {} as ordered", k.job_id(), k.attempt(),
+                   k.rank());
+      supervisor_.Stop(key);
+    }
+  }
+  for (const v1::LaunchOrder& order : response.launch()) Launch(order);
+  return absl::OkStatus();
+}
+
+void WorkerAgent::Launch(const v1::LaunchOrder& order) {
+  RankKey key = KeyOf(order.job_id(), order.attempt(), order.rank());
+  if (supervisor_.Has(key)) return;  // a repeated order
+  std::filesystem::path dir = std::filesystem::path(options_.work_dir) /
+                              absl::StrCat("job-", order.job_id()) /
+                              absl::StrCat("attempt-", order.attempt());
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  ProcessSpec spec;
+  spec.log_path = (dir / absl::StrCat("rank-", order.rank(), ".log")).string();
+  spec.argv = {options_.trainer_path,
+               absl::StrCat("--coordinator=", options_.coordinator),
+               absl::StrCat("--job-id=", order.job_id()),
+               absl::StrCat("--attempt=", order.attempt()),
+               absl::StrCat("--rank=", order.rank()),
+               absl::StrCat("--world-size=", order.world_size()),
+               absl::StrCat("--local-rank=", order.local_rank())};
+  for (std::string& flag : TrainerConfigToFlags(order.trainer())) {
+    spec.argv.push_back(std::move(flag));
+  }
+  spec.env = {absl::StrCat("RANK=", order.rank()),
+              absl::StrCat("WORLD_SIZE=", order.world_size()),
+              absl::StrCat("LOCAL_RANK=", order.local_rank()),
+              absl::StrCat("TESSERA_JOB_ID=", order.job_id()),
+              absl::StrCat("TESSERA_ATTEMPT=", order.attempt())};
+  absl::Status s = ec ? absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ",
+                                                         ec.message()))
+                      : supervisor_.Start(key, spec);
+  if (!s.ok()) {
+    spdlog::error("job {} rank {}: launch failed: {}", order.job_id(), order.rank(),
+                  s.ToString());
+    return;
+  }
+  spdlog::info("launched job {} attempt {} rank {}/{} (slot {}), log {}", order.job_id(),
+               order.attempt(), order.rank(), order.world_size(), order.slot(),
+               spec.log_path);
+}
+
+void WorkerAgent::WaitFor(absl::Duration d) {
+  const absl::Time until = absl::Now() + d;
+  while (!stop_.HasBeenNotified()) {
+    absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return;
+    // Short slices, so a rank's exit is reported at once rather than a full
+    // interval later.
+    if (stop_.WaitForNotificationWithTimeout(std::min(left, absl::Milliseconds(100)))) return;
+    if (supervisor_.Poll()) return;
+  }
+}
+
+void WorkerAgent::Run() {
+  absl::Duration backoff = options_.initial_backoff;
+  int failures = 0;
+  while (!stop_.HasBeenNotified()) {
+    absl::Status s = epoch_ == 0 ? Register() : HeartbeatOnce();
+    if (s.ok()) {
+      if (failures > 0) {
+        spdlog::info("coordinator {} reachable again after {} failed attempts",
+                     options_.coordinator, failures);
+      }
+      failures = 0;
+      backoff = options_.initial_backoff;
+      WaitFor(heartbeat_interval_);
+      continue;
+    }
+    if (absl::IsNotFound(s) || absl::IsAborted(s)) {
+      spdlog::warn("coordinator dropped our session ({}); registering again", std::string(s.message()));
+      epoch_ = 0;
+      continue;
+    }
+    ++failures;
+    spdlog::warn("coordinator {} unreachable ({}: {}); {} rank(s) keep running; retry {} in {}",
+                 options_.coordinator, absl::StatusCodeToString(s.code()), std::string(s.message()),
+                 supervisor_.running(), failures, absl::FormatDuration(backoff));
+    WaitFor(backoff);
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+  if (supervisor_.running() > 0) {
+    spdlog::info("stopping {} rank(s)", supervisor_.running());
+    supervisor_.StopAll();
+  }
+  if (epoch_ != 0) {
+    absl::Status s = HeartbeatOnce();  // report the exits; best effort
+    if (!s.ok()) spdlog::warn("final heartbeat failed: {}", s.ToString());
+  }
+}
+
+}  // namespace tessera

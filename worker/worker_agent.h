@@ -1,0 +1,77 @@
+// WorkerAgent: the worker daemon's session with the coordinator.
+//
+// One loop thread registers the worker's slots, then heartbeats. Each heartbeat
+// carries every rank the worker started and has not had acknowledged; the reply
+// carries orders to launch ranks and to stop them. When the coordinator is
+// unreachable the agent keeps its ranks running and retries with exponential
+// backoff, logging each failure; it never gives up. When the coordinator has
+// forgotten the session (NOT_FOUND or ABORTED on heartbeat) it registers again.
+//
+// Thread-safety: Run() blocks on the calling thread until Stop(); Stop() may be
+// called from any thread.
+#ifndef TESSERA_WORKER_WORKER_AGENT_H_
+#define TESSERA_WORKER_WORKER_AGENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "tessera/v1/tessera.grpc.pb.h"
+#include "worker/supervisor.h"
+
+namespace tessera {
+
+struct WorkerOptions {
+  // Coordinator address HOST:PORT, also handed to the trainers.
+  std::string coordinator = "127.0.0.1:50051";
+  // Worker name; unique in the cluster. main.cc defaults it to the hostname.
+  std::string name;
+  std::string hostname;
+  // CPU slots offered when the node has no GPU.
+  int cpu_slots = 1;
+  // Per-rank logs go under this directory.
+  std::string work_dir = "tessera-work";
+  // tessera-train executable. main.cc defaults it to the one next to tessera-worker.
+  std::string trainer_path;
+  // Deadline of each register/heartbeat call.
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  // Retry backoff while the coordinator is unreachable.
+  absl::Duration initial_backoff = absl::Milliseconds(500);
+  absl::Duration max_backoff = absl::Seconds(10);
+  // Time between SIGTERM and SIGKILL when stopping a rank.
+  absl::Duration kill_grace = absl::Seconds(10);
+};
+
+class WorkerAgent {
+ public:
+  // `launcher` is not owned.
+  WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> channel,
+              ProcessLauncher* launcher);
+
+  // Serves until Stop(); then stops every rank, reports their exits if the
+  // coordinator is reachable, and returns.
+  void Run();
+  void Stop() { stop_.Notify(); }
+
+ private:
+  absl::Status Register();
+  absl::Status HeartbeatOnce();
+  void Launch(const tessera::v1::LaunchOrder& order);
+  // Waits up to `d`, returning early when stopping or when a rank exits.
+  void WaitFor(absl::Duration d);
+
+  const WorkerOptions options_;
+  std::unique_ptr<tessera::v1::WorkerService::Stub> stub_;
+  RealClock clock_;
+  Supervisor supervisor_;
+  absl::Notification stop_;
+  int64_t epoch_ = 0;  // 0: not registered
+  absl::Duration heartbeat_interval_ = absl::Seconds(1);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_WORKER_AGENT_H_
