@@ -14,9 +14,9 @@
 //       "pending_reason": "",           // while QUEUED: why it cannot be placed
 //       "attempt": 1,
 //       "world_size": 2,
-//       "created": "2024-05-01T12:00:00.5Z",   // RFC 3339, UTC
+//       "created": "2024-05-01T12:00:00.5+00:00",  // RFC 3339, UTC
 //       "created_unix_ms": 1714564800500,
-//       "updated": "2024-05-01T12:02:31Z",
+//       "updated": "2024-05-01T12:02:31+00:00",
 //       "updated_unix_ms": 1714564951000,
 //       "ranks": [                      // ranks of the current attempt
 //         {"rank": 0, "worker": "node-a", "slot": 0, "state": "exited",
@@ -32,7 +32,7 @@
 //   worker (`tessctl workers -o json` prints an array of these):
 //     {"name": "node-a", "hostname": "node-a.lan", "device_kind": "cpu",
 //      "slots": 2, "slots_used": 1, "alive": true, "epoch": 7,
-//      "last_seen": "2024-05-01T12:00:00Z", "last_seen_unix_ms": 1714564800000}
+//      "last_seen": "2024-05-01T12:00:00+00:00", "last_seen_unix_ms": 1714564800000}
 //
 //   metric point (`tessctl metrics -o json` prints an array of these):
 //     {"attempt": 1, "rank": 0, "step": 120, "name": "loss", "value": 0.6321,

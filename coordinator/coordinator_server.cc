@@ -44,6 +44,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "cannot listen on ", options.listen,
         ": the address is in use or not available on this host"));
   }
+  if (!options.http.empty()) {
+    s->http_api_ = std::make_unique<HttpApi>(s->manager_.get());
+    absl::StatusOr<std::unique_ptr<HttpServer>> http =
+        HttpServer::Start(options.http, s->http_api_.get(), options.http_threads);
+    if (!http.ok()) {
+      s->Shutdown();
+      return http.status();
+    }
+    s->http_ = std::move(*http);
+    spdlog::info("coordinator serving HTTP on {} (port {})", options.http, s->http_->port());
+  }
   spdlog::info("coordinator serving gRPC on {} (port {}), database {}", options.listen,
                s->port_, options.db_path);
   return s;
@@ -57,6 +68,7 @@ std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel() {
 void CoordinatorServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (http_ != nullptr) http_->Stop();
   manager_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();

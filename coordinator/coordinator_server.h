@@ -12,6 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/common/clock.h"
+#include "coordinator/http_api.h"
+#include "coordinator/http_server.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_service.h"
 #include "coordinator/store.h"
@@ -26,6 +28,10 @@ struct CoordinatorOptions {
   // gRPC listen address; port 0 picks a free port (see Start's result).
   // Empty: no network listener, in-process channel only (tests).
   std::string listen = "127.0.0.1:50051";
+  // Dashboard/JSON API address; port 0 picks a free port. Empty: no HTTP.
+  std::string http;
+  // HTTP worker threads.
+  int http_threads = 8;
   // SQLite database file; ":memory:" keeps everything in memory.
   std::string db_path = "tessera.db";
   // Largest gRPC message accepted or sent, in bytes.
@@ -43,6 +49,8 @@ class CoordinatorServer {
 
   // The port actually bound (0 without a network listener).
   int port() const { return port_; }
+  // The HTTP port actually bound (0 without HTTP).
+  int http_port() const { return http_ != nullptr ? http_->port() : 0; }
   std::shared_ptr<grpc::Channel> InProcessChannel();
   JobManager& manager() { return *manager_; }
   Store& store() { return *store_; }
@@ -62,6 +70,8 @@ class CoordinatorServer {
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpApi> http_api_;
+  std::unique_ptr<HttpServer> http_;
   int port_ = 0;
   bool shut_down_ = false;
 };

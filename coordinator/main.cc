@@ -13,7 +13,7 @@
 
 int main(int argc, char** argv) {
   tessera::CoordinatorOptions options;
-  std::string http = "127.0.0.1:8080";
+  options.http = "127.0.0.1:8080";
   std::string port_file;
   int64_t heartbeat_ms = 1000;
   int64_t dead_after_ms = 15000;
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
       "Stops cleanly on SIGTERM or SIGINT.");
   app.add_option("--listen", options.listen, "gRPC listen address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
-  app.add_option("--http", http, "dashboard/API listen address HOST:PORT")->capture_default_str();
+  app.add_option("--http", options.http, "dashboard/API listen address HOST:PORT")->capture_default_str();
   app.add_option("--db", options.db_path, "SQLite database file")->capture_default_str();
   app.add_option("--port-file", port_file, "write the bound gRPC port to this file once serving");
   app.add_option("--max-world-size", options.manager.spec_limits.max_world_size,

@@ -170,9 +170,9 @@ constexpr char kQueryMetrics[] =
 absl::Status SqliteError(sqlite3* db, int rc, absl::string_view what) {
   // sqlite3_errmsg describes the most recent failure on this connection, which
   // is the one being reported when rc came from it; otherwise use rc's text.
-  const char* message =
-      db != nullptr && sqlite3_extended_errcode(db) == rc ? sqlite3_errmsg(db)
-                                                          : sqlite3_errstr(rc);
+  const char* message = db != nullptr && sqlite3_extended_errcode(db) == rc
+                            ? sqlite3_errmsg(db)
+                            : sqlite3_errstr(rc);
   std::string text = absl::StrCat(what, ": ", message, " (sqlite code ", rc, ")");
   switch (rc & 0xff) {
     case SQLITE_FULL:
@@ -315,15 +315,81 @@ absl::StatusOr<JobRecord> ReadJob(const Statement& row) {
   job.reason = row.Bytes(3);
   job.pending_reason = row.Bytes(4);
   job.attempt = static_cast<int32_t>(row.Int(5));
-  std::string spec = row.Bytes(6);
-  if (!job.spec.ParseFromString(spec)) {
-    return absl::DataLossError(absl::StrCat("stored spec of job ", job.id, " is corrupt"));
+  if (!job.spec.ParseFromString(row.Bytes(6))) {
+    return absl::DataLossError(
+        absl::StrCat("stored spec of job ", job.id, " is corrupt"));
   }
   job.spec_yaml = row.Bytes(7);
   job.client_request_id = row.Bytes(8);
   job.created_unix_ms = row.Int(9);
   job.updated_unix_ms = row.Int(10);
   return job;
+}
+
+absl::StatusOr<JobEvent> ReadEvent(const Statement& row) {
+  JobEvent event;
+  event.job_id = row.Int(0);
+  event.unix_ms = row.Int(1);
+  if (!row.IsNull(2)) {
+    ASSIGN_OR_RETURN(event.from_state, ParseStateText(row.Bytes(2)));
+  }
+  ASSIGN_OR_RETURN(event.to_state, ParseStateText(row.Bytes(3)));
+  event.reason = row.Bytes(4);
+  return event;
+}
+
+absl::StatusOr<WorkerRecord> ReadWorker(const Statement& row) {
+  WorkerRecord worker;
+  worker.name = row.Bytes(0);
+  worker.hostname = row.Bytes(1);
+  worker.slots = static_cast<int32_t>(row.Int(2));
+  worker.device_kind = row.Bytes(3);
+  worker.epoch = row.Int(4);
+  worker.last_seen_unix_ms = row.Int(5);
+  return worker;
+}
+
+absl::StatusOr<RankRecord> ReadRank(const Statement& row) {
+  RankRecord rank;
+  rank.job_id = row.Int(0);
+  rank.attempt = static_cast<int32_t>(row.Int(1));
+  rank.rank = static_cast<int32_t>(row.Int(2));
+  rank.worker = row.Bytes(3);
+  rank.slot = static_cast<int32_t>(row.Int(4));
+  rank.state = row.Bytes(5);
+  rank.pid = static_cast<int32_t>(row.Int(6));
+  rank.exit_code = static_cast<int32_t>(row.Int(7));
+  rank.signal = static_cast<int32_t>(row.Int(8));
+  rank.has_result = row.Int(9) != 0;
+  rank.param_hash = row.Bytes(10);
+  rank.test_accuracy = row.Double(11);
+  rank.test_loss = row.Double(12);
+  return rank;
+}
+
+absl::StatusOr<MetricRow> ReadMetric(const Statement& row) {
+  MetricRow metric;
+  metric.job_id = row.Int(0);
+  metric.attempt = static_cast<int32_t>(row.Int(1));
+  metric.rank = static_cast<int32_t>(row.Int(2));
+  metric.step = row.Int(3);
+  metric.name = row.Bytes(4);
+  metric.value = row.Double(5);
+  metric.unix_ms = row.Int(6);
+  return metric;
+}
+
+// Steps `statement` to its end, converting each row with `read`.
+template <typename Record>
+absl::StatusOr<std::vector<Record>> ReadAll(
+    Statement& statement, absl::StatusOr<Record> (*read)(const Statement&)) {
+  std::vector<Record> records;
+  while (true) {
+    ASSIGN_OR_RETURN(bool found, statement.Step());
+    if (!found) return records;
+    ASSIGN_OR_RETURN(Record record, read(statement));
+    records.push_back(std::move(record));
+  }
 }
 
 }  // namespace
@@ -417,9 +483,8 @@ absl::Status SqliteStore::Configure(const std::string& path, const Options& opti
   if (path != ":memory:") {
     ASSIGN_OR_RETURN(std::string mode, pragma("PRAGMA journal_mode = WAL"));
     if (mode != "wal") {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot use WAL journal mode for ", path, ": SQLite chose '",
-                       mode, "'"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot use WAL journal mode for ", path, ": SQLite chose '", mode, "'"));
     }
     RETURN_IF_ERROR(pragma("PRAGMA synchronous = NORMAL").status());
   }
@@ -474,8 +539,8 @@ absl::StatusOr<sqlite3_stmt*> SqliteStore::Prepare(const char* sql) {
   auto it = statements_.find(sql);
   if (it != statements_.end()) return it->second.get();
   sqlite3_stmt* raw = nullptr;
-  int rc = sqlite3_prepare_v3(db_.get(), sql, -1, SQLITE_PREPARE_PERSISTENT, &raw,
-                              nullptr);
+  int rc =
+      sqlite3_prepare_v3(db_.get(), sql, -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
   StatementHandle stmt(raw);
   if (rc != SQLITE_OK) return SqliteError(db_.get(), rc, absl::StrCat("prepare ", sql));
   sqlite3_stmt* result = stmt.get();
@@ -507,87 +572,56 @@ absl::StatusOr<int64_t> SqliteStore::CreateJob(const JobRecord& job) {
     ASSIGN_OR_RETURN(bool found, existing.Step());
     if (found) return existing.Int(0);
   }
-  int64_t id = 0;
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertJob));
-    RETURN_IF_ERROR(Statement(db, insert)
-                        .BindText(1, job.name)
-                        .BindText(2, state)
-                        .BindText(3, job.reason)
-                        .BindText(4, job.pending_reason)
-                        .BindInt(5, job.attempt)
-                        .BindBlob(6, spec)
-                        .BindText(7, job.spec_yaml)
-                        .BindTextOrNull(8, job.client_request_id)
-                        .BindInt(9, job.created_unix_ms)
-                        .BindInt(10, job.updated_unix_ms)
-                        .Run());
-    id = sqlite3_last_insert_rowid(db);
-  }
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * event, Prepare(kInsertEvent));
-    RETURN_IF_ERROR(Statement(db, event)
-                        .BindInt(1, id)
-                        .BindInt(2, job.created_unix_ms)
-                        .BindTextOrNull(3, "")  // no previous state
-                        .BindText(4, state)
-                        .BindText(5, job.reason)
-                        .Run());
-  }
+  ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertJob));
+  RETURN_IF_ERROR(Statement(db, insert)
+                      .BindText(1, job.name)
+                      .BindText(2, state)
+                      .BindText(3, job.reason)
+                      .BindText(4, job.pending_reason)
+                      .BindInt(5, job.attempt)
+                      .BindBlob(6, spec)
+                      .BindText(7, job.spec_yaml)
+                      .BindTextOrNull(8, job.client_request_id)
+                      .BindInt(9, job.created_unix_ms)
+                      .BindInt(10, job.updated_unix_ms)
+                      .Run());
+  int64_t id = sqlite3_last_insert_rowid(db);
+  ASSIGN_OR_RETURN(sqlite3_stmt * event, Prepare(kInsertEvent));
+  RETURN_IF_ERROR(Statement(db, event)
+                      .BindInt(1, id)
+                      .BindInt(2, job.created_unix_ms)
+                      .BindTextOrNull(3, "")  // no previous state
+                      .BindText(4, state)
+                      .BindText(5, job.reason)
+                      .Run());
   RETURN_IF_ERROR(txn.Commit());
   return id;
 }
 
+// Reads that are one SELECT run in SQLite's implicit per-statement transaction.
+
 absl::StatusOr<JobRecord> SqliteStore::GetJob(int64_t id) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
-  JobRecord job;
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectJob));
-    Statement row(db_.get(), select);
-    row.BindInt(1, id);
-    ASSIGN_OR_RETURN(bool found, row.Step());
-    if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
-    ASSIGN_OR_RETURN(job, ReadJob(row));
-  }
-  RETURN_IF_ERROR(txn.Commit());
-  return job;
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectJob));
+  Statement row(db_.get(), select);
+  row.BindInt(1, id);
+  ASSIGN_OR_RETURN(bool found, row.Step());
+  if (!found) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  return ReadJob(row);
 }
 
 absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListJobs() {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
-  std::vector<JobRecord> jobs;
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListJobs));
-    Statement row(db_.get(), select);
-    while (true) {
-      ASSIGN_OR_RETURN(bool found, row.Step());
-      if (!found) break;
-      ASSIGN_OR_RETURN(JobRecord job, ReadJob(row));
-      jobs.push_back(std::move(job));
-    }
-  }
-  RETURN_IF_ERROR(txn.Commit());
-  return jobs;
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListJobs));
+  Statement rows(db_.get(), select);
+  return ReadAll(rows, &ReadJob);
 }
 
 absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListActiveJobs() {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
-  std::vector<JobRecord> jobs;
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListActiveJobs));
-    Statement row(db_.get(), select);
-    while (true) {
-      ASSIGN_OR_RETURN(bool found, row.Step());
-      if (!found) break;
-      ASSIGN_OR_RETURN(JobRecord job, ReadJob(row));
-      jobs.push_back(std::move(job));
-    }
-  }
-  RETURN_IF_ERROR(txn.Commit());
-  return jobs;
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListActiveJobs));
+  Statement rows(db_.get(), select);
+  return ReadAll(rows, &ReadJob);
 }
 
 absl::Status SqliteStore::UpdateJob(const JobRecord& job) {
@@ -604,17 +638,15 @@ absl::Status SqliteStore::UpdateJob(const JobRecord& job) {
     if (!found) return absl::NotFoundError(absl::StrCat("job ", job.id, " not found"));
     old_state = row.Bytes(0);
   }
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * update, Prepare(kUpdateJob));
-    RETURN_IF_ERROR(Statement(db, update)
-                        .BindInt(1, job.id)
-                        .BindText(2, state)
-                        .BindText(3, job.reason)
-                        .BindText(4, job.pending_reason)
-                        .BindInt(5, job.attempt)
-                        .BindInt(6, job.updated_unix_ms)
-                        .Run());
-  }
+  ASSIGN_OR_RETURN(sqlite3_stmt * update, Prepare(kUpdateJob));
+  RETURN_IF_ERROR(Statement(db, update)
+                      .BindInt(1, job.id)
+                      .BindText(2, state)
+                      .BindText(3, job.reason)
+                      .BindText(4, job.pending_reason)
+                      .BindInt(5, job.attempt)
+                      .BindInt(6, job.updated_unix_ms)
+                      .Run());
   if (old_state != state) {
     ASSIGN_OR_RETURN(sqlite3_stmt * event, Prepare(kInsertEvent));
     RETURN_IF_ERROR(Statement(db, event)
@@ -642,21 +674,9 @@ absl::StatusOr<std::vector<JobEvent>> SqliteStore::ListEvents(int64_t job_id) {
   std::vector<JobEvent> events;
   {
     ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListEvents));
-    Statement row(db, select);
-    row.BindInt(1, job_id);
-    while (true) {
-      ASSIGN_OR_RETURN(bool found, row.Step());
-      if (!found) break;
-      JobEvent event;
-      event.job_id = row.Int(0);
-      event.unix_ms = row.Int(1);
-      if (!row.IsNull(2)) {
-        ASSIGN_OR_RETURN(event.from_state, ParseStateText(row.Bytes(2)));
-      }
-      ASSIGN_OR_RETURN(event.to_state, ParseStateText(row.Bytes(3)));
-      event.reason = row.Bytes(4);
-      events.push_back(std::move(event));
-    }
+    Statement rows(db, select);
+    rows.BindInt(1, job_id);
+    ASSIGN_OR_RETURN(events, ReadAll(rows, &ReadEvent));
   }
   RETURN_IF_ERROR(txn.Commit());
   return events;
@@ -664,43 +684,23 @@ absl::StatusOr<std::vector<JobEvent>> SqliteStore::ListEvents(int64_t job_id) {
 
 absl::Status SqliteStore::UpsertWorker(const WorkerRecord& worker) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * upsert, Prepare(kUpsertWorker));
-    RETURN_IF_ERROR(Statement(db_.get(), upsert)
-                        .BindText(1, worker.name)
-                        .BindText(2, worker.hostname)
-                        .BindInt(3, worker.slots)
-                        .BindText(4, worker.device_kind)
-                        .BindInt(5, worker.epoch)
-                        .BindInt(6, worker.last_seen_unix_ms)
-                        .Run());
-  }
-  return txn.Commit();
+  ASSIGN_OR_RETURN(sqlite3_stmt * upsert, Prepare(kUpsertWorker));
+  // One statement: SQLite's implicit transaction makes it atomic.
+  return Statement(db_.get(), upsert)
+      .BindText(1, worker.name)
+      .BindText(2, worker.hostname)
+      .BindInt(3, worker.slots)
+      .BindText(4, worker.device_kind)
+      .BindInt(5, worker.epoch)
+      .BindInt(6, worker.last_seen_unix_ms)
+      .Run();
 }
 
 absl::StatusOr<std::vector<WorkerRecord>> SqliteStore::ListWorkers() {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
-  std::vector<WorkerRecord> workers;
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListWorkers));
-    Statement row(db_.get(), select);
-    while (true) {
-      ASSIGN_OR_RETURN(bool found, row.Step());
-      if (!found) break;
-      WorkerRecord worker;
-      worker.name = row.Bytes(0);
-      worker.hostname = row.Bytes(1);
-      worker.slots = static_cast<int32_t>(row.Int(2));
-      worker.device_kind = row.Bytes(3);
-      worker.epoch = row.Int(4);
-      worker.last_seen_unix_ms = row.Int(5);
-      workers.push_back(std::move(worker));
-    }
-  }
-  RETURN_IF_ERROR(txn.Commit());
-  return workers;
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListWorkers));
+  Statement rows(db_.get(), select);
+  return ReadAll(rows, &ReadWorker);
 }
 
 absl::Status SqliteStore::PutRanks(const std::vector<RankRecord>& ranks) {
@@ -734,34 +734,10 @@ absl::Status SqliteStore::PutRanks(const std::vector<RankRecord>& ranks) {
 absl::StatusOr<std::vector<RankRecord>> SqliteStore::GetRanks(int64_t job_id,
                                                               int32_t attempt) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
-  std::vector<RankRecord> ranks;
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kGetRanks));
-    Statement row(db_.get(), select);
-    row.BindInt(1, job_id).BindInt(2, attempt);
-    while (true) {
-      ASSIGN_OR_RETURN(bool found, row.Step());
-      if (!found) break;
-      RankRecord rank;
-      rank.job_id = row.Int(0);
-      rank.attempt = static_cast<int32_t>(row.Int(1));
-      rank.rank = static_cast<int32_t>(row.Int(2));
-      rank.worker = row.Bytes(3);
-      rank.slot = static_cast<int32_t>(row.Int(4));
-      rank.state = row.Bytes(5);
-      rank.pid = static_cast<int32_t>(row.Int(6));
-      rank.exit_code = static_cast<int32_t>(row.Int(7));
-      rank.signal = static_cast<int32_t>(row.Int(8));
-      rank.has_result = row.Int(9) != 0;
-      rank.param_hash = row.Bytes(10);
-      rank.test_accuracy = row.Double(11);
-      rank.test_loss = row.Double(12);
-      ranks.push_back(std::move(rank));
-    }
-  }
-  RETURN_IF_ERROR(txn.Commit());
-  return ranks;
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kGetRanks));
+  Statement rows(db_.get(), select);
+  rows.BindInt(1, job_id).BindInt(2, attempt);
+  return ReadAll(rows, &ReadRank);
 }
 
 absl::Status SqliteStore::AppendMetrics(const std::vector<MetricRow>& rows) {
@@ -793,31 +769,13 @@ absl::StatusOr<std::vector<MetricRow>> SqliteStore::QueryMetrics(
         absl::StrCat("metric query limit must be positive, got ", query.limit));
   }
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/false));
-  std::vector<MetricRow> rows;
-  {
-    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kQueryMetrics));
-    Statement row(db_.get(), select);
-    row.BindInt(1, query.job_id)
-        .BindInt(2, query.after_step)
-        .BindText(3, query.name)
-        .BindInt(4, query.limit);
-    while (true) {
-      ASSIGN_OR_RETURN(bool found, row.Step());
-      if (!found) break;
-      MetricRow metric;
-      metric.job_id = row.Int(0);
-      metric.attempt = static_cast<int32_t>(row.Int(1));
-      metric.rank = static_cast<int32_t>(row.Int(2));
-      metric.step = row.Int(3);
-      metric.name = row.Bytes(4);
-      metric.value = row.Double(5);
-      metric.unix_ms = row.Int(6);
-      rows.push_back(std::move(metric));
-    }
-  }
-  RETURN_IF_ERROR(txn.Commit());
-  return rows;
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kQueryMetrics));
+  Statement rows(db_.get(), select);
+  rows.BindInt(1, query.job_id)
+      .BindInt(2, query.after_step)
+      .BindText(3, query.name)
+      .BindInt(4, query.limit);
+  return ReadAll(rows, &ReadMetric);
 }
 
 absl::StatusOr<int> SqliteStore::SchemaVersion() {

@@ -45,8 +45,8 @@ TEST(SchedulerTest, PlacesJobOnOneWorkerWhenItFits) {
 }
 
 TEST(SchedulerTest, SpansTwoWorkersWhenNeitherAloneSuffices) {
-  ScheduleResult result = Schedule({{.job_id = 7, .world_size = 4}},
-                                   {Worker("a", 2), Worker("b", 2)});
+  ScheduleResult result =
+      Schedule({{.job_id = 7, .world_size = 4}}, {Worker("a", 2), Worker("b", 2)});
 
   ASSERT_EQ(result.placements.size(), 1u);
   EXPECT_THAT(Ranks(result.placements[0]),
@@ -56,8 +56,8 @@ TEST(SchedulerTest, SpansTwoWorkersWhenNeitherAloneSuffices) {
 
 TEST(SchedulerTest, NumbersLocalRanksPerWorker) {
   // a has 1 free slot, b has 3: ranks 1..3 land on b with local ranks 0..2.
-  ScheduleResult result = Schedule({{.job_id = 1, .world_size = 4}},
-                                   {Worker("a", 2, {0}), Worker("b", 3)});
+  ScheduleResult result =
+      Schedule({{.job_id = 1, .world_size = 4}}, {Worker("a", 2, {0}), Worker("b", 3)});
 
   ASSERT_EQ(result.placements.size(), 1u);
   EXPECT_THAT(Ranks(result.placements[0]),
@@ -83,9 +83,8 @@ TEST(SchedulerTest, SkipsUsedSlots) {
 }
 
 TEST(SchedulerTest, SkipsDeadWorkers) {
-  ScheduleResult result = Schedule(
-      {{.job_id = 1, .world_size = 2}},
-      {Worker("a", 8, {}, /*alive=*/false), Worker("b", 2)});
+  ScheduleResult result = Schedule({{.job_id = 1, .world_size = 2}},
+                                   {Worker("a", 8, {}, /*alive=*/false), Worker("b", 2)});
 
   ASSERT_EQ(result.placements.size(), 1u);
   EXPECT_THAT(Ranks(result.placements[0]),
@@ -93,9 +92,8 @@ TEST(SchedulerTest, SkipsDeadWorkers) {
 }
 
 TEST(SchedulerTest, DeadWorkersDoNotCountAsRegistered) {
-  ScheduleResult result = Schedule(
-      {{.job_id = 5, .world_size = 4}},
-      {Worker("a", 8, {}, /*alive=*/false), Worker("b", 2)});
+  ScheduleResult result = Schedule({{.job_id = 5, .world_size = 4}},
+                                   {Worker("a", 8, {}, /*alive=*/false), Worker("b", 2)});
 
   EXPECT_THAT(result.placements, IsEmpty());
   EXPECT_THAT(result.pending_reasons,

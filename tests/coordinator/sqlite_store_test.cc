@@ -410,11 +410,24 @@ TEST_P(StoreContractTest, UpsertWorkerInsertsThenReplacesByName) {
 TEST_P(StoreContractTest, PutRanksThenGetRanksOfOneAttemptOrderedByRank) {
   int64_t id = Create(MakeJob("job"));
   std::vector<RankRecord> ranks = {
-      {.job_id = id, .attempt = 1, .rank = 1, .worker = "w2", .slot = 0,
+      {.job_id = id,
+       .attempt = 1,
+       .rank = 1,
+       .worker = "w2",
+       .slot = 0,
        .state = "assigned"},
-      {.job_id = id, .attempt = 1, .rank = 0, .worker = "w1", .slot = 3,
-       .state = "running", .pid = 4242},
-      {.job_id = id, .attempt = 2, .rank = 0, .worker = "w9", .slot = 1,
+      {.job_id = id,
+       .attempt = 1,
+       .rank = 0,
+       .worker = "w1",
+       .slot = 3,
+       .state = "running",
+       .pid = 4242},
+      {.job_id = id,
+       .attempt = 2,
+       .rank = 0,
+       .worker = "w9",
+       .slot = 1,
        .state = "assigned"},
   };
   ASSERT_THAT(store_->PutRanks(ranks), IsOk());
@@ -437,8 +450,13 @@ TEST_P(StoreContractTest, PutRanksThenGetRanksOfOneAttemptOrderedByRank) {
 
 TEST_P(StoreContractTest, PutRanksReplacesARankWithTheSameKey) {
   int64_t id = Create(MakeJob("job"));
-  ASSERT_THAT(store_->PutRanks({{.job_id = id, .attempt = 1, .rank = 0, .worker = "w1",
-                                 .slot = 0, .state = "running", .pid = 10}}),
+  ASSERT_THAT(store_->PutRanks({{.job_id = id,
+                                 .attempt = 1,
+                                 .rank = 0,
+                                 .worker = "w1",
+                                 .slot = 0,
+                                 .state = "running",
+                                 .pid = 10}}),
               IsOk());
   ASSERT_THAT(store_->PutRanks({{.job_id = id,
                                  .attempt = 1,
@@ -471,8 +489,11 @@ TEST_P(StoreContractTest, PutRanksReplacesARankWithTheSameKey) {
 }
 
 TEST_P(StoreContractTest, PutRanksOfUnknownJobIsNotFound) {
-  EXPECT_THAT(store_->PutRanks({{.job_id = 777, .attempt = 1, .rank = 0,
-                                 .worker = "w1", .state = "assigned"}}),
+  EXPECT_THAT(store_->PutRanks({{.job_id = 777,
+                                 .attempt = 1,
+                                 .rank = 0,
+                                 .worker = "w1",
+                                 .state = "assigned"}}),
               StatusIs(absl::StatusCode::kNotFound));
 }
 
@@ -489,11 +510,11 @@ TEST_P(StoreContractTest, QueryMetricsReturnsRowsOrderedByStepRankName) {
 
   absl::StatusOr<std::vector<MetricRow>> rows = store_->QueryMetrics({.job_id = id});
   ASSERT_THAT(rows, IsOk());
-  EXPECT_THAT(Keys(*rows), ElementsAre(std::make_tuple(10, 0, "accuracy", 1),
-                                       std::make_tuple(10, 0, "loss", 1),
-                                       std::make_tuple(10, 1, "loss", 1),
-                                       std::make_tuple(20, 0, "loss", 1),
-                                       std::make_tuple(20, 1, "loss", 1)));
+  EXPECT_THAT(
+      Keys(*rows),
+      ElementsAre(std::make_tuple(10, 0, "accuracy", 1),
+                  std::make_tuple(10, 0, "loss", 1), std::make_tuple(10, 1, "loss", 1),
+                  std::make_tuple(20, 0, "loss", 1), std::make_tuple(20, 1, "loss", 1)));
   const MetricRow& first_loss = (*rows)[1];
   EXPECT_EQ(first_loss.job_id, id);
   EXPECT_DOUBLE_EQ(first_loss.value, 0.9);
@@ -542,12 +563,12 @@ TEST_P(StoreContractTest, QueryMetricsHonoursJobAfterStepNameAndLimit) {
 
 TEST_P(StoreContractTest, DuplicateMetricRowsAreIgnored) {
   int64_t id = Create(MakeJob("job"));
-  ASSERT_THAT(store_->AppendMetrics({Metric(id, 1, 0, 10, "loss", 0.5),
-                                     Metric(id, 1, 0, 10, "loss", 0.7)}),
+  ASSERT_THAT(store_->AppendMetrics(
+                  {Metric(id, 1, 0, 10, "loss", 0.5), Metric(id, 1, 0, 10, "loss", 0.7)}),
               IsOk());
   // A retried report with a different value for the same key.
-  ASSERT_THAT(store_->AppendMetrics({Metric(id, 1, 0, 10, "loss", 0.9),
-                                     Metric(id, 1, 0, 11, "loss", 0.4)}),
+  ASSERT_THAT(store_->AppendMetrics(
+                  {Metric(id, 1, 0, 10, "loss", 0.9), Metric(id, 1, 0, 11, "loss", 0.4)}),
               IsOk());
 
   absl::StatusOr<std::vector<MetricRow>> rows = store_->QueryMetrics({.job_id = id});
@@ -559,8 +580,8 @@ TEST_P(StoreContractTest, DuplicateMetricRowsAreIgnored) {
 
 TEST_P(StoreContractTest, SameStepOfAnotherAttemptIsKept) {
   int64_t id = Create(MakeJob("job"));
-  ASSERT_THAT(store_->AppendMetrics({Metric(id, 2, 0, 10, "loss", 0.4),
-                                     Metric(id, 1, 0, 10, "loss", 0.5)}),
+  ASSERT_THAT(store_->AppendMetrics(
+                  {Metric(id, 2, 0, 10, "loss", 0.4), Metric(id, 1, 0, 10, "loss", 0.5)}),
               IsOk());
 
   absl::StatusOr<std::vector<MetricRow>> rows = store_->QueryMetrics({.job_id = id});
@@ -585,8 +606,8 @@ TEST_P(StoreContractTest, NanMetricValueRoundTrips) {
 TEST_P(StoreContractTest, AppendMetricsForUnknownJobFailsAndStoresNothing) {
   int64_t id = Create(MakeJob("job"));
 
-  EXPECT_THAT(store_->AppendMetrics(
-                  {Metric(id, 1, 0, 1, "loss", 0.5), Metric(424242, 1, 0, 1, "loss", 0.5)}),
+  EXPECT_THAT(store_->AppendMetrics({Metric(id, 1, 0, 1, "loss", 0.5),
+                                     Metric(424242, 1, 0, 1, "loss", 0.5)}),
               StatusIs(absl::StatusCode::kNotFound));
   absl::StatusOr<std::vector<MetricRow>> rows = store_->QueryMetrics({.job_id = id});
   ASSERT_THAT(rows, IsOk());
@@ -625,7 +646,8 @@ TEST_P(StoreContractTest, ConcurrentCallersAllLand) {
   ASSERT_THAT(jobs, IsOk());
   ASSERT_THAT(*jobs, SizeIs(kThreads * kJobsPerThread));
   for (const JobRecord& job : *jobs) {
-    absl::StatusOr<std::vector<MetricRow>> rows = store_->QueryMetrics({.job_id = job.id});
+    absl::StatusOr<std::vector<MetricRow>> rows =
+        store_->QueryMetrics({.job_id = job.id});
     ASSERT_THAT(rows, IsOk());
     EXPECT_THAT(*rows, SizeIs(kStepsPerJob));
   }
@@ -663,8 +685,11 @@ TEST_F(SqliteStoreFileTest, DataSurvivesReopen) {
     ASSERT_THAT((*store)->UpdateJob(job), IsOk());
     ASSERT_THAT((*store)->UpsertWorker({.name = "w1", .hostname = "h", .slots = 2}),
                 IsOk());
-    ASSERT_THAT((*store)->PutRanks({{.job_id = id, .attempt = 1, .rank = 0,
-                                     .worker = "w1", .state = "running"}}),
+    ASSERT_THAT((*store)->PutRanks({{.job_id = id,
+                                     .attempt = 1,
+                                     .rank = 0,
+                                     .worker = "w1",
+                                     .state = "running"}}),
                 IsOk());
     ASSERT_THAT((*store)->AppendMetrics({Metric(id, 1, 0, 1, "loss", 0.5)}), IsOk());
   }

@@ -1,0 +1,64 @@
+#include "coordinator/http_server.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "httplib.h"
+
+namespace tessera {
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,
+                                                              const HttpApi* api,
+                                                              int threads) {
+  size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http: expected HOST:PORT, got '", address, "'"));
+  }
+  std::string host = address.substr(0, colon);
+  std::unique_ptr<HttpServer> s(new HttpServer());
+  s->server_ = std::make_unique<httplib::Server>();
+  s->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s->server_->set_payload_max_length(1 << 20);
+  s->server_->set_default_headers(
+      {{"Content-Security-Policy",
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"},
+       {"X-Content-Type-Options", "nosniff"},
+       {"Referrer-Policy", "no-referrer"}});
+  auto handler = [api](const httplib::Request& req, httplib::Response& res) {
+    HttpRequest r;
+    r.method = req.method;
+    r.path = req.path;
+    for (const auto& [k, v] : req.params) r.query.emplace(k, v);
+    HttpResponse out = api->Handle(r);
+    res.status = out.status;
+    res.set_content(out.body, out.content_type.c_str());
+  };
+  s->server_->Get(R"(/.*)", handler);
+  s->server_->Post(R"(/.*)", handler);
+  if (port == 0) {
+    s->port_ = s->server_->bind_to_any_port(host);
+  } else if (s->server_->bind_to_port(host, port)) {
+    s->port_ = port;
+  }
+  if (s->port_ <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot listen on ", address, " (HTTP): the address is in use or not available"));
+  }
+  httplib::Server* raw = s->server_.get();
+  s->thread_ = std::thread([raw] { raw->listen_after_bind(); });
+  return s;
+}
+
+void HttpServer::Stop() {
+  if (thread_.joinable()) {
+    server_->stop();
+    thread_.join();
+  }
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+}  // namespace tessera

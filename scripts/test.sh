@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# README command 2: installs what is needed, builds everything and runs the whole
+# test suite (unit, in-process gRPC and end-to-end tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+scripts/setup.sh
+scripts/build.sh
+cd build
+ctest --output-on-failure --timeout 600 -j 2 "$@"
+echo "tests: passed in $(( $(date +%s) - start ))s (setup + build + tests)"

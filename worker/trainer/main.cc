@@ -1,0 +1,161 @@
+// tessera-train: one rank of a data-parallel ViT training job.
+//
+// Wiring only: flags -> options, data, process group (rendezvous through the
+// coordinator, a static TCPStore, or standalone), reporter, training loop, result.
+// Exit codes: 0 success, 1 runtime failure, 2 usage error.
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "worker/trainer/coordinator_client.h"
+#include "worker/trainer/image_dataset.h"
+#include "worker/trainer/metrics_reporter.h"
+#include "worker/trainer/process_group.h"
+#include "worker/trainer/trainer.h"
+#include "worker/trainer/trainer_flags.h"
+#include "worker/trainer/trainer_options.h"
+
+#if TESSERA_TRAINER_WITH_GRPC
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include "worker/trainer/grpc_coordinator_client.h"
+#endif
+
+namespace tessera::trainer {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+#if TESSERA_TRAINER_WITH_GRPC
+constexpr bool kCoordinatorSupported = true;
+#else
+constexpr bool kCoordinatorSupported = false;
+#endif
+// Time allowed at exit for queued metric points to reach the coordinator.
+constexpr absl::Duration kFinalFlushTimeout = absl::Seconds(10);
+
+int Fail(const std::string& context, const absl::Status& status) {
+  std::cerr << "tessera-train: " << context << ": " << status << std::endl;
+  return kExitFailure;
+}
+
+absl::StatusOr<ImageDataset> LoadSplit(const TrainerOptions& options, Split split) {
+  DatasetRequest request;
+  request.name = options.dataset;
+  request.data_dir = options.data_dir;
+  request.split = split;
+  request.limit = split == Split::kTrain ? options.train_subset : options.test_subset;
+  request.seed = options.seed;
+  return LoadImageDataset(request);
+}
+
+std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(const LaunchOptions& launch) {
+#if TESSERA_TRAINER_WITH_GRPC
+  if (launch.coordinator.empty()) return nullptr;
+  TrainerIdentity identity;
+  identity.job_id = launch.job_id;
+  identity.attempt = launch.attempt;
+  identity.rank = launch.rank;
+  return std::make_unique<GrpcCoordinatorClient>(
+      grpc::CreateChannel(launch.coordinator, grpc::InsecureChannelCredentials()),
+      identity);
+#else
+  (void)launch;
+  return nullptr;
+#endif
+}
+
+int Run(int argc, char** argv) {
+  absl::StatusOr<TrainerFlags> flags =
+      ParseTrainerFlags(std::vector<std::string>(argv + 1, argv + argc));
+  if (!flags.ok()) {
+    std::cerr << "tessera-train: " << flags.status().message()
+              << "\nRun with --help for usage." << std::endl;
+    return kExitUsage;
+  }
+  if (!flags->help.empty()) {
+    std::cout << flags->help;
+    return 0;
+  }
+  const TrainerOptions& options = flags->trainer;
+  const LaunchOptions& launch = flags->launch;
+  for (const absl::Status& status :
+       {ValidateTrainerOptions(options),
+        ValidateLaunchOptions(launch, kCoordinatorSupported)}) {
+    if (!status.ok()) {
+      std::cerr << "tessera-train: " << status.message() << std::endl;
+      return kExitUsage;
+    }
+  }
+
+  // Data first: a bad data directory fails fast, before any peer waits on us.
+  absl::StatusOr<ImageDataset> train = LoadSplit(options, Split::kTrain);
+  if (!train.ok()) return Fail("loading the training split", train.status());
+  absl::StatusOr<ImageDataset> test = LoadSplit(options, Split::kTest);
+  if (!test.ok()) return Fail("loading the test split", test.status());
+
+  const std::unique_ptr<CoordinatorClient> coordinator = MakeCoordinatorClient(launch);
+  absl::StatusOr<ProcessGroup> group = JoinProcessGroup(launch, coordinator.get());
+  if (!group.ok()) return Fail("forming the process group", group.status());
+
+  MetricsReporterOptions reporting;
+  reporting.rank = group->rank;
+  reporting.metrics_file = launch.metrics_file;
+  reporting.progress = &std::cout;
+  absl::StatusOr<std::unique_ptr<MetricsReporter>> reporter =
+      MetricsReporter::Create(reporting, coordinator.get());
+  if (!reporter.ok()) return Fail("setting up metrics", reporter.status());
+
+  TrainerLoopOptions loop;
+  loop.log = &std::cout;
+  Trainer trainer(options, *train, *test, *group->communicator, **reporter, loop);
+  absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
+  if (!outcome.ok()) return Fail("training", outcome.status());
+
+  std::cout << absl::StrFormat(
+                   "[rank %d] done: %d steps, %.1f images/s, test_accuracy=%.4f "
+                   "test_loss=%.4f param_hash=%s",
+                   group->rank, outcome->steps,
+                   outcome->train_seconds > 0
+                       ? static_cast<double>(outcome->train_images) / outcome->train_seconds
+                       : 0.0,
+                   outcome->test_accuracy, outcome->test_loss, outcome->param_hash)
+            << std::endl;
+
+  // Metrics first, so they are stored by the time the result marks the rank done.
+  const absl::Status flushed = (*reporter)->Flush(kFinalFlushTimeout);
+  if (!flushed.ok()) {
+    // Training succeeded; lost metric points are not a reason to fail the rank.
+    std::cerr << "tessera-train: " << flushed << std::endl;
+  }
+  if (coordinator != nullptr) {
+    TrainingResult result;
+    result.param_hash = outcome->param_hash;
+    result.test_accuracy = outcome->test_accuracy;
+    result.test_loss = outcome->test_loss;
+    const absl::Status reported = coordinator->ReportResult(result);
+    if (!reported.ok()) return Fail("reporting the result", reported);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera::trainer
+
+int main(int argc, char** argv) {
+  try {
+    return tessera::trainer::Run(argc, argv);
+  } catch (const std::exception& e) {
+    // LibTorch (c10::Error) and the standard library signal with exceptions; none
+    // may end the process without a message.
+    std::cerr << "tessera-train: fatal: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,88 @@
+#include "worker/trainer/trainer_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessera::trainer {
+namespace {
+
+// Declares every flag on `app`, bound to `flags`. Returns the names of the flags
+// that carry TrainerConfig fields, in field order.
+std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
+  app.option_defaults()->always_capture_default();
+  std::vector<std::string> config_names;
+  auto config = [&](const std::string& name, auto& value, const std::string& help) {
+    config_names.push_back(name);
+    app.add_option("--" + name, value, help)->group("Training (tessera.v1.TrainerConfig)");
+  };
+  TrainerOptions& t = flags.trainer;
+  config("model", t.model, "model preset: vit-micro, vit-ti16, vit-s16, vit-b16");
+  config("dataset", t.dataset, "fashion-mnist | synthetic");
+  config("data-dir", t.data_dir, "directory holding the dataset files (plain or .gz)");
+  config("epochs", t.epochs, "passes over this rank's shard");
+  config("max-steps", t.max_steps, "stop after this many optimizer steps (0: no limit)");
+  config("batch-size", t.batch_size, "per-rank batch size");
+  config("lr", t.lr, "peak AdamW learning rate (warmup, then cosine decay)");
+  config("train-subset", t.train_subset, "use only the first N training images (0: all)");
+  config("test-subset", t.test_subset, "use only the first N test images (0: all)");
+  config("allreduce", t.allreduce, "average gradients across ranks (true|false)");
+  config("metrics-every", t.metrics_every, "report metrics every K steps");
+  config("seed", t.seed, "seed for initialisation, shuffling and synthetic data");
+  config("threads", t.threads, "intra-op threads per rank (0: trainer default, 1)");
+  config("weight-decay", t.weight_decay, "AdamW weight decay");
+
+  LaunchOptions& l = flags.launch;
+  const std::string launch = "Launch (set by tessera-worker)";
+  app.add_option("--coordinator", l.coordinator,
+                 "coordinator HOST:PORT; omit for a standalone run")
+      ->group(launch);
+  app.add_option("--job-id", l.job_id, "job id")->group(launch);
+  app.add_option("--attempt", l.attempt, "attempt number")->group(launch);
+  app.add_option("--rank", l.rank, "this process's rank")->group(launch);
+  app.add_option("--world-size", l.world_size, "number of ranks")->group(launch);
+  app.add_option("--local-rank", l.local_rank, "rank within this machine")->group(launch);
+  app.add_option("--metrics-file", l.metrics_file,
+                 "also write every metric point to this file as JSON lines")
+      ->group(launch);
+  app.add_option("--rendezvous-store", l.rendezvous_store,
+                 "without a coordinator: HOST:PORT of a TCPStore that rank 0 hosts "
+                 "and all ranks join")
+      ->group(launch);
+  return config_names;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainerFlags> ParseTrainerFlags(const std::vector<std::string>& args) {
+  TrainerFlags flags;
+  CLI::App app("tessera-train: data-parallel ViT training, one process per rank",
+               "tessera-train");
+  DeclareFlags(app, flags);
+  // CLI11 consumes the argument vector from the back.
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(std::move(reversed));
+  } catch (const CLI::CallForHelp&) {
+    flags.help = app.help();
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  return flags;
+}
+
+const std::vector<std::string>& TrainerConfigFlagNames() {
+  static const auto* const kNames = [] {
+    CLI::App app;
+    TrainerFlags flags;
+    return new std::vector<std::string>(DeclareFlags(app, flags));
+  }();
+  return *kNames;
+}
+
+}  // namespace tessera::trainer

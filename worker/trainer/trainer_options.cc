@@ -1,0 +1,112 @@
+#include "worker/trainer/trainer_options.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/common/status_macros.h"
+#include "worker/trainer/image_dataset.h"
+#include "worker/trainer/net_util.h"
+#include "worker/trainer/vit_config.h"
+
+namespace tessera::trainer {
+namespace {
+
+template <typename T>
+absl::Status CheckRange(const char* flag, T value, T low, T high) {
+  if (value < low || value > high) {
+    if (high == std::numeric_limits<T>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be >= ", low, ", got ", value));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be in [", low, ", ", high, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits& limits) {
+  absl::StatusOr<ViTConfig> model = FindViTPreset(o.model);
+  if (!model.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--model: ", model.status().message()));
+  }
+  bool known_dataset = false;
+  for (const std::string& name : KnownDatasets()) known_dataset |= name == o.dataset;
+  if (!known_dataset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dataset: unknown dataset \"", o.dataset,
+                     "\"; known datasets: ", absl::StrJoin(KnownDatasets(), ", ")));
+  }
+  if (o.dataset != "synthetic" && o.data_dir.empty()) {
+    return absl::InvalidArgumentError("--data-dir must name a directory");
+  }
+  RETURN_IF_ERROR(CheckRange<int32_t>("epochs", o.epochs, 1, limits.max_epochs));
+  RETURN_IF_ERROR(CheckRange<int64_t>("max-steps", o.max_steps, 0, std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int32_t>("batch-size", o.batch_size, 1, limits.max_batch_size));
+  if (!std::isfinite(o.lr) || o.lr <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr must be a positive number, got ", o.lr));
+  }
+  RETURN_IF_ERROR(CheckRange<int64_t>("train-subset", o.train_subset, 0, std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int64_t>("test-subset", o.test_subset, 0, std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int32_t>("metrics-every", o.metrics_every, 1, std::numeric_limits<int32_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int64_t>("seed", o.seed, 0, std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int32_t>("threads", o.threads, 0, limits.max_threads));
+  if (!std::isfinite(o.weight_decay) || o.weight_decay < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weight-decay must be a non-negative number, got ", o.weight_decay));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLaunchOptions(const LaunchOptions& l, bool coordinator_supported,
+                                   const OptionLimits& limits) {
+  RETURN_IF_ERROR(CheckRange<int32_t>("world-size", l.world_size, 1, limits.max_world_size));
+  RETURN_IF_ERROR(CheckRange<int32_t>("rank", l.rank, 0, l.world_size - 1));
+  RETURN_IF_ERROR(CheckRange<int32_t>("local-rank", l.local_rank, 0, l.world_size - 1));
+  RETURN_IF_ERROR(CheckRange<int64_t>("job-id", l.job_id, 0, std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int32_t>("attempt", l.attempt, 0, std::numeric_limits<int32_t>::max()));
+  if (!l.coordinator.empty()) {
+    if (!coordinator_supported) {
+      return absl::InvalidArgumentError(
+          "--coordinator: this tessera-train was built without gRPC "
+          "(TESSERA_TRAINER_ONLY); it runs standalone or with --rendezvous-store");
+    }
+    absl::StatusOr<HostPort> address = ParseHostPort(l.coordinator);
+    if (!address.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--coordinator: ", address.status().message()));
+    }
+    if (address->port == 0) {
+      return absl::InvalidArgumentError("--coordinator: port must not be 0");
+    }
+  } else if (!l.rendezvous_store.empty()) {
+    absl::StatusOr<HostPort> address = ParseHostPort(l.rendezvous_store);
+    if (!address.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rendezvous-store: ", address.status().message()));
+    }
+    if (address->port == 0) {
+      return absl::InvalidArgumentError(
+          "--rendezvous-store: every rank needs the same fixed port, not 0");
+    }
+  } else if (l.world_size != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--world-size ", l.world_size,
+        " needs --coordinator (or --rendezvous-store); without them only a "
+        "standalone run of world size 1 is possible"));
+  }
+  return absl::OkStatus();
+}
+
+int EffectiveThreads(const TrainerOptions& options) {
+  return options.threads > 0 ? options.threads : 1;
+}
+
+}  // namespace tessera::trainer
