@@ -176,7 +176,7 @@ absl::StatusOr<std::vector<v1::MetricPoint>> FetchMetrics(CoordinatorClient& cli
       // "after_step" 0 means "all" to the server; filter here so that paging
       // from step 0 cannot repeat points.
       if (p.step() <= after) continue;
-
+      if (split && p.step() == max_step) continue;
       all.push_back(std::move(p));
     }
     if (all.size() > kMaxMetricPoints) {
@@ -186,7 +186,7 @@ absl::StatusOr<std::vector<v1::MetricPoint>> FetchMetrics(CoordinatorClient& cli
     }
     if (!full) break;
     // Strictly increasing: a split page holds a step in (after, max_step).
-    after = max_step - 1;
+    after = split ? max_step - 1 : max_step;
   }
   return all;
 }
@@ -218,7 +218,6 @@ int RunSubmit(const SubmitOptions& options, CoordinatorClient& client, std::ostr
   absl::Duration backoff = options.initial_backoff;
   absl::StatusOr<int64_t> job_id;
   for (int attempt = 1;; ++attempt) {
-    request.set_client_request_id(NewRequestId());
     job_id = client.SubmitJob(request);
     if (job_id.ok() || !IsRetryable(job_id.status()) || attempt >= options.max_attempts) {
       break;
