@@ -16,7 +16,7 @@
 namespace tessera::cli {
 
 namespace v1 = tessera::v1;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -295,8 +295,9 @@ int RunWait(const WaitOptions& options, CoordinatorClient& client, std::ostream&
     if (job.ok()) {
       failures = 0;
       state = job->state();
-      if (IsTerminal(job->state()))
+      if (IsTerminal(job->state())) {
         return ReportTerminal(*job, absl::Now() - start, client, out);
+      }
       if (options.progress && absl::Now() >= next_progress) {
         // A restart begins a new attempt whose steps start over.
         if (job->attempt() != summary_attempt) {
@@ -326,7 +327,7 @@ int RunWait(const WaitOptions& options, CoordinatorClient& client, std::ostream&
 
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      err << "tessctl: timed out after " << HumanDuration(options.timeout)
+      err << "tessctl: timed out after " << absl::FormatDuration(options.timeout)
           << " waiting for job " << options.job_id;
       if (state) err << " (" << JobStateName(*state) << ")";
       err << "\n";

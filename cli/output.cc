@@ -20,7 +20,7 @@ namespace v1 = tessera::v1;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

@@ -105,10 +105,11 @@ std::string FormatMetricsTable(const std::vector<tessera::v1::MetricPoint>& poin
 std::string FormatMetricsCsv(const std::vector<tessera::v1::MetricPoint>& points);
 
 // Any message, field by field under proto names (see "spec" above).
-nlohmann::json ProtoToJson(const google::protobuf::Message& message);
-nlohmann::json JobToJson(const tessera::v1::Job& job, bool include_spec_yaml = true);
-nlohmann::json WorkerToJson(const tessera::v1::Worker& worker);
-nlohmann::json MetricPointToJson(const tessera::v1::MetricPoint& point);
+nlohmann::ordered_json ProtoToJson(const google::protobuf::Message& message);
+nlohmann::ordered_json JobToJson(const tessera::v1::Job& job,
+                                 bool include_spec_yaml = true);
+nlohmann::ordered_json WorkerToJson(const tessera::v1::Worker& worker);
+nlohmann::ordered_json MetricPointToJson(const tessera::v1::MetricPoint& point);
 
 // What `tessctl wait --progress` shows for one step of one attempt.
 struct StepSummary {

@@ -53,8 +53,14 @@ std::string DescribeNode(const YAML::Node& node) {
       return "a list";
     case YAML::NodeType::Null:
       return "null";
-    case YAML::NodeType::Scalar:
-      return absl::StrCat("'", node.Scalar(), "'");
+    case YAML::NodeType::Scalar: {
+      // Long values are cut: the message names the field, not the whole value.
+      constexpr size_t kMaxShown = 64;
+      const std::string& text = node.Scalar();
+      if (text.size() <= kMaxShown) return absl::StrCat("'", text, "'");
+      return absl::StrCat("'", text.substr(0, kMaxShown), "...' (", text.size(),
+                          " bytes)");
+    }
     case YAML::NodeType::Undefined:
       break;
   }

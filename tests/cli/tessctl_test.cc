@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -32,7 +33,6 @@ namespace {
 namespace v1 = tessera::v1;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::Not;
 using ::testing::StartsWith;
 
 std::string ReadFile(const std::filesystem::path& path) {
@@ -395,7 +395,6 @@ TEST_F(TessctlTest, StatusJsonHasTopLevelStateAndRanks) {
             kExitOk)
       << err_.str();
   const nlohmann::json j = nlohmann::json::parse(out_.str());
-  std::cerr << out_.str();
   EXPECT_EQ(j["state"], "SUCCEEDED");
   EXPECT_EQ(j["id"], 7);
   EXPECT_EQ(j["name"], "demo");
@@ -423,7 +422,6 @@ TEST_F(TessctlTest, StatusTableShowsFieldsAndRankRows) {
 
   ASSERT_EQ(RunStatus({.job_id = 7}, *client_, out_, err_), kExitOk) << err_.str();
   const std::string out = out_.str();
-  std::cerr << out;
   EXPECT_THAT(out, HasSubstr("FAILED"));
   EXPECT_THAT(out, HasSubstr("rank 1 exited with code 3"));
   EXPECT_THAT(out, HasSubstr("--model=vit-micro --batch-size=64"));
@@ -450,7 +448,6 @@ TEST_F(TessctlTest, JobsTableAlignsColumnsAndShowsPendingReason) {
   service_.AddJob(queued);
 
   ASSERT_EQ(RunJobs({}, *client_, out_, err_), kExitOk) << err_.str();
-  std::cerr << out_.str();
   const std::vector<std::string> lines = Lines(out_.str());
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_THAT(lines[0], StartsWith("ID  NAME        STATE    WORLD  ATTEMPT  AGE"));

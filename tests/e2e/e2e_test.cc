@@ -59,7 +59,8 @@ class ClusterTest : public ::testing::Test {
     std::string listen = absl::StrCat("127.0.0.1:", port);
     auto c = ChildProcess::Start({testing::BinDir() + "/tessera-coordinator", "--listen",
                                   listen, "--db", dir_.File("tessera.db"), "--port-file",
-                                  dir_.File("port"), "--heartbeat-interval-ms", "200"},
+                                  dir_.File("port"), "--http", "127.0.0.1:0",
+                                  "--heartbeat-interval-ms", "200"},
                                  dir_.File("coordinator.log"));
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
@@ -242,6 +243,20 @@ TEST_F(ClusterTest, FailingRankFailsJobWithReason) {
   v1::Job job = WaitForEnd(id, absl::Minutes(2));
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(job.reason(), HasSubstr("exited with code"));
+}
+
+TEST_F(ClusterTest, SecondCoordinatorOnTakenPortExitsWithClearMessage) {
+  StartCoordinator();
+  auto second = ChildProcess::Start(
+      {testing::BinDir() + "/tessera-coordinator", "--listen",
+       absl::StrCat("127.0.0.1:", port_), "--http", "127.0.0.1:0", "--db",
+       dir_.File("second.db")},
+      dir_.File("second.log"));
+  ASSERT_TRUE(second.ok());
+  std::optional<int> status = (*second)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(status.has_value()) << "second coordinator kept running on a taken port";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0);
+  EXPECT_THAT((*second)->Log(), HasSubstr(absl::StrCat("cannot listen on 127.0.0.1:", port_)));
 }
 
 }  // namespace
