@@ -338,26 +338,35 @@ json MetricPointToJson(const v1::MetricPoint& p) {
 }
 
 std::optional<StepSummary> SummarizeLatestStep(const std::vector<v1::MetricPoint>& points,
-                                               int32_t attempt) {
-  std::optional<int64_t> latest;
+                                               int32_t attempt, int32_t world_size) {
+  std::map<int64_t, int> ranks_at_step;  // step -> ranks with a loss there
   for (const v1::MetricPoint& p : points) {
-    if (p.attempt() == attempt && p.name() == kLossMetric) {
-      latest = std::max(latest.value_or(p.step()), p.step());
+    if (p.attempt() == attempt && p.name() == kLossMetric) ++ranks_at_step[p.step()];
+  }
+  if (ranks_at_step.empty()) return std::nullopt;
+  int64_t chosen = ranks_at_step.rbegin()->first;
+  if (world_size > 0) {
+    for (auto it = ranks_at_step.rbegin(); it != ranks_at_step.rend(); ++it) {
+      if (it->second >= world_size) {
+        chosen = it->first;
+        break;
+      }
     }
   }
-  if (!latest) return std::nullopt;
 
   StepSummary summary;
-  summary.step = *latest;
+  summary.step = chosen;
   double loss_sum = 0;
   for (const v1::MetricPoint& p : points) {
-    if (p.attempt() != attempt || p.step() != *latest) continue;
+    if (p.attempt() != attempt || p.step() != chosen) continue;
     if (p.name() == kLossMetric) {
       loss_sum += p.value();
       ++summary.ranks;
     } else if (p.name() == kImagesPerSecMetric) {
       summary.images_per_sec += p.value();
       summary.has_images_per_sec = true;
+    } else if (p.name() == "epoch") {
+      summary.epoch = std::max(summary.epoch, p.value());
     }
   }
   summary.mean_loss = loss_sum / summary.ranks;
@@ -390,6 +399,7 @@ std::string FormatProgressLine(absl::Duration elapsed, const v1::Job& job,
   std::string line =
       absl::StrCat("[", FormatElapsed(elapsed), "] ", JobStateName(job.state()));
   if (summary) {
+    if (summary->epoch >= 0) absl::StrAppendFormat(&line, " epoch %.2f", summary->epoch);
     absl::StrAppendFormat(&line, " step %d  loss %.4f  %d rank%s", summary->step,
                           summary->mean_loss, summary->ranks,
                           summary->ranks == 1 ? "" : "s");

@@ -118,11 +118,15 @@ struct StepSummary {
   double mean_loss = 0;       // mean of "loss" over those ranks
   double images_per_sec = 0;  // sum of "images_per_sec" over ranks at this step
   bool has_images_per_sec = false;
+  double epoch = -1;          // max "epoch" (fractional) at this step; -1 if none
 };
 
-// The newest step of `attempt` with a loss among `points`, or nullopt.
+// The newest step of `attempt` with a loss among `points`, or nullopt. With
+// `world_size` > 0, prefers the newest step every rank has reported, so a line
+// never mixes a full step with one only some ranks reached yet.
 std::optional<StepSummary> SummarizeLatestStep(
-    const std::vector<tessera::v1::MetricPoint>& points, int32_t attempt);
+    const std::vector<tessera::v1::MetricPoint>& points, int32_t attempt,
+    int32_t world_size = 0);
 
 // Mean of the newest step's `name` values over ranks, or nullopt if none.
 std::optional<double> LatestStepMean(const std::vector<tessera::v1::MetricPoint>& points,

@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "coordinator/coordinator_server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
   options.manager.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   options.manager.worker_dead_after = absl::Milliseconds(dead_after_ms);
 
+  // Logs go to stderr; stdout stays free for output meant for programs.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ coordinator: %v");
   // Block the stop signals in every thread; this thread waits for them below.
   sigset_t stop_signals;

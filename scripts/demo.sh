@@ -19,9 +19,13 @@ rm -rf "$RUN"
 mkdir -p "$RUN"
 
 pids=()
+# Stops the workers first (they stop their ranks and report), then the coordinator.
 cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT INT TERM
 

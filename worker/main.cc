@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker_agent.h"
 
@@ -63,6 +64,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   options.kill_grace = absl::Milliseconds(grace_ms);
 
+  // Logs go to stderr; stdout stays free for output meant for programs.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ worker " + options.name + ": %v");
   if (access(options.trainer_path.c_str(), X_OK) != 0) {
     std::cerr << "tessera-worker: trainer " << options.trainer_path

@@ -711,6 +711,13 @@ TEST(OutputTest, SummaryIgnoresOtherAttemptsAndCountsRanksAtNewestStep) {
   EXPECT_DOUBLE_EQ(s->mean_loss, 0.4);
   EXPECT_DOUBLE_EQ(s->images_per_sec, 80.0);
   EXPECT_FALSE(SummarizeLatestStep(points, 3).has_value());
+
+  // Knowing the world size, the newest step every rank reported wins.
+  std::optional<StepSummary> full = SummarizeLatestStep(points, 2, /*world_size=*/2);
+  ASSERT_TRUE(full.has_value());
+  EXPECT_EQ(full->step, 30);
+  EXPECT_EQ(full->ranks, 2);
+  EXPECT_DOUBLE_EQ(full->mean_loss, 2.0);
 }
 
 TEST(OutputTest, ProgressLineBeforeMetricsShowsPendingReason) {

@@ -10,10 +10,10 @@ BatchLoader::BatchLoader(const ImageDataset& dataset, const ChannelStats& stats,
                          int image_size)
     : dataset_(dataset), image_size_(image_size) {
   // from_blob needs a mutable pointer; the tensors are only ever read.
-  images_ = torch::from_blob(const_cast<uint8_t*>(dataset_.pixels.data()),
-                             {dataset_.size(), dataset_.channels, dataset_.height,
-                              dataset_.width},
-                             torch::kUInt8);
+  images_ = torch::from_blob(
+      const_cast<uint8_t*>(dataset_.pixels.data()),
+      {dataset_.size(), dataset_.channels, dataset_.height, dataset_.width},
+      torch::kUInt8);
   labels_ = torch::from_blob(const_cast<int64_t*>(dataset_.labels.data()),
                              {dataset_.size()}, torch::kLong);
   std::vector<float> inv_std;
@@ -24,9 +24,8 @@ BatchLoader::BatchLoader(const ImageDataset& dataset, const ChannelStats& stats,
 
 Batch BatchLoader::Load(const std::vector<int64_t>& indices, int64_t begin,
                         int64_t end) const {
-  const torch::Tensor index =
-      torch::from_blob(const_cast<int64_t*>(indices.data()) + begin, {end - begin},
-                       torch::kLong);
+  const torch::Tensor index = torch::from_blob(
+      const_cast<int64_t*>(indices.data()) + begin, {end - begin}, torch::kLong);
   Batch batch;
   torch::Tensor images = images_.index_select(0, index).to(torch::kFloat).div_(255.0f);
   images.sub_(mean_).mul_(inv_std_);

@@ -35,9 +35,9 @@ class BatchLoader {
  private:
   const ImageDataset& dataset_;  // Not owned.
   const int image_size_;
-  at::Tensor images_;  // uint8 [N, C, H, W] over dataset_.pixels
-  at::Tensor labels_;  // int64 [N] over dataset_.labels
-  at::Tensor mean_;    // float32 [1, C, 1, 1]
+  at::Tensor images_;   // uint8 [N, C, H, W] over dataset_.pixels
+  at::Tensor labels_;   // int64 [N] over dataset_.labels
+  at::Tensor mean_;     // float32 [1, C, 1, 1]
   at::Tensor inv_std_;  // float32 [1, C, 1, 1]
 };
 

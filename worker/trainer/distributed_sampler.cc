@@ -46,11 +46,9 @@ absl::StatusOr<DistributedSampler> DistributedSampler::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("dataset size must be >= 0, got ", options.dataset_size));
   }
-  if (options.world_size < 1 || options.rank < 0 ||
-      options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank,
-                                                   " is not in [0, world size ",
-                                                   options.world_size, ")"));
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", options.rank, " is not in [0, world size ", options.world_size, ")"));
   }
   return DistributedSampler(options);
 }

@@ -1,12 +1,11 @@
 #include "worker/trainer/gloo_communicator.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <chrono>
 #include <exception>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <utility>
 #include <vector>
 
@@ -106,8 +105,8 @@ absl::StatusOr<std::unique_ptr<GlooStore>> GlooStore::Connect(const std::string&
     impl->host = host;
     return std::unique_ptr<GlooStore>(new GlooStore(std::move(impl)));
   } catch (const std::exception& e) {
-    return FromException(e, absl::StrCat("connecting to the TCPStore at ",
-                                         FormatHostPort(host, port)));
+    return FromException(
+        e, absl::StrCat("connecting to the TCPStore at ", FormatHostPort(host, port)));
   }
 }
 
@@ -118,7 +117,9 @@ std::string GlooStore::address() const { return FormatHostPort(impl_->host, port
 GlooCommunicator::GlooCommunicator(int rank, int world_size,
                                    std::unique_ptr<GlooStore> store,
                                    std::unique_ptr<Impl> impl)
-    : rank_(rank), world_size_(world_size), store_(std::move(store)),
+    : rank_(rank),
+      world_size_(world_size),
+      store_(std::move(store)),
       impl_(std::move(impl)) {}
 
 GlooCommunicator::~GlooCommunicator() = default;
@@ -132,19 +133,19 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
         absl::StrCat("rank ", rank, " is not in [0, world size ", world_size, ")"));
   }
   try {
-    auto group_options = c10d::ProcessGroupGloo::Options::create(ToChrono(options.timeout));
+    auto group_options =
+        c10d::ProcessGroupGloo::Options::create(ToChrono(options.timeout));
     group_options->devices.push_back(
         c10d::ProcessGroupGloo::createDeviceForHostname(options.local_address));
     group_options->threads = options.threads;
     auto impl = std::make_unique<Impl>();
-    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        store->impl_->store, rank, world_size, group_options);
+    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store->impl_->store, rank,
+                                                              world_size, group_options);
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(rank, world_size, std::move(store), std::move(impl)));
   } catch (const std::exception& e) {
     return FromException(e, absl::StrCat("joining the Gloo group as rank ", rank, " of ",
-                                         world_size, " via ",
-                                         options.local_address));
+                                         world_size, " via ", options.local_address));
   }
 }
 

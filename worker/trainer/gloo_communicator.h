@@ -29,8 +29,8 @@ class GlooStore {
   // Starts a store server listening on all interfaces at `port` (0: any free
   // port) and connects to it. `advertise_host` is the address other ranks use to
   // reach this machine; address() returns it with the bound port.
-  static absl::StatusOr<std::unique_ptr<GlooStore>> Host(const std::string& advertise_host,
-                                                         int port, absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<GlooStore>> Host(
+      const std::string& advertise_host, int port, absl::Duration timeout);
 
   // Connects to a store at host:port, retrying until `timeout`.
   static absl::StatusOr<std::unique_ptr<GlooStore>> Connect(const std::string& host,

@@ -59,11 +59,10 @@ absl::StatusOr<RendezvousResult> GrpcCoordinatorClient::Rendezvous(
   request.set_bootstrap(bootstrap);
   request.set_backend(backend);
   tessera::v1::RendezvousResponse response;
-  const grpc::Status status =
-      CallWithRetry(options_, options_.rendezvous_deadline,
-                    [&](grpc::ClientContext* context) {
-                      return stub_->Rendezvous(context, request, &response);
-                    });
+  const grpc::Status status = CallWithRetry(
+      options_, options_.rendezvous_deadline, [&](grpc::ClientContext* context) {
+        return stub_->Rendezvous(context, request, &response);
+      });
   if (!status.ok()) return ToAbsl(status, "Rendezvous");
   RendezvousResult result;
   result.rank = response.rank();

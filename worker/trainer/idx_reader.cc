@@ -82,30 +82,29 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
   uint8_t magic[4];
   ASSIGN_OR_RETURN(int64_t got, ReadFully(file.get(), path, magic, sizeof(magic)));
   if (got < static_cast<int64_t>(sizeof(magic))) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated header (", got,
-                                            " bytes, expected at least 4)"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": truncated header (", got, " bytes, expected at least 4)"));
   }
   if (magic[0] != 0 || magic[1] != 0) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: bad magic number 0x%02x%02x%02x%02x (not an IDX file)", path, magic[0],
-        magic[1], magic[2], magic[3]));
+    return absl::DataLossError(
+        absl::StrFormat("%s: bad magic number 0x%02x%02x%02x%02x (not an IDX file)", path,
+                        magic[0], magic[1], magic[2], magic[3]));
   }
   if (magic[2] != kUnsignedByteType) {
     return absl::DataLossError(absl::StrFormat(
-        "%s: unsupported element type 0x%02x (only unsigned byte 0x08)", path,
-        magic[2]));
+        "%s: unsupported element type 0x%02x (only unsigned byte 0x08)", path, magic[2]));
   }
   if (magic[3] != expected_rank) {
-    return absl::DataLossError(absl::StrCat(path, ": has ", magic[3],
-                                            " dimensions, expected ", expected_rank));
+    return absl::DataLossError(
+        absl::StrCat(path, ": has ", magic[3], " dimensions, expected ", expected_rank));
   }
 
   std::vector<uint8_t> header(4 * static_cast<size_t>(expected_rank));
   ASSIGN_OR_RETURN(got, ReadFully(file.get(), path, header.data(),
                                   static_cast<int64_t>(header.size())));
   if (got < static_cast<int64_t>(header.size())) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated header (dimension list cut at ",
-                                            4 + got, " bytes)"));
+    return absl::DataLossError(absl::StrCat(
+        path, ": truncated header (dimension list cut at ", 4 + got, " bytes)"));
   }
   IdxArray array;
   int64_t payload = 1;
@@ -133,15 +132,14 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
   ASSIGN_OR_RETURN(got, ReadFully(file.get(), path, array.data.data(), payload));
   if (got < payload) {
     return absl::DataLossError(absl::StrCat(path, ": truncated: header promises ",
-                                            payload, " bytes of data, file holds ",
-                                            got));
+                                            payload, " bytes of data, file holds ", got));
   }
   uint8_t extra;
   ASSIGN_OR_RETURN(got, ReadFully(file.get(), path, &extra, 1));
   if (got != 0) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": size mismatch: trailing bytes after the ", payload,
-        " bytes of data the header promises"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": size mismatch: trailing bytes after the ", payload,
+                     " bytes of data the header promises"));
   }
   return array;
 }
@@ -154,11 +152,11 @@ absl::StatusOr<ImageDataset> LoadFashionMnist(const std::string& dir, Split spli
   const std::string label_stem = prefix + "-labels-idx1-ubyte";
   const std::string image_path = ResolveDataFile(dir, image_stem);
   const std::string label_path = ResolveDataFile(dir, label_stem);
-  for (const auto& [path, stem] : {std::pair{image_path, image_stem},
-                                   std::pair{label_path, label_stem}}) {
+  for (const auto& [path, stem] :
+       {std::pair{image_path, image_stem}, std::pair{label_path, label_stem}}) {
     if (path.empty()) {
-      return absl::NotFoundError(absl::StrCat("Fashion-MNIST: neither ", stem,
-                                              " nor ", stem, ".gz exists in ", dir));
+      return absl::NotFoundError(absl::StrCat("Fashion-MNIST: neither ", stem, " nor ",
+                                              stem, ".gz exists in ", dir));
     }
   }
   ASSIGN_OR_RETURN(IdxArray images, ReadIdxFile(image_path, 3, options));
@@ -185,9 +183,9 @@ absl::StatusOr<ImageDataset> LoadFashionMnist(const std::string& dir, Split spli
   for (int64_t i = 0; i < count; ++i) {
     const uint8_t label = labels.data[static_cast<size_t>(i)];
     if (label >= kFashionMnistClasses) {
-      return absl::DataLossError(absl::StrCat(label_path, ": label ", label,
-                                              " at index ", i, " is not in [0, ",
-                                              kFashionMnistClasses, ")"));
+      return absl::DataLossError(absl::StrCat(label_path, ": label ", label, " at index ",
+                                              i, " is not in [0, ", kFashionMnistClasses,
+                                              ")"));
     }
     dataset.labels.push_back(label);
   }

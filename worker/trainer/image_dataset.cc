@@ -29,16 +29,16 @@ absl::StatusOr<ImageDataset> LoadImageDataset(const DatasetRequest& request) {
     options.split = request.split;
     return MakeSyntheticDataset(options);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown dataset \"", request.name,
-                                                 "\"; known datasets: ",
-                                                 absl::StrJoin(KnownDatasets(), ", ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dataset \"", request.name,
+                   "\"; known datasets: ", absl::StrJoin(KnownDatasets(), ", ")));
 }
 
 absl::Status ValidateImageDataset(const ImageDataset& d) {
   if (d.channels <= 0 || d.height <= 0 || d.width <= 0 || d.num_classes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dataset shape must be positive, got ", d.channels, "x", d.height, "x",
-        d.width, " with ", d.num_classes, " classes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset shape must be positive, got ", d.channels, "x", d.height,
+                     "x", d.width, " with ", d.num_classes, " classes"));
   }
   if (d.size() == 0) return absl::InvalidArgumentError("dataset holds no images");
   if (static_cast<int64_t>(d.pixels.size()) != d.size() * d.image_bytes()) {

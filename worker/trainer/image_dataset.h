@@ -41,8 +41,8 @@ struct DatasetRequest {
   std::string name;      // "fashion-mnist" | "synthetic"
   std::string data_dir;  // where file-backed datasets live
   Split split = Split::kTrain;
-  int64_t limit = 0;     // keep only the first N images; 0: all
-  int64_t seed = 0;      // for generated datasets
+  int64_t limit = 0;  // keep only the first N images; 0: all
+  int64_t seed = 0;   // for generated datasets
 };
 
 // Names accepted by LoadImageDataset.

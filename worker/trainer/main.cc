@@ -124,7 +124,8 @@ int Run(int argc, char** argv) {
                    "test_loss=%.4f param_hash=%s",
                    group->rank, outcome->steps,
                    outcome->train_seconds > 0
-                       ? static_cast<double>(outcome->train_images) / outcome->train_seconds
+                       ? static_cast<double>(outcome->train_images) /
+                             outcome->train_seconds
                        : 0.0,
                    outcome->test_accuracy, outcome->test_loss, outcome->param_hash)
             << std::endl;

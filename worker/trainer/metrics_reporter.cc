@@ -49,8 +49,9 @@ absl::StatusOr<std::unique_ptr<MetricsReporter>> MetricsReporter::Create(
   if (!options.metrics_file.empty()) {
     file = std::fopen(options.metrics_file.c_str(), "w");
     if (file == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot create metrics file ", options.metrics_file, ": ", std::strerror(errno)));
+      return absl::FailedPreconditionError(absl::StrCat("cannot create metrics file ",
+                                                        options.metrics_file, ": ",
+                                                        std::strerror(errno)));
     }
   }
   return std::unique_ptr<MetricsReporter>(
@@ -137,8 +138,8 @@ void MetricsReporter::SenderLoop() {
       changed_.WaitWithDeadline(&mu_, due);
       continue;
     }
-    const size_t count = std::min(pending_.size(),
-                                  static_cast<size_t>(options_.max_batch_points));
+    const size_t count =
+        std::min(pending_.size(), static_cast<size_t>(options_.max_batch_points));
     std::vector<MetricSample> batch(std::make_move_iterator(pending_.begin()),
                                     std::make_move_iterator(pending_.begin() + count));
     pending_.erase(pending_.begin(), pending_.begin() + count);
@@ -190,9 +191,9 @@ absl::Status MetricsReporter::Flush(absl::Duration timeout) {
   }
   --flush_waiters_;
   if (!pending_.empty() || in_flight_) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(pending_.size(), " metric points (plus any batch in flight) not ",
-                     "delivered to the coordinator within ", absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        pending_.size(), " metric points (plus any batch in flight) not ",
+        "delivered to the coordinator within ", absl::FormatDuration(timeout)));
   }
   return absl::OkStatus();
 }

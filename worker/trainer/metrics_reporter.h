@@ -34,12 +34,12 @@
 namespace tessera::trainer {
 
 struct MetricsReporterOptions {
-  int rank = 0;                   // written into progress and file lines
-  std::string metrics_file;       // JSON lines, truncated at start; empty: none
-  std::ostream* progress = nullptr;  // human progress lines; null: none. Not owned.
+  int rank = 0;                          // written into progress and file lines
+  std::string metrics_file;              // JSON lines, truncated at start; empty: none
+  std::ostream* progress = nullptr;      // human progress lines; null: none. Not owned.
   int64_t max_buffered_points = 100000;  // oldest dropped beyond this
   int64_t max_batch_points = 1000;       // points per ReportMetrics call
-  absl::Duration flush_interval = absl::Seconds(2);  // send cadence when healthy
+  absl::Duration flush_interval = absl::Seconds(2);          // send cadence when healthy
   absl::Duration initial_backoff = absl::Milliseconds(500);  // after a failure
   absl::Duration max_backoff = absl::Seconds(30);
 };

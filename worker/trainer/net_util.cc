@@ -31,10 +31,9 @@ absl::StatusOr<HostPort> ParseHostPort(const std::string& text) {
         "\"", text, "\": write IPv6 addresses in brackets, e.g. [::1]:50051"));
   }
   int port = -1;
-  if (host.empty() || !absl::SimpleAtoi(port_text, &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"", text, "\" is not of the form host:port with port in [0, 65535]"));
+  if (host.empty() || !absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", text, "\" is not of the form host:port with port in [0, 65535]"));
   }
   return HostPort{host, port};
 }
@@ -76,7 +75,8 @@ absl::StatusOr<std::string> LocalAddressFor(const HostPort& peer) {
     const void* address =
         local.ss_family == AF_INET
             ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+            : static_cast<const void*>(
+                  &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
     if (inet_ntop(local.ss_family, address, buffer, sizeof(buffer)) == nullptr) {
       last_error = std::strerror(errno);
       continue;

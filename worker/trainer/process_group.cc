@@ -13,10 +13,9 @@
 namespace tessera::trainer {
 namespace {
 
-absl::StatusOr<std::unique_ptr<Communicator>> JoinGloo(std::unique_ptr<GlooStore> store,
-                                                       const std::string& local_address,
-                                                       int rank, int world_size,
-                                                       const ProcessGroupOptions& options) {
+absl::StatusOr<std::unique_ptr<Communicator>> JoinGloo(
+    std::unique_ptr<GlooStore> store, const std::string& local_address, int rank,
+    int world_size, const ProcessGroupOptions& options) {
   GlooOptions gloo;
   gloo.local_address = local_address;
   gloo.timeout = options.timeout;
@@ -40,10 +39,10 @@ absl::StatusOr<ProcessGroup> JoinViaCoordinator(const LaunchOptions& launch,
   }
   ASSIGN_OR_RETURN(RendezvousResult joined, coordinator.Rendezvous(bootstrap, "gloo"));
   if (joined.rank != launch.rank || joined.world_size != launch.world_size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "coordinator placed this process as rank ", joined.rank, " of ",
-        joined.world_size, " but it was launched as rank ", launch.rank, " of ",
-        launch.world_size));
+    return absl::FailedPreconditionError(
+        absl::StrCat("coordinator placed this process as rank ", joined.rank, " of ",
+                     joined.world_size, " but it was launched as rank ", launch.rank,
+                     " of ", launch.world_size));
   }
   if (!joined.backend.empty() && joined.backend != "gloo") {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -74,8 +73,8 @@ absl::StatusOr<ProcessGroup> JoinViaStaticStore(const LaunchOptions& launch,
   ASSIGN_OR_RETURN(std::string local_address, LocalAddressFor(store_address));
   std::unique_ptr<GlooStore> store;
   if (launch.rank == 0) {
-    ASSIGN_OR_RETURN(store, GlooStore::Host(store_address.host, store_address.port,
-                                            options.timeout));
+    ASSIGN_OR_RETURN(
+        store, GlooStore::Host(store_address.host, store_address.port, options.timeout));
   } else {
     ASSIGN_OR_RETURN(store, GlooStore::Connect(store_address.host, store_address.port,
                                                options.timeout));

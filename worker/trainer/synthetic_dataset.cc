@@ -48,7 +48,7 @@ std::vector<std::vector<float>> MakeTemplates(const SyntheticDatasetOptions& o) 
   for (int c = 0; c < o.num_classes; ++c) {
     SplitMix64 rng(Mix(static_cast<uint64_t>(o.seed), 0x7e3a0000ULL + c));
     std::vector<float> coarse(static_cast<size_t>(o.channels) * grid * grid);
-    for (float& v : coarse) v = static_cast<float>(rng.Uniform());
+    for (float& v : coarse) v = rng.Uniform() < 0.5 ? 0.0f : 1.0f;
     std::vector<float> image(static_cast<size_t>(o.channels) * o.height * o.width);
     for (int ch = 0; ch < o.channels; ++ch) {
       for (int y = 0; y < o.height; ++y) {
@@ -84,9 +84,9 @@ absl::StatusOr<ImageDataset> MakeSyntheticDataset(const SyntheticDatasetOptions&
     return absl::InvalidArgumentError(
         "synthetic dataset: shape, class count (> 1) and grid must be positive");
   }
-  const int64_t size =
-      o.size > 0 ? o.size
-                 : (o.split == Split::kTrain ? o.default_train_size : o.default_test_size);
+  const int64_t size = o.size > 0 ? o.size
+                                  : (o.split == Split::kTrain ? o.default_train_size
+                                                              : o.default_test_size);
   if (size > o.max_size || size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("synthetic dataset: size ", size,
                                                    " is not in [1, ", o.max_size, "]"));
@@ -103,8 +103,8 @@ absl::StatusOr<ImageDataset> MakeSyntheticDataset(const SyntheticDatasetOptions&
   dataset.labels.resize(static_cast<size_t>(size));
   const uint64_t split_key = o.split == Split::kTrain ? 0x7241494eULL : 0x54455354ULL;
   for (int64_t i = 0; i < size; ++i) {
-    SplitMix64 rng(Mix(Mix(static_cast<uint64_t>(o.seed), split_key),
-                       static_cast<uint64_t>(i)));
+    SplitMix64 rng(
+        Mix(Mix(static_cast<uint64_t>(o.seed), split_key), static_cast<uint64_t>(i)));
     const int64_t label = static_cast<int64_t>(rng.Next() % o.num_classes);
     const double contrast = 0.6 + 0.4 * rng.Uniform();
     const double offset = 0.1 * rng.Uniform();

@@ -127,7 +127,8 @@ double ScheduledLearningRate(double peak, int64_t step, int64_t total_steps,
   if (step < warmup) {
     return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
   }
-  const double decay_steps = static_cast<double>(std::max<int64_t>(1, total_steps - warmup));
+  const double decay_steps =
+      static_cast<double>(std::max<int64_t>(1, total_steps - warmup));
   const double progress =
       std::clamp(static_cast<double>(step - warmup) / decay_steps, 0.0, 1.0);
   const double floor = peak * loop.final_lr_fraction;
@@ -170,9 +171,9 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
 
   const int64_t steps_per_epoch = train_sampler.num_samples() / options_.batch_size;
   if (steps_per_epoch == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "each of ", world, " ranks gets ", train_sampler.num_samples(),
-        " training samples, fewer than one batch of ", options_.batch_size));
+    return absl::FailedPreconditionError(
+        absl::StrCat("each of ", world, " ranks gets ", train_sampler.num_samples(),
+                     " training samples, fewer than one batch of ", options_.batch_size));
   }
   int64_t total_steps = steps_per_epoch * options_.epochs;
   if (options_.max_steps > 0) total_steps = std::min(total_steps, options_.max_steps);
@@ -197,12 +198,14 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     for (const auto& item : model->named_parameters()) {
       const bool is_token =
           item.key() == "class_token" || item.key() == "position_embedding";
-      (item.value().dim() <= 1 || is_token ? not_decayed : decayed).push_back(item.value());
+      (item.value().dim() <= 1 || is_token ? not_decayed : decayed)
+          .push_back(item.value());
     }
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(
-                                     torch::optim::AdamWOptions(options_.lr)
-                                         .weight_decay(options_.weight_decay)));
+    groups.emplace_back(
+        decayed,
+        std::make_unique<torch::optim::AdamWOptions>(
+            torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay)));
     groups.emplace_back(not_decayed,
                         std::make_unique<torch::optim::AdamWOptions>(
                             torch::optim::AdamWOptions(options_.lr).weight_decay(0.0)));
@@ -210,8 +213,10 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
         std::move(groups),
         torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
 
-    const BatchLoader train_loader(train_, ComputeChannelStats(train_), config.image_size);
-    const BatchLoader test_loader(test_, ComputeChannelStats(train_), config.image_size);
+    // Both splits are normalised with the training split's statistics.
+    const ChannelStats stats = ComputeChannelStats(train_);
+    const BatchLoader train_loader(train_, stats, config.image_size);
+    const BatchLoader test_loader(test_, stats, config.image_size);
 
     if (loop_.log != nullptr) {
       *loop_.log << "[rank " << rank << "] " << options_.model << " ("
@@ -221,8 +226,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                  << " test images; world " << world << " (" << communicator_.backend()
                  << "), " << train_sampler.num_samples() << " samples per rank, "
                  << steps_per_epoch << " steps per epoch, " << total_steps
-                 << " steps, gradient all-reduce "
-                 << (options_.allreduce ? "on" : "off") << std::endl;
+                 << " steps, gradient all-reduce " << (options_.allreduce ? "on" : "off")
+                 << std::endl;
     }
 
     auto evaluate = [&]() -> absl::StatusOr<Evaluation> {
@@ -236,11 +241,11 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
         const int64_t end = std::min(n, begin + loop_.eval_batch_size);
         const Batch batch = test_loader.Load(indices, begin, end);
         const torch::Tensor logits = model->forward(batch.images);
-        loss_sum += torch::nn::functional::cross_entropy(
-                        logits, batch.labels,
-                        torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                            torch::kSum))
-                        .item<double>();
+        loss_sum +=
+            torch::nn::functional::cross_entropy(
+                logits, batch.labels,
+                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                .item<double>();
         correct += logits.argmax(1).eq(batch.labels).sum().item<double>();
       }
       model->train();
@@ -299,22 +304,23 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
         if (step % options_.metrics_every == 0 || step == total_steps) {
           const double seconds = SecondsSince(interval.start);
           reporter_.Report(
-              step, {{"loss", interval.loss_sum / static_cast<double>(interval.steps)},
-                     {"images_per_sec", static_cast<double>(interval.images) / seconds},
-                     {"step_time_ms", 1000.0 * seconds / static_cast<double>(interval.steps)},
-                     {"allreduce_ms", 1000.0 * interval.allreduce_seconds /
-                                          static_cast<double>(interval.steps)},
-                     {"lr", lr},
-                     {"epoch", static_cast<double>(step) /
-                                   static_cast<double>(steps_per_epoch)}});
+              step,
+              {{"loss", interval.loss_sum / static_cast<double>(interval.steps)},
+               {"images_per_sec", static_cast<double>(interval.images) / seconds},
+               {"step_time_ms", 1000.0 * seconds / static_cast<double>(interval.steps)},
+               {"allreduce_ms", 1000.0 * interval.allreduce_seconds /
+                                    static_cast<double>(interval.steps)},
+               {"lr", lr},
+               {"epoch",
+                static_cast<double>(step) / static_cast<double>(steps_per_epoch)}});
           interval = Interval();
         }
       }
       if (step % steps_per_epoch == 0 || step == total_steps) {
         const Clock::time_point eval_start = Clock::now();
         ASSIGN_OR_RETURN(last_eval, evaluate());
-        reporter_.Report(step, {{"test_accuracy", last_eval.accuracy},
-                                {"test_loss", last_eval.loss}});
+        reporter_.Report(
+            step, {{"test_accuracy", last_eval.accuracy}, {"test_loss", last_eval.loss}});
         // Evaluation time does not count against training throughput.
         interval.start += Clock::now() - eval_start;
       }

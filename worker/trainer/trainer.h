@@ -42,21 +42,21 @@ struct TrainerLoopOptions {
 };
 
 struct TrainingOutcome {
-  int64_t steps = 0;           // optimizer steps taken
-  int64_t train_images = 0;    // images this rank trained on
-  double train_seconds = 0;    // wall time of the training steps, without evaluation
-  double test_accuracy = 0;    // final, over the whole test set
+  int64_t steps = 0;         // optimizer steps taken
+  int64_t train_images = 0;  // images this rank trained on
+  double train_seconds = 0;  // wall time of the training steps, without evaluation
+  double test_accuracy = 0;  // final, over the whole test set
   double test_loss = 0;
   int64_t parameter_count = 0;
-  std::string param_hash;      // 16 hex digits
+  std::string param_hash;  // 16 hex digits
 };
 
 class Trainer {
  public:
   // All references are not owned and must outlive the trainer.
   Trainer(const TrainerOptions& options, const ImageDataset& train,
-          const ImageDataset& test, Communicator& communicator,
-          MetricsReporter& reporter, TrainerLoopOptions loop = {});
+          const ImageDataset& test, Communicator& communicator, MetricsReporter& reporter,
+          TrainerLoopOptions loop = {});
 
   // Trains and evaluates. FailedPrecondition when a rank's shard is smaller than
   // one batch; a collective's status when a peer fails; Internal for LibTorch
@@ -66,10 +66,10 @@ class Trainer {
  private:
   const TrainerOptions options_;
   const TrainerLoopOptions loop_;
-  const ImageDataset& train_;      // Not owned.
-  const ImageDataset& test_;       // Not owned.
-  Communicator& communicator_;     // Not owned.
-  MetricsReporter& reporter_;      // Not owned.
+  const ImageDataset& train_;   // Not owned.
+  const ImageDataset& test_;    // Not owned.
+  Communicator& communicator_;  // Not owned.
+  MetricsReporter& reporter_;   // Not owned.
 };
 
 // Sets LibTorch's intra-op thread count and, when the BLAS library is OpenBLAS,

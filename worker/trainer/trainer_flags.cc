@@ -1,7 +1,6 @@
 #include "worker/trainer/trainer_flags.h"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -19,7 +18,8 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   std::vector<std::string> config_names;
   auto config = [&](const std::string& name, auto& value, const std::string& help) {
     config_names.push_back(name);
-    app.add_option("--" + name, value, help)->group("Training (tessera.v1.TrainerConfig)");
+    app.add_option("--" + name, value, help)
+        ->group("Training (tessera.v1.TrainerConfig)");
   };
   TrainerOptions& t = flags.trainer;
   config("model", t.model, "model preset: vit-micro, vit-ti16, vit-s16, vit-b16");

@@ -34,7 +34,8 @@ absl::Status CheckRange(const char* flag, T value, T low, T high) {
 absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits& limits) {
   absl::StatusOr<ViTConfig> model = FindViTPreset(o.model);
   if (!model.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--model: ", model.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model: ", model.status().message()));
   }
   bool known_dataset = false;
   for (const std::string& name : KnownDatasets()) known_dataset |= name == o.dataset;
@@ -47,16 +48,22 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
     return absl::InvalidArgumentError("--data-dir must name a directory");
   }
   RETURN_IF_ERROR(CheckRange<int32_t>("epochs", o.epochs, 1, limits.max_epochs));
-  RETURN_IF_ERROR(CheckRange<int64_t>("max-steps", o.max_steps, 0, std::numeric_limits<int64_t>::max()));
-  RETURN_IF_ERROR(CheckRange<int32_t>("batch-size", o.batch_size, 1, limits.max_batch_size));
+  RETURN_IF_ERROR(CheckRange<int64_t>("max-steps", o.max_steps, 0,
+                                      std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(
+      CheckRange<int32_t>("batch-size", o.batch_size, 1, limits.max_batch_size));
   if (!std::isfinite(o.lr) || o.lr <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--lr must be a positive number, got ", o.lr));
   }
-  RETURN_IF_ERROR(CheckRange<int64_t>("train-subset", o.train_subset, 0, std::numeric_limits<int64_t>::max()));
-  RETURN_IF_ERROR(CheckRange<int64_t>("test-subset", o.test_subset, 0, std::numeric_limits<int64_t>::max()));
-  RETURN_IF_ERROR(CheckRange<int32_t>("metrics-every", o.metrics_every, 1, std::numeric_limits<int32_t>::max()));
-  RETURN_IF_ERROR(CheckRange<int64_t>("seed", o.seed, 0, std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int64_t>("train-subset", o.train_subset, 0,
+                                      std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int64_t>("test-subset", o.test_subset, 0,
+                                      std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int32_t>("metrics-every", o.metrics_every, 1,
+                                      std::numeric_limits<int32_t>::max()));
+  RETURN_IF_ERROR(
+      CheckRange<int64_t>("seed", o.seed, 0, std::numeric_limits<int64_t>::max()));
   RETURN_IF_ERROR(CheckRange<int32_t>("threads", o.threads, 0, limits.max_threads));
   if (!std::isfinite(o.weight_decay) || o.weight_decay < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -67,11 +74,14 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
 
 absl::Status ValidateLaunchOptions(const LaunchOptions& l, bool coordinator_supported,
                                    const OptionLimits& limits) {
-  RETURN_IF_ERROR(CheckRange<int32_t>("world-size", l.world_size, 1, limits.max_world_size));
+  RETURN_IF_ERROR(
+      CheckRange<int32_t>("world-size", l.world_size, 1, limits.max_world_size));
   RETURN_IF_ERROR(CheckRange<int32_t>("rank", l.rank, 0, l.world_size - 1));
   RETURN_IF_ERROR(CheckRange<int32_t>("local-rank", l.local_rank, 0, l.world_size - 1));
-  RETURN_IF_ERROR(CheckRange<int64_t>("job-id", l.job_id, 0, std::numeric_limits<int64_t>::max()));
-  RETURN_IF_ERROR(CheckRange<int32_t>("attempt", l.attempt, 0, std::numeric_limits<int32_t>::max()));
+  RETURN_IF_ERROR(
+      CheckRange<int64_t>("job-id", l.job_id, 0, std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(
+      CheckRange<int32_t>("attempt", l.attempt, 0, std::numeric_limits<int32_t>::max()));
   if (!l.coordinator.empty()) {
     if (!coordinator_supported) {
       return absl::InvalidArgumentError(
@@ -97,10 +107,10 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& l, bool coordinator_supp
           "--rendezvous-store: every rank needs the same fixed port, not 0");
     }
   } else if (l.world_size != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--world-size ", l.world_size,
-        " needs --coordinator (or --rendezvous-store); without them only a "
-        "standalone run of world size 1 is possible"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--world-size ", l.world_size,
+                     " needs --coordinator (or --rendezvous-store); without them only a "
+                     "standalone run of world size 1 is possible"));
   }
   return absl::OkStatus();
 }

@@ -20,17 +20,17 @@ struct TrainerOptions {
   std::string model = "vit-micro";        // preset name, see vit_config.h
   std::string dataset = "fashion-mnist";  // "fashion-mnist" | "synthetic"
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int32_t epochs = 1;            // passes over the rank's shard
-  int64_t max_steps = 0;         // stop after this many optimizer steps; 0: no limit
-  int32_t batch_size = 64;       // per rank
-  double lr = 1e-3;              // peak AdamW learning rate
-  int64_t train_subset = 0;      // use only the first N training samples; 0: all
-  int64_t test_subset = 0;       // use only the first N test samples; 0: all
-  bool allreduce = true;         // average gradients across ranks
-  int32_t metrics_every = 10;    // report metrics every K optimizer steps
-  int64_t seed = 0;              // init, shuffling and synthetic data
-  int32_t threads = 1;           // intra-op threads; 0: the trainer default (1)
-  double weight_decay = 0.05;    // AdamW decoupled weight decay
+  int32_t epochs = 1;          // passes over the rank's shard
+  int64_t max_steps = 0;       // stop after this many optimizer steps; 0: no limit
+  int32_t batch_size = 64;     // per rank
+  double lr = 1e-3;            // peak AdamW learning rate
+  int64_t train_subset = 0;    // use only the first N training samples; 0: all
+  int64_t test_subset = 0;     // use only the first N test samples; 0: all
+  bool allreduce = true;       // average gradients across ranks
+  int32_t metrics_every = 10;  // report metrics every K optimizer steps
+  int64_t seed = 0;            // init, shuffling and synthetic data
+  int32_t threads = 1;         // intra-op threads; 0: the trainer default (1)
+  double weight_decay = 0.05;  // AdamW decoupled weight decay
 };
 
 // Where this process sits in the job. Set by the worker on the command line.
@@ -46,8 +46,8 @@ struct LaunchOptions {
   int32_t attempt = 0;
   int32_t rank = 0;
   int32_t world_size = 1;
-  int32_t local_rank = 0;     // rank within this machine
-  std::string metrics_file;   // JSON lines of every metric point; empty: none
+  int32_t local_rank = 0;    // rank within this machine
+  std::string metrics_file;  // JSON lines of every metric point; empty: none
 };
 
 // Largest values accepted from the command line.

@@ -68,13 +68,13 @@ torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x) {
 VisionTransformerImpl::VisionTransformerImpl(const ViTConfig& config) : config_(config) {
   patch_embedding_ = register_module(
       "patch_embedding",
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(config.in_channels, config.dim,
-                                                 config.patch_size)
-                            .stride(config.patch_size)));
+      torch::nn::Conv2d(
+          torch::nn::Conv2dOptions(config.in_channels, config.dim, config.patch_size)
+              .stride(config.patch_size)));
   class_token_ = register_parameter("class_token", torch::zeros({1, 1, config.dim}));
-  position_embedding_ = register_parameter(
-      "position_embedding",
-      torch::randn({1, config.num_patches() + 1, config.dim}) * 0.02);
+  position_embedding_ =
+      register_parameter("position_embedding",
+                         torch::randn({1, config.num_patches() + 1, config.dim}) * 0.02);
   dropout_ = register_module("dropout", torch::nn::Dropout(config.dropout));
   blocks_ = register_module("blocks", torch::nn::Sequential());
   for (int i = 0; i < config.depth; ++i) blocks_->push_back(EncoderBlock(config));

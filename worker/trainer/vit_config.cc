@@ -9,8 +9,8 @@
 namespace tessera::trainer {
 namespace {
 
-ViTConfig Shape(int image_size, int patch_size, int in_channels, int num_classes,
-                int dim, int depth, int heads, int mlp_dim) {
+ViTConfig Shape(int image_size, int patch_size, int in_channels, int num_classes, int dim,
+                int depth, int heads, int mlp_dim) {
   ViTConfig config;
   config.image_size = image_size;
   config.patch_size = patch_size;
@@ -28,13 +28,15 @@ ViTConfig Shape(int image_size, int patch_size, int in_channels, int num_classes
 const std::vector<ViTPreset>& ViTPresets() {
   // The /16 shapes follow "An Image is Worth 16x16 Words" (Dosovitskiy et al.)
   // and DeiT for Ti/S; vit-micro is small enough for one CPU core.
+  // clang-format off
   static const auto* const kPresets = new std::vector<ViTPreset>{
-      //              image patch ch classes  dim depth heads  mlp
-      {"vit-micro", Shape(28, 4, 1, 10, 64, 4, 4, 128)},
-      {"vit-ti16", Shape(224, 16, 3, 1000, 192, 12, 3, 768)},
-      {"vit-s16", Shape(224, 16, 3, 1000, 384, 12, 6, 1536)},
-      {"vit-b16", Shape(224, 16, 3, 1000, 768, 12, 12, 3072)},
+      //                  image patch ch classes dim depth heads mlp
+      {"vit-micro", Shape( 28,    4, 1,    10,  64,    4,    4,  128)},
+      {"vit-ti16",  Shape(224,   16, 3,  1000, 192,   12,    3,  768)},
+      {"vit-s16",   Shape(224,   16, 3,  1000, 384,   12,    6, 1536)},
+      {"vit-b16",   Shape(224,   16, 3,  1000, 768,   12,   12, 3072)},
   };
+  // clang-format on
   return *kPresets;
 }
 
@@ -44,9 +46,8 @@ absl::StatusOr<ViTConfig> FindViTPreset(const std::string& name) {
     if (preset.name == name) return preset.config;
     names.push_back(preset.name);
   }
-  return absl::NotFoundError(absl::StrCat("unknown model \"", name,
-                                          "\"; known models: ",
-                                          absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(absl::StrCat(
+      "unknown model \"", name, "\"; known models: ", absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<ViTConfig> ResolveViTConfig(const std::string& preset_name,
@@ -67,9 +68,8 @@ absl::Status ValidateViTConfig(const ViTConfig& c) {
     return absl::InvalidArgumentError("ViT sizes must all be positive");
   }
   if (c.image_size % c.patch_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("image size ", c.image_size,
-                                                   " is not a multiple of patch size ",
-                                                   c.patch_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image size ", c.image_size, " is not a multiple of patch size ", c.patch_size));
   }
   if (c.dim % c.heads != 0) {
     return absl::InvalidArgumentError(

@@ -17,15 +17,15 @@
 namespace tessera::trainer {
 
 struct ViTConfig {
-  int image_size = 28;      // input height and width the model expects
-  int patch_size = 4;       // square patches; image_size must be a multiple
+  int image_size = 28;  // input height and width the model expects
+  int patch_size = 4;   // square patches; image_size must be a multiple
   int in_channels = 1;
   int num_classes = 10;
-  int dim = 64;             // token width
-  int depth = 4;            // encoder blocks
-  int heads = 4;            // attention heads; dim must be a multiple
-  int mlp_dim = 128;        // hidden width of each block's MLP
-  double dropout = 0.0;     // after embeddings, attention output and MLP
+  int dim = 64;          // token width
+  int depth = 4;         // encoder blocks
+  int heads = 4;         // attention heads; dim must be a multiple
+  int mlp_dim = 128;     // hidden width of each block's MLP
+  double dropout = 0.0;  // after embeddings, attention output and MLP
   double layer_norm_eps = 1e-6;
 
   int num_patches() const {

@@ -1,0 +1,137 @@
+#include "worker/trainer/gloo_communicator.h"
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace tessera::trainer {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+
+GlooOptions LoopbackOptions() {
+  GlooOptions options;
+  options.local_address = "127.0.0.1";
+  options.timeout = kTimeout;
+  return options;
+}
+
+// Forms a group of `world` ranks on loopback, one thread per rank (rank 0 hosts
+// the store), and runs `body(rank, communicator)` on each.
+void RunGroup(int world, const std::function<void(int, Communicator&)>& body) {
+  absl::StatusOr<std::unique_ptr<GlooStore>> hosted =
+      GlooStore::Host("127.0.0.1", 0, kTimeout);
+  ASSERT_TRUE(hosted.ok()) << hosted.status();
+  const int port = (*hosted)->port();
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < world; ++rank) {
+    std::unique_ptr<GlooStore> own = rank == 0 ? *std::move(hosted) : nullptr;
+    ranks.emplace_back([&body, port, rank, world, store = std::move(own)]() mutable {
+      if (store == nullptr) {
+        absl::StatusOr<std::unique_ptr<GlooStore>> joined =
+            GlooStore::Connect("127.0.0.1", port, kTimeout);
+        ASSERT_TRUE(joined.ok()) << joined.status();
+        store = *std::move(joined);
+      }
+      auto communicator =
+          GlooCommunicator::Create(std::move(store), rank, world, LoopbackOptions());
+      ASSERT_TRUE(communicator.ok()) << communicator.status();
+      body(rank, **communicator);
+    });
+  }
+  for (std::thread& thread : ranks) thread.join();
+}
+
+TEST(GlooStoreTest, HostedStoreOnPortZeroReportsTheBoundPort) {
+  absl::StatusOr<std::unique_ptr<GlooStore>> store =
+      GlooStore::Host("127.0.0.1", 0, kTimeout);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_GT((*store)->port(), 0);
+  EXPECT_EQ((*store)->address(), "127.0.0.1:" + std::to_string((*store)->port()));
+  // Something really listens there.
+  EXPECT_TRUE(GlooStore::Connect("127.0.0.1", (*store)->port(), kTimeout).ok());
+}
+
+TEST(GlooStoreTest, ConnectingWhereNoStoreListensFailsWithAStatus) {
+  int free_port = 0;
+  {
+    absl::StatusOr<std::unique_ptr<GlooStore>> probe =
+        GlooStore::Host("127.0.0.1", 0, kTimeout);
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    free_port = (*probe)->port();
+  }
+  absl::StatusOr<std::unique_ptr<GlooStore>> store =
+      GlooStore::Connect("127.0.0.1", free_port, absl::Milliseconds(300));
+  EXPECT_FALSE(store.ok());
+}
+
+TEST(GlooCommunicatorTest, TwoRanksAverageTheirGradients) {
+  RunGroup(2, [](int rank, Communicator& communicator) {
+    EXPECT_EQ(communicator.rank(), rank);
+    EXPECT_EQ(communicator.world_size(), 2);
+    EXPECT_EQ(communicator.backend(), "gloo");
+    // rank 0: [1, 2, 3, 4]; rank 1: [3, 6, 9, 12]
+    torch::Tensor gradients =
+        torch::arange(1, 5, torch::kFloat) * static_cast<float>(1 + 2 * rank);
+    ASSERT_TRUE(communicator.AllReduceSum(gradients).ok());
+    gradients.div_(communicator.world_size());
+    EXPECT_TRUE(torch::allclose(gradients, torch::tensor({2.0f, 4.0f, 6.0f, 8.0f})))
+        << "rank " << rank << ": " << gradients;
+  });
+}
+
+TEST(GlooCommunicatorTest, FourRanksSumFloat64AndInt64) {
+  RunGroup(4, [](int rank, Communicator& communicator) {
+    torch::Tensor counts = torch::tensor({static_cast<int64_t>(rank), int64_t{1}});
+    torch::Tensor sums = torch::tensor({0.5 * rank, 1.0}, torch::kDouble);
+    ASSERT_TRUE(communicator.AllReduceSum(counts).ok());
+    ASSERT_TRUE(communicator.AllReduceSum(sums).ok());
+    EXPECT_TRUE(torch::equal(counts, torch::tensor({int64_t{6}, int64_t{4}})));
+    EXPECT_TRUE(torch::allclose(sums, torch::tensor({3.0, 4.0}, torch::kDouble)));
+  });
+}
+
+TEST(GlooCommunicatorTest, BroadcastCopiesTheRootTensorToEveryRank) {
+  RunGroup(3, [](int rank, Communicator& communicator) {
+    torch::Tensor values = torch::full({5}, static_cast<float>(rank + 10));
+    ASSERT_TRUE(communicator.Broadcast(values, 1).ok());
+    EXPECT_TRUE(torch::equal(values, torch::full({5}, 11.0f))) << "rank " << rank;
+    EXPECT_TRUE(communicator.Barrier().ok());
+  });
+}
+
+TEST(GlooCommunicatorTest, RejectsTensorsItCannotReduce) {
+  RunGroup(2, [](int rank, Communicator& communicator) {
+    torch::Tensor strided = torch::zeros({4, 4}).t();
+    EXPECT_EQ(communicator.AllReduceSum(strided).code(),
+              absl::StatusCode::kInvalidArgument);
+    torch::Tensor half = torch::zeros({4}, torch::kHalf);
+    EXPECT_EQ(communicator.AllReduceSum(half).code(), absl::StatusCode::kInvalidArgument);
+    torch::Tensor fine = torch::ones({2});
+    EXPECT_EQ(communicator.Broadcast(fine, 2).code(), absl::StatusCode::kInvalidArgument);
+    // The group is still usable after rejected calls.
+    EXPECT_TRUE(communicator.AllReduceSum(fine).ok()) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(fine, torch::full({2}, 2.0f)));
+  });
+}
+
+TEST(LocalCommunicatorTest, IsAWorldOfOneThatLeavesDataAlone) {
+  LocalCommunicator communicator;
+  torch::Tensor values = torch::tensor({1.0f, 2.0f});
+  ASSERT_TRUE(communicator.AllReduceSum(values).ok());
+  ASSERT_TRUE(communicator.Broadcast(values, 0).ok());
+  EXPECT_TRUE(torch::equal(values, torch::tensor({1.0f, 2.0f})));
+  EXPECT_EQ(communicator.world_size(), 1);
+  EXPECT_EQ(communicator.Broadcast(values, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera::trainer

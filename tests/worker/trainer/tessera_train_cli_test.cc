@@ -1,0 +1,134 @@
+// Runs the tessera-train binary as the worker would and checks its exit codes,
+// output and metrics file.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/trainer/gloo_communicator.h"
+
+namespace tessera::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+std::string Binary() {
+  const char* dir = std::getenv("TESSERA_BIN_DIR");
+  return absl::StrCat(dir != nullptr ? dir : "bin", "/tessera-train");
+}
+
+RunResult RunTrainer(const std::vector<std::string>& args) {
+  const std::string command =
+      absl::StrCat(Binary(), " ", absl::StrJoin(args, " "), " 2>&1");
+  RunResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::vector<std::string> SmallSyntheticRun() {
+  return {"--dataset=synthetic", "--train-subset=512", "--test-subset=128",
+          "--batch-size=32",     "--max-steps=8",      "--metrics-every=4"};
+}
+
+std::string ParamHash(const std::string& output) {
+  std::smatch match;
+  static const std::regex kHash("param_hash=([0-9a-f]{16})");
+  return std::regex_search(output, match, kHash) ? match[1].str() : "";
+}
+
+class TesseraTrainCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(Binary())) {
+      GTEST_SKIP() << Binary() << " is not built";
+    }
+  }
+};
+
+TEST_F(TesseraTrainCliTest, UsageErrorsExitWithCodeTwoAndNameTheFlag) {
+  RunResult bad_value = RunTrainer({"--batch-size=0"});
+  EXPECT_EQ(bad_value.exit_code, 2);
+  EXPECT_THAT(bad_value.output, HasSubstr("--batch-size"));
+  RunResult unknown = RunTrainer({"--frobnicate=1"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.output, HasSubstr("--frobnicate"));
+  RunResult no_coordinator = RunTrainer({"--world-size=2"});
+  EXPECT_EQ(no_coordinator.exit_code, 2);
+}
+
+TEST_F(TesseraTrainCliTest, StandaloneRunPrintsProgressAndWritesMetricsFile) {
+  const std::string metrics =
+      (std::filesystem::path(::testing::TempDir()) / "cli_metrics.jsonl").string();
+  std::vector<std::string> args = SmallSyntheticRun();
+  args.push_back("--metrics-file=" + metrics);
+  const RunResult run = RunTrainer(args);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("[rank 0] step 4 | loss="));
+  EXPECT_THAT(run.output, HasSubstr("images_per_sec="));
+  EXPECT_THAT(run.output, HasSubstr("test_accuracy="));
+  EXPECT_EQ(ParamHash(run.output).size(), 16u);
+
+  std::ifstream in(metrics);
+  const std::string contents((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_THAT(contents, HasSubstr("\"name\":\"loss\""));
+  EXPECT_THAT(contents, HasSubstr("\"name\":\"test_accuracy\""));
+  std::filesystem::remove(metrics);
+}
+
+TEST_F(TesseraTrainCliTest, MissingDataExitsWithCodeOneAndSaysWhy) {
+  const RunResult run = RunTrainer({"--data-dir=/nonexistent-tessera-data"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("/nonexistent-tessera-data"));
+}
+
+TEST_F(TesseraTrainCliTest, TwoProcessesWithAStaticStoreTrainInSync) {
+  int port = 0;
+  {
+    // A port that was free a moment ago; rank 0 binds it again below.
+    auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    port = (*probe)->port();
+  }
+  auto rank_args = [&](int rank) {
+    std::vector<std::string> args = SmallSyntheticRun();
+    args.push_back(absl::StrCat("--rendezvous-store=127.0.0.1:", port));
+    args.push_back("--world-size=2");
+    args.push_back(absl::StrCat("--rank=", rank));
+    return args;
+  };
+  std::future<RunResult> rank0 = std::async(std::launch::async, RunTrainer, rank_args(0));
+  std::future<RunResult> rank1 = std::async(std::launch::async, RunTrainer, rank_args(1));
+  const RunResult r0 = rank0.get();
+  const RunResult r1 = rank1.get();
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_THAT(r0.output, HasSubstr("world 2 (gloo)"));
+  EXPECT_FALSE(ParamHash(r0.output).empty());
+  EXPECT_EQ(ParamHash(r0.output), ParamHash(r1.output));
+}
+
+}  // namespace
+}  // namespace tessera::trainer

@@ -1,0 +1,190 @@
+#include "worker/trainer/trainer_flags.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "coordinator/common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tessera/v1/tessera.pb.h"
+
+namespace tessera::trainer {
+namespace {
+
+using ::google::protobuf::FieldDescriptor;
+using ::tessera::v1::TrainerConfig;
+using ::testing::HasSubstr;
+
+std::string FlagName(const FieldDescriptor* field) {
+  return absl::StrReplaceAll(field->name(), {{"_", "-"}});
+}
+
+// Sets every TrainerConfig field to a value different from both the proto default
+// and the trainer default, so a field that went to the wrong place shows.
+TrainerConfig FullyPopulatedConfig() {
+  TrainerConfig config;
+  const auto* descriptor = TrainerConfig::descriptor();
+  const auto* reflection = config.GetReflection();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    const int n = field->number();
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        reflection->SetString(&config, field, absl::StrCat("value-of-", field->name()));
+        break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        reflection->SetInt32(&config, field, 100 + n);
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        reflection->SetInt64(&config, field, 1000000 + n);
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        reflection->SetDouble(&config, field, 0.5 + n / 1024.0);
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        reflection->SetBool(&config, field, false);
+        break;
+      default:
+        ADD_FAILURE() << "TrainerConfig." << field->name()
+                      << " has a type with no flag spelling; teach the trainer";
+    }
+  }
+  return config;
+}
+
+// The trainer's parsed options, written back as a TrainerConfig field by field.
+TrainerConfig AsConfig(const TrainerOptions& o) {
+  TrainerConfig config;
+  config.set_model(o.model);
+  config.set_dataset(o.dataset);
+  config.set_data_dir(o.data_dir);
+  config.set_epochs(o.epochs);
+  config.set_max_steps(o.max_steps);
+  config.set_batch_size(o.batch_size);
+  config.set_lr(o.lr);
+  config.set_train_subset(o.train_subset);
+  config.set_test_subset(o.test_subset);
+  config.set_allreduce(o.allreduce);
+  config.set_metrics_every(o.metrics_every);
+  config.set_seed(o.seed);
+  config.set_threads(o.threads);
+  config.set_weight_decay(o.weight_decay);
+  return config;
+}
+
+TEST(TrainerFlagsTest, EveryTrainerConfigFieldIsAcceptedAsAFlag) {
+  const TrainerConfig config = FullyPopulatedConfig();
+  const auto* descriptor = TrainerConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    TrainerConfig one;
+    one.CopyFrom(config);
+    // Keep only this field set.
+    for (int j = 0; j < descriptor->field_count(); ++j) {
+      if (j != i) one.GetReflection()->ClearField(&one, descriptor->field(j));
+    }
+    const std::vector<std::string> flags = TrainerConfigToFlags(one);
+    ASSERT_EQ(flags.size(), 1u) << field->name();
+    EXPECT_THAT(flags[0], ::testing::StartsWith("--" + FlagName(field) + "="));
+    const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags(flags);
+    EXPECT_TRUE(parsed.ok()) << "tessera-train rejects " << flags[0] << ": "
+                             << parsed.status();
+  }
+}
+
+TEST(TrainerFlagsTest, WorkerArgvCarriesEveryFieldIntoTheOptions) {
+  const TrainerConfig config = FullyPopulatedConfig();
+  std::vector<std::string> argv = {"--coordinator=127.0.0.1:50051",
+                                   "--job-id=7",
+                                   "--attempt=2",
+                                   "--rank=1",
+                                   "--world-size=3",
+                                   "--local-rank=1"};
+  const std::vector<std::string> config_flags = TrainerConfigToFlags(config);
+  ASSERT_EQ(static_cast<int>(config_flags.size()),
+            TrainerConfig::descriptor()->field_count());
+  argv.insert(argv.end(), config_flags.begin(), config_flags.end());
+
+  const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags(argv);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::string difference;
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.ReportDifferencesToString(&difference);
+  EXPECT_TRUE(differencer.Compare(config, AsConfig(parsed->trainer))) << difference;
+  EXPECT_EQ(parsed->launch.coordinator, "127.0.0.1:50051");
+  EXPECT_EQ(parsed->launch.job_id, 7);
+  EXPECT_EQ(parsed->launch.attempt, 2);
+  EXPECT_EQ(parsed->launch.rank, 1);
+  EXPECT_EQ(parsed->launch.world_size, 3);
+  EXPECT_EQ(parsed->launch.local_rank, 1);
+}
+
+TEST(TrainerFlagsTest, DeclaredConfigFlagsAreExactlyTheTrainerConfigFields) {
+  std::vector<std::string> from_proto;
+  const auto* descriptor = TrainerConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    from_proto.push_back(FlagName(descriptor->field(i)));
+  }
+  EXPECT_EQ(TrainerConfigFlagNames(), from_proto);
+}
+
+TEST(TrainerFlagsTest, DefaultsAreTheDocumentedOnes) {
+  const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags({});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const TrainerOptions& t = parsed->trainer;
+  EXPECT_EQ(t.model, "vit-micro");
+  EXPECT_EQ(t.dataset, "fashion-mnist");
+  EXPECT_EQ(t.data_dir, "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(t.epochs, 1);
+  EXPECT_EQ(t.batch_size, 64);
+  EXPECT_DOUBLE_EQ(t.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(t.weight_decay, 0.05);
+  EXPECT_EQ(t.metrics_every, 10);
+  EXPECT_EQ(t.seed, 0);
+  EXPECT_EQ(t.threads, 1);
+  EXPECT_TRUE(t.allreduce);
+  EXPECT_EQ(parsed->launch.world_size, 1);
+  EXPECT_TRUE(parsed->launch.coordinator.empty());
+  EXPECT_TRUE(parsed->help.empty());
+}
+
+TEST(TrainerFlagsTest, AcceptsSpaceSeparatedValuesAndBooleanWords) {
+  const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags(
+      {"--batch-size", "32", "--allreduce=false", "--metrics-file", "/tmp/m.jsonl"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->trainer.batch_size, 32);
+  EXPECT_FALSE(parsed->trainer.allreduce);
+  EXPECT_EQ(parsed->launch.metrics_file, "/tmp/m.jsonl");
+  EXPECT_TRUE(ParseTrainerFlags({"--allreduce=true"})->trainer.allreduce);
+}
+
+TEST(TrainerFlagsTest, RejectsUnknownFlagsAndMalformedValues) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--no-such-flag=1"},
+                                             {"--batch-size=many"},
+                                             {"--lr=fast"},
+                                             {"--allreduce=maybe"},
+                                             {"stray-positional"},
+                                             {"--epochs"}}) {
+    const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags(args);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << args[0];
+  }
+  EXPECT_THAT(ParseTrainerFlags({"--no-such-flag=1"}).status().message(),
+              HasSubstr("--no-such-flag"));
+}
+
+TEST(TrainerFlagsTest, HelpIsReturnedAsTextListingTheFlags) {
+  const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags({"--help"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->help, HasSubstr("--batch-size"));
+  EXPECT_THAT(parsed->help, HasSubstr("--coordinator"));
+}
+
+}  // namespace
+}  // namespace tessera::trainer

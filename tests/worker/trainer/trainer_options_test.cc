@@ -1,0 +1,113 @@
+#include "worker/trainer/trainer_options.h"
+
+#include <limits>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TrainerOptionsTest, DefaultsAreValid) {
+  EXPECT_TRUE(ValidateTrainerOptions(TrainerOptions()).ok());
+  EXPECT_TRUE(
+      ValidateLaunchOptions(LaunchOptions(), /*coordinator_supported=*/true).ok());
+}
+
+TEST(TrainerOptionsTest, RejectsOutOfRangeValuesNamingTheFlag) {
+  struct Case {
+    void (*mutate)(TrainerOptions&);
+    const char* flag;
+  };
+  const Case cases[] = {
+      {[](TrainerOptions& o) { o.batch_size = 0; }, "--batch-size"},
+      {[](TrainerOptions& o) { o.epochs = 0; }, "--epochs"},
+      {[](TrainerOptions& o) { o.max_steps = -1; }, "--max-steps"},
+      {[](TrainerOptions& o) { o.lr = 0; }, "--lr"},
+      {[](TrainerOptions& o) { o.lr = std::numeric_limits<double>::infinity(); }, "--lr"},
+      {[](TrainerOptions& o) { o.train_subset = -5; }, "--train-subset"},
+      {[](TrainerOptions& o) { o.test_subset = -5; }, "--test-subset"},
+      {[](TrainerOptions& o) { o.metrics_every = 0; }, "--metrics-every"},
+      {[](TrainerOptions& o) { o.threads = -1; }, "--threads"},
+      {[](TrainerOptions& o) { o.weight_decay = -0.1; }, "--weight-decay"},
+      {[](TrainerOptions& o) { o.model = "resnet"; }, "--model"},
+      {[](TrainerOptions& o) { o.dataset = "imagenet"; }, "--dataset"},
+  };
+  for (const Case& c : cases) {
+    TrainerOptions options;
+    c.mutate(options);
+    const absl::Status status = ValidateTrainerOptions(options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.flag;
+    EXPECT_THAT(status.message(), HasSubstr(c.flag));
+  }
+}
+
+TEST(TrainerOptionsTest, UnknownModelListsKnownPresets) {
+  TrainerOptions options;
+  options.model = "vit-huge";
+  EXPECT_THAT(ValidateTrainerOptions(options).message(), HasSubstr("vit-b16"));
+}
+
+TEST(TrainerOptionsTest, ZeroThreadsMeansTheDefaultOfOne) {
+  TrainerOptions options;
+  options.threads = 0;
+  EXPECT_TRUE(ValidateTrainerOptions(options).ok());
+  EXPECT_EQ(EffectiveThreads(options), 1);
+  options.threads = 3;
+  EXPECT_EQ(EffectiveThreads(options), 3);
+}
+
+TEST(LaunchOptionsTest, MultipleRanksNeedACoordinatorOrStore) {
+  LaunchOptions launch;
+  launch.world_size = 2;
+  const absl::Status status = ValidateLaunchOptions(launch, true);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--coordinator"));
+  launch.coordinator = "127.0.0.1:50051";
+  EXPECT_TRUE(ValidateLaunchOptions(launch, true).ok());
+  launch.coordinator.clear();
+  launch.rendezvous_store = "127.0.0.1:29500";
+  EXPECT_TRUE(ValidateLaunchOptions(launch, true).ok());
+}
+
+TEST(LaunchOptionsTest, RejectsRankOutsideTheWorld) {
+  LaunchOptions launch;
+  launch.coordinator = "localhost:1";
+  launch.world_size = 2;
+  launch.rank = 2;
+  EXPECT_THAT(ValidateLaunchOptions(launch, true).message(), HasSubstr("--rank"));
+  launch.rank = 1;
+  launch.local_rank = 5;
+  EXPECT_THAT(ValidateLaunchOptions(launch, true).message(), HasSubstr("--local-rank"));
+}
+
+TEST(LaunchOptionsTest, RejectsMalformedCoordinatorAddress) {
+  LaunchOptions launch;
+  for (const char* bad : {"nohost", "host:", ":50051", "host:70000", "host:0"}) {
+    launch.coordinator = bad;
+    const absl::Status status = ValidateLaunchOptions(launch, true);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("--coordinator")) << bad;
+  }
+}
+
+TEST(LaunchOptionsTest, BuildWithoutGrpcRejectsCoordinator) {
+  LaunchOptions launch;
+  launch.coordinator = "127.0.0.1:50051";
+  const absl::Status status =
+      ValidateLaunchOptions(launch, /*coordinator_supported=*/false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("without gRPC"));
+}
+
+TEST(LaunchOptionsTest, StaticStoreNeedsAFixedPort) {
+  LaunchOptions launch;
+  launch.rendezvous_store = "127.0.0.1:0";
+  EXPECT_THAT(ValidateLaunchOptions(launch, true).message(), HasSubstr("fixed port"));
+}
+
+}  // namespace
+}  // namespace tessera::trainer
