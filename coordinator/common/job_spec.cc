@@ -515,6 +515,40 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   CheckNonNegative("trainer.test_subset", t.test_subset(), &errors);
   CheckNonNegative("trainer.metrics_every", t.metrics_every(), &errors);
   CheckNonNegative("trainer.threads", t.threads(), &errors);
+  CheckNonNegative("trainer.grad_accum", t.grad_accum(), &errors);
+  CheckNonNegative("trainer.checkpoint_every", t.checkpoint_every(), &errors);
+  CheckNonNegative("trainer.clip_grad_norm", t.clip_grad_norm(), &errors);
+  CheckNonNegative("trainer.bucket_cap_mb", t.bucket_cap_mb(), &errors);
+  CheckNonNegative("trainer.first_bucket_mb", t.first_bucket_mb(), &errors);
+  CheckNonNegative("trainer.image_size", t.image_size(), &errors);
+  CheckNonNegative("trainer.data_workers", t.data_workers(), &errors);
+  if (t.has_warmup_steps()) CheckNonNegative("trainer.warmup_steps", t.warmup_steps(), &errors);
+  auto fraction = [&errors](const char* field, double v, bool one_allowed) {
+    if (v < 0 || v > 1 || (!one_allowed && v == 1)) {
+      errors.push_back(absl::StrCat(field, ": must be in [0, 1", one_allowed ? "]" : ")",
+                                    ", got ", v));
+    }
+  };
+  fraction("trainer.momentum", t.momentum(), false);
+  fraction("trainer.label_smoothing", t.label_smoothing(), false);
+  fraction("trainer.dropout", t.dropout(), false);
+  fraction("trainer.weak_fraction", t.weak_fraction(), true);
+  auto one_of = [&errors](const char* field, const std::string& v,
+                          std::initializer_list<const char*> allowed) {
+    if (v.empty()) return;  // the trainer's default
+    for (const char* a : allowed) {
+      if (v == a) return;
+    }
+    errors.push_back(absl::StrCat(field, ": must be one of ", absl::StrJoin(allowed, ", "),
+                                  "; got '", v, "'"));
+  };
+  one_of("trainer.optimizer", t.optimizer(), {"adamw", "sgd"});
+  one_of("trainer.precision", t.precision(), {"fp32", "bf16", "fp16"});
+  one_of("trainer.scaling", t.scaling(), {"strong", "weak"});
+  one_of("trainer.device", t.device(), {"auto", "cpu", "cuda"});
+  if (t.resume() && t.checkpoint_dir().empty()) {
+    errors.push_back("trainer.resume: needs trainer.checkpoint_dir");
+  }
 
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));

@@ -328,5 +328,27 @@ TEST(JobSpecTest, ParsedSpecFlagsMatchTheYaml) {
                   "--epochs=1", "--batch-size=8", "--allreduce=false", "--seed=7"));
 }
 
+TEST(JobSpecTest, TrainerChoicesAndFractionsAreChecked) {
+  absl::Status s = ParseAndValidateJobSpec(R"(name: x
+world_size: 1
+trainer:
+  model: vit-micro
+  dataset: synthetic
+  batch_size: 8
+  epochs: 1
+  optimizer: lamb
+  precision: fp8
+  label_smoothing: 1.5
+  resume: true
+)",
+                                           SpecLimits{})
+                       .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("trainer.optimizer: must be one of adamw, sgd; got 'lamb'"));
+  EXPECT_THAT(s.message(), HasSubstr("trainer.precision"));
+  EXPECT_THAT(s.message(), HasSubstr("trainer.label_smoothing: must be in [0, 1)"));
+  EXPECT_THAT(s.message(), HasSubstr("trainer.resume: needs trainer.checkpoint_dir"));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -35,7 +35,37 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   config("metrics-every", t.metrics_every, "report metrics every K steps");
   config("seed", t.seed, "seed for initialisation, shuffling and synthetic data");
   config("threads", t.threads, "intra-op threads per rank (0: trainer default, 1)");
-  config("weight-decay", t.weight_decay, "AdamW weight decay");
+  config("weight-decay", t.weight_decay, "weight decay (decoupled for AdamW)");
+  config("optimizer", t.optimizer, "adamw | sgd");
+  config("momentum", t.momentum, "SGD momentum");
+  config("warmup-steps", t.warmup_steps, "linear warmup steps (-1: 5% of the run)");
+  config("label-smoothing", t.label_smoothing, "cross-entropy label smoothing in [0, 1)");
+  config("grad-accum", t.grad_accum,
+         "micro-batches per optimizer step; only the last one allreduces");
+  config("clip-grad-norm", t.clip_grad_norm, "clip the global gradient norm (0: off)");
+  config("precision", t.precision, "fp32 | bf16 | fp16 (bf16/fp16 on CUDA only)");
+  config("scaling", t.scaling,
+         "strong: the whole dataset at any world size | weak: weak-fraction per rank");
+  config("weak-fraction", t.weak_fraction,
+         "weak scaling: fraction of the training set each rank gets");
+  config("checkpoint-dir", t.checkpoint_dir,
+         "checkpoint directory, on storage every node sees (empty: none)");
+  config("checkpoint-every", t.checkpoint_every,
+         "checkpoint every N steps (0: only at the end)");
+  config("resume", t.resume, "resume from the latest checkpoint in --checkpoint-dir");
+  config("dropout", t.dropout, "dropout probability");
+  config("bucket-cap-mb", t.bucket_cap_mb, "gradient bucket size in MiB (DDP: 25)");
+  config("image-size", t.image_size, "model input size; images are resized (0: preset)");
+  config_names.push_back("augment");
+  app.add_option_function<bool>(
+         "--augment", [&t](const bool& on) { t.augment = on; },
+         "random crop with padding + horizontal flip (default: on for CIFAR)")
+      ->group("Training (tessera.v1.TrainerConfig)");
+  config("device", t.device, "auto | cpu | cuda");
+  config("data-workers", t.data_workers, "background data loading threads");
+  config("first-bucket-mb", t.first_bucket_mb,
+         "size of the first gradient bucket in MiB (DDP: 1)");
+  config("overlap", t.overlap, "start each bucket's allreduce during backward");
 
   LaunchOptions& l = flags.launch;
   const std::string launch = "Launch (set by tessera-worker)";

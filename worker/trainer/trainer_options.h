@@ -8,6 +8,7 @@
 #define TESSERA_WORKER_TRAINER_TRAINER_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -31,6 +32,26 @@ struct TrainerOptions {
   int64_t seed = 0;            // init, shuffling and synthetic data
   int32_t threads = 1;         // intra-op threads; 0: the trainer default (1)
   double weight_decay = 0.05;  // AdamW decoupled weight decay
+  std::string optimizer = "adamw";  // "adamw" | "sgd"
+  double momentum = 0.9;            // SGD momentum
+  int64_t warmup_steps = -1;        // linear warmup steps; -1: 5% of the run
+  double label_smoothing = 0.0;     // in [0, 1)
+  int32_t grad_accum = 1;           // micro-batches per optimizer step
+  double clip_grad_norm = 0.0;      // max global gradient norm; 0: no clipping
+  std::string precision = "fp32";   // "fp32" | "bf16" | "fp16" (the last two on CUDA)
+  std::string scaling = "strong";   // "strong" | "weak"
+  double weak_fraction = 0.1;       // weak scaling: training-set fraction per rank
+  std::string checkpoint_dir;       // empty: no checkpoints
+  int64_t checkpoint_every = 0;     // steps between checkpoints; 0: only at the end
+  bool resume = false;              // continue from the latest checkpoint
+  double dropout = 0.0;             // dropout probability
+  double bucket_cap_mb = 25.0;      // gradient bucket size (MiB), as DDP
+  int32_t image_size = 0;           // model input size; 0: the preset's
+  std::optional<bool> augment;      // crop + flip; unset: on for CIFAR, off otherwise
+  std::string device = "auto";      // "auto" | "cpu" | "cuda"
+  int32_t data_workers = 2;         // background data loading threads
+  double first_bucket_mb = 1.0;     // first (last-layer) bucket size (MiB), as DDP
+  bool overlap = true;              // allreduce buckets during backward
 };
 
 // Where this process sits in the job. Set by the worker on the command line.

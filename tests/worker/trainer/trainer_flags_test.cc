@@ -48,7 +48,9 @@ TrainerConfig FullyPopulatedConfig() {
         reflection->SetDouble(&config, field, 0.5 + n / 1024.0);
         break;
       case FieldDescriptor::CPPTYPE_BOOL:
-        reflection->SetBool(&config, field, false);
+        // The non-default value: false for fields with presence (which
+        // default to true in the trainer), true for plain proto3 bools.
+        reflection->SetBool(&config, field, !field->has_presence());
         break;
       default:
         ADD_FAILURE() << "TrainerConfig." << field->name()
@@ -75,6 +77,26 @@ TrainerConfig AsConfig(const TrainerOptions& o) {
   config.set_seed(o.seed);
   config.set_threads(o.threads);
   config.set_weight_decay(o.weight_decay);
+  config.set_optimizer(o.optimizer);
+  config.set_momentum(o.momentum);
+  config.set_warmup_steps(o.warmup_steps);
+  config.set_label_smoothing(o.label_smoothing);
+  config.set_grad_accum(o.grad_accum);
+  config.set_clip_grad_norm(o.clip_grad_norm);
+  config.set_precision(o.precision);
+  config.set_scaling(o.scaling);
+  config.set_weak_fraction(o.weak_fraction);
+  config.set_checkpoint_dir(o.checkpoint_dir);
+  config.set_checkpoint_every(o.checkpoint_every);
+  config.set_resume(o.resume);
+  config.set_dropout(o.dropout);
+  config.set_bucket_cap_mb(o.bucket_cap_mb);
+  config.set_image_size(o.image_size);
+  if (o.augment.has_value()) config.set_augment(*o.augment);
+  config.set_device(o.device);
+  config.set_data_workers(o.data_workers);
+  config.set_first_bucket_mb(o.first_bucket_mb);
+  config.set_overlap(o.overlap);
   return config;
 }
 
