@@ -91,6 +91,17 @@ CREATE TABLE metrics (
   PRIMARY KEY (job_id, step, rank, name, attempt)
 ) WITHOUT ROWID;
 )sql"},
+    {2, R"sql(
+ALTER TABLE ranks ADD COLUMN exit_reason TEXT NOT NULL DEFAULT '';
+CREATE TABLE logs (
+  job_id INTEGER NOT NULL REFERENCES jobs (id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  offset INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  PRIMARY KEY (job_id, attempt, rank, offset)
+) WITHOUT ROWID;
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;
@@ -149,12 +160,22 @@ constexpr char kListWorkers[] =
 
 constexpr char kPutRank[] =
     "INSERT OR REPLACE INTO ranks (job_id, attempt, rank, worker, slot, state, pid, "
-    "exit_code, signal, has_result, param_hash, test_accuracy, test_loss) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+    "exit_code, signal, has_result, param_hash, test_accuracy, test_loss, exit_reason) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 constexpr char kGetRanks[] =
     "SELECT job_id, attempt, rank, worker, slot, state, pid, exit_code, signal, "
-    "has_result, param_hash, test_accuracy, test_loss FROM ranks "
+    "has_result, param_hash, test_accuracy, test_loss, exit_reason FROM ranks "
     "WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank";
+
+constexpr char kInsertLog[] =
+    "INSERT OR IGNORE INTO logs (job_id, attempt, rank, offset, data) "
+    "VALUES (?1, ?2, ?3, ?4, ?5)";
+constexpr char kReadLog[] =
+    "SELECT offset, data FROM logs WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3 "
+    "AND offset + length(data) > ?4 ORDER BY offset";
+constexpr char kLogEnd[] =
+    "SELECT COALESCE(MAX(offset + length(data)), 0) FROM logs "
+    "WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3";
 
 constexpr char kInsertMetric[] =
     "INSERT OR IGNORE INTO metrics (job_id, attempt, rank, step, name, value, time_ms) "
@@ -364,6 +385,7 @@ absl::StatusOr<RankRecord> ReadRank(const Statement& row) {
   rank.param_hash = row.Bytes(10);
   rank.test_accuracy = row.Double(11);
   rank.test_loss = row.Double(12);
+  rank.exit_reason = row.Bytes(13);
   return rank;
 }
 
@@ -458,7 +480,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(db)));
   absl::MutexLock lock(&store->mu_);
   RETURN_IF_ERROR(store->Configure(path, options));
-  RETURN_IF_ERROR(store->Migrate());
+  RETURN_IF_ERROR(store->Migrate(options.migrate_to_version));
   return store;
 }
 
@@ -500,7 +522,7 @@ absl::Status SqliteStore::Configure(const std::string& path, const Options& opti
   return absl::OkStatus();
 }
 
-absl::Status SqliteStore::Migrate() {
+absl::Status SqliteStore::Migrate(int up_to_version) {
   ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
   int current = 0;
   {
@@ -518,6 +540,7 @@ absl::Status SqliteStore::Migrate() {
   }
   for (const Migration& migration : kMigrations) {
     if (migration.version <= current) continue;
+    if (up_to_version > 0 && migration.version > up_to_version) break;
     char* error = nullptr;
     int rc = sqlite3_exec(db_.get(), migration.sql, nullptr, nullptr, &error);
     if (rc != SQLITE_OK) {
@@ -725,6 +748,7 @@ absl::Status SqliteStore::PutRanks(const std::vector<RankRecord>& ranks) {
                           .BindText(11, rank.param_hash)
                           .BindDouble(12, rank.test_accuracy)
                           .BindDouble(13, rank.test_loss)
+                          .BindText(14, rank.exit_reason)
                           .Run());
     }
   }
@@ -738,6 +762,70 @@ absl::StatusOr<std::vector<RankRecord>> SqliteStore::GetRanks(int64_t job_id,
   Statement rows(db_.get(), select);
   rows.BindInt(1, job_id).BindInt(2, attempt);
   return ReadAll(rows, &ReadRank);
+}
+
+absl::Status SqliteStore::AppendLog(const LogChunk& chunk) {
+  if (chunk.data.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * end_stmt, Prepare(kLogEnd));
+    Statement end(db_.get(), end_stmt);
+    end.BindInt(1, chunk.job_id).BindInt(2, chunk.attempt).BindInt(3, chunk.rank);
+    ASSIGN_OR_RETURN(bool row, end.Step());
+    const int64_t stored_end = row ? end.Int(0) : 0;
+    if (chunk.offset > stored_end) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "log chunk at offset ", chunk.offset, " leaves a gap; stored log ends at ",
+          stored_end));
+    }
+    if (chunk.offset + static_cast<int64_t>(chunk.data.size()) <= stored_end) {
+      return absl::OkStatus();  // already stored (a retried chunk)
+    }
+    // Keep only the part past what is stored, so chunks never overlap.
+    const int64_t skip = stored_end - chunk.offset;
+    ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertLog));
+    RETURN_IF_ERROR(Statement(db_.get(), insert)
+                        .BindInt(1, chunk.job_id)
+                        .BindInt(2, chunk.attempt)
+                        .BindInt(3, chunk.rank)
+                        .BindInt(4, stored_end)
+                        .BindBlob(5, absl::string_view(chunk.data).substr(skip))
+                        .Run());
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<int64_t> SqliteStore::LogEnd(int64_t job_id, int32_t attempt, int32_t rank) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * end_stmt, Prepare(kLogEnd));
+  Statement end(db_.get(), end_stmt);
+  end.BindInt(1, job_id).BindInt(2, attempt).BindInt(3, rank);
+  ASSIGN_OR_RETURN(bool row, end.Step());
+  return row ? end.Int(0) : 0;
+}
+
+absl::StatusOr<std::string> SqliteStore::ReadLog(int64_t job_id, int32_t attempt,
+                                                 int32_t rank, int64_t from_offset,
+                                                 int64_t max_bytes) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kReadLog));
+  Statement rows(db_.get(), select);
+  rows.BindInt(1, job_id).BindInt(2, attempt).BindInt(3, rank).BindInt(4, from_offset);
+  std::string out;
+  for (;;) {
+    ASSIGN_OR_RETURN(bool row, rows.Step());
+    if (!row) break;
+    const int64_t offset = rows.Int(0);
+    std::string data = rows.Bytes(1);
+    const int64_t skip = std::max<int64_t>(0, from_offset - offset);
+    out.append(data, static_cast<size_t>(skip));
+    if (static_cast<int64_t>(out.size()) >= max_bytes) {
+      out.resize(static_cast<size_t>(max_bytes));
+      break;
+    }
+  }
+  return out;
 }
 
 absl::Status SqliteStore::AppendMetrics(const std::vector<MetricRow>& rows) {

@@ -50,10 +50,13 @@ class SqliteStore : public Store {
     // Largest size in bytes the database may grow to; a write past it fails with
     // ResourceExhausted exactly as on a full disk. 0: no limit.
     int64_t max_size_bytes = 0;
+    // Apply migrations only up to this version; 0: all. Lets tests create a
+    // database with an older schema and check the upgrade.
+    int migrate_to_version = 0;
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Opens (creating if needed) the database at `path`, or a private in-memory
   // database for ":memory:", and migrates it to kSchemaVersion.
@@ -80,6 +83,10 @@ class SqliteStore : public Store {
   absl::StatusOr<std::vector<RankRecord>> GetRanks(int64_t job_id,
                                                    int32_t attempt) override;
 
+  absl::Status AppendLog(const LogChunk& chunk) override;
+  absl::StatusOr<int64_t> LogEnd(int64_t job_id, int32_t attempt, int32_t rank) override;
+  absl::StatusOr<std::string> ReadLog(int64_t job_id, int32_t attempt, int32_t rank,
+                                      int64_t from_offset, int64_t max_bytes) override;
   absl::Status AppendMetrics(const std::vector<MetricRow>& rows) override;
   absl::StatusOr<std::vector<MetricRow>> QueryMetrics(const MetricQuery& query) override;
 
@@ -106,7 +113,7 @@ class SqliteStore : public Store {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies every migration newer than the database's version, all in one
   // transaction.
-  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Migrate(int up_to_version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Begins a transaction: a write transaction takes the database's write lock up
   // front (BEGIN IMMEDIATE) so it never fails half-way on a lock upgrade.
   absl::StatusOr<Transaction> Begin(bool write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

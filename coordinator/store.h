@@ -59,6 +59,16 @@ struct RankRecord {
   std::string param_hash;
   double test_accuracy = 0;
   double test_loss = 0;
+  std::string exit_reason;  // why the rank ended, e.g. "worker w1 declared dead"
+};
+
+// A piece of one rank's output (stdout and stderr interleaved), at a byte offset.
+struct LogChunk {
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  int32_t rank = 0;
+  int64_t offset = 0;
+  std::string data;
 };
 
 struct MetricRow {
@@ -120,6 +130,16 @@ class Store {
   // Ranks of one attempt ordered by rank.
   virtual absl::StatusOr<std::vector<RankRecord>> GetRanks(int64_t job_id,
                                                            int32_t attempt) = 0;
+
+  // Appends a rank's log bytes at `chunk.offset`. Bytes already stored (a
+  // retried chunk) are skipped; FailedPrecondition if the chunk starts past the
+  // stored end, which would leave a gap.
+  virtual absl::Status AppendLog(const LogChunk& chunk) = 0;
+  // The stored length of a rank's log (0 when none).
+  virtual absl::StatusOr<int64_t> LogEnd(int64_t job_id, int32_t attempt, int32_t rank) = 0;
+  // Up to `max_bytes` of a rank's log starting at `from_offset`.
+  virtual absl::StatusOr<std::string> ReadLog(int64_t job_id, int32_t attempt, int32_t rank,
+                                              int64_t from_offset, int64_t max_bytes) = 0;
 
   // Appends metric rows in one transaction. Rows with a (job, attempt, rank,
   // step, name) key already stored are ignored, so a retried report never

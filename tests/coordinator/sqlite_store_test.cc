@@ -653,6 +653,48 @@ TEST_P(StoreContractTest, ConcurrentCallersAllLand) {
   }
 }
 
+TEST_P(StoreContractTest, LogChunksAppendInOrderSkipRetriesAndRejectGaps) {
+  const int64_t id = Create(MakeJob("logs", ""));
+  LogChunk a{id, 1, 0, 0, "hello "};
+  ASSERT_THAT(store_->AppendLog(a), IsOk());
+  ASSERT_THAT(store_->AppendLog(a), IsOk());  // a retried chunk is not stored twice
+  // Overlapping chunk: only the new tail is kept.
+  ASSERT_THAT(store_->AppendLog(LogChunk{id, 1, 0, 3, "lo world\n"}), IsOk());
+  absl::StatusOr<int64_t> end = store_->LogEnd(id, 1, 0);
+  ASSERT_THAT(end, IsOk());
+  EXPECT_EQ(*end, 12);
+  EXPECT_EQ(store_->AppendLog(LogChunk{id, 1, 0, 20, "gap"}).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  absl::StatusOr<std::string> all = store_->ReadLog(id, 1, 0, 0, 1 << 20);
+  ASSERT_THAT(all, IsOk());
+  EXPECT_EQ(*all, "hello world\n");
+  absl::StatusOr<std::string> tail = store_->ReadLog(id, 1, 0, 6, 3);
+  ASSERT_THAT(tail, IsOk());
+  EXPECT_EQ(*tail, "wor");
+  // Other ranks and attempts are separate logs.
+  absl::StatusOr<std::string> other = store_->ReadLog(id, 1, 1, 0, 100);
+  ASSERT_THAT(other, IsOk());
+  EXPECT_EQ(*other, "");
+}
+
+TEST_P(StoreContractTest, RankExitReasonRoundTrips) {
+  const int64_t id = Create(MakeJob("reason", ""));
+  RankRecord r;
+  r.job_id = id;
+  r.attempt = 1;
+  r.rank = 0;
+  r.worker = "w1";
+  r.state = "exited";
+  r.exit_code = 255;
+  r.exit_reason = "worker w1 declared dead";
+  ASSERT_THAT(store_->PutRanks({r}), IsOk());
+  absl::StatusOr<std::vector<RankRecord>> got = store_->GetRanks(id, 1);
+  ASSERT_THAT(got, IsOk());
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].exit_reason, "worker w1 declared dead");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, StoreContractTest,
                          ::testing::Values(SqliteMemoryBackend(), SqliteFileBackend()),
                          [](const ::testing::TestParamInfo<Backend>& info) {
@@ -668,6 +710,29 @@ class SqliteStoreFileTest : public ::testing::Test {
 
   TempDir dir_;
 };
+
+TEST_F(SqliteStoreFileTest, MigratesAVersionOneDatabaseKeepingItsData) {
+  const std::string path = dir_.path() + "/old.db";
+  int64_t id = 0;
+  {
+    SqliteStore::Options v1;
+    v1.migrate_to_version = 1;
+    auto old = SqliteStore::Open(path, v1);
+    ASSERT_THAT(old, IsOk());
+    EXPECT_EQ(*(*old)->SchemaVersion(), 1);
+    absl::StatusOr<int64_t> created = (*old)->CreateJob(MakeJob("from-v1", "req-old"));
+    ASSERT_THAT(created, IsOk());
+    id = *created;
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_THAT(store, IsOk());
+  EXPECT_EQ(*(*store)->SchemaVersion(), SqliteStore::kSchemaVersion);
+  absl::StatusOr<JobRecord> job = (*store)->GetJob(id);
+  ASSERT_THAT(job, IsOk());
+  EXPECT_EQ(job->name, "from-v1");
+  // The tables added by version 2 work.
+  EXPECT_THAT((*store)->AppendLog(LogChunk{id, 1, 0, 0, "x"}), IsOk());
+}
 
 TEST_F(SqliteStoreFileTest, DataSurvivesReopen) {
   int64_t id = 0;
@@ -756,7 +821,6 @@ TEST_F(SqliteStoreFileTest, RecordsSchemaVersionOnceAcrossReopens) {
     ASSERT_THAT(store, IsOk());
     absl::StatusOr<int> version = (*store)->SchemaVersion();
     ASSERT_THAT(version, IsOk());
-    EXPECT_EQ(*version, 1);
     EXPECT_EQ(*version, SqliteStore::kSchemaVersion);
   }
 }
@@ -817,7 +881,7 @@ TEST(SqliteStoreMemoryTest, MemoryDatabaseRecordsSchemaVersionWithoutWal) {
 
   absl::StatusOr<int> version = (*store)->SchemaVersion();
   ASSERT_THAT(version, IsOk());
-  EXPECT_EQ(*version, 1);
+  EXPECT_EQ(*version, SqliteStore::kSchemaVersion);
   absl::StatusOr<std::string> mode = (*store)->JournalMode();
   ASSERT_THAT(mode, IsOk());
   EXPECT_EQ(*mode, "memory");

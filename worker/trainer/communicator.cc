@@ -1,12 +1,36 @@
 #include "worker/trainer/communicator.h"
 
+#include <memory>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessera::trainer {
+namespace {
 
-absl::Status LocalCommunicator::AllReduceSum(at::Tensor& /*tensor*/) {
-  return absl::OkStatus();
+class Finished final : public PendingCollective {
+ public:
+  explicit Finished(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait() override { return status_; }
+
+ private:
+  const absl::Status status_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> FinishedCollective(absl::Status status) {
+  return std::make_unique<Finished>(std::move(status));
+}
+
+absl::Status Communicator::AllReduceSum(at::Tensor& tensor) {
+  return AllReduceSumAsync(tensor)->Wait();
+}
+
+std::unique_ptr<PendingCollective> LocalCommunicator::AllReduceSumAsync(
+    at::Tensor& /*tensor*/) {
+  return FinishedCollective(absl::OkStatus());
 }
 
 absl::Status LocalCommunicator::Broadcast(at::Tensor& /*tensor*/, int root) {

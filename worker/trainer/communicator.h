@@ -1,17 +1,20 @@
 // Collective operations among the ranks of one job attempt, as the training loop
-// needs them: in-place sum all-reduce, broadcast from a root, barrier.
+// needs them: in-place sum all-reduce (blocking, or launched and waited for later
+// so gradient buckets overlap backward), broadcast from a root, barrier.
 //
 // Backends implement this interface: LocalCommunicator (below) for a single
-// process, GlooCommunicator (gloo_communicator.h) over TCP, later NCCL on GPUs.
-// The header names at::Tensor without including LibTorch, so it stays cheap to
-// include.
+// process, GlooCommunicator (gloo_communicator.h) over TCP for CPU tensors, and
+// NcclCommunicator (nccl_tensor_communicator.h) for CUDA tensors. The header
+// names at::Tensor without including LibTorch, so it stays cheap to include.
 //
 // Thread-safety: collectives must be issued by every rank in the same order, from
-// one thread at a time per communicator. Errors (a peer gone, a timeout) come back
-// as a status; no exception escapes.
+// one thread at a time per communicator (a launched collective may be waited for
+// from another thread). Errors (a peer gone, a timeout) come back as a status; no
+// exception escapes.
 #ifndef TESSERA_WORKER_TRAINER_COMMUNICATOR_H_
 #define TESSERA_WORKER_TRAINER_COMMUNICATOR_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -22,6 +25,21 @@ class Tensor;
 
 namespace tessera::trainer {
 
+// A launched collective. Wait returns its status once the result is in place:
+// for host memory, when the data is there; for device memory, when work the
+// caller queues afterwards on its stream will see it. Destroying a PendingCollective
+// without waiting does not cancel the collective; its tensor must stay alive
+// until it finishes.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual absl::Status Wait() = 0;
+};
+
+// A collective that already finished with `status` (a world of one, or a launch
+// that failed).
+std::unique_ptr<PendingCollective> FinishedCollective(absl::Status status);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -30,10 +48,16 @@ class Communicator {
   virtual int world_size() const = 0;
   virtual std::string backend() const = 0;
 
-  // Replaces `tensor` on every rank with the element-wise sum over all ranks. The
-  // tensor must be dense and contiguous, with the same shape and dtype (float32,
-  // float64 or int64) on every rank. Blocks until the result is in place.
-  virtual absl::Status AllReduceSum(at::Tensor& tensor) = 0;
+  // Starts replacing `tensor` on every rank with the element-wise sum over all
+  // ranks and returns without waiting. The tensor must be dense and contiguous,
+  // with the same shape and dtype on every rank (float32, float64 or int64; the
+  // NCCL backend also takes float16 and bfloat16), and must stay alive and
+  // untouched until the returned collective has been waited for. Launch errors
+  // come back from Wait.
+  virtual std::unique_ptr<PendingCollective> AllReduceSumAsync(at::Tensor& tensor) = 0;
+
+  // AllReduceSumAsync, then Wait.
+  virtual absl::Status AllReduceSum(at::Tensor& tensor);
 
   // Copies `tensor` from rank `root` into `tensor` on every other rank.
   virtual absl::Status Broadcast(at::Tensor& tensor, int root) = 0;
@@ -48,7 +72,7 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   std::string backend() const override { return "local"; }
-  absl::Status AllReduceSum(at::Tensor& tensor) override;
+  std::unique_ptr<PendingCollective> AllReduceSumAsync(at::Tensor& tensor) override;
   absl::Status Broadcast(at::Tensor& tensor, int root) override;
   absl::Status Barrier() override;
 };

@@ -112,6 +112,24 @@ absl::StatusOr<std::unique_ptr<GlooStore>> GlooStore::Connect(const std::string&
 
 int GlooStore::port() const { return impl_->store->getPort(); }
 
+absl::Status GlooStore::Set(const std::string& key, const std::string& value) {
+  try {
+    impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return FromException(e, absl::StrCat("setting store key ", key));
+  }
+}
+
+absl::StatusOr<std::string> GlooStore::Get(const std::string& key) {
+  try {
+    const std::vector<uint8_t> value = impl_->store->get(key);
+    return std::string(value.begin(), value.end());
+  } catch (const std::exception& e) {
+    return FromException(e, absl::StrCat("getting store key ", key));
+  }
+}
+
 std::string GlooStore::address() const { return FormatHostPort(impl_->host, port()); }
 
 GlooCommunicator::GlooCommunicator(int rank, int world_size,
@@ -149,17 +167,37 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   }
 }
 
-absl::Status GlooCommunicator::AllReduceSum(at::Tensor& tensor) {
+namespace {
+
+class PendingGlooWork final : public PendingCollective {
+ public:
+  explicit PendingGlooWork(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
+
+  absl::Status Wait() override {
+    try {
+      work_->wait();
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return FromException(e, "Gloo all-reduce");
+    }
+  }
+
+ private:
+  const c10::intrusive_ptr<c10d::Work> work_;  // holds the tensor until done
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> GlooCommunicator::AllReduceSumAsync(at::Tensor& tensor) {
   absl::Status valid = CheckCollectiveTensor(tensor);
-  if (!valid.ok()) return valid;
+  if (!valid.ok()) return FinishedCollective(std::move(valid));
   try {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
-    impl_->group->allreduce(tensors, options)->wait();
-    return absl::OkStatus();
+    return std::make_unique<PendingGlooWork>(impl_->group->allreduce(tensors, options));
   } catch (const std::exception& e) {
-    return FromException(e, "Gloo all-reduce");
+    return FinishedCollective(FromException(e, "Gloo all-reduce"));
   }
 }
 

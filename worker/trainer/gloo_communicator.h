@@ -46,6 +46,11 @@ class GlooStore {
   // "host:port" of the store.
   std::string address() const;
 
+  // Sets `key` to `value` in the store (e.g. rank 0 publishing an NCCL id).
+  absl::Status Set(const std::string& key, const std::string& value);
+  // The value of `key`, waiting up to the store's timeout for some rank to set it.
+  absl::StatusOr<std::string> Get(const std::string& key);
+
  private:
   struct Impl;  // Holds the c10d store; defined in the .cc.
   explicit GlooStore(std::unique_ptr<Impl> impl);
@@ -78,7 +83,8 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "gloo"; }
-  absl::Status AllReduceSum(at::Tensor& tensor) override;
+  // Queued on the group's worker threads; several may be in flight at once.
+  std::unique_ptr<PendingCollective> AllReduceSumAsync(at::Tensor& tensor) override;
   absl::Status Broadcast(at::Tensor& tensor, int root) override;
   absl::Status Barrier() override;
 

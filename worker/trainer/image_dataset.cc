@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/trainer/cifar_reader.h"
 #include "worker/trainer/idx_reader.h"
 #include "worker/trainer/synthetic_dataset.h"
 
@@ -14,13 +15,21 @@ namespace tessera::trainer {
 
 const std::vector<std::string>& KnownDatasets() {
   static const auto* const kNames =
-      new std::vector<std::string>{"fashion-mnist", "synthetic"};
+      new std::vector<std::string>{"fashion-mnist", "cifar10", "cifar100", "synthetic"};
   return *kNames;
 }
 
 absl::StatusOr<ImageDataset> LoadImageDataset(const DatasetRequest& request) {
   if (request.name == "fashion-mnist") {
     return LoadFashionMnist(request.data_dir, request.split, request.limit);
+  }
+  if (request.name == "cifar10") {
+    return LoadCifar(CifarVariant::kCifar10, request.data_dir, request.split,
+                     request.limit);
+  }
+  if (request.name == "cifar100") {
+    return LoadCifar(CifarVariant::kCifar100, request.data_dir, request.split,
+                     request.limit);
   }
   if (request.name == "synthetic") {
     SyntheticDatasetOptions options;
@@ -32,6 +41,10 @@ absl::StatusOr<ImageDataset> LoadImageDataset(const DatasetRequest& request) {
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dataset \"", request.name,
                    "\"; known datasets: ", absl::StrJoin(KnownDatasets(), ", ")));
+}
+
+bool AugmentsByDefault(const std::string& dataset_name) {
+  return dataset_name == "cifar10" || dataset_name == "cifar100";
 }
 
 absl::Status ValidateImageDataset(const ImageDataset& d) {

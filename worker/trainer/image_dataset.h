@@ -1,6 +1,6 @@
 // In-memory image classification data: the train or test split of one dataset as
 // raw 8-bit pixels plus integer labels, and the dispatch from a dataset name
-// (--dataset) to its loader (idx_reader.h, synthetic_dataset.h).
+// (--dataset) to its loader (idx_reader.h, cifar_reader.h, synthetic_dataset.h).
 //
 // Pixels stay uint8 in memory (a quarter of float32); batch_loader.h converts and
 // normalises per batch. An ImageDataset is a value: immutable after loading and
@@ -38,7 +38,7 @@ struct ChannelStats {
 };
 
 struct DatasetRequest {
-  std::string name;      // "fashion-mnist" | "synthetic"
+  std::string name;      // "fashion-mnist" | "cifar10" | "cifar100" | "synthetic"
   std::string data_dir;  // where file-backed datasets live
   Split split = Split::kTrain;
   int64_t limit = 0;  // keep only the first N images; 0: all
@@ -49,8 +49,13 @@ struct DatasetRequest {
 const std::vector<std::string>& KnownDatasets();
 
 // Loads a split. InvalidArgument for an unknown name, NotFound for missing files,
-// DataLoss for malformed files (see idx_reader.h).
+// DataLoss for malformed files (see idx_reader.h, cifar_reader.h).
 absl::StatusOr<ImageDataset> LoadImageDataset(const DatasetRequest& request);
+
+// Whether training-time augmentation (random crop and flip, augmentation.h) is on
+// when the job leaves it unset: on for the CIFAR datasets, whose recipes all use
+// it, off otherwise.
+bool AugmentsByDefault(const std::string& dataset_name);
 
 // Checks internal consistency: positive shape, pixel count matching the labels,
 // labels in range. Loaders call it before returning.

@@ -1,5 +1,7 @@
 #include "worker/trainer/vit.h"
 
+#include <torch/version.h>
+
 #include <cmath>
 #include <string>
 
@@ -24,7 +26,9 @@ torch::nn::Linear MakeLinear(int in, int out) {
 }  // namespace
 
 SelfAttentionImpl::SelfAttentionImpl(int dim, int heads, double dropout)
-    : heads_(heads), scale_(1.0 / std::sqrt(static_cast<double>(dim / heads))) {
+    : heads_(heads),
+      scale_(1.0 / std::sqrt(static_cast<double>(dim / heads))),
+      attention_dropout_(dropout) {
   qkv_ = register_module("qkv", MakeLinear(dim, 3 * dim));
   proj_ = register_module("proj", MakeLinear(dim, dim));
   attn_dropout_ = register_module("attn_dropout", torch::nn::Dropout(dropout));
@@ -38,14 +42,29 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const torch::Tensor qkv = qkv_->forward(x)
                                 .reshape({batch, tokens, 3, heads_, dim / heads_})
                                 .permute({2, 0, 3, 1, 4});
-  const torch::Tensor q = qkv[0] * scale_;
+  const torch::Tensor q = qkv[0];
   const torch::Tensor k = qkv[1];
   const torch::Tensor v = qkv[2];
-  torch::Tensor attention = torch::matmul(q, k.transpose(-2, -1)).softmax(-1);
-  attention = attn_dropout_->forward(attention);
-  const torch::Tensor out =
-      torch::matmul(attention, v).transpose(1, 2).reshape({batch, tokens, dim});
-  return proj_->forward(out);
+#if TORCH_VERSION_MAJOR >= 2
+  // The fused kernel (flash / memory-efficient on CUDA, a fused CPU kernel
+  // otherwise); it scales by 1/sqrt(head_dim) itself.
+  const torch::Tensor context = at::scaled_dot_product_attention(
+      q, k, v, /*attn_mask=*/{}, is_training() ? attention_dropout_ : 0.0);
+#else
+  // LibTorch 1.x has no fused attention: scale folded into the score matmul
+  // (baddbmm's alpha), softmax, dropout, weighted sum.
+  const int64_t head_dim = dim / heads_;
+  const torch::Tensor q3 = q.reshape({batch * heads_, tokens, head_dim});
+  const torch::Tensor k3 = k.reshape({batch * heads_, tokens, head_dim});
+  torch::Tensor scores =
+      torch::baddbmm(torch::empty({0}, q3.options()), q3, k3.transpose(1, 2),
+                     /*beta=*/0.0, /*alpha=*/scale_);
+  torch::Tensor attention = attn_dropout_->forward(scores.softmax(-1));
+  const torch::Tensor context =
+      torch::bmm(attention, v.reshape({batch * heads_, tokens, head_dim}))
+          .view({batch, heads_, tokens, head_dim});
+#endif
+  return proj_->forward(context.transpose(1, 2).reshape({batch, tokens, dim}));
 }
 
 EncoderBlockImpl::EncoderBlockImpl(const ViTConfig& config) {

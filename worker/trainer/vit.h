@@ -5,8 +5,14 @@
 // on the class token. Shapes come from a ViTConfig (vit_config.h); parameter
 // counts match torchvision's VisionTransformer for the same shape.
 //
+// Attention uses the fastest kernel the linked LibTorch has: the fused
+// at::scaled_dot_product_attention from LibTorch 2, a matmul + softmax path with
+// the scale folded into the score product before that. Dropout (config.dropout)
+// applies to the embeddings, the attention weights and the MLP and residual
+// branches, and only in training mode.
+//
 // Parameters are registered in a fixed order (embeddings, blocks in order, norm,
-// head), which the parameter hash and the flat gradient buffer rely on.
+// head), which the parameter hash and the gradient buckets rely on.
 // A module is used by one thread at a time.
 #ifndef TESSERA_WORKER_TRAINER_VIT_H_
 #define TESSERA_WORKER_TRAINER_VIT_H_
@@ -25,7 +31,8 @@ class SelfAttentionImpl : public torch::nn::Module {
 
  private:
   int heads_;
-  double scale_;
+  double scale_;              // 1 / sqrt(head_dim)
+  double attention_dropout_;  // on the attention weights while training
   torch::nn::Linear qkv_{nullptr};
   torch::nn::Linear proj_{nullptr};
   torch::nn::Dropout attn_dropout_{nullptr};

@@ -1,0 +1,115 @@
+// Training checkpoints: everything needed to continue a run exactly where it
+// stopped, so the loss curve after --resume matches an uninterrupted run.
+//
+// Layout under the checkpoint directory (which every node must see, e.g. NFS):
+//   step-000000000120/model.pt          rank 0: model, optimizer state, step
+//   step-000000000120/rank-00000.pt     each rank: its RNG states, loader position,
+//   step-000000000120/rank-00001.pt     loss scale, world size
+//   latest                              "step-000000000120", the newest complete one
+// Every file is written atomically: to a temporary file in the same directory,
+// fsync'd, then renamed over the final name (and the directory fsync'd). A
+// checkpoint becomes visible only when rank 0 rewrites `latest` (the same way),
+// after a barrier has confirmed that every rank's file is in place, so a crash at
+// any moment leaves `latest` naming a complete checkpoint (or no checkpoint).
+// Rank 0 then keeps only the newest `keep` checkpoints.
+//
+// LibTorch types appear only as forward declarations; the .cc serialises with
+// torch::serialize archives. Functions block on file I/O; call them from the
+// training loop's thread.
+#ifndef TESSERA_WORKER_TRAINER_CHECKPOINT_H_
+#define TESSERA_WORKER_TRAINER_CHECKPOINT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/trainer/loss_scaler.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}  // namespace nn
+namespace optim {
+class Optimizer;
+}  // namespace optim
+}  // namespace torch
+
+namespace tessera::trainer {
+
+// Where the loop stands: `step` optimizer steps are done and the next micro-batch
+// is number `batch_in_epoch` of epoch `epoch`.
+struct LoopPosition {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t batch_in_epoch = 0;
+};
+
+// What each rank saves for itself.
+struct RankCheckpoint {
+  int rank = 0;
+  int world_size = 1;
+  LoopPosition position;
+  LossScalerState loss_scaler;
+  // Default-generator states (opaque bytes from LibTorch): CPU, and the rank's
+  // CUDA device when it trains on one (empty otherwise).
+  std::string cpu_rng_state;
+  std::string cuda_rng_state;
+};
+
+// Writes `contents` to `path` atomically (temporary file in the same directory,
+// fsync, rename, directory fsync).
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+// The checkpoint directory: names, the `latest` pointer, pruning.
+class CheckpointDirectory {
+ public:
+  explicit CheckpointDirectory(std::string root) : root_(std::move(root)) {}
+
+  const std::string& root() const { return root_; }
+  // "<root>/step-<12 digits>".
+  std::string StepDir(int64_t step) const;
+  std::string ModelPath(int64_t step) const;
+  std::string RankPath(int64_t step, int rank) const;
+
+  // The step of the checkpoint `latest` names; nullopt when there is none yet.
+  // DataLoss when `latest` exists but cannot be parsed.
+  absl::StatusOr<std::optional<int64_t>> LatestStep() const;
+
+  // Points `latest` at `step` (atomically).
+  absl::Status PublishLatest(int64_t step) const;
+
+  // Removes checkpoint directories older than the newest `keep` whose step is at
+  // most `latest_step` (directories of unfinished, newer checkpoints stay).
+  absl::Status Prune(int64_t latest_step, int keep) const;
+
+ private:
+  std::string root_;
+};
+
+// Captures and restores LibTorch's default random generators (CPU, and CUDA
+// device `cuda_device` when it is >= 0 and LibTorch has CUDA).
+void CaptureRngState(int cuda_device, RankCheckpoint& state);
+absl::Status RestoreRngState(int cuda_device, const RankCheckpoint& state);
+
+// Writes this rank's part of the checkpoint at `state.position.step`: the rank
+// file, and on rank 0 the model and optimizer too. Creates the step directory.
+absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
+                                 const RankCheckpoint& state,
+                                 const torch::nn::Module& model,
+                                 const torch::optim::Optimizer& optimizer);
+
+// Reads checkpoint `step` into `model` and `optimizer` (from rank 0's file; every
+// rank reads it) and returns this rank's own state. FailedPrecondition when the
+// checkpoint was written by another world size; NotFound for missing files.
+absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& dir,
+                                                   int64_t step, int rank,
+                                                   int world_size,
+                                                   torch::nn::Module& model,
+                                                   torch::optim::Optimizer& optimizer);
+
+}  // namespace tessera::trainer
+
+#endif  // TESSERA_WORKER_TRAINER_CHECKPOINT_H_
