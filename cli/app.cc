@@ -113,6 +113,24 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
                      "Print step, loss and throughput every few seconds");
   wait_cmd->footer(Footer("  tessctl wait 3\n  tessctl wait 3 --timeout 900 --progress"));
 
+  CancelOptions cancel;
+  CLI::App* cancel_cmd =
+      app.add_subcommand("cancel", "Stop every rank of a job and record it CANCELLED");
+  AddJobId(cancel_cmd, &cancel.job_id);
+  cancel_cmd->footer(Footer("  tessctl cancel 3"));
+
+  LogsOptions logs;
+  CLI::App* logs_cmd = app.add_subcommand(
+      "logs", "Print a rank's captured stdout and stderr (kept after its worker is gone)");
+  AddJobId(logs_cmd, &logs.job_id);
+  logs_cmd->add_option("--rank", logs.rank, "Rank whose log to print")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  logs_cmd->add_option("--attempt", logs.attempt, "Attempt (default: the current one)")
+      ->check(CLI::NonNegativeNumber);
+  logs_cmd->add_flag("-f,--follow", logs.follow, "Keep printing until the rank's log ends");
+  logs_cmd->footer(Footer("  tessctl logs 3\n  tessctl logs 3 --rank 1 -f"));
+
   MetricsOptions metrics;
   std::string metrics_format;
   CLI::App* metrics_cmd = app.add_subcommand("metrics", "Print a job's stored metrics");
@@ -144,6 +162,8 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
   if (workers_cmd->parsed()) return RunWorkers(workers, *client, out, err);
   if (wait_cmd->parsed()) return RunWait(wait, *client, out, err);
   if (metrics_cmd->parsed()) return RunMetrics(metrics, *client, out, err);
+  if (cancel_cmd->parsed()) return RunCancel(cancel, *client, out, err);
+  if (logs_cmd->parsed()) return RunLogs(logs, *client, out, err);
   err << "tessctl: no command given; see tessctl --help\n";
   return kExitUsage;
 }

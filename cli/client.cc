@@ -55,6 +55,27 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(int64_t job_id) {
   return std::move(*response.mutable_job());
 }
 
+absl::StatusOr<v1::JobState> CoordinatorClient::CancelJob(int64_t job_id) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  v1::CancelJobResponse response;
+  absl::Status status = FromGrpcStatus(stub_->CancelJob(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.state();
+}
+
+absl::StatusOr<v1::GetLogsResponse> CoordinatorClient::GetLogs(
+    const v1::GetLogsRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::GetLogsResponse response;
+  absl::Status status = FromGrpcStatus(stub_->GetLogs(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<std::vector<v1::MetricPoint>> CoordinatorClient::GetMetrics(
     const v1::GetMetricsRequest& request) {
   grpc::ClientContext context;

@@ -51,6 +51,10 @@ class CoordinatorClient {
   absl::StatusOr<std::vector<tessera::v1::MetricPoint>> GetMetrics(
       const tessera::v1::GetMetricsRequest& request);
   absl::StatusOr<std::vector<tessera::v1::Worker>> ListWorkers();
+  // The job's state after the cancel; FailedPrecondition if it had ended.
+  absl::StatusOr<tessera::v1::JobState> CancelJob(int64_t job_id);
+  absl::StatusOr<tessera::v1::GetLogsResponse> GetLogs(
+      const tessera::v1::GetLogsRequest& request);
 
   const std::string& target() const { return options_.target; }
 

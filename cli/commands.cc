@@ -337,6 +337,46 @@ int RunWait(const WaitOptions& options, CoordinatorClient& client, std::ostream&
   }
 }
 
+int RunCancel(const CancelOptions& options, CoordinatorClient& client, std::ostream& out,
+              std::ostream& err) {
+  absl::StatusOr<v1::JobState> state = client.CancelJob(options.job_id);
+  if (absl::IsFailedPrecondition(state.status())) {
+    err << "tessctl: " << state.status().message() << "\n";
+    return kExitFailed;
+  }
+  if (!state.ok()) return ReportRpcError(state.status(), client, options.job_id, err);
+  out << "job " << options.job_id << " " << JobStateName(*state) << "\n";
+  return kExitOk;
+}
+
+int RunLogs(const LogsOptions& options, CoordinatorClient& client, std::ostream& out,
+            std::ostream& err) {
+  v1::GetLogsRequest request;
+  request.set_job_id(options.job_id);
+  request.set_rank(options.rank);
+  request.set_attempt(options.attempt);
+  int failures = 0;
+  while (true) {
+    absl::StatusOr<v1::GetLogsResponse> chunk = client.GetLogs(request);
+    if (!chunk.ok()) {
+      if (options.follow && IsRetryable(chunk.status()) && ++failures < 10) {
+        absl::SleepFor(options.poll_interval);
+        continue;
+      }
+      return ReportRpcError(chunk.status(), client, options.job_id, err);
+    }
+    failures = 0;
+    out << chunk->data();
+    out.flush();
+    // Pin the attempt once known, so a restart does not switch logs mid-stream.
+    request.set_attempt(chunk->attempt());
+    request.set_offset(chunk->next_offset());
+    if (!chunk->data().empty()) continue;  // more may be ready at once
+    if (!options.follow || chunk->complete()) return kExitOk;
+    absl::SleepFor(options.poll_interval);
+  }
+}
+
 int RunMetrics(const MetricsOptions& options, CoordinatorClient& client,
                std::ostream& out, std::ostream& err) {
   // Asking for the job first turns an unknown id into "not found" rather than an

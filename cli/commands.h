@@ -66,6 +66,25 @@ struct MetricsOptions {
 
 // Reads, overrides, validates and submits a spec. Prints "submitted job N (name)"
 // and then the job id alone on the last line of `out`.
+struct CancelOptions {
+  int64_t job_id = 0;
+};
+
+struct LogsOptions {
+  int64_t job_id = 0;
+  int32_t rank = 0;
+  int32_t attempt = 0;  // 0: the current attempt
+  bool follow = false;  // keep printing until the rank's log is complete
+  absl::Duration poll_interval = absl::Seconds(1);
+};
+
+// `tessctl cancel JOB`: stops every rank; exit 0 once CANCELLED is recorded.
+int RunCancel(const CancelOptions& options, CoordinatorClient& client, std::ostream& out,
+              std::ostream& err);
+// `tessctl logs JOB [--rank N] [--attempt A] [-f]`: a rank's stdout and stderr.
+int RunLogs(const LogsOptions& options, CoordinatorClient& client, std::ostream& out,
+            std::ostream& err);
+
 int RunSubmit(const SubmitOptions& options, CoordinatorClient& client, std::ostream& out,
               std::ostream& err);
 int RunJobs(const ListOptions& options, CoordinatorClient& client, std::ostream& out,

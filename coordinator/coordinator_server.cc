@@ -55,6 +55,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     s->http_ = std::move(*http);
     spdlog::info("coordinator serving HTTP on {} (port {})", options.http, s->http_->port());
   }
+  JobManager* manager = s->manager_.get();
+  absl::Notification* stop = &s->stop_monitor_;
+  const absl::Duration interval = options.monitor_interval;
+  s->monitor_ = std::thread([manager, stop, interval] {
+    while (!stop->WaitForNotificationWithTimeout(interval)) manager->Tick();
+  });
   spdlog::info("coordinator serving gRPC on {} (port {}), database {}", options.listen,
                s->port_, options.db_path);
   return s;
@@ -68,6 +74,10 @@ std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel() {
 void CoordinatorServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (monitor_.joinable()) {
+    stop_monitor_.Notify();
+    monitor_.join();
+  }
   if (http_ != nullptr) http_->Stop();
   manager_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

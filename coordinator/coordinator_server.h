@@ -9,8 +9,10 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "coordinator/common/clock.h"
 #include "coordinator/http_api.h"
 #include "coordinator/http_server.h"
@@ -34,6 +36,8 @@ struct CoordinatorOptions {
   int http_threads = 8;
   // SQLite database file; ":memory:" keeps everything in memory.
   std::string db_path = "tessera.db";
+  // How often the monitor thread runs JobManager::Tick (liveness, timeouts).
+  absl::Duration monitor_interval = absl::Milliseconds(250);
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 16 * 1024 * 1024;
   JobManagerOptions manager;
@@ -74,6 +78,8 @@ class CoordinatorServer {
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
   bool shut_down_ = false;
+  absl::Notification stop_monitor_;
+  std::thread monitor_;  // runs JobManager::Tick until stop_monitor_
 };
 
 }  // namespace tessera

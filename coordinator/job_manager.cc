@@ -1,6 +1,8 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -63,8 +65,10 @@ bool JobManager::IsTerminal(v1::JobState s) const {
 }
 
 bool JobManager::WorkerAlive(const WorkerRecord& w) const {
+  auto it = workers_.find(w.name);
+  if (it != workers_.end() && it->second.dead) return false;
   return clock_->Now() - absl::FromUnixMillis(w.last_seen_unix_ms) <=
-         options_.worker_dead_after;
+         options_.worker_suspect_after;
 }
 
 absl::Status JobManager::Recover() {
@@ -81,6 +85,7 @@ absl::Status JobManager::Recover() {
     job.kill_sent.assign(job.ranks.size(), false);
     if (job.record.state == v1::JOB_STATE_SCHEDULED) {
       rendezvous_.Open(job.record.id, job.record.attempt, LocalRanks(job.ranks));
+      job.placed_at = clock_->Now();
     }
     int64_t id = job.record.id;
     jobs_.emplace(id, std::move(job));
@@ -152,17 +157,33 @@ tessera::v1::Job JobManager::ToProto(const JobRecord& record,
     s->set_has_result(r.has_result);
     s->set_param_hash(r.param_hash);
     s->set_test_accuracy(r.test_accuracy);
+    s->set_exit_reason(r.exit_reason);
   }
   return job;
 }
 
 absl::StatusOr<v1::Job> JobManager::GetJob(int64_t job_id) {
+  writer_->Flush();
+  absl::StatusOr<std::vector<JobEvent>> events = store_->ListEvents(job_id);
+  auto add_events = [&events](v1::Job& job) {
+    if (!events.ok()) return;
+    for (const JobEvent& e : *events) {
+      v1::JobEvent* p = job.add_events();
+      p->set_unix_ms(e.unix_ms);
+      p->set_from_state(e.from_state);
+      p->set_to_state(e.to_state);
+      p->set_reason(e.reason);
+    }
+  };
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) return ToProto(it->second.record, it->second.ranks);
+    if (it != jobs_.end()) {
+      v1::Job job = ToProto(it->second.record, it->second.ranks);
+      add_events(job);
+      return job;
+    }
   }
-  writer_->Flush();
   absl::StatusOr<JobRecord> record = store_->GetJob(job_id);
   if (absl::IsNotFound(record.status())) {
     return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
@@ -172,7 +193,9 @@ absl::StatusOr<v1::Job> JobManager::GetJob(int64_t job_id) {
   if (record->attempt > 0) {
     ASSIGN_OR_RETURN(ranks, store_->GetRanks(job_id, record->attempt));
   }
-  return ToProto(*record, ranks);
+  v1::Job job = ToProto(*record, ranks);
+  add_events(job);
+  return job;
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobManager::ListJobs() {
@@ -199,6 +222,7 @@ std::vector<v1::Worker> JobManager::ListWorkers() {
     for (const auto& r : job.ranks) {
       if (r.state != kExited) ++used[r.worker];
     }
+    for (const auto& r : job.previous) ++used[r.worker];
   }
   std::vector<v1::Worker> out;
   for (const auto& [name, w] : workers_) {
@@ -269,6 +293,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   w.record.device_kind = request.device_kind().empty() ? "cpu" : request.device_kind();
   w.record.epoch += 1;
   w.record.last_seen_unix_ms = NowMs();
+  w.dead = false;
   writer_->UpsertWorker(w.record);
   spdlog::info("worker {} registered from {}: {} {} slots, epoch {}", w.record.name,
                w.record.hostname, w.record.slots, w.record.device_kind, w.record.epoch);
@@ -291,7 +316,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
           absl::StrCat("worker ", request.name(), " is not registered"));
     }
     WorkerRecord& worker = wit->second.record;
-    if (request.epoch() != worker.epoch) {
+    if (request.epoch() != worker.epoch || wit->second.dead) {
       return absl::AbortedError(absl::StrCat("stale epoch ", request.epoch(), " for worker ",
                                              request.name(), "; current is ", worker.epoch));
     }
@@ -300,21 +325,32 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
 
     bool changed = false;
     for (const v1::LocalRank& lr : request.ranks()) {
+      v1::KillOrder key;
+      key.set_job_id(lr.job_id());
+      key.set_attempt(lr.attempt());
+      key.set_rank(lr.rank());
       auto jit = jobs_.find(lr.job_id());
       const bool current = jit != jobs_.end() && jit->second.record.attempt == lr.attempt() &&
                            lr.rank() >= 0 &&
                            lr.rank() < static_cast<int32_t>(jit->second.ranks.size()) &&
                            jit->second.ranks[lr.rank()].worker == request.name();
-      v1::KillOrder key;
-      key.set_job_id(lr.job_id());
-      key.set_attempt(lr.attempt());
-      key.set_rank(lr.rank());
       if (!current) {
-        // A rank this coordinator no longer tracks: stop it if alive, forget it if not.
+        // A rank of an earlier attempt or of a job that ended: stop it while it
+        // runs, and forget it (and free its slot) once it is gone.
         if (lr.exited()) {
+          if (jit != jobs_.end()) {
+            auto& prev = jit->second.previous;
+            const size_t before = prev.size();
+            std::erase_if(prev, [&](const RankRecord& r) {
+              return r.attempt == lr.attempt() && r.rank == lr.rank() &&
+                     r.worker == request.name();
+            });
+            changed |= prev.size() != before;
+          }
           *response.add_acknowledged_exits() = key;
         } else {
-          spdlog::warn("worker {} runs unknown rank job {} attempt {} rank {}; stopping it",
+          spdlog::warn("worker {} runs job {} attempt {} rank {}, which is not current; "
+                       "stopping it",
                        request.name(), lr.job_id(), lr.attempt(), lr.rank());
           *response.add_kill() = key;
         }
@@ -328,13 +364,18 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
           rank.pid = lr.pid();
           rank.exit_code = lr.exit_code();
           rank.signal = lr.signal();
+          rank.exit_reason = ExitText(rank);
+          if (job.kill_sent[lr.rank()]) absl::StrAppend(&rank.exit_reason, " after a stop order");
           writer_->PutRanks({rank});
           spdlog::info("job {} attempt {} rank {} {}", job.record.id, job.record.attempt,
-                       rank.rank, ExitText(rank));
+                       rank.rank, rank.exit_reason);
           EvaluateLocked(job, &releases);
           changed = true;
         }
         *response.add_acknowledged_exits() = key;
+      } else if (rank.state == kExited) {
+        // Counted as gone (its worker was declared dead) but still running: stop it.
+        *response.add_kill() = key;
       } else if (rank.state == kAssigned || rank.pid != lr.pid()) {
         rank.state = kRunning;
         rank.pid = lr.pid();
@@ -343,11 +384,10 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     }
 
     // Orders for this worker: launches not yet seen running, stops not yet done.
-    std::map<std::pair<int64_t, int32_t>, bool> reported;
-    for (const v1::LocalRank& lr : request.ranks()) {
-      reported[{lr.job_id(), lr.rank()}] = true;
-    }
+    std::set<std::pair<int64_t, int32_t>> reported;
+    for (const v1::LocalRank& lr : request.ranks()) reported.insert({lr.job_id(), lr.rank()});
     for (auto& [id, job] : jobs_) {
+      const std::vector<int32_t> local_ranks = LocalRanks(job.ranks);
       for (size_t r = 0; r < job.ranks.size(); ++r) {
         const RankRecord& rank = job.ranks[r];
         if (rank.worker != request.name()) continue;
@@ -363,9 +403,13 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
           l->set_attempt(job.record.attempt);
           l->set_rank(rank.rank);
           l->set_world_size(static_cast<int32_t>(job.ranks.size()));
-          l->set_local_rank(LocalRanks(job.ranks)[r]);
+          l->set_local_rank(local_ranks[r]);
           l->set_slot(rank.slot);
           *l->mutable_trainer() = job.record.spec.trainer();
+          // A restarted attempt continues from the job's latest checkpoint.
+          if (job.record.attempt > 1 && !job.record.spec.trainer().checkpoint_dir().empty()) {
+            l->mutable_trainer()->set_resume(true);
+          }
         }
       }
     }
@@ -379,7 +423,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
 }
 
 void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) {
-  if (IsTerminal(job.record.state)) return;
+  if (IsTerminal(job.record.state) || job.ranks.empty()) return;
   const RankRecord* failed = nullptr;
   bool all_clean = true;
   for (const auto& r : job.ranks) {
@@ -387,15 +431,9 @@ void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) 
     if (!ExitedCleanly(r)) all_clean = false;
   }
   if (failed != nullptr) {
-    std::string reason =
-        absl::StrCat("rank ", failed->rank, " on ", failed->worker, " ", ExitText(*failed));
-    for (size_t r = 0; r < job.ranks.size(); ++r) {
-      if (job.ranks[r].state != kExited) job.kill_sent[r] = true;
-    }
-    auto closed = rendezvous_.Close(job.record.id, job.record.attempt,
-                                    absl::AbortedError(reason));
-    for (auto& c : closed) releases->push_back(std::move(c));
-    Transition(job, v1::JOB_STATE_FAILED, std::move(reason));
+    FailAttemptLocked(job, absl::StrCat("rank ", failed->rank, " on ", failed->worker, " ",
+                                        failed->exit_reason),
+                      releases);
     return;
   }
   if (all_clean) {
@@ -405,10 +443,104 @@ void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) 
   }
 }
 
+void JobManager::FailAttemptLocked(ActiveJob& job, const std::string& reason,
+                                   Rendezvous::Releases* releases) {
+  for (size_t r = 0; r < job.ranks.size(); ++r) {
+    if (job.ranks[r].state != kExited) job.kill_sent[r] = true;
+  }
+  auto closed =
+      rendezvous_.Close(job.record.id, job.record.attempt, absl::AbortedError(reason));
+  for (auto& c : closed) releases->push_back(std::move(c));
+  const int32_t restarts_used = job.record.attempt - 1;
+  if (restarts_used < job.record.spec.max_restarts()) {
+    // The survivors keep their slots until they are gone; the next attempt is
+    // placed once the slots are free.
+    for (auto& r : job.ranks) {
+      if (r.state != kExited) job.previous.push_back(r);
+    }
+    job.ranks.clear();
+    job.kill_sent.clear();
+    Transition(job, v1::JOB_STATE_QUEUED,
+               absl::StrCat("attempt ", job.record.attempt, " failed: ", reason,
+                            "; restarting (restart ", restarts_used + 1, " of ",
+                            job.record.spec.max_restarts(), ")"));
+    return;
+  }
+  Transition(job, v1::JOB_STATE_FAILED, reason);
+}
+
+void JobManager::DeclareDeadLocked(WorkerState& worker, Rendezvous::Releases* releases) {
+  worker.dead = true;
+  // Fence the session: the worker's next heartbeat is refused, so it must
+  // register again, and then stops every rank that is no longer current.
+  worker.record.epoch += 1;
+  writer_->UpsertWorker(worker.record);
+  const std::string why = absl::StrCat(
+      "worker ", worker.record.name, " declared dead (no heartbeat for ",
+      absl::FormatDuration(clock_->Now() - absl::FromUnixMillis(worker.record.last_seen_unix_ms)),
+      ")");
+  spdlog::warn("{}", why);
+  for (auto& [id, job] : jobs_) {
+    std::erase_if(job.previous,
+                  [&](const RankRecord& r) { return r.worker == worker.record.name; });
+    bool lost = false;
+    for (auto& r : job.ranks) {
+      if (r.worker != worker.record.name || r.state == kExited) continue;
+      r.state = kExited;
+      r.exit_code = -1;
+      r.signal = 0;
+      r.exit_reason = why;
+      writer_->PutRanks({r});
+      lost = true;
+    }
+    if (lost) EvaluateLocked(job, releases);
+  }
+}
+
+void JobManager::Tick() {
+  Rendezvous::Releases releases;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    bool changed = false;
+    for (auto& [name, worker] : workers_) {
+      if (!worker.dead &&
+          now - absl::FromUnixMillis(worker.record.last_seen_unix_ms) >
+              options_.worker_dead_after) {
+        DeclareDeadLocked(worker, &releases);
+        changed = true;
+      }
+    }
+    for (auto& [id, job] : jobs_) {
+      if (job.record.state != v1::JOB_STATE_SCHEDULED ||
+          now - job.placed_at <= options_.rendezvous_timeout) {
+        continue;
+      }
+      std::optional<std::vector<int32_t>> missing =
+          rendezvous_.Missing(id, job.record.attempt);
+      std::string who;
+      for (int32_t r : missing.value_or(std::vector<int32_t>{})) {
+        absl::StrAppend(&who, who.empty() ? "" : ", ", r, " (on ", job.ranks[r].worker, ")");
+      }
+      FailAttemptLocked(job,
+                        absl::StrCat("rendezvous timed out after ",
+                                     absl::FormatDuration(options_.rendezvous_timeout),
+                                     ": rank(s) ", who.empty() ? "?" : who, " never joined"),
+                        &releases);
+      changed = true;
+    }
+    if (changed) {
+      ReapLocked();
+      ScheduleLocked();
+    }
+  }
+  RunReleases(releases);
+}
+
 void JobManager::ReapLocked() {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     const ActiveJob& job = it->second;
-    bool done = IsTerminal(job.record.state) &&
+    bool done = IsTerminal(job.record.state) && job.previous.empty() &&
                 std::all_of(job.ranks.begin(), job.ranks.end(),
                             [](const RankRecord& r) { return r.state == kExited; });
     it = done ? jobs_.erase(it) : std::next(it);
@@ -438,6 +570,7 @@ void JobManager::ScheduleLocked() {
     for (const auto& r : job.ranks) {
       if (r.state != kExited) used[r.worker].push_back(r.slot);
     }
+    for (const auto& r : job.previous) used[r.worker].push_back(r.slot);
   }
   std::vector<WorkerInventory> inventory;
   for (const auto& [name, w] : workers_) {
@@ -462,6 +595,7 @@ void JobManager::ScheduleLocked() {
       local_ranks.push_back(rp.local_rank);
     }
     job.kill_sent.assign(job.ranks.size(), false);
+    job.placed_at = clock_->Now();
     rendezvous_.Open(placement.job_id, job.record.attempt, std::move(local_ranks));
     writer_->PutRanks(job.ranks);
     std::string where;
@@ -588,6 +722,130 @@ absl::Status JobManager::ReportResult(const v1::ReportResultRequest& request) {
   rank.test_loss = request.test_loss();
   writer_->PutRanks({rank});
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobState> JobManager::CancelJob(int64_t job_id) {
+  Rendezvous::Releases releases;
+  std::optional<v1::JobState> ended;  // set when the job had already ended
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end() && IsTerminal(it->second.record.state)) {
+      ended = it->second.record.state;
+    } else if (it != jobs_.end()) {
+      ActiveJob& job = it->second;
+      for (size_t r = 0; r < job.ranks.size(); ++r) {
+        RankRecord& rank = job.ranks[r];
+        if (rank.state == kAssigned) {
+          // Not launched yet, and now never will be.
+          rank.state = kExited;
+          rank.exit_reason = "cancelled before launch";
+          writer_->PutRanks({rank});
+        } else if (rank.state != kExited) {
+          job.kill_sent[r] = true;
+        }
+      }
+      releases = rendezvous_.Close(job_id, job.record.attempt,
+                                   absl::CancelledError("job cancelled"));
+      Transition(job, v1::JOB_STATE_CANCELLED, "cancelled by user");
+      ReapLocked();
+      ScheduleLocked();
+    }
+  }
+  if (!releases.empty()) RunReleases(releases);
+  if (!ended) {
+    writer_->Flush();
+    absl::StatusOr<JobRecord> record = store_->GetJob(job_id);
+    if (absl::IsNotFound(record.status())) {
+      return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    }
+    RETURN_IF_ERROR(record.status());
+    if (record->state == v1::JOB_STATE_CANCELLED || !IsTerminal(record->state)) {
+      return record->state;
+    }
+    ended = record->state;
+  }
+  if (*ended == v1::JOB_STATE_CANCELLED) return *ended;  // cancelling twice is fine
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", job_id, " already ended: ", StateName(*ended)));
+}
+
+absl::StatusOr<v1::ShipLogsResponse> JobManager::ShipLogs(const v1::ShipLogsRequest& request) {
+  if (request.data().size() > 4 * 1024 * 1024) {
+    return absl::InvalidArgumentError("log chunk larger than 4 MiB");
+  }
+  if (request.offset() < 0) return absl::InvalidArgumentError("negative log offset");
+  {
+    absl::MutexLock lock(&mu_);
+    auto wit = workers_.find(request.name());
+    if (wit == workers_.end() || wit->second.record.epoch != request.epoch() ||
+        wit->second.dead) {
+      return absl::AbortedError(
+          absl::StrCat("stale or unknown session for worker ", request.name()));
+    }
+  }
+  LogChunk chunk{request.job_id(), request.attempt(), request.rank(), request.offset(),
+                 request.data()};
+  absl::Status appended = store_->AppendLog(chunk);
+  if (!appended.ok() && !absl::IsFailedPrecondition(appended)) return appended;
+  ASSIGN_OR_RETURN(int64_t end,
+                   store_->LogEnd(request.job_id(), request.attempt(), request.rank()));
+  if (request.eof() && appended.ok()) {
+    absl::MutexLock lock(&mu_);
+    logs_complete_.insert({request.job_id(), request.attempt(), request.rank()});
+  }
+  v1::ShipLogsResponse response;
+  response.set_next_offset(end);
+  return response;
+}
+
+absl::StatusOr<v1::GetLogsResponse> JobManager::GetLogs(const v1::GetLogsRequest& request) {
+  int32_t attempt = request.attempt();
+  bool job_active = false;
+  bool rank_exited = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request.job_id());
+    if (it != jobs_.end()) {
+      job_active = true;
+      if (attempt <= 0) attempt = it->second.record.attempt;
+      if (attempt == it->second.record.attempt && request.rank() >= 0 &&
+          request.rank() < static_cast<int32_t>(it->second.ranks.size())) {
+        rank_exited = it->second.ranks[request.rank()].state == kExited;
+      } else if (attempt < it->second.record.attempt) {
+        rank_exited = true;
+      }
+    }
+  }
+  if (!job_active) {
+    absl::StatusOr<JobRecord> record = store_->GetJob(request.job_id());
+    if (absl::IsNotFound(record.status())) {
+      return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
+    }
+    RETURN_IF_ERROR(record.status());
+    if (attempt <= 0) attempt = record->attempt;
+    rank_exited = true;
+  }
+  if (request.rank() < 0) return absl::InvalidArgumentError("rank: must be >= 0");
+  const int64_t max_bytes =
+      request.max_bytes() > 0 ? std::min(request.max_bytes(), 4 * 1024 * 1024) : 1 << 20;
+  ASSIGN_OR_RETURN(std::string data,
+                   store_->ReadLog(request.job_id(), attempt, request.rank(),
+                                   std::max<int64_t>(0, request.offset()), max_bytes));
+  v1::GetLogsResponse response;
+  response.set_attempt(attempt);
+  response.set_next_offset(std::max<int64_t>(0, request.offset()) +
+                           static_cast<int64_t>(data.size()));
+  bool eof_seen = false;
+  {
+    absl::MutexLock lock(&mu_);
+    eof_seen = logs_complete_.contains({request.job_id(), attempt, request.rank()});
+  }
+  // Complete once the rank is gone and either its worker sent the end of the
+  // log or the job is no longer active (its worker may be gone for good).
+  response.set_complete(data.empty() && rank_exited && (eof_seen || !job_active));
+  response.set_data(std::move(data));
+  return response;
 }
 
 void JobManager::Shutdown() {

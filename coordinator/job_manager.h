@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -38,8 +40,15 @@ struct JobManagerOptions {
   SpecLimits spec_limits;
   // How often workers are asked to heartbeat.
   absl::Duration heartbeat_interval = absl::Seconds(1);
-  // A worker silent for longer than this is shown as not alive and gets no new ranks.
+  // A worker silent for longer than this is suspect: it gets no new ranks.
+  absl::Duration worker_suspect_after = absl::Seconds(3);
+  // A worker silent for longer than this is declared dead: its ranks count as
+  // lost (their jobs fail or restart) and its session epoch is fenced, so when
+  // it comes back it must register again and stops what it still runs.
   absl::Duration worker_dead_after = absl::Seconds(15);
+  // An attempt whose ranks have not all joined the rendezvous this long after
+  // placement fails, naming the missing ranks.
+  absl::Duration rendezvous_timeout = absl::Minutes(5);
   // Most metric points accepted in one report.
   int max_points_per_report = 10000;
 };
@@ -81,6 +90,21 @@ class JobManager {
                      std::function<void(absl::Status)> done);
   absl::Status ReportResult(const tessera::v1::ReportResultRequest& request);
 
+  // Stops every rank of the job and records CANCELLED; returns the job's state
+  // afterwards. FailedPrecondition when the job had already ended.
+  absl::StatusOr<tessera::v1::JobState> CancelJob(int64_t job_id);
+
+  // Stores a piece of a rank's log shipped by its worker.
+  absl::StatusOr<tessera::v1::ShipLogsResponse> ShipLogs(
+      const tessera::v1::ShipLogsRequest& request);
+  absl::StatusOr<tessera::v1::GetLogsResponse> GetLogs(
+      const tessera::v1::GetLogsRequest& request);
+
+  // Periodic checks, run by the coordinator's monitor thread (and by tests with
+  // a fake clock): declares silent workers dead and fails attempts whose
+  // rendezvous timed out.
+  void Tick();
+
   // Fails every waiting rendezvous with Unavailable so that the RPC server can
   // shut down; trainers retry against the restarted coordinator.
   void Shutdown();
@@ -90,9 +114,14 @@ class JobManager {
     JobRecord record;
     std::vector<RankRecord> ranks;  // current attempt, indexed by rank
     std::vector<bool> kill_sent;    // per rank: stop ordered
+    // Ranks of earlier attempts still running (being stopped); their slots stay
+    // taken until their workers report them gone.
+    std::vector<RankRecord> previous;
+    absl::Time placed_at;           // when the current attempt was placed
   };
   struct WorkerState {
     WorkerRecord record;
+    bool dead = false;  // declared dead; cleared when it registers again
   };
 
   bool IsTerminal(tessera::v1::JobState s) const;
@@ -103,6 +132,12 @@ class JobManager {
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Decides a job's outcome after a rank exit; may order the other ranks stopped.
   void EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current attempt: stops its ranks, then restarts the job (back to
+  // QUEUED for a new attempt) if restarts are left, else marks it FAILED.
+  void FailAttemptLocked(ActiveJob& job, const std::string& reason,
+                         Rendezvous::Releases* releases) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeclareDeadLocked(WorkerState& worker, Rendezvous::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops finished jobs whose ranks have all exited.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -119,6 +154,8 @@ class JobManager {
   std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   tessera::Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
+  // (job, attempt, rank) whose whole log has been shipped.
+  std::set<std::tuple<int64_t, int32_t, int32_t>> logs_complete_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs released rendezvous callbacks; call without locks held.

@@ -46,4 +46,20 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext*, const v1::ListWor
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+                                       v1::CancelJobResponse* response) {
+  absl::StatusOr<v1::JobState> state = manager_->CancelJob(request->job_id());
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  response->set_state(*state);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext*, const v1::GetLogsRequest* request,
+                                     v1::GetLogsResponse* response) {
+  absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(*request);
+  if (!logs.ok()) return ToGrpcStatus(logs.status());
+  *response = std::move(*logs);
+  return grpc::Status::OK;
+}
+
 }  // namespace tessera

@@ -28,6 +28,11 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
   grpc::Status ListWorkers(grpc::ServerContext* context,
                            const tessera::v1::ListWorkersRequest* request,
                            tessera::v1::ListWorkersResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context,
+                         const tessera::v1::CancelJobRequest* request,
+                         tessera::v1::CancelJobResponse* response) override;
+  grpc::Status GetLogs(grpc::ServerContext* context, const tessera::v1::GetLogsRequest* request,
+                       tessera::v1::GetLogsResponse* response) override;
 
  private:
   JobManager* const manager_;  // Not owned.

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   std::string port_file;
   int64_t heartbeat_ms = 1000;
   int64_t dead_after_ms = 15000;
+  int64_t suspect_after_ms = 3000;
+  int64_t rendezvous_timeout_ms = 300000;
 
   CLI::App app{"tessera-coordinator: schedules data-parallel training jobs onto workers"};
   app.footer(
@@ -37,10 +39,20 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{50}, int64_t{60000}));
   app.add_option("--worker-dead-after-ms", dead_after_ms,
-                 "a worker silent this long is shown dead and gets no new ranks")
+                 "a worker silent this long is declared dead: its ranks count as lost")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  app.add_option("--worker-suspect-after-ms", suspect_after_ms,
+                 "a worker silent this long gets no new ranks")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{50}, int64_t{3600000}));
+  app.add_option("--rendezvous-timeout-ms", rendezvous_timeout_ms,
+                 "an attempt whose ranks have not all joined by then fails")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{86400000}));
   CLI11_PARSE(app, argc, argv);
+  options.manager.worker_suspect_after = absl::Milliseconds(suspect_after_ms);
+  options.manager.rendezvous_timeout = absl::Milliseconds(rendezvous_timeout_ms);
   options.manager.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   options.manager.worker_dead_after = absl::Milliseconds(dead_after_ms);
 

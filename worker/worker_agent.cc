@@ -1,5 +1,6 @@
 #include "worker/worker_agent.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
@@ -83,7 +84,58 @@ absl::Status WorkerAgent::HeartbeatOnce() {
     }
   }
   for (const v1::LaunchOrder& order : response.launch()) Launch(order);
+  ShipLogs();
   return absl::OkStatus();
+}
+
+void WorkerAgent::ShipLogs() {
+  std::map<RankKey, bool> exited;
+  for (const RankProcess& p : supervisor_.Snapshot()) exited[p.key] = p.exited;
+  for (auto it = logs_.begin(); it != logs_.end();) {
+    const RankKey& key = it->first;
+    LogShipper& shipper = it->second;
+    // A rank no longer supervised has exited and been acknowledged.
+    auto e = exited.find(key);
+    const bool done = e == exited.end() || e->second;
+    std::string data;
+    if (std::FILE* f = std::fopen(shipper.path.c_str(), "rb")) {
+      if (std::fseek(f, shipper.offset, SEEK_SET) == 0) {
+        data.resize(static_cast<size_t>(options_.log_chunk_bytes));
+        data.resize(std::fread(data.data(), 1, data.size(), f));
+      }
+      std::fclose(f);
+    }
+    const bool eof = done && static_cast<int64_t>(data.size()) < options_.log_chunk_bytes;
+    if (data.empty() && !eof) {
+      ++it;
+      continue;
+    }
+    v1::ShipLogsRequest request;
+    request.set_name(options_.name);
+    request.set_epoch(epoch_);
+    request.set_job_id(key.job_id);
+    request.set_attempt(key.attempt);
+    request.set_rank(key.rank);
+    request.set_offset(shipper.offset);
+    request.set_data(std::move(data));
+    request.set_eof(eof);
+    v1::ShipLogsResponse response;
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, options_.rpc_timeout);
+    absl::Status s = FromGrpcStatus(stub_->ShipLogs(&ctx, request, &response));
+    if (!s.ok()) {
+      // Kept for the next heartbeat; the file stays on disk meanwhile.
+      spdlog::warn("shipping log of job {} rank {} failed: {}", key.job_id, key.rank,
+                   s.ToString());
+      return;
+    }
+    shipper.offset = response.next_offset();
+    if (eof && shipper.offset >= request.offset() + static_cast<int64_t>(request.data().size())) {
+      it = logs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void WorkerAgent::Launch(const v1::LaunchOrder& order) {
@@ -114,6 +166,7 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
   absl::Status s = ec ? absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ",
                                                          ec.message()))
                       : supervisor_.Start(key, spec);
+  logs_[key] = LogShipper{spec.log_path, 0};
   if (!s.ok()) {
     spdlog::error("job {} rank {}: launch failed: {}", order.job_id(), order.rank(),
                   s.ToString());

@@ -12,6 +12,7 @@
 #ifndef TESSERA_WORKER_WORKER_AGENT_H_
 #define TESSERA_WORKER_WORKER_AGENT_H_
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,8 @@ struct WorkerOptions {
   // Retry backoff while the coordinator is unreachable.
   absl::Duration initial_backoff = absl::Milliseconds(500);
   absl::Duration max_backoff = absl::Seconds(10);
+  // Most log bytes shipped per rank per heartbeat.
+  int64_t log_chunk_bytes = 256 * 1024;
   // Time between SIGTERM and SIGKILL when stopping a rank.
   absl::Duration kill_grace = absl::Seconds(10);
 };
@@ -60,6 +63,9 @@ class WorkerAgent {
   absl::Status Register();
   absl::Status HeartbeatOnce();
   void Launch(const tessera::v1::LaunchOrder& order);
+  // Sends new bytes of every rank's log file to the coordinator; a rank's
+  // shipping ends once it has exited and its whole file was sent.
+  void ShipLogs();
   // Waits up to `d`, returning early when stopping or when a rank exits.
   void WaitFor(absl::Duration d);
 
@@ -69,6 +75,11 @@ class WorkerAgent {
   Supervisor supervisor_;
   absl::Notification stop_;
   int64_t epoch_ = 0;  // 0: not registered
+  struct LogShipper {
+    std::string path;
+    int64_t offset = 0;  // bytes the coordinator has
+  };
+  std::map<RankKey, LogShipper> logs_;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
 };
 

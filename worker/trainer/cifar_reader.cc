@@ -28,16 +28,15 @@ absl::StatusOr<std::filesystem::path> LocateFile(const CifarLayout& layout,
   if (std::filesystem::is_regular_file(nested, ec)) return nested;
   return absl::NotFoundError(absl::StrCat(
       layout.display_name, " file ", name, " not found: looked for ", flat.string(),
-      " and ", nested.string(), " (extract the binary version of ",
-      layout.display_name, " into the data directory)"));
+      " and ", nested.string(), " (extract the binary version of ", layout.display_name,
+      " into the data directory)"));
 }
 
 // Appends the first `max_records` records of `path` (all if it holds fewer) to
 // `dataset`.
-absl::Status ReadRecords(const CifarLayout& layout,
-                                    const std::filesystem::path& path,
-                                    int64_t max_records, const CifarReadOptions& options,
-                                    ImageDataset& dataset) {
+absl::Status ReadRecords(const CifarLayout& layout, const std::filesystem::path& path,
+                         int64_t max_records, const CifarReadOptions& options,
+                         ImageDataset& dataset) {
   const std::string name = path.string();
   std::error_code ec;
   const uintmax_t file_size = std::filesystem::file_size(path, ec);
@@ -48,9 +47,8 @@ absl::Status ReadRecords(const CifarLayout& layout,
   const auto size = static_cast<int64_t>(file_size);
   if (size > options.max_file_bytes) {
     return absl::DataLossError(absl::StrCat(name, ": ", size, " bytes is more than the ",
-                                            options.max_file_bytes,
-                                            "-byte limit for a ", layout.display_name,
-                                            " file"));
+                                            options.max_file_bytes, "-byte limit for a ",
+                                            layout.display_name, " file"));
   }
   if (size == 0 || size % record != 0) {
     return absl::DataLossError(absl::StrCat(
@@ -62,14 +60,16 @@ absl::Status ReadRecords(const CifarLayout& layout,
   std::vector<uint8_t> bytes(static_cast<size_t>(records * record));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(name, ": cannot open"));
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  in.read(reinterpret_cast<char*>(bytes.data()),
+          static_cast<std::streamsize>(bytes.size()));
   if (in.gcount() != static_cast<std::streamsize>(bytes.size())) {
-    return absl::DataLossError(absl::StrCat(name, ": read ", in.gcount(), " of ",
-                                            bytes.size(), " bytes"));
+    return absl::DataLossError(
+        absl::StrCat(name, ": read ", in.gcount(), " of ", bytes.size(), " bytes"));
   }
 
   const int64_t first = dataset.size();
-  dataset.pixels.resize(static_cast<size_t>((first + records) * CifarLayout::kPixelBytes));
+  dataset.pixels.resize(
+      static_cast<size_t>((first + records) * CifarLayout::kPixelBytes));
   dataset.labels.resize(static_cast<size_t>(first + records));
   for (int64_t r = 0; r < records; ++r) {
     const uint8_t* in_record = &bytes[static_cast<size_t>(r * record)];
@@ -84,8 +84,9 @@ absl::Status ReadRecords(const CifarLayout& layout,
       }
     }
     dataset.labels[static_cast<size_t>(first + r)] = in_record[layout.label_index];
-    std::copy_n(in_record + layout.label_bytes, CifarLayout::kPixelBytes,
-                &dataset.pixels[static_cast<size_t>((first + r) * CifarLayout::kPixelBytes)]);
+    std::copy_n(
+        in_record + layout.label_bytes, CifarLayout::kPixelBytes,
+        &dataset.pixels[static_cast<size_t>((first + r) * CifarLayout::kPixelBytes)]);
   }
   return absl::OkStatus();
 }

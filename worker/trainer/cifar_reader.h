@@ -34,10 +34,10 @@ struct CifarLayout {
   std::string subdir;        // what the archive extracts to
   std::vector<std::string> train_files;
   std::vector<std::string> test_files;
-  int label_bytes = 1;      // label bytes before the pixels of each record
-  int label_index = 0;      // which of them is the class label
-  int num_classes = 10;     // range of the class label
-  int coarse_classes = 0;   // range of the other label byte (CIFAR-100); 0: none
+  int label_bytes = 1;     // label bytes before the pixels of each record
+  int label_index = 0;     // which of them is the class label
+  int num_classes = 10;    // range of the class label
+  int coarse_classes = 0;  // range of the other label byte (CIFAR-100); 0: none
   static constexpr int kChannels = 3;
   static constexpr int kSide = 32;
   static constexpr int64_t kPixelBytes = int64_t{kChannels} * kSide * kSide;

@@ -95,6 +95,15 @@ int Run(int argc, char** argv) {
     }
   }
 
+  // The device decides the collective backend; an impossible --device or
+  // --precision fails before any peer waits on us.
+  absl::StatusOr<DevicePlacement> placement = ResolveDevice(options, launch.local_rank);
+  if (!placement.ok()) {
+    std::cerr << "tessera-train: " << placement.status().message() << std::endl;
+    return placement.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                           : kExitFailure;
+  }
+
   // Data first: a bad data directory fails fast, before any peer waits on us.
   absl::StatusOr<ImageDataset> train = LoadSplit(options, Split::kTrain);
   if (!train.ok()) return Fail("loading the training split", train.status());
@@ -102,7 +111,19 @@ int Run(int argc, char** argv) {
   if (!test.ok()) return Fail("loading the test split", test.status());
 
   const std::unique_ptr<CoordinatorClient> coordinator = MakeCoordinatorClient(launch);
-  absl::StatusOr<ProcessGroup> group = JoinProcessGroup(launch, coordinator.get());
+  ProcessGroupOptions group_options;
+  if (placement->cuda) {
+    if (!NcclBackendAvailable()) {
+      return Fail("forming the process group",
+                  absl::FailedPreconditionError(
+                      "training on CUDA needs the nccl backend, which this build lacks "
+                      "(NCCL not found at build time); use --device=cpu"));
+    }
+    group_options.backend = "nccl";
+    group_options.cuda_device = placement->index;
+  }
+  absl::StatusOr<ProcessGroup> group =
+      JoinProcessGroup(launch, coordinator.get(), group_options);
   if (!group.ok()) return Fail("forming the process group", group.status());
 
   MetricsReporterOptions reporting;
@@ -115,6 +136,7 @@ int Run(int argc, char** argv) {
 
   TrainerLoopOptions loop;
   loop.log = &std::cout;
+  loop.local_rank = launch.local_rank;  // the device ResolveDevice chose above
   Trainer trainer(options, *train, *test, *group->communicator, **reporter, loop);
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
   if (!outcome.ok()) return Fail("training", outcome.status());

@@ -10,8 +10,56 @@
 #include "worker/trainer/gloo_communicator.h"
 #include "worker/trainer/net_util.h"
 
+#if TESSERA_NCCL_TENSORS
+#include "worker/trainer/nccl_communicator.h"
+#include "worker/trainer/nccl_tensor_communicator.h"
+#endif
+
 namespace tessera::trainer {
 namespace {
+
+// The static store key under which rank 0 publishes the NCCL unique id.
+constexpr char kNcclIdKey[] = "tessera/nccl_unique_id";
+
+absl::Status CheckBackend(const ProcessGroupOptions& options) {
+  if (options.backend == "gloo") return absl::OkStatus();
+  if (options.backend != "nccl") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown collective backend \"", options.backend, "\""));
+  }
+  if (!NcclBackendAvailable()) {
+    return absl::FailedPreconditionError(
+        "the nccl backend needs a tessera-train built with a CUDA LibTorch and NCCL");
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0's NCCL bootstrap: a fresh unique id.
+absl::StatusOr<std::string> NewNcclBootstrap() {
+#if TESSERA_NCCL_TENSORS
+  return NewNcclUniqueId();
+#else
+  return absl::FailedPreconditionError("built without NCCL");
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> JoinNccl(const std::string& unique_id,
+                                                       int rank, int world_size,
+                                                       const ProcessGroupOptions& options) {
+#if TESSERA_NCCL_TENSORS
+  NcclOptions nccl;
+  nccl.timeout = options.timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<NcclComm> comm,
+                   NcclComm::Create(unique_id, rank, world_size, options.cuda_device, nccl));
+  return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(comm)));
+#else
+  (void)unique_id;
+  (void)rank;
+  (void)world_size;
+  (void)options;
+  return absl::FailedPreconditionError("built without NCCL");
+#endif
+}
 
 absl::StatusOr<std::unique_ptr<Communicator>> JoinGloo(
     std::unique_ptr<GlooStore> store, const std::string& local_address, int rank,
@@ -30,23 +78,30 @@ absl::StatusOr<ProcessGroup> JoinViaCoordinator(const LaunchOptions& launch,
                                                 const ProcessGroupOptions& options) {
   ASSIGN_OR_RETURN(HostPort coordinator_address, ParseHostPort(launch.coordinator));
   ASSIGN_OR_RETURN(std::string local_address, LocalAddressFor(coordinator_address));
+  const bool nccl = options.backend == "nccl";
 
   std::unique_ptr<GlooStore> store;
   std::string bootstrap;
   if (launch.rank == 0 && launch.world_size > 1) {
-    ASSIGN_OR_RETURN(store, GlooStore::Host(local_address, 0, options.timeout));
-    bootstrap = store->address();
+    if (nccl) {
+      ASSIGN_OR_RETURN(bootstrap, NewNcclBootstrap());
+    } else {
+      ASSIGN_OR_RETURN(store, GlooStore::Host(local_address, 0, options.timeout));
+      bootstrap = store->address();
+    }
   }
-  ASSIGN_OR_RETURN(RendezvousResult joined, coordinator.Rendezvous(bootstrap, "gloo"));
+  ASSIGN_OR_RETURN(RendezvousResult joined,
+                   coordinator.Rendezvous(bootstrap, options.backend));
   if (joined.rank != launch.rank || joined.world_size != launch.world_size) {
     return absl::FailedPreconditionError(
         absl::StrCat("coordinator placed this process as rank ", joined.rank, " of ",
                      joined.world_size, " but it was launched as rank ", launch.rank,
                      " of ", launch.world_size));
   }
-  if (!joined.backend.empty() && joined.backend != "gloo") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "coordinator chose backend \"", joined.backend, "\"; this trainer runs gloo"));
+  if (!joined.backend.empty() && joined.backend != options.backend) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("coordinator chose backend \"", joined.backend,
+                     "\"; this rank runs ", options.backend));
   }
 
   ProcessGroup group;
@@ -55,6 +110,11 @@ absl::StatusOr<ProcessGroup> JoinViaCoordinator(const LaunchOptions& launch,
   group.world_size = joined.world_size;
   if (joined.world_size == 1) {
     group.communicator = std::make_unique<LocalCommunicator>();
+    return group;
+  }
+  if (nccl) {
+    ASSIGN_OR_RETURN(group.communicator, JoinNccl(joined.bootstrap, joined.rank,
+                                                  joined.world_size, options));
     return group;
   }
   if (store == nullptr) {
@@ -83,12 +143,31 @@ absl::StatusOr<ProcessGroup> JoinViaStaticStore(const LaunchOptions& launch,
   group.rank = launch.rank;
   group.local_rank = launch.local_rank;
   group.world_size = launch.world_size;
+  if (options.backend == "nccl") {
+    // The store lives until every rank has joined NCCL, which needs the id.
+    if (launch.rank == 0) {
+      ASSIGN_OR_RETURN(const std::string id, NewNcclBootstrap());
+      RETURN_IF_ERROR(store->Set(kNcclIdKey, id));
+    }
+    ASSIGN_OR_RETURN(const std::string id, store->Get(kNcclIdKey));
+    ASSIGN_OR_RETURN(group.communicator,
+                     JoinNccl(id, launch.rank, launch.world_size, options));
+    return group;
+  }
   ASSIGN_OR_RETURN(group.communicator, JoinGloo(std::move(store), local_address,
                                                 launch.rank, launch.world_size, options));
   return group;
 }
 
 }  // namespace
+
+bool NcclBackendAvailable() {
+#if TESSERA_NCCL_TENSORS
+  return true;
+#else
+  return false;
+#endif
+}
 
 absl::StatusOr<ProcessGroup> JoinProcessGroup(const LaunchOptions& launch,
                                               CoordinatorClient* coordinator,
@@ -97,6 +176,7 @@ absl::StatusOr<ProcessGroup> JoinProcessGroup(const LaunchOptions& launch,
     return absl::InvalidArgumentError(
         "a coordinator client is needed exactly when --coordinator is set");
   }
+  RETURN_IF_ERROR(CheckBackend(options));
   if (coordinator != nullptr) return JoinViaCoordinator(launch, *coordinator, options);
   if (!launch.rendezvous_store.empty()) return JoinViaStaticStore(launch, options);
   if (launch.world_size != 1) {

@@ -5,18 +5,24 @@
 //   * coordinator: rank 0 hosts a GlooStore on port 0 at the local address it uses
 //     to reach the coordinator and sends "ip:port" as its Rendezvous bootstrap;
 //     every rank receives rank, world size and that bootstrap once all have
-//     joined, connects to the store and joins the Gloo group.
+//     joined, connects to the store and joins the Gloo group. With the "nccl"
+//     backend rank 0 sends the 128-byte NCCL unique id as the bootstrap instead
+//     and every rank joins the NCCL communicator on its CUDA device.
 //   * static store (--rendezvous-store, no coordinator): rank 0 hosts the store at
 //     the given port; the others connect to it. For benchmarks and machines
-//     without the control plane.
+//     without the control plane. With "nccl", rank 0 publishes the NCCL id in the
+//     store.
 //   * neither: a standalone run of world size 1 (LocalCommunicator).
-// A world of one never opens sockets beyond the coordinator call.
+// A world of one never opens sockets beyond the coordinator call. The "nccl"
+// backend exists only in builds whose LibTorch has CUDA and where NCCL was found
+// (TESSERA_NCCL_TENSORS); elsewhere asking for it fails with FailedPrecondition.
 //
 // Thread-compatible free function; blocks until the group is formed.
 #ifndef TESSERA_WORKER_TRAINER_PROCESS_GROUP_H_
 #define TESSERA_WORKER_TRAINER_PROCESS_GROUP_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -30,7 +36,13 @@ struct ProcessGroupOptions {
   // Store connection and Gloo mesh timeout; also each collective's limit.
   absl::Duration timeout = absl::Minutes(5);
   int gloo_threads = 2;  // Gloo worker threads
+  // "gloo" (CPU tensors) or "nccl" (CUDA tensors on cuda_device).
+  std::string backend = "gloo";
+  int cuda_device = 0;  // the NCCL backend's device
 };
+
+// Whether this build can form an NCCL group (LibTorch with CUDA, NCCL found).
+bool NcclBackendAvailable();
 
 struct ProcessGroup {
   int rank = 0;

@@ -1,13 +1,16 @@
 #include "worker/trainer/trainer.h"
 
+#include <ATen/autocast_mode.h>
 #include <dlfcn.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,100 +19,178 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/common/status_macros.h"
 #include "worker/trainer/batch_loader.h"
+#include "worker/trainer/checkpoint.h"
 #include "worker/trainer/distributed_sampler.h"
+#include "worker/trainer/loss_scaler.h"
 #include "worker/trainer/param_hash.h"
+#include "worker/trainer/reducer.h"
+#include "worker/trainer/step_timer.h"
 #include "worker/trainer/vit.h"
 #include "worker/trainer/vit_config.h"
+
+#if TESSERA_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#if TESSERA_HAVE_CUDA_RUNTIME
+#include "worker/trainer/cuda_step_timer.h"
+#endif
+#endif
 
 namespace tessera::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+#if TESSERA_TORCH_CUDA
+constexpr bool kTorchHasCuda = true;
+#else
+constexpr bool kTorchHasCuda = false;
+#endif
+
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// All parameters (registration order) copied into or out of one flat buffer.
-class FlatParameters {
- public:
-  explicit FlatParameters(std::vector<torch::Tensor> parameters)
-      : parameters_(std::move(parameters)) {
-    int64_t total = 0;
-    for (const torch::Tensor& p : parameters_) total += p.numel();
-    buffer_ = torch::zeros({total}, torch::kFloat);
-  }
-
-  torch::Tensor& buffer() { return buffer_; }
-
-  void GatherValues() {
-    torch::NoGradGuard no_grad;
-    int64_t offset = 0;
-    for (const torch::Tensor& p : parameters_) {
-      buffer_.narrow(0, offset, p.numel()).copy_(p.detach().reshape({-1}));
-      offset += p.numel();
-    }
-  }
-
-  void ScatterValues() {
-    torch::NoGradGuard no_grad;
-    int64_t offset = 0;
-    for (torch::Tensor& p : parameters_) {
-      p.detach().copy_(buffer_.narrow(0, offset, p.numel()).view_as(p));
-      offset += p.numel();
-    }
-  }
-
-  void GatherGradients() {
-    int64_t offset = 0;
-    for (const torch::Tensor& p : parameters_) {
-      torch::Tensor slot = buffer_.narrow(0, offset, p.numel());
-      if (p.grad().defined()) {
-        slot.copy_(p.grad().reshape({-1}));
-      } else {
-        slot.zero_();
-      }
-      offset += p.numel();
-    }
-  }
-
-  void ScatterGradients() {
-    int64_t offset = 0;
-    for (torch::Tensor& p : parameters_) {
-      torch::Tensor slot = buffer_.narrow(0, offset, p.numel()).view_as(p);
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(slot);
-      } else {
-        p.mutable_grad() = slot.clone();
-      }
-      offset += p.numel();
-    }
-  }
-
- private:
-  std::vector<torch::Tensor> parameters_;
-  torch::Tensor buffer_;
-};
+std::string FormatCount(int64_t n) {
+  return n >= 1000000 ? absl::StrCat(n / 100000 / 10.0, "M") : absl::StrCat(n);
+}
 
 struct Evaluation {
   double accuracy = 0;
   double loss = 0;
 };
 
-// Accumulates one report interval.
-struct Interval {
-  Clock::time_point start = Clock::now();
-  int64_t steps = 0;
-  int64_t images = 0;
-  double loss_sum = 0;
-  double allreduce_seconds = 0;
+// AdamW or SGD (with momentum) in two groups: weight decay on weight matrices
+// only, not on biases, norms and the class/position tokens.
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& options,
+                                                       VisionTransformer& model) {
+  std::vector<torch::Tensor> decayed;
+  std::vector<torch::Tensor> not_decayed;
+  for (const auto& item : model->named_parameters()) {
+    const bool is_token =
+        item.key() == "class_token" || item.key() == "position_embedding";
+    (item.value().dim() <= 1 || is_token ? not_decayed : decayed).push_back(item.value());
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (options.optimizer == "sgd") {
+    auto sgd = [&](double decay) {
+      return std::make_unique<torch::optim::SGDOptions>(
+          torch::optim::SGDOptions(options.lr).momentum(options.momentum).weight_decay(
+              decay));
+    };
+    groups.emplace_back(decayed, sgd(options.weight_decay));
+    groups.emplace_back(not_decayed, sgd(0.0));
+    return std::make_unique<torch::optim::SGD>(
+        std::move(groups), torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+  }
+  auto adamw = [&](double decay) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(options.lr).weight_decay(decay));
+  };
+  groups.emplace_back(decayed, adamw(options.weight_decay));
+  groups.emplace_back(not_decayed, adamw(0.0));
+  return std::make_unique<torch::optim::AdamW>(
+      std::move(groups),
+      torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
+}
+
+// Mixed precision for the forward pass: CUDA autocast to `dtype` for the
+// scope's lifetime (a no-op when disabled).
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, at::ScalarType dtype) : enabled_(enabled) {
+    if (!enabled_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    previous_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+#else
+    previous_ = at::autocast::is_enabled();
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+#endif
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, previous_);
+#else
+    at::autocast::set_enabled(previous_);
+#endif
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  const bool enabled_;
+  bool previous_ = false;
 };
 
-std::string FormatCount(int64_t n) {
-  return n >= 1000000 ? absl::StrCat(n / 100000 / 10.0, "M") : absl::StrCat(n);
+// The step timer for the placement: CUDA events on the current stream of a CUDA
+// device, the host clock otherwise.
+absl::StatusOr<std::unique_ptr<StepTimer>> MakeStepTimer(const DevicePlacement& device) {
+#if TESSERA_TORCH_CUDA && TESSERA_HAVE_CUDA_RUNTIME
+  if (device.cuda) {
+    return MakeCudaStepTimer(
+        device.index,
+        c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device.index))
+            .stream());
+  }
+#else
+  (void)device;
+#endif
+  return MakeHostStepTimer();
+}
+
+// Multiplies the gradients (bucket buffers) by min(1, max_norm / global norm),
+// without a host sync.
+void ClipGradientNorm(const std::vector<torch::Tensor>& buffers, double max_norm) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor squares = torch::zeros({}, buffers.front().options());
+  for (const torch::Tensor& buffer : buffers) squares.add_(buffer.square().sum());
+  const torch::Tensor factor = (max_norm / (squares.sqrt() + 1e-6)).clamp_max(1.0);
+  for (const torch::Tensor& buffer : buffers) buffer.mul_(factor);
+}
+
+bool AnyNonFinite(const std::vector<torch::Tensor>& buffers) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor total = torch::zeros({}, buffers.front().options());
+  for (const torch::Tensor& buffer : buffers) total.add_(buffer.sum());
+  return !std::isfinite(total.item<double>());
 }
 
 }  // namespace
+
+std::string DevicePlacement::name() const {
+  return cuda ? absl::StrCat("cuda:", index) : "cpu";
+}
+
+absl::StatusOr<DevicePlacement> ResolveDevice(const TrainerOptions& options,
+                                              int local_rank) {
+  DevicePlacement placement;
+  if (options.device != "cpu") {
+    const bool available = torch::cuda::is_available();
+    const int count = available ? static_cast<int>(torch::cuda::device_count()) : 0;
+    if (count > 0) {
+      placement.cuda = true;
+      placement.index = std::max(0, local_rank) % count;
+    } else if (options.device == "cuda") {
+      return absl::FailedPreconditionError(
+          available || kTorchHasCuda
+              ? "--device=cuda: no CUDA device is visible"
+              : "--device=cuda: this tessera-train's LibTorch was built without CUDA");
+    }
+  }
+  if (!placement.cuda && options.precision != "fp32") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--precision=", options.precision,
+        " needs a CUDA device (mixed precision runs under CUDA autocast); this rank "
+        "trains on the CPU: use --precision=fp32"));
+  }
+  return placement;
+}
 
 void ConfigureComputeThreads(int threads) {
   torch::set_num_threads(threads);
@@ -120,18 +201,23 @@ void ConfigureComputeThreads(int threads) {
   }
 }
 
+int64_t ResolveWarmupSteps(int64_t warmup_steps, int64_t total_steps,
+                           double warmup_fraction) {
+  if (warmup_steps >= 0) return warmup_steps;
+  return static_cast<int64_t>(
+      std::ceil(warmup_fraction * static_cast<double>(total_steps)));
+}
+
 double ScheduledLearningRate(double peak, int64_t step, int64_t total_steps,
-                             const TrainerLoopOptions& loop) {
-  const auto warmup = static_cast<int64_t>(
-      std::ceil(loop.warmup_fraction * static_cast<double>(total_steps)));
-  if (step < warmup) {
-    return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+                             int64_t warmup_steps, double final_lr_fraction) {
+  if (step < warmup_steps) {
+    return peak * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   }
   const double decay_steps =
-      static_cast<double>(std::max<int64_t>(1, total_steps - warmup));
+      static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
   const double progress =
-      std::clamp(static_cast<double>(step - warmup) / decay_steps, 0.0, 1.0);
-  const double floor = peak * loop.final_lr_fraction;
+      std::clamp(static_cast<double>(step - warmup_steps) / decay_steps, 0.0, 1.0);
+  const double floor = peak * final_lr_fraction;
   return floor + (peak - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
@@ -149,8 +235,11 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
   const int rank = communicator_.rank();
   const int world = communicator_.world_size();
   ConfigureComputeThreads(EffectiveThreads(options_));
-  ASSIGN_OR_RETURN(const ViTConfig config,
+  ASSIGN_OR_RETURN(const DevicePlacement placement,
+                   ResolveDevice(options_, loop_.local_rank));
+  ASSIGN_OR_RETURN(ViTConfig config,
                    ResolveViTConfig(options_.model, train_.channels, train_.num_classes));
+  config.dropout = options_.dropout;
   if (test_.channels != train_.channels || test_.num_classes != train_.num_classes) {
     return absl::InvalidArgumentError("train and test splits differ in shape");
   }
@@ -169,54 +258,100 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
   ASSIGN_OR_RETURN(const DistributedSampler test_sampler,
                    DistributedSampler::Create(test_sampling));
 
-  const int64_t steps_per_epoch = train_sampler.num_samples() / options_.batch_size;
+  // An optimizer step takes grad_accum micro-batches; a step never straddles
+  // two epochs (the epoch's leftover micro-batches are dropped).
+  const int64_t accum = options_.grad_accum;
+  const int64_t batch_size = options_.batch_size;
+  const int64_t steps_per_epoch = train_sampler.num_samples() / batch_size / accum;
   if (steps_per_epoch == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("each of ", world, " ranks gets ", train_sampler.num_samples(),
-                     " training samples, fewer than one batch of ", options_.batch_size));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "each of ", world, " ranks gets ", train_sampler.num_samples(),
+        " training samples, fewer than one step's ", accum, " micro-batches of ",
+        batch_size));
   }
+  const int64_t batches_per_epoch = steps_per_epoch * accum;
   int64_t total_steps = steps_per_epoch * options_.epochs;
   if (options_.max_steps > 0) total_steps = std::min(total_steps, options_.max_steps);
+  const int64_t warmup_steps =
+      ResolveWarmupSteps(options_.warmup_steps, total_steps, loop_.warmup_fraction);
+  const bool synchronize = options_.allreduce && world > 1;
+  const bool fp16 = options_.precision == "fp16";
+  const bool autocast = placement.cuda && options_.precision != "fp32";
+  const at::ScalarType autocast_dtype = fp16 ? at::kHalf : at::kBFloat16;
 
   try {
+#if TESSERA_TORCH_CUDA
+    if (placement.cuda) c10::cuda::set_device(static_cast<c10::DeviceIndex>(placement.index));
+#endif
+    const torch::Device device =
+        placement.cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index))
+                       : torch::Device(torch::kCPU);
     torch::manual_seed(static_cast<uint64_t>(options_.seed));
     VisionTransformer model(config);
+    model->to(device);
     std::vector<torch::Tensor> parameters = model->parameters();
-    FlatParameters flat(parameters);
-    const int64_t parameter_count = flat.buffer().numel();
+    int64_t parameter_count = 0;
+    for (const torch::Tensor& p : parameters) parameter_count += p.numel();
 
+    ReducerOptions reducing;
+    reducing.bucket_cap_mb = options_.bucket_cap_mb;
+    reducing.first_bucket_mb = options_.first_bucket_mb;
+    reducing.overlap = options_.overlap;
+    ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
+                     Reducer::Create(parameters, communicator_, reducing));
     // Rank 0's initial values become everyone's.
-    flat.GatherValues();
-    RETURN_IF_ERROR(communicator_.Broadcast(flat.buffer(), 0));
-    flat.ScatterValues();
+    RETURN_IF_ERROR(reducer->BroadcastParameters(0));
     // Dropout masks must differ across ranks.
     torch::manual_seed(static_cast<uint64_t>(options_.seed) + 7919u * (rank + 1u));
 
-    // No weight decay on biases, norms and the embeddings' class/position tokens.
-    std::vector<torch::Tensor> decayed;
-    std::vector<torch::Tensor> not_decayed;
-    for (const auto& item : model->named_parameters()) {
-      const bool is_token =
-          item.key() == "class_token" || item.key() == "position_embedding";
-      (item.value().dim() <= 1 || is_token ? not_decayed : decayed)
-          .push_back(item.value());
+    std::unique_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(options_, model);
+    LossScaler scaler;
+
+    std::optional<CheckpointDirectory> checkpoints;
+    if (!options_.checkpoint_dir.empty()) checkpoints.emplace(options_.checkpoint_dir);
+    int64_t step = 0;
+    TrainingOutcome outcome;
+    if (checkpoints.has_value() && options_.resume) {
+      ASSIGN_OR_RETURN(const std::optional<int64_t> latest, checkpoints->LatestStep());
+      if (latest.has_value()) {
+        ASSIGN_OR_RETURN(const RankCheckpoint state,
+                         LoadCheckpointFiles(*checkpoints, *latest, rank, world, *model,
+                                             *optimizer));
+        const LoopPosition& at = state.position;
+        if (at.step > total_steps || at.epoch != at.step / steps_per_epoch ||
+            at.batch_in_epoch != (at.step % steps_per_epoch) * accum) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "checkpoint at step ", at.step, " (epoch ", at.epoch, ", batch ",
+              at.batch_in_epoch, ") does not fit this run's ", steps_per_epoch,
+              " steps per epoch of ", accum, " micro-batches, ", total_steps,
+              " steps in all: resume with the settings it was written with"));
+        }
+        RETURN_IF_ERROR(RestoreRngState(placement.index, state));
+        scaler.Restore(state.loss_scaler);
+        step = at.step;
+        outcome.resumed_from = step;
+      }
     }
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(
-        decayed,
-        std::make_unique<torch::optim::AdamWOptions>(
-            torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay)));
-    groups.emplace_back(not_decayed,
-                        std::make_unique<torch::optim::AdamWOptions>(
-                            torch::optim::AdamWOptions(options_.lr).weight_decay(0.0)));
-    torch::optim::AdamW optimizer(
-        std::move(groups),
-        torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
+    reducer->ZeroGradients();
 
     // Both splits are normalised with the training split's statistics.
     const ChannelStats stats = ComputeChannelStats(train_);
     const BatchLoader train_loader(train_, stats, config.image_size);
     const BatchLoader test_loader(test_, stats, config.image_size);
+    // The micro-batch at stream position p: batch p % batches_per_epoch of epoch
+    // p / batches_per_epoch.
+    int64_t loaded_epoch = -1;
+    std::vector<int64_t> epoch_indices;
+    auto load_micro_batch = [&](int64_t position) -> Batch {
+      const int64_t epoch = position / batches_per_epoch;
+      const int64_t b = position % batches_per_epoch;
+      if (epoch != loaded_epoch) {
+        epoch_indices = train_sampler.EpochIndices(epoch);
+        loaded_epoch = epoch;
+      }
+      return train_loader.Load(epoch_indices, b * batch_size, (b + 1) * batch_size,
+                               epoch);
+    };
 
     if (loop_.log != nullptr) {
       *loop_.log << "[rank " << rank << "] " << options_.model << " ("
@@ -224,9 +359,18 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                  << " px, patch " << config.patch_size << ") on " << options_.dataset
                  << ": " << train_.size() << " train / " << test_.size()
                  << " test images; world " << world << " (" << communicator_.backend()
-                 << "), " << train_sampler.num_samples() << " samples per rank, "
-                 << steps_per_epoch << " steps per epoch, " << total_steps
-                 << " steps, gradient all-reduce " << (options_.allreduce ? "on" : "off")
+                 << "), device " << placement.name() << ", " << options_.precision << ", "
+                 << train_sampler.num_samples() << " samples per rank, "
+                 << steps_per_epoch << " steps per epoch of " << accum << " x "
+                 << batch_size << ", " << total_steps << " steps, " << options_.optimizer
+                 << ", gradient all-reduce "
+                 << (synchronize ? absl::StrCat(reducer->plan().buckets.size(),
+                                                " buckets",
+                                                options_.overlap ? ", overlapped" : "")
+                                 : "off")
+                 << (outcome.resumed_from > 0
+                         ? absl::StrCat(", resumed at step ", outcome.resumed_from)
+                         : "")
                  << std::endl;
     }
 
@@ -234,107 +378,166 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       torch::NoGradGuard no_grad;
       model->eval();
       const std::vector<int64_t> indices = test_sampler.EpochIndices(0);
-      double correct = 0;
-      double loss_sum = 0;
+      torch::Tensor correct = torch::zeros({}, torch::TensorOptions(device).dtype(torch::kDouble));
+      torch::Tensor loss_sum = torch::zeros_like(correct);
       const auto n = static_cast<int64_t>(indices.size());
       for (int64_t begin = 0; begin < n; begin += loop_.eval_batch_size) {
         const int64_t end = std::min(n, begin + loop_.eval_batch_size);
         const Batch batch = test_loader.Load(indices, begin, end);
-        const torch::Tensor logits = model->forward(batch.images);
-        loss_sum +=
-            torch::nn::functional::cross_entropy(
-                logits, batch.labels,
-                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                .item<double>();
-        correct += logits.argmax(1).eq(batch.labels).sum().item<double>();
+        const torch::Tensor labels = batch.labels.to(device);
+        torch::Tensor logits;
+        {
+          AutocastScope mixed(autocast, autocast_dtype);
+          logits = model->forward(batch.images.to(device)).to(torch::kFloat);
+        }
+        loss_sum.add_(torch::nn::functional::cross_entropy(
+            logits, labels,
+            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
+        correct.add_(logits.argmax(1).eq(labels).sum());
       }
       model->train();
       // Summed over ranks whether or not gradients are: every rank reports the
       // accuracy over the whole test set.
       torch::Tensor totals =
-          torch::tensor({correct, loss_sum, static_cast<double>(n)}, torch::kDouble);
+          torch::stack({correct, loss_sum,
+                        torch::full({}, static_cast<double>(n), correct.options())});
       RETURN_IF_ERROR(communicator_.AllReduceSum(totals));
-      const double count = totals[2].item<double>();
+      const torch::Tensor host = totals.cpu();
+      const double count = host[2].item<double>();
       if (count <= 0) return absl::FailedPreconditionError("the test set is empty");
-      return Evaluation{totals[0].item<double>() / count,
-                        totals[1].item<double>() / count};
+      return Evaluation{host[0].item<double>() / count, host[1].item<double>() / count};
     };
 
-    TrainingOutcome outcome;
-    outcome.parameter_count = parameter_count;
-    Evaluation last_eval;
-    Interval interval;
+    auto save_checkpoint = [&]() -> absl::Status {
+      RankCheckpoint state;
+      state.rank = rank;
+      state.world_size = world;
+      state.position.step = step;
+      state.position.epoch = step / steps_per_epoch;
+      state.position.batch_in_epoch = (step % steps_per_epoch) * accum;
+      state.loss_scaler = scaler.state();
+      CaptureRngState(placement.index, state);
+      RETURN_IF_ERROR(SaveCheckpointFiles(*checkpoints, state, *model, *optimizer));
+      // `latest` moves only once every rank's files are in place.
+      RETURN_IF_ERROR(communicator_.Barrier());
+      if (rank == 0) {
+        RETURN_IF_ERROR(checkpoints->PublishLatest(step));
+        RETURN_IF_ERROR(checkpoints->Prune(step, loop_.checkpoint_keep));
+      }
+      return absl::OkStatus();
+    };
+
+    const auto crossentropy =
+        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
+            options_.label_smoothing);
+    ASSIGN_OR_RETURN(std::unique_ptr<StepTimer> timer, MakeStepTimer(placement));
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions(device));
+    int64_t interval_micro_batches = 0;
+    int64_t interval_images = 0;
     double train_seconds = 0;
-    int64_t step = 0;
+    std::optional<int64_t> evaluated_at;
+    Evaluation last_eval;
     model->train();
-    for (int64_t epoch = 0; step < total_steps; ++epoch) {
-      const std::vector<int64_t> indices = train_sampler.EpochIndices(epoch);
-      for (int64_t b = 0; b < steps_per_epoch && step < total_steps; ++b) {
-        const Clock::time_point step_start = Clock::now();
-        const Batch batch = train_loader.Load(indices, b * options_.batch_size,
-                                              (b + 1) * options_.batch_size);
-        optimizer.zero_grad();
-        const torch::Tensor logits = model->forward(batch.images);
-        const torch::Tensor loss =
-            torch::nn::functional::cross_entropy(logits, batch.labels);
-        loss.backward();
-
-        if (options_.allreduce && world > 1) {
-          const Clock::time_point reduce_start = Clock::now();
-          flat.GatherGradients();
-          RETURN_IF_ERROR(communicator_.AllReduceSum(flat.buffer()));
-          flat.buffer().div_(static_cast<double>(world));
-          flat.ScatterGradients();
-          interval.allreduce_seconds += SecondsSince(reduce_start);
+    while (step < total_steps) {
+      const Clock::time_point step_start = Clock::now();
+      timer->BeginStep();
+      for (int64_t m = 0; m < accum; ++m) {
+        const Batch batch = load_micro_batch(step * accum + m);
+        const torch::Tensor images = batch.images.to(device, /*non_blocking=*/true);
+        const torch::Tensor labels = batch.labels.to(device, /*non_blocking=*/true);
+        timer->Mark(StepPhase::kData);
+        torch::Tensor loss;
+        {
+          AutocastScope mixed(autocast, autocast_dtype);
+          loss = torch::nn::functional::cross_entropy(model->forward(images), labels,
+                                                      crossentropy);
         }
-
-        const double lr = ScheduledLearningRate(options_.lr, step, total_steps, loop_);
-        for (auto& group : optimizer.param_groups()) {
-          static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-        }
-        optimizer.step();
-        ++step;
-
-        interval.loss_sum += loss.item<double>();
-        interval.images += batch.labels.size(0);
-        ++interval.steps;
+        timer->Mark(StepPhase::kForward);
+        reducer->PrepareForBackward(synchronize && m == accum - 1);
+        // Micro-batch means are averaged over the step; fp16 scales the loss up.
+        const double factor = (fp16 ? scaler.scale() : 1.0) / static_cast<double>(accum);
+        (factor == 1.0 ? loss : loss * factor).backward();
+        timer->Mark(StepPhase::kBackward);
+        loss_sum.add_(loss.detach());
+        interval_images += batch.labels.size(0);
         outcome.train_images += batch.labels.size(0);
-        train_seconds += SecondsSince(step_start);
+      }
+      interval_micro_batches += accum;
+      RETURN_IF_ERROR(reducer->FinishBackward(fp16 ? 1.0 / scaler.scale() : 1.0));
+      timer->Mark(StepPhase::kComm);
 
-        if (step % options_.metrics_every == 0 || step == total_steps) {
-          const double seconds = SecondsSince(interval.start);
-          reporter_.Report(
-              step,
-              {{"loss", interval.loss_sum / static_cast<double>(interval.steps)},
-               {"images_per_sec", static_cast<double>(interval.images) / seconds},
-               {"step_time_ms", 1000.0 * seconds / static_cast<double>(interval.steps)},
-               {"allreduce_ms", 1000.0 * interval.allreduce_seconds /
-                                    static_cast<double>(interval.steps)},
-               {"lr", lr},
-               {"epoch",
-                static_cast<double>(step) / static_cast<double>(steps_per_epoch)}});
-          interval = Interval();
+      bool take_step = true;
+      if (fp16) take_step = scaler.Update(AnyNonFinite(reducer->gradient_buffers()));
+      const double lr = ScheduledLearningRate(options_.lr, step, total_steps, warmup_steps,
+                                              loop_.final_lr_fraction);
+      if (take_step) {
+        if (options_.clip_grad_norm > 0) {
+          ClipGradientNorm(reducer->gradient_buffers(), options_.clip_grad_norm);
         }
+        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+        optimizer->step();
+      } else {
+        ++outcome.skipped_steps;
+      }
+      reducer->ZeroGradients();
+      timer->Mark(StepPhase::kOptimizer);
+      timer->EndStep();
+      ++step;
+      train_seconds += SecondsSince(step_start);
+
+      if (step % options_.metrics_every == 0 || step == total_steps) {
+        const StepTimes times = timer->TakeTotals();
+        const double steps = std::max<double>(1, static_cast<double>(times.steps));
+        auto mean_ms = [&](StepPhase phase) { return 1000.0 * times.seconds(phase) / steps; };
+        std::vector<std::pair<std::string, double>> values = {
+            {"loss", loss_sum.item<double>() / static_cast<double>(interval_micro_batches)},
+            {"images_per_sec", times.step_seconds > 0
+                                   ? static_cast<double>(interval_images) / times.step_seconds
+                                   : 0.0},
+            {"time_data_ms", mean_ms(StepPhase::kData)},
+            {"time_forward_ms", mean_ms(StepPhase::kForward)},
+            {"time_backward_ms", mean_ms(StepPhase::kBackward)},
+            {"time_comm_ms", mean_ms(StepPhase::kComm)},
+            {"time_optimizer_ms", mean_ms(StepPhase::kOptimizer)},
+            {"time_step_ms", 1000.0 * times.step_seconds / steps},
+            {"lr", lr},
+            {"epoch", static_cast<double>(step) / static_cast<double>(steps_per_epoch)}};
+        if (fp16) values.emplace_back("loss_scale", scaler.scale());
+        reporter_.Report(step, values);
+        loss_sum.zero_();
+        interval_micro_batches = 0;
+        interval_images = 0;
       }
       if (step % steps_per_epoch == 0 || step == total_steps) {
-        const Clock::time_point eval_start = Clock::now();
         ASSIGN_OR_RETURN(last_eval, evaluate());
+        evaluated_at = step;
         reporter_.Report(
             step, {{"test_accuracy", last_eval.accuracy}, {"test_loss", last_eval.loss}});
-        // Evaluation time does not count against training throughput.
-        interval.start += Clock::now() - eval_start;
       }
+      if (checkpoints.has_value() &&
+          ((options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0) ||
+           step == total_steps)) {
+        RETURN_IF_ERROR(save_checkpoint());
+      }
+    }
+    // A run resumed from its final checkpoint still reports the test metrics.
+    if (evaluated_at != step) {
+      ASSIGN_OR_RETURN(last_eval, evaluate());
+      reporter_.Report(
+          step, {{"test_accuracy", last_eval.accuracy}, {"test_loss", last_eval.loss}});
     }
 
     Fnv1a64 hash;
     for (const torch::Tensor& p : parameters) {
-      const torch::Tensor values = p.detach().contiguous();
+      const torch::Tensor values = p.detach().to(torch::kCPU).contiguous();
       hash.Update(values.data_ptr(), values.numel() * values.element_size());
     }
     outcome.steps = step;
     outcome.train_seconds = train_seconds;
     outcome.test_accuracy = last_eval.accuracy;
     outcome.test_loss = last_eval.loss;
+    outcome.parameter_count = parameter_count;
+    outcome.device = placement.name();
     outcome.param_hash = hash.Hex();
     return outcome;
   } catch (const std::exception& e) {

@@ -1,16 +1,27 @@
 // The data-parallel training loop of one rank.
 //
-// Run builds the ViT for the dataset, makes rank 0's initial parameters
-// everyone's (broadcast), then for each step: loads this rank's batch (see
-// distributed_sampler.h), runs forward, cross-entropy and backward, averages the
-// gradients across ranks (one flat all-reduce of all gradients, when allreduce is
-// on) and takes an AdamW step under a warmup + cosine learning-rate schedule.
+// Run places the ViT on this rank's device (--device: CPU, or the CUDA device
+// local_rank when LibTorch has CUDA), makes rank 0's initial parameters
+// everyone's (broadcast), or resumes from the latest checkpoint, then for each
+// optimizer step: loads grad_accum micro-batches of this rank's shard (see
+// distributed_sampler.h), runs forward (under bf16/fp16 autocast on CUDA when
+// asked) and cross-entropy (with label smoothing), and backward, during which the
+// Reducer (reducer.h) all-reduces the gradients in buckets as they become ready
+// (on the last micro-batch only); waits for the remaining buckets, optionally
+// clips the global gradient norm and takes an AdamW or SGD step under a linear
+// warmup + cosine schedule. fp16 scales the loss dynamically (loss_scaler.h)
+// and skips steps whose gradients overflowed.
+//
 // Every metrics_every steps it reports the interval's mean loss, this rank's
-// images/s, the mean step time and the time spent in the all-reduce; after each
-// epoch and at the end it evaluates on the test set, sharded across ranks with the
+// images/s and the per-step wall-clock breakdown (step_timer.h: time_data_ms,
+// time_forward_ms, time_backward_ms, time_comm_ms for communication backward did
+// not hide, time_optimizer_ms, time_step_ms), plus lr and epoch; after each epoch
+// and at the end it evaluates on the test set, sharded across ranks with the
 // counts summed over all ranks, so every rank reports the same test accuracy.
-// Finally it fingerprints the parameters (FNV-1a 64 over their bytes in
-// registration order): ranks that trained in sync report equal hashes.
+// With a checkpoint directory it checkpoints every checkpoint_every steps and at
+// the end (checkpoint.h). Finally it fingerprints the parameters (FNV-1a 64 over
+// their bytes in registration order): ranks that trained in sync report equal
+// hashes.
 //
 // LibTorch stays in the .cc; Run turns every c10::Error into a status. A Trainer
 // runs once, on one thread; its collaborators must outlive it.
@@ -31,23 +42,30 @@ namespace tessera::trainer {
 
 // Loop settings that are not part of the job's TrainerConfig.
 struct TrainerLoopOptions {
-  // Linear warmup over this share of all steps, then cosine decay.
+  // With --warmup-steps=-1: linear warmup over this share of all steps.
   double warmup_fraction = 0.05;
   // The cosine decays to this share of the peak learning rate.
   double final_lr_fraction = 0.0;
   // Batch size for evaluation (no gradients, so larger than training's is fine).
   int eval_batch_size = 256;
+  // This rank's index on its machine: its CUDA device when it trains on one.
+  int local_rank = 0;
+  // Complete checkpoints kept in the checkpoint directory (older ones removed).
+  int checkpoint_keep = 2;
   // Set-up and summary lines; null: none. Not owned.
   std::ostream* log = nullptr;
 };
 
 struct TrainingOutcome {
-  int64_t steps = 0;         // optimizer steps taken
-  int64_t train_images = 0;  // images this rank trained on
-  double train_seconds = 0;  // wall time of the training steps, without evaluation
+  int64_t steps = 0;         // optimizer steps done, including resumed ones
+  int64_t resumed_from = 0;  // the checkpoint's step when resumed; 0 otherwise
+  int64_t skipped_steps = 0; // fp16 steps skipped for overflowing gradients
+  int64_t train_images = 0;  // images this rank trained on in this run
+  double train_seconds = 0;  // wall time of this run's steps, without evaluation
   double test_accuracy = 0;  // final, over the whole test set
   double test_loss = 0;
   int64_t parameter_count = 0;
+  std::string device;      // "cpu" or "cuda:N"
   std::string param_hash;  // 16 hex digits
 };
 
@@ -59,8 +77,9 @@ class Trainer {
           TrainerLoopOptions loop = {});
 
   // Trains and evaluates. FailedPrecondition when a rank's shard is smaller than
-  // one batch; a collective's status when a peer fails; Internal for LibTorch
-  // errors.
+  // one optimizer step's micro-batches, or a checkpoint does not fit this run;
+  // InvalidArgument for settings the device cannot run; a collective's status
+  // when a peer fails; Internal for LibTorch errors.
   absl::StatusOr<TrainingOutcome> Run();
 
  private:
@@ -72,14 +91,35 @@ class Trainer {
   MetricsReporter& reporter_;   // Not owned.
 };
 
+// Where a rank trains.
+struct DevicePlacement {
+  bool cuda = false;
+  int index = -1;  // CUDA device index; -1 on the CPU
+  std::string name() const;  // "cpu" or "cuda:N"
+};
+
+// Resolves --device for the rank with this local rank: "cpu"; "cuda" (the
+// device local_rank modulo the visible devices; FailedPrecondition when LibTorch
+// has no CUDA or no device is visible); "auto" (CUDA when possible, else the
+// CPU). InvalidArgument when --precision bf16/fp16 meets a CPU placement:
+// mixed precision runs only under CUDA autocast here.
+absl::StatusOr<DevicePlacement> ResolveDevice(const TrainerOptions& options,
+                                              int local_rank);
+
 // Sets LibTorch's intra-op thread count and, when the BLAS library is OpenBLAS,
 // its thread count too (OpenBLAS otherwise starts one thread per core in every
 // rank and oversubscribes the machine).
 void ConfigureComputeThreads(int threads);
 
-// The learning rate at 0-based `step` of `total_steps` under the loop's schedule.
+// The warmup length: `warmup_steps`, or ceil(warmup_fraction * total_steps) when
+// it is -1.
+int64_t ResolveWarmupSteps(int64_t warmup_steps, int64_t total_steps,
+                           double warmup_fraction);
+
+// The learning rate at 0-based `step` of `total_steps`: linear warmup to `peak`
+// over `warmup_steps`, then cosine decay to peak * final_lr_fraction.
 double ScheduledLearningRate(double peak, int64_t step, int64_t total_steps,
-                             const TrainerLoopOptions& loop);
+                             int64_t warmup_steps, double final_lr_fraction);
 
 }  // namespace tessera::trainer
 

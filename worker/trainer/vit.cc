@@ -57,7 +57,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const torch::Tensor q3 = q.reshape({batch * heads_, tokens, head_dim});
   const torch::Tensor k3 = k.reshape({batch * heads_, tokens, head_dim});
   torch::Tensor scores =
-      torch::baddbmm(torch::empty({0}, q3.options()), q3, k3.transpose(1, 2),
+      torch::baddbmm(torch::empty({1, 1, 1}, q3.options()), q3, k3.transpose(1, 2),
                      /*beta=*/0.0, /*alpha=*/scale_);
   torch::Tensor attention = attn_dropout_->forward(scores.softmax(-1));
   const torch::Tensor context =

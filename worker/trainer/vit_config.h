@@ -38,17 +38,22 @@ struct ViTPreset {
   ViTConfig config;  // channels and classes as published; see ResolveViTConfig
 };
 
-// The preset table: vit-micro (28 px, for Fashion-MNIST and tests), and the
-// ViT-Ti/16, ViT-S/16 and ViT-B/16 shapes (224 px, ImageNet-1k heads).
+// The preset table: vit-micro (28 px, for Fashion-MNIST and tests), vit-cifar-tiny
+// and vit-cifar-small (32 px, patch 4: CIFAR at its native size on CPUs and small
+// GPUs), and the ViT-Ti/16, ViT-S/16 and ViT-B/16 shapes (224 px, ImageNet-1k
+// heads; the paper's CIFAR runs use ViT-B/16 on images resized to 224 px).
 const std::vector<ViTPreset>& ViTPresets();
 
 // The preset called `name`, or NotFound listing the known names.
 absl::StatusOr<ViTConfig> FindViTPreset(const std::string& name);
 
-// The preset with the dataset's input channels and class count. The preset keeps
-// its image size; the data pipeline resizes images that differ.
+// The preset with the dataset's input channels and class count, and with
+// `image_size` as its input size when positive (--image-size; 0 keeps the
+// preset's). InvalidArgument when the patch size does not divide the image size.
+// The data pipeline resizes images that differ from the model's size.
 absl::StatusOr<ViTConfig> ResolveViTConfig(const std::string& preset_name,
-                                           int in_channels, int num_classes);
+                                           int in_channels, int num_classes,
+                                           int image_size = 0);
 
 // InvalidArgument unless every size is positive, the image splits into whole
 // patches, dim splits into whole heads and dropout is in [0, 1).

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/trainer/augmentation.h"
 #include "worker/trainer/image_dataset.h"
 
 namespace tessera::trainer {
@@ -55,6 +56,84 @@ TEST(BatchLoaderTest, ResizesToTheModelImageSize) {
   // A constant image stays constant under bilinear resizing.
   EXPECT_NEAR(batch.images.min().item<float>(), 10.0f / 255.0f, 1e-6);
   EXPECT_NEAR(batch.images.max().item<float>(), 10.0f / 255.0f, 1e-6);
+}
+
+// Eight 4x4 three-channel images with distinct, position-dependent pixels.
+ImageDataset Patterned() {
+  ImageDataset d;
+  d.channels = 3;
+  d.height = 4;
+  d.width = 4;
+  d.num_classes = 8;
+  for (int i = 0; i < 8; ++i) {
+    for (int p = 0; p < 48; ++p)
+      d.pixels.push_back(static_cast<uint8_t>(5 * i + 3 * p + 1));
+    d.labels.push_back(i);
+  }
+  return d;
+}
+
+BatchLoaderOptions Augmenting(int image_size, uint64_t seed) {
+  BatchLoaderOptions options;
+  options.image_size = image_size;
+  options.augment = true;
+  options.augmentation.crop_padding = 2;
+  options.seed = seed;
+  return options;
+}
+
+TEST(BatchLoaderTest, AugmentedImageIsItsDrawnTransformOfTheRawImage) {
+  const ImageDataset data = Patterned();
+  const BatchLoader loader(data, ChannelStats{{0, 0, 0}, {1, 1, 1}}, Augmenting(4, 9));
+  const std::vector<int64_t> indices = {5, 2, 7};
+  const Batch batch = loader.Load(indices, 0, 3, /*epoch=*/4);
+  int changed = 0;
+  for (int k = 0; k < 3; ++k) {
+    const int64_t index = indices[static_cast<size_t>(k)];
+    const ImageTransform t =
+        DrawImageTransform(loader.options().augmentation, 9, 4, index);
+    std::vector<uint8_t> expected(48);
+    ApplyImageTransform(t, 3, 4, 4, &data.pixels[static_cast<size_t>(index * 48)],
+                        expected.data());
+    const torch::Tensor want =
+        torch::tensor(std::vector<float>(expected.begin(), expected.end()))
+            .div(255.0f)
+            .reshape({3, 4, 4});
+    EXPECT_TRUE(torch::allclose(batch.images[k], want)) << "image " << index;
+    changed += !(t == ImageTransform{});
+  }
+  EXPECT_GT(changed, 0);
+  EXPECT_TRUE(torch::equal(batch.labels, torch::tensor({5, 2, 7}, torch::kLong)));
+}
+
+TEST(BatchLoaderTest, AugmentationDependsOnEpochAndIndexNotOnTheBatch) {
+  const ImageDataset data = Patterned();
+  const BatchLoader loader(data, ComputeChannelStats(data), Augmenting(8, 1));
+  const std::vector<int64_t> order = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::vector<int64_t> reversed = {7, 6, 5, 4, 3, 2, 1, 0};
+  const Batch a = loader.Load(order, 0, 8, 2);
+  // Same epoch: identical, whatever the batch's make-up or order.
+  EXPECT_TRUE(torch::equal(a.images, loader.Load(order, 0, 8, 2).images));
+  EXPECT_TRUE(torch::equal(a.images[3], loader.Load(reversed, 4, 5, 2).images[0]));
+  // Another epoch: other crops and flips.
+  EXPECT_FALSE(torch::equal(a.images, loader.Load(order, 0, 8, 3).images));
+  EXPECT_EQ(a.images.sizes(), (std::vector<int64_t>{8, 3, 8, 8}));
+}
+
+TEST(BatchLoaderTest, WithoutAugmentationEveryEpochSeesTheSameImages) {
+  const ImageDataset data = Patterned();
+  const BatchLoader loader(data, ComputeChannelStats(data), 4);
+  const std::vector<int64_t> order = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_TRUE(torch::equal(loader.Load(order, 0, 8, 0).images,
+                           loader.Load(order, 0, 8, 5).images));
+}
+
+TEST(BatchLoaderTest, IndexOutsideTheDatasetThrows) {
+  const ImageDataset data = Tiny();
+  const BatchLoader loader(data, ChannelStats{{0.0f}, {1.0f}}, 2);
+  const std::vector<int64_t> indices = {0, 4};
+  EXPECT_THROW(loader.Load(indices, 0, 2), c10::Error);
+  EXPECT_THROW(loader.Load(indices, 1, 3), c10::Error);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -100,6 +101,103 @@ TEST(DistributedSamplerTest, RejectsRankOutsideTheWorld) {
   options.dataset_size = 10;
   options.rank = 2;
   options.world_size = 2;
+  EXPECT_EQ(DistributedSampler::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WeakScalingSubsetSizeTest, GrowsWithTheWorldSoEachRankKeepsItsShare) {
+  // The paper's setting: 10% per GPU, 1 GPU uses 10%, 8 GPUs 80%.
+  for (int world = 1; world <= 8; ++world) {
+    EXPECT_EQ(WeakScalingSubsetSize(50'000, 0.1, world), 5'000 * world) << world;
+  }
+  // Capped at the whole dataset once world * fraction reaches 1.
+  EXPECT_EQ(WeakScalingSubsetSize(50'000, 0.1, 10), 50'000);
+  EXPECT_EQ(WeakScalingSubsetSize(50'000, 0.1, 16), 50'000);
+  EXPECT_EQ(WeakScalingSubsetSize(50'000, 1.0, 1), 50'000);
+  // Whole numbers stay whole despite binary fractions (0.29 * 100 = 28.99...).
+  EXPECT_EQ(WeakScalingSubsetSize(100, 0.29, 3), 87);
+}
+
+// Shards of every rank for `epoch`, with the given subset (unset: strong).
+std::vector<std::vector<int64_t>> AllShards(int64_t n, int world, int64_t epoch,
+                                            std::optional<int64_t> subset) {
+  std::vector<std::vector<int64_t>> shards;
+  for (int rank = 0; rank < world; ++rank) {
+    DistributedSamplerOptions options;
+    options.dataset_size = n;
+    options.rank = rank;
+    options.world_size = world;
+    options.seed = 17;
+    options.subset_size = subset;
+    absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(options);
+    EXPECT_TRUE(sampler.ok()) << sampler.status();
+    shards.push_back(sampler->EpochIndices(epoch));
+    EXPECT_EQ(static_cast<int64_t>(shards.back().size()), sampler->num_samples());
+  }
+  return shards;
+}
+
+// The union of `shards`; fails the test if any index is in two of them.
+std::set<int64_t> DisjointUnion(const std::vector<std::vector<int64_t>>& shards) {
+  std::set<int64_t> all;
+  for (const std::vector<int64_t>& shard : shards) {
+    for (const int64_t index : shard) {
+      EXPECT_TRUE(all.insert(index).second) << "index " << index << " in two shards";
+    }
+  }
+  return all;
+}
+
+TEST(DistributedSamplerTest, StrongScalingSplitsTheWholeDatasetAtEveryWorldSize) {
+  constexpr int64_t kN = 1000;
+  for (int world = 1; world <= 8; ++world) {
+    const auto shards = AllShards(kN, world, 0, std::nullopt);
+    for (const auto& shard : shards)
+      EXPECT_EQ(static_cast<int64_t>(shard.size()), kN / world);
+    EXPECT_EQ(static_cast<int64_t>(DisjointUnion(shards).size()), (kN / world) * world);
+  }
+}
+
+TEST(DistributedSamplerTest, WeakScalingGivesEveryRankTheSameShareOfAGrowingSubset) {
+  constexpr int64_t kN = 1000;
+  std::set<int64_t> previous;
+  for (int world = 1; world <= 8; ++world) {
+    const int64_t subset = WeakScalingSubsetSize(kN, 0.1, world);
+    const auto epoch0 = AllShards(kN, world, 0, subset);
+    const auto epoch1 = AllShards(kN, world, 1, subset);
+    for (const auto& shard : epoch0) {
+      EXPECT_EQ(shard.size(), 100u) << "world " << world;
+    }
+    const std::set<int64_t> used = DisjointUnion(epoch0);
+    EXPECT_EQ(static_cast<int64_t>(used.size()), 100 * world);
+    // Every epoch draws from the same subset, in another order.
+    EXPECT_EQ(DisjointUnion(epoch1), used) << "world " << world;
+    EXPECT_NE(epoch0, epoch1);
+    // The subset is seeded, not the first indices, and a larger world's subset
+    // contains the smaller one's.
+    EXPECT_NE(*used.rbegin(), 100 * world - 1);
+    EXPECT_TRUE(std::includes(used.begin(), used.end(), previous.begin(), previous.end()))
+        << "world " << world;
+    previous = used;
+  }
+}
+
+TEST(DistributedSamplerTest, WeakSubsetIsTheSameOnEveryRankWhateverTheOrderOfCreation) {
+  // Rank 2's view, created alone, matches its shard in the all-ranks run.
+  const auto together = AllShards(500, 4, 3, 200);
+  DistributedSamplerOptions options;
+  options.dataset_size = 500;
+  options.rank = 2;
+  options.world_size = 4;
+  options.seed = 17;
+  options.subset_size = 200;
+  EXPECT_EQ(DistributedSampler::Create(options)->EpochIndices(3), together[2]);
+}
+
+TEST(DistributedSamplerTest, RejectsASubsetLargerThanTheDataset) {
+  DistributedSamplerOptions options;
+  options.dataset_size = 10;
+  options.subset_size = 11;
   EXPECT_EQ(DistributedSampler::Create(options).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

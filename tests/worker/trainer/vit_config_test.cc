@@ -41,6 +41,44 @@ TEST(ViTConfigTest, ResolveTakesChannelsAndClassesFromTheData) {
   EXPECT_EQ(config->dim, 768);
 }
 
+TEST(ViTConfigTest, CifarPresetsTakeThirtyTwoPixelImagesInSixtyFourPatches) {
+  for (const char* name : {"vit-cifar-tiny", "vit-cifar-small"}) {
+    const absl::StatusOr<ViTConfig> config = ResolveViTConfig(name, 3, 100);
+    ASSERT_TRUE(config.ok()) << name << ": " << config.status();
+    EXPECT_EQ(config->image_size, 32) << name;
+    EXPECT_EQ(config->num_patches(), 64) << name;
+    EXPECT_EQ(config->num_classes, 100) << name;
+  }
+  // Small enough for CPU training, and ordered by size.
+  const int64_t tiny = ViTParameterCount(*ResolveViTConfig("vit-cifar-tiny", 3, 10));
+  const int64_t small = ViTParameterCount(*ResolveViTConfig("vit-cifar-small", 3, 10));
+  EXPECT_EQ(tiny, 1'806'538);
+  EXPECT_EQ(small, 3'722'250);  // ViT-Lite-7/4
+}
+
+TEST(ViTConfigTest, ImageSizeOverridesThePresetsAndChangesOnlyPositions) {
+  // The paper's setting: ViT-B/16 on CIFAR-10 resized to 224 px.
+  const absl::StatusOr<ViTConfig> b16 = ResolveViTConfig("vit-b16", 3, 10, 224);
+  ASSERT_TRUE(b16.ok()) << b16.status();
+  EXPECT_EQ(b16->image_size, 224);
+  const absl::StatusOr<ViTConfig> tiny64 = ResolveViTConfig("vit-cifar-tiny", 3, 10, 64);
+  ASSERT_TRUE(tiny64.ok()) << tiny64.status();
+  EXPECT_EQ(tiny64->image_size, 64);
+  EXPECT_EQ(tiny64->num_patches(), 256);
+  // 192 more position embeddings of width 192.
+  EXPECT_EQ(ViTParameterCount(*tiny64) -
+                ViTParameterCount(*ResolveViTConfig("vit-cifar-tiny", 3, 10)),
+            192 * 192);
+  // 0 keeps the preset's size.
+  EXPECT_EQ(ResolveViTConfig("vit-micro", 1, 10, 0)->image_size, 28);
+}
+
+TEST(ViTConfigTest, ImageSizeMustBeAMultipleOfThePatch) {
+  const absl::StatusOr<ViTConfig> config = ResolveViTConfig("vit-b16", 3, 10, 100);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr("multiple of patch"));
+}
+
 TEST(ViTConfigTest, UnknownPresetIsNotFoundAndListsTheKnownOnes) {
   const absl::StatusOr<ViTConfig> config = FindViTPreset("vit-l16");
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
