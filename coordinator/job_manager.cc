@@ -75,7 +75,13 @@ absl::Status JobManager::Recover() {
   ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->ListWorkers());
   ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ListActiveJobs());
   absl::MutexLock lock(&mu_);
-  for (auto& w : workers) workers_[w.name] = WorkerState{std::move(w)};
+  for (auto& w : workers) {
+    // Silence while the coordinator itself was down says nothing about the
+    // worker: it gets a full dead-after period to heartbeat again.
+    w.last_seen_unix_ms = NowMs();
+    std::string name = w.name;
+    workers_[name] = WorkerState{std::move(w)};
+  }
   for (auto& rec : active) {
     ActiveJob job;
     job.record = std::move(rec);

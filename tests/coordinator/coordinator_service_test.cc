@@ -1,5 +1,6 @@
 // In-process gRPC tests: the real CoordinatorServer with an in-memory store,
 // reached through the generated stubs over InProcessChannel().
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -160,6 +161,31 @@ TEST_F(CoordinatorServiceTest, RetriedSubmitWithSameRequestIdMakesOneJob) {
   v1::ListJobsResponse list;
   ASSERT_TRUE(jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
   EXPECT_EQ(list.jobs_size(), 1);
+}
+
+TEST_F(CoordinatorServiceTest, FiftyConcurrentSubmitsWithRetriesMakeFiftyJobs) {
+  constexpr int kClients = 50;
+  std::vector<std::thread> threads;
+  std::vector<int64_t> first(kClients), second(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      const std::string request_id = absl::StrCat("client-", i);
+      // The retry carries the same request id, as tessctl's does.
+      EXPECT_TRUE(Submit(Spec(1, request_id), &first[i], request_id).ok());
+      EXPECT_TRUE(Submit(Spec(1, request_id), &second[i], request_id).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int64_t> ids;
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(first[i], second[i]) << "client " << i;
+    ids.insert(first[i]);
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kClients));
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), kClients);
 }
 
 TEST_F(CoordinatorServiceTest, JobLargerThanClusterStaysQueuedWithPendingReason) {

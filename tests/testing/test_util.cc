@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace tessera::testing {
@@ -112,6 +114,28 @@ absl::StatusOr<int> WaitForPortFile(const std::string& path, absl::Duration time
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return absl::DeadlineExceededError("no port in " + path);
+}
+
+std::vector<pid_t> FindProcesses(const std::vector<std::string>& needles) {
+  std::vector<pid_t> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+    std::string stat = ReadFile(entry.path().string() + "/stat");
+    // Zombies have exited; only their parent's wait is missing.
+    size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') {
+      continue;
+    }
+    std::vector<std::string> args = absl::StrSplit(cmdline, '\0', absl::SkipEmpty());
+    bool all = !args.empty();
+    for (const auto& n : needles) {
+      all = all && std::find(args.begin(), args.end(), n) != args.end();
+    }
+    if (all) found.push_back(pid);
+  }
+  return found;
 }
 
 int PickUnusedPort() {

@@ -67,6 +67,10 @@ int PickUnusedPort();
 
 std::string ReadFile(const std::string& path);
 
+// Pids of live processes whose command line contains every one of `needles`
+// as a whole argument.
+std::vector<pid_t> FindProcesses(const std::vector<std::string>& needles);
+
 }  // namespace tessera::testing
 
 #endif  // TESSERA_TESTS_TESTING_TEST_UTIL_H_

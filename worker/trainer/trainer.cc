@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/common/status_macros.h"
 #include "worker/trainer/batch_loader.h"
+#include "worker/trainer/batch_prefetcher.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/distributed_sampler.h"
 #include "worker/trainer/loss_scaler.h"
@@ -238,7 +239,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
   ASSIGN_OR_RETURN(const DevicePlacement placement,
                    ResolveDevice(options_, loop_.local_rank));
   ASSIGN_OR_RETURN(ViTConfig config,
-                   ResolveViTConfig(options_.model, train_.channels, train_.num_classes));
+                   ResolveViTConfig(options_.model, train_.channels, train_.num_classes,
+                                    options_.image_size));
   config.dropout = options_.dropout;
   if (test_.channels != train_.channels || test_.num_classes != train_.num_classes) {
     return absl::InvalidArgumentError("train and test splits differ in shape");
@@ -249,10 +251,15 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
   train_sampling.rank = rank;
   train_sampling.world_size = world;
   train_sampling.seed = options_.seed;
+  if (options_.scaling == "weak") {
+    train_sampling.subset_size =
+        WeakScalingSubsetSize(train_.size(), options_.weak_fraction, world);
+  }
   ASSIGN_OR_RETURN(const DistributedSampler train_sampler,
                    DistributedSampler::Create(train_sampling));
   DistributedSamplerOptions test_sampling = train_sampling;
   test_sampling.dataset_size = test_.size();
+  test_sampling.subset_size.reset();
   test_sampling.shuffle = false;
   test_sampling.keep_tail = true;
   ASSIGN_OR_RETURN(const DistributedSampler test_sampler,
@@ -336,22 +343,19 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
 
     // Both splits are normalised with the training split's statistics.
     const ChannelStats stats = ComputeChannelStats(train_);
-    const BatchLoader train_loader(train_, stats, config.image_size);
+    BatchLoaderOptions train_loading;
+    train_loading.image_size = config.image_size;
+    train_loading.augment = options_.augment.value_or(AugmentsByDefault(options_.dataset));
+    train_loading.seed = static_cast<uint64_t>(options_.seed);
+    const BatchLoader train_loader(train_, stats, train_loading);
     const BatchLoader test_loader(test_, stats, config.image_size);
-    // The micro-batch at stream position p: batch p % batches_per_epoch of epoch
-    // p / batches_per_epoch.
-    int64_t loaded_epoch = -1;
-    std::vector<int64_t> epoch_indices;
-    auto load_micro_batch = [&](int64_t position) -> Batch {
-      const int64_t epoch = position / batches_per_epoch;
-      const int64_t b = position % batches_per_epoch;
-      if (epoch != loaded_epoch) {
-        epoch_indices = train_sampler.EpochIndices(epoch);
-        loaded_epoch = epoch;
-      }
-      return train_loader.Load(epoch_indices, b * batch_size, (b + 1) * batch_size,
-                               epoch);
-    };
+    // Micro-batch p of the run is batch p % batches_per_epoch of epoch
+    // p / batches_per_epoch, prepared ahead by data_workers threads.
+    BatchPrefetcherOptions prefetching;
+    prefetching.workers = options_.data_workers;
+    BatchPrefetcher train_batches(
+        EpochBatchProducer(train_loader, train_sampler, batch_size, batches_per_epoch),
+        step * accum, (total_steps - step) * accum, prefetching);
 
     if (loop_.log != nullptr) {
       *loop_.log << "[rank " << rank << "] " << options_.model << " ("
@@ -442,7 +446,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       const Clock::time_point step_start = Clock::now();
       timer->BeginStep();
       for (int64_t m = 0; m < accum; ++m) {
-        const Batch batch = load_micro_batch(step * accum + m);
+        ASSIGN_OR_RETURN(const Batch batch, train_batches.Next());
         const torch::Tensor images = batch.images.to(device, /*non_blocking=*/true);
         const torch::Tensor labels = batch.labels.to(device, /*non_blocking=*/true);
         timer->Mark(StepPhase::kData);

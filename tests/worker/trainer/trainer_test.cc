@@ -1,8 +1,12 @@
 #include "worker/trainer/trainer.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/fake_coordinator_client.h"
+#include "worker/trainer/checkpoint.h"
 #include "worker/trainer/communicator.h"
 #include "worker/trainer/gloo_communicator.h"
 #include "worker/trainer/metrics_reporter.h"
@@ -84,7 +89,9 @@ TEST(TrainerTest, ReportsTheDocumentedMetricsEveryKStepsAndTestMetricsAtEpochEnd
     EXPECT_TRUE(std::isfinite(point.value)) << point.name;
   }
   const std::vector<int64_t> every_three = {3, 6, 9, 12, 15, 16};
-  for (const char* name : {"loss", "images_per_sec", "step_time_ms", "epoch"}) {
+  for (const char* name :
+       {"loss", "images_per_sec", "time_data_ms", "time_forward_ms", "time_backward_ms",
+        "time_comm_ms", "time_optimizer_ms", "time_step_ms", "lr", "epoch"}) {
     EXPECT_EQ(steps_by_name[name], every_three) << name;
   }
   EXPECT_EQ(steps_by_name["test_accuracy"], (std::vector<int64_t>{8, 16}));
@@ -124,7 +131,8 @@ TEST(TrainerTest, SameSeedGivesTheSameParameterHash) {
 // Runs two ranks, one thread each, over Gloo on loopback.
 std::vector<TrainingOutcome> TrainTwoRanks(const TrainerOptions& options,
                                            const ImageDataset& train,
-                                           const ImageDataset& test) {
+                                           const ImageDataset& test,
+                                           const TrainerLoopOptions& loop = {}) {
   const absl::Duration timeout = absl::Seconds(60);
   absl::StatusOr<std::unique_ptr<GlooStore>> hosted =
       GlooStore::Host("127.0.0.1", 0, timeout);
@@ -147,7 +155,7 @@ std::vector<TrainingOutcome> TrainTwoRanks(const TrainerOptions& options,
       ASSERT_TRUE(communicator.ok()) << communicator.status();
       auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
       ASSERT_TRUE(reporter.ok());
-      Trainer trainer(options, train, test, **communicator, **reporter);
+      Trainer trainer(options, train, test, **communicator, **reporter, loop);
       absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
       ASSERT_TRUE(outcome.ok()) << outcome.status();
       outcomes[static_cast<size_t>(rank)] = *outcome;
@@ -186,15 +194,19 @@ TEST(TrainerTest, TwoRanksWithoutAllReduceDriftApartButShareTestCounts) {
 // Data parallelism must not change the mathematics: two ranks with batch B and
 // averaged gradients see, step by step, the same samples as one rank with batch
 // 2B (the union of the two strided shards' batches), so they train the same model
-// up to floating-point rounding.
+// up to floating-point rounding. Small bucket caps spread vit-micro's gradients
+// over many buckets, all-reduced while backward runs.
 TEST(TrainerTest, TwoRanksMatchOneRankTrainingOnTheCombinedBatch) {
   const ImageDataset train = Synthetic(512, Split::kTrain);
   const ImageDataset test = Synthetic(200, Split::kTest);
   TrainerOptions options = SmallRun();
   options.max_steps = 8;
   options.batch_size = 16;
+  options.first_bucket_mb = 0.01;
+  options.bucket_cap_mb = 0.05;  // vit-micro's 0.53 MiB of gradients: ~12 buckets
   const std::vector<TrainingOutcome> two = TrainTwoRanks(options, train, test);
   ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].param_hash, two[1].param_hash);
 
   options.batch_size = 32;
   LocalCommunicator communicator;
@@ -210,20 +222,298 @@ TEST(TrainerTest, TwoRanksMatchOneRankTrainingOnTheCombinedBatch) {
   EXPECT_LT(one->test_loss, 2.2);
 }
 
-TEST(ScheduledLearningRateTest, WarmsUpLinearlyThenDecaysToTheFloor) {
-  TrainerLoopOptions loop;
-  loop.warmup_fraction = 0.1;
-  loop.final_lr_fraction = 0.1;
-  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, 0, 100, loop), 0.1);
-  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, 4, 100, loop), 0.5);
-  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, 9, 100, loop), 1.0);
-  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, 10, 100, loop), 1.0);
-  EXPECT_NEAR(ScheduledLearningRate(1.0, 55, 100, loop), 0.55, 1e-12);
-  EXPECT_NEAR(ScheduledLearningRate(1.0, 100, 100, loop), 0.1, 1e-12);
-  for (int64_t step = 11; step < 100; ++step) {
-    EXPECT_LE(ScheduledLearningRate(1.0, step, 100, loop),
-              ScheduledLearningRate(1.0, step - 1, 100, loop));
+TEST(TrainerTest, TwoRanksWithoutOverlapMatchTheOverlappedRun) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 4;
+  options.first_bucket_mb = 0.01;
+  options.bucket_cap_mb = 0.05;
+  const std::vector<TrainingOutcome> overlapped = TrainTwoRanks(options, train, test);
+  options.overlap = false;
+  const std::vector<TrainingOutcome> serial = TrainTwoRanks(options, train, test);
+  ASSERT_EQ(overlapped.size(), 2u);
+  ASSERT_EQ(serial.size(), 2u);
+  // The same sums in the same bucket layout: bit-identical parameters.
+  EXPECT_EQ(overlapped[0].param_hash, serial[0].param_hash);
+  EXPECT_EQ(serial[0].param_hash, serial[1].param_hash);
+}
+
+// Gradient accumulation must not change the mathematics either: two micro-batches
+// of B per step see the samples one batch of 2B sees.
+TEST(TrainerTest, AccumulatingTwoMicroBatchesMatchesOneBatchOfTwiceTheSize) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(200, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 8;
+  std::vector<TrainingOutcome> outcomes;
+  for (const auto& [batch, accum] : {std::pair{32, 1}, std::pair{16, 2}}) {
+    options.batch_size = batch;
+    options.grad_accum = accum;
+    LocalCommunicator communicator;
+    auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
+    ASSERT_TRUE(reporter.ok());
+    Trainer trainer(options, train, test, communicator, **reporter);
+    const absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    outcomes.push_back(*outcome);
   }
+  EXPECT_EQ(outcomes[1].steps, 8);
+  EXPECT_EQ(outcomes[1].train_images, 8 * 32);
+  EXPECT_NEAR(outcomes[1].test_loss, outcomes[0].test_loss, 1e-4);
+  EXPECT_LT(outcomes[0].test_loss, 2.2);
+  // Accumulation really happened: the rounding differs, so the bits do.
+  EXPECT_NE(outcomes[1].param_hash, outcomes[0].param_hash);
+}
+
+TEST(TrainerTest, TwoRanksAccumulatingGradientsStayInSync) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 3;
+  options.batch_size = 16;
+  options.grad_accum = 3;
+  const std::vector<TrainingOutcome> outcomes = TrainTwoRanks(options, train, test);
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[0].train_images, 3 * 3 * 16);
+  EXPECT_EQ(outcomes[0].param_hash, outcomes[1].param_hash);
+}
+
+// Runs one rank and returns its outcome and every reported value by name, then
+// step.
+struct ReportedRun {
+  TrainingOutcome outcome;
+  std::map<std::string, std::map<int64_t, double>> values;
+};
+
+ReportedRun RunOneRank(const TrainerOptions& options, const ImageDataset& train,
+                       const ImageDataset& test, const TrainerLoopOptions& loop = {}) {
+  ReportedRun run;
+  LocalCommunicator communicator;
+  FakeCoordinatorClient coordinator;
+  auto reporter = MetricsReporter::Create(QuietReporting(), &coordinator);
+  EXPECT_TRUE(reporter.ok());
+  if (!reporter.ok()) return run;
+  Trainer trainer(options, train, test, communicator, **reporter, loop);
+  absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
+  EXPECT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE((*reporter)->Flush(absl::Seconds(10)).ok());
+  if (outcome.ok()) run.outcome = *outcome;
+  for (const MetricSample& point : coordinator.received()) {
+    run.values[point.name][point.step] = point.value;
+  }
+  return run;
+}
+
+std::string FreshDirectory(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) /
+      (name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// A run that crashes after step 3 and resumes from its checkpoint continues with
+// exactly the losses and parameters of a run that never stopped: model,
+// optimizer moments, schedule position, loader position and the dropout RNG all
+// come back.
+TEST(TrainerTest, ResumingFromACheckpointContinuesExactlyLikeAnUninterruptedRun) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 8;
+  options.metrics_every = 1;
+  options.dropout = 0.1;
+  options.checkpoint_dir = FreshDirectory("resume");
+  options.checkpoint_every = 3;
+  TrainerLoopOptions loop;
+  loop.checkpoint_keep = 10;
+  const ReportedRun uninterrupted = RunOneRank(options, train, test, loop);
+  ASSERT_EQ(uninterrupted.outcome.steps, 8);
+  const CheckpointDirectory dir(options.checkpoint_dir);
+  for (const int64_t step : {3, 6, 8}) {
+    EXPECT_TRUE(std::filesystem::exists(dir.ModelPath(step))) << step;
+    EXPECT_TRUE(std::filesystem::exists(dir.RankPath(step, 0))) << step;
+  }
+  EXPECT_EQ(*dir.LatestStep(), std::optional<int64_t>(8));
+
+  // The crash: the checkpoints after step 3 never became the latest.
+  ASSERT_TRUE(dir.PublishLatest(3).ok());
+  options.resume = true;
+  const ReportedRun resumed = RunOneRank(options, train, test, loop);
+  EXPECT_EQ(resumed.outcome.resumed_from, 3);
+  EXPECT_EQ(resumed.outcome.steps, 8);
+  EXPECT_EQ(resumed.outcome.train_images, 5 * 32);
+  const std::map<int64_t, double>& losses = resumed.values.at("loss");
+  ASSERT_EQ(losses.size(), 5u);
+  EXPECT_EQ(losses.begin()->first, 4);
+  for (const auto& [step, loss] : losses) {
+    EXPECT_EQ(loss, uninterrupted.values.at("loss").at(step)) << "step " << step;
+    EXPECT_EQ(resumed.values.at("lr").at(step), uninterrupted.values.at("lr").at(step));
+  }
+  EXPECT_EQ(resumed.outcome.param_hash, uninterrupted.outcome.param_hash);
+  EXPECT_EQ(resumed.outcome.test_loss, uninterrupted.outcome.test_loss);
+}
+
+TEST(TrainerTest, TwoRanksResumeInSyncWithTheUninterruptedRun) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 6;
+  options.batch_size = 16;
+  options.dropout = 0.1;
+  options.optimizer = "sgd";
+  options.checkpoint_dir = FreshDirectory("resume-two");
+  options.checkpoint_every = 2;
+  const std::vector<TrainingOutcome> uninterrupted = TrainTwoRanks(options, train, test);
+  ASSERT_EQ(uninterrupted.size(), 2u);
+  const CheckpointDirectory dir(options.checkpoint_dir);
+  // The default keeps the newest two.
+  EXPECT_FALSE(std::filesystem::exists(dir.StepDir(2)));
+  EXPECT_TRUE(std::filesystem::exists(dir.RankPath(4, 1)));
+  ASSERT_TRUE(dir.PublishLatest(4).ok());
+  options.resume = true;
+  const std::vector<TrainingOutcome> resumed = TrainTwoRanks(options, train, test);
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed[0].resumed_from, 4);
+  EXPECT_EQ(resumed[1].resumed_from, 4);
+  EXPECT_EQ(resumed[0].param_hash, uninterrupted[0].param_hash);
+  EXPECT_EQ(resumed[1].param_hash, uninterrupted[1].param_hash);
+}
+
+TEST(TrainerTest, ResumeWithoutACheckpointYetStartsFresh) {
+  const ImageDataset train = Synthetic(256, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 2;
+  options.checkpoint_dir = FreshDirectory("fresh");
+  options.resume = true;
+  const ReportedRun run = RunOneRank(options, train, test);
+  EXPECT_EQ(run.outcome.resumed_from, 0);
+  EXPECT_EQ(run.outcome.steps, 2);
+  EXPECT_EQ(*CheckpointDirectory(options.checkpoint_dir).LatestStep(),
+            std::optional<int64_t>(2));
+}
+
+TEST(TrainerTest, ResumingWithSettingsThatMoveTheLoaderFailsClearly) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 3;
+  options.checkpoint_dir = FreshDirectory("mismatch");
+  RunOneRank(options, train, test);
+  options.resume = true;
+  options.batch_size = 64;  // 8 steps per epoch instead of 16; step 3 is elsewhere
+  options.max_steps = 20;
+  options.grad_accum = 2;
+  LocalCommunicator communicator;
+  auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
+  ASSERT_TRUE(reporter.ok());
+  Trainer trainer(options, train, test, communicator, **reporter);
+  EXPECT_EQ(trainer.Run().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(TrainerTest, SgdWithMomentumLearns) {
+  const ImageDataset train = Synthetic(2048, Split::kTrain);
+  const ImageDataset test = Synthetic(512, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.optimizer = "sgd";
+  options.lr = 0.05;
+  options.weight_decay = 1e-4;
+  const ReportedRun run = RunOneRank(options, train, test);
+  EXPECT_GT(run.outcome.test_accuracy, 0.4);  // chance is 0.1
+}
+
+TEST(TrainerTest, WarmupStepsSetTheRampOfTheReportedLearningRate) {
+  const ImageDataset train = Synthetic(256, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 6;
+  options.metrics_every = 1;
+  options.warmup_steps = 4;
+  const ReportedRun run = RunOneRank(options, train, test);
+  const std::map<int64_t, double>& lr = run.values.at("lr");
+  EXPECT_DOUBLE_EQ(lr.at(1), options.lr * 0.25);
+  EXPECT_DOUBLE_EQ(lr.at(4), options.lr);
+  EXPECT_LT(lr.at(6), options.lr);
+}
+
+// Each of these settings must reach the computation: changing it changes the
+// trained parameters.
+TEST(TrainerTest, DropoutLabelSmoothingAndClippingChangeTheTrainedModel) {
+  const ImageDataset train = Synthetic(256, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions base = SmallRun();
+  base.max_steps = 3;
+  const std::string plain = RunOneRank(base, train, test).outcome.param_hash;
+  TrainerOptions dropout = base;
+  dropout.dropout = 0.2;
+  TrainerOptions smoothing = base;
+  smoothing.label_smoothing = 0.2;
+  TrainerOptions clipped = base;
+  clipped.clip_grad_norm = 1e-3;
+  TrainerOptions loose_clip = base;
+  loose_clip.clip_grad_norm = 1e6;
+  EXPECT_NE(RunOneRank(dropout, train, test).outcome.param_hash, plain);
+  EXPECT_NE(RunOneRank(smoothing, train, test).outcome.param_hash, plain);
+  EXPECT_NE(RunOneRank(clipped, train, test).outcome.param_hash, plain);
+  // A bound the gradients never reach leaves them alone.
+  EXPECT_EQ(RunOneRank(loose_clip, train, test).outcome.param_hash, plain);
+}
+
+TEST(TrainerTest, MixedPrecisionOnTheCpuIsRejectedUpFront) {
+  const ImageDataset train = Synthetic(256, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  for (const char* precision : {"bf16", "fp16"}) {
+    TrainerOptions options = SmallRun();
+    options.device = "cpu";
+    options.precision = precision;
+    LocalCommunicator communicator;
+    auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
+    ASSERT_TRUE(reporter.ok());
+    Trainer trainer(options, train, test, communicator, **reporter);
+    const absl::Status status = trainer.Run().status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << precision;
+    EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("CUDA")) << precision;
+  }
+}
+
+TEST(ResolveDeviceTest, CpuIsAlwaysAvailableAndAutoFallsBackToIt) {
+  TrainerOptions options;
+  options.device = "cpu";
+  absl::StatusOr<DevicePlacement> cpu = ResolveDevice(options, 3);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_FALSE(cpu->cuda);
+  EXPECT_EQ(cpu->name(), "cpu");
+  options.device = "auto";
+  absl::StatusOr<DevicePlacement> automatic = ResolveDevice(options, 0);
+  ASSERT_TRUE(automatic.ok());
+  if (automatic->cuda) GTEST_SKIP() << "a CUDA device is visible; auto picked it";
+  EXPECT_EQ(automatic->name(), "cpu");
+  options.device = "cuda";
+  EXPECT_EQ(ResolveDevice(options, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ScheduledLearningRateTest, WarmsUpLinearlyThenDecaysToTheFloor) {
+  EXPECT_EQ(ResolveWarmupSteps(-1, 100, 0.1), 10);
+  EXPECT_EQ(ResolveWarmupSteps(-1, 101, 0.05), 6);
+  EXPECT_EQ(ResolveWarmupSteps(7, 100, 0.1), 7);
+  EXPECT_EQ(ResolveWarmupSteps(0, 100, 0.1), 0);
+  const int64_t warmup = 10;
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, 0, 100, warmup, 0.1), 0.1);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, 4, 100, warmup, 0.1), 0.5);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, 9, 100, warmup, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, 10, 100, warmup, 0.1), 1.0);
+  EXPECT_NEAR(ScheduledLearningRate(1.0, 55, 100, warmup, 0.1), 0.55, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(1.0, 100, 100, warmup, 0.1), 0.1, 1e-12);
+  for (int64_t step = 11; step < 100; ++step) {
+    EXPECT_LE(ScheduledLearningRate(1.0, step, 100, warmup, 0.1),
+              ScheduledLearningRate(1.0, step - 1, 100, warmup, 0.1));
+  }
+  // No warmup: the peak from the first step.
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(2.0, 0, 100, 0, 0.0), 2.0);
 }
 
 }  // namespace

@@ -1,0 +1,186 @@
+// End-to-end failure handling with real processes on 127.0.0.1: a trainer or a
+// worker killed with SIGKILL, cancel, logs after the worker is gone, and a
+// coordinator killed and restarted mid-job.
+#include <signal.h>
+
+#include <map>
+#include <set>
+
+#include "gmock/gmock.h"
+#include "tests/e2e/cluster_fixture.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A 2-rank job on synthetic data that runs until stopped (or `steps` steps).
+std::string LongJob(int64_t steps = 1000000, int metrics_every = 5) {
+  return absl::StrCat(R"(name: e2e-long
+world_size: 2
+trainer:
+  model: vit-micro
+  dataset: synthetic
+  epochs: 1000
+  max_steps: )",
+                      steps, R"(
+  batch_size: 16
+  train_subset: 512
+  test_subset: 64
+  metrics_every: )",
+                      metrics_every, "\n");
+}
+
+class FailureTest : public ClusterTest {
+ protected:
+  void StartCluster(std::vector<std::string> coordinator_flags = {}) {
+    StartCoordinator(0, coordinator_flags);
+    StartWorker("w1", port_);
+    StartWorker("w2", port_);
+    WaitForWorkers(2);
+  }
+
+  // Waits until none of the job's trainer processes is left.
+  bool NoTrainersWithin(int64_t id, absl::Duration timeout) {
+    const absl::Time until = absl::Now() + timeout;
+    while (absl::Now() < until) {
+      if (TrainerPids(id).empty()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return TrainerPids(id).empty();
+  }
+};
+
+TEST_F(FailureTest, KilledTrainerFailsJobAndStopsTheOtherRank) {
+  StartCluster();
+  const int64_t id = Submit(LongJob());
+  WaitForTraining(id, 2, absl::Minutes(2));
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.ranks_size(), 2);
+  const pid_t victim = job.ranks(0).pid();
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+
+  job = WaitForEnd(id, absl::Minutes(1));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("signal 9"));
+  // The worker's kill grace is 3 s; the survivor must be gone well within it.
+  EXPECT_TRUE(NoTrainersWithin(id, absl::Seconds(10)))
+      << "trainer processes survive: " << TrainerPids(id).size();
+}
+
+TEST_F(FailureTest, KilledWorkerDaemonIsDetectedAndLeavesNoOrphans) {
+  StartCluster({"--worker-suspect-after-ms", "1000", "--worker-dead-after-ms", "3000"});
+  const int64_t id = Submit(LongJob());
+  WaitForTraining(id, 2, absl::Minutes(2));
+  const absl::Time killed_at = absl::Now();
+  workers_[0]->Signal(SIGKILL);
+  workers_[0]->Wait(absl::Seconds(10));
+
+  v1::Job job = WaitForEnd(id, absl::Seconds(30));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_LT(absl::Now() - killed_at, absl::Seconds(20));
+  // The dead worker's trainer dies with it (PR_SET_PDEATHSIG); the survivor is
+  // stopped by its worker.
+  EXPECT_TRUE(NoTrainersWithin(id, absl::Seconds(10)))
+      << "orphaned trainer processes: " << TrainerPids(id).size();
+  // The coordinator declares the silent worker dead.
+  bool declared_dead = false;
+  for (int i = 0; i < 100 && !declared_dead; ++i) {
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse resp;
+    ASSERT_TRUE(jobs_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok());
+    for (const auto& w : resp.workers()) declared_dead |= w.name() == "w1" && !w.alive();
+    if (!declared_dead) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(declared_dead);
+  EXPECT_LT(absl::Now() - killed_at, absl::Seconds(20));
+  workers_.erase(workers_.begin());  // already gone; TearDown checks the rest
+}
+
+TEST_F(FailureTest, CancelStopsEveryRankAndRecordsCancelled) {
+  StartCluster();
+  const int64_t id = Submit(LongJob());
+  WaitForTraining(id, 2, absl::Minutes(2));
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::CancelJobResponse resp;
+  ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(NoTrainersWithin(id, absl::Seconds(10)));
+  v1::Job job = WaitForEnd(id, absl::Seconds(30));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(job.reason(), "cancelled by user");
+}
+
+TEST_F(FailureTest, LogsStayReadableAfterWorkersAreGone) {
+  StartCluster();
+  const int64_t id = Submit(LongJob(/*steps=*/20));
+  v1::Job job = WaitForEnd(id, absl::Minutes(2));
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << DumpLogs();
+  for (auto& w : workers_) {
+    w->Signal(SIGTERM);
+    ASSERT_TRUE(w->Wait(absl::Seconds(20)).has_value());
+  }
+  workers_.clear();
+  std::filesystem::remove_all(dir_.File("work-w1"));
+  std::filesystem::remove_all(dir_.File("work-w2"));
+
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string text;
+    v1::GetLogsRequest req;
+    req.set_job_id(id);
+    req.set_rank(rank);
+    for (;;) {
+      grpc::ClientContext ctx;
+      v1::GetLogsResponse resp;
+      ASSERT_TRUE(jobs_->GetLogs(&ctx, req, &resp).ok());
+      if (resp.data().empty()) {
+        EXPECT_TRUE(resp.complete());
+        break;
+      }
+      text += resp.data();
+      req.set_offset(resp.next_offset());
+    }
+    EXPECT_THAT(text, HasSubstr("step")) << "rank " << rank << " log:\n" << text;
+  }
+}
+
+TEST_F(FailureTest, CoordinatorKilledMidJobRestartsAndJobCompletesWithoutLostSteps) {
+  const int port = testing::PickUnusedPort();
+  StartCoordinator(port);
+  StartWorker("w1", port_);
+  StartWorker("w2", port_);
+  WaitForWorkers(2);
+  const int64_t steps = 300;
+  const int every = 5;
+  const int64_t id = Submit(LongJob(steps, every));
+  WaitForTraining(id, 2, absl::Minutes(2));
+
+  coordinator_->Signal(SIGKILL);
+  coordinator_->Wait(absl::Seconds(10));
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // a short outage
+  StartCoordinator(port);
+
+  v1::Job job = WaitForEnd(id, absl::Minutes(3));
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason() << "\n" << DumpLogs();
+  EXPECT_EQ(job.attempt(), 1);
+  std::map<int32_t, std::set<int64_t>> loss_steps;
+  int loss_rows = 0;
+  for (const auto& p : Metrics(id)) {
+    if (p.name() != "loss") continue;
+    loss_steps[p.rank()].insert(p.step());
+    ++loss_rows;
+  }
+  // Every reported step of every rank is stored exactly once.
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    std::set<int64_t> expected;
+    for (int64_t s = every; s <= steps; s += every) expected.insert(s);
+    EXPECT_EQ(loss_steps[rank], expected) << "rank " << rank;
+  }
+  EXPECT_EQ(loss_rows, 2 * steps / every);
+}
+
+}  // namespace
+}  // namespace tessera

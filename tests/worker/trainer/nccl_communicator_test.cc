@@ -1,0 +1,106 @@
+// The NCCL backend on raw device pointers. Built and linked wherever NCCL and the
+// CUDA runtime are found; the tests need a visible CUDA device and skip (saying
+// so) without one.
+#include "worker/trainer/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+
+namespace tessera::trainer {
+namespace {
+
+// A device buffer of floats, freed on destruction.
+class DeviceFloats {
+ public:
+  explicit DeviceFloats(const std::vector<float>& values) : size_(values.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), size_ * sizeof(float)),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, values.data(), size_ * sizeof(float),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ~DeviceFloats() { cudaFree(data_); }
+  float* data() { return data_; }
+  std::vector<float> Read() const {
+    std::vector<float> values(size_);
+    EXPECT_EQ(cudaMemcpy(values.data(), data_, size_ * sizeof(float),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return values;
+  }
+
+ private:
+  float* data_ = nullptr;
+  size_t size_;
+};
+
+TEST(NcclCommunicatorTest, UniqueIdIsTheSizeNcclDefines) {
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  absl::StatusOr<std::string> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(id->size(), kNcclUniqueIdBytes);
+}
+
+TEST(NcclCommunicatorTest, CreateRejectsABadIdOrRankWithoutTouchingTheDevice) {
+  EXPECT_EQ(NcclComm::Create("short", 0, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(NcclComm::Create(std::string(kNcclUniqueIdBytes, '\0'), 2, 2, 0)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NcclCommunicatorTest, AWorldOfOneReducesAndBroadcastsInPlace) {
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  absl::StatusOr<std::string> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<std::unique_ptr<NcclComm>> comm = NcclComm::Create(*id, 0, 1, 0);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  DeviceFloats buffer({1, 2, 3});
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  absl::StatusOr<std::unique_ptr<NcclPending>> pending =
+      (*comm)->AllReduceSumAsync(buffer.data(), 3, NcclDataType::kFloat32, stream);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  ASSERT_TRUE((*pending)->Synchronize().ok());
+  EXPECT_EQ(buffer.Read(), (std::vector<float>{1, 2, 3}));
+  ASSERT_TRUE(
+      (*comm)->Broadcast(buffer.data(), 3, NcclDataType::kFloat32, 0, stream).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_TRUE((*comm)->Barrier().ok());
+  cudaStreamDestroy(stream);
+}
+
+TEST(NcclCommunicatorTest, TwoDevicesSumTheirBuffers) {
+  if (VisibleCudaDevices() < 2) GTEST_SKIP() << "needs two visible CUDA devices";
+  absl::StatusOr<std::string> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<std::vector<float>> results(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      ASSERT_EQ(cudaSetDevice(rank), cudaSuccess);
+      absl::StatusOr<std::unique_ptr<NcclComm>> comm = NcclComm::Create(*id, rank, 2, rank);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      DeviceFloats buffer({1.0f + rank, 10.0f * (rank + 1)});
+      ASSERT_TRUE((*comm)
+                      ->AllReduceSum(buffer.data(), 2, NcclDataType::kFloat32, nullptr)
+                      .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      results[static_cast<size_t>(rank)] = buffer.Read();
+    });
+  }
+  for (std::thread& thread : ranks) thread.join();
+  EXPECT_EQ(results[0], (std::vector<float>{3, 30}));
+  EXPECT_EQ(results[1], (std::vector<float>{3, 30}));
+}
+
+}  // namespace
+}  // namespace tessera::trainer

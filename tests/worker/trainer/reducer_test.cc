@@ -1,0 +1,271 @@
+#include "worker/trainer/reducer.h"
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "worker/trainer/communicator.h"
+#include "worker/trainer/gloo_communicator.h"
+
+namespace tessera::trainer {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+
+// One byte in MiB: bucket caps small enough to split the test model's gradients
+// (6 tensors, 1,936 bytes) into four buckets.
+constexpr double kBytes = 1.0 / (1024 * 1024);
+
+torch::nn::Sequential MakeModel(uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::Tanh(),
+                               torch::nn::Linear(16, 16), torch::nn::Tanh(),
+                               torch::nn::Linear(16, 4));
+}
+
+// Deterministic, rank-dependent inputs without touching the global generator.
+torch::Tensor Input(int rank, int which = 0) {
+  return torch::arange(0, 5 * 8, torch::kFloat)
+      .reshape({5, 8})
+      .mul(0.37 + 0.11 * rank + 0.05 * which)
+      .sin();
+}
+
+// The gradients of `model` (copied out) for the mean output of `input`.
+std::vector<torch::Tensor> Gradients(torch::nn::Sequential& model,
+                                     const torch::Tensor& input) {
+  for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  model->forward(input).square().mean().backward();
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : model->parameters()) grads.push_back(p.grad().clone());
+  for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  return grads;
+}
+
+ReducerOptions SmallBuckets(bool overlap = true) {
+  ReducerOptions options;
+  options.first_bucket_mb = 80 * kBytes;
+  options.bucket_cap_mb = 600 * kBytes;
+  options.overlap = overlap;
+  return options;
+}
+
+// Forms a Gloo group of `world` ranks on loopback, one thread per rank, and runs
+// `body(rank, communicator)` on each.
+void RunGroup(int world, const std::function<void(int, Communicator&)>& body) {
+  absl::StatusOr<std::unique_ptr<GlooStore>> hosted =
+      GlooStore::Host("127.0.0.1", 0, kTimeout);
+  ASSERT_TRUE(hosted.ok()) << hosted.status();
+  const int port = (*hosted)->port();
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < world; ++rank) {
+    std::unique_ptr<GlooStore> own = rank == 0 ? *std::move(hosted) : nullptr;
+    ranks.emplace_back([&body, port, rank, world, store = std::move(own)]() mutable {
+      if (store == nullptr) {
+        auto joined = GlooStore::Connect("127.0.0.1", port, kTimeout);
+        ASSERT_TRUE(joined.ok()) << joined.status();
+        store = *std::move(joined);
+      }
+      GlooOptions options;
+      options.timeout = kTimeout;
+      auto communicator = GlooCommunicator::Create(std::move(store), rank, world, options);
+      ASSERT_TRUE(communicator.ok()) << communicator.status();
+      body(rank, **communicator);
+    });
+  }
+  for (std::thread& thread : ranks) thread.join();
+}
+
+TEST(ReducerTest, GradientsAccumulateStraightIntoTheBucketBuffers) {
+  torch::nn::Sequential model = MakeModel(1);
+  const std::vector<torch::Tensor> expected = Gradients(model, Input(0));
+  LocalCommunicator communicator;
+  auto reducer = Reducer::Create(model->parameters(), communicator, SmallBuckets());
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  ASSERT_GE((*reducer)->plan().buckets.size(), 3u);
+
+  (*reducer)->PrepareForBackward(true);
+  model->forward(Input(0)).square().mean().backward();
+  ASSERT_TRUE((*reducer)->FinishBackward().ok());
+
+  const std::vector<torch::Tensor> parameters = model->parameters();
+  const BucketPlan& plan = (*reducer)->plan();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(parameters[i].grad(), expected[i])) << "parameter " << i;
+    // The gradient is the bucket's memory, not a copy of it.
+    const torch::Tensor& buffer =
+        (*reducer)->gradient_buffers()[static_cast<size_t>(plan.bucket_of[i])];
+    const BucketSlot& slot = plan.buckets[static_cast<size_t>(plan.bucket_of[i])]
+                                 .slots[static_cast<size_t>(plan.slot_of[i])];
+    EXPECT_EQ(parameters[i].grad().data_ptr(),
+              static_cast<void*>(buffer.data_ptr<float>() + slot.offset));
+  }
+  (*reducer)->ZeroGradients();
+  for (const torch::Tensor& p : parameters) EXPECT_EQ(p.grad().abs().sum().item<float>(), 0);
+}
+
+TEST(ReducerTest, TwoRanksAverageGradientsInBucketsLaunchedDuringBackward) {
+  // Both ranks start from the same model; each computes the reference average.
+  std::vector<torch::nn::Sequential> models = {MakeModel(1), MakeModel(1)};
+  const std::vector<torch::Tensor> g0 = Gradients(models[0], Input(0));
+  const std::vector<torch::Tensor> g1 = Gradients(models[0], Input(1));
+  std::vector<int> launched(2, -1);
+  std::vector<size_t> buckets(2, 0);
+  RunGroup(2, [&](int rank, Communicator& communicator) {
+    torch::nn::Sequential& model = models[static_cast<size_t>(rank)];
+    auto reducer = Reducer::Create(model->parameters(), communicator, SmallBuckets());
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    (*reducer)->PrepareForBackward(true);
+    model->forward(Input(rank)).square().mean().backward();
+    launched[static_cast<size_t>(rank)] = (*reducer)->launched_during_backward();
+    buckets[static_cast<size_t>(rank)] = (*reducer)->plan().buckets.size();
+    ASSERT_TRUE((*reducer)->FinishBackward().ok());
+    const std::vector<torch::Tensor> parameters = model->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(parameters[i].grad(), (g0[i] + g1[i]) / 2, 1e-5, 1e-6))
+          << "rank " << rank << " parameter " << i;
+    }
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_GE(buckets[static_cast<size_t>(rank)], 3u);
+    // Every bucket filled during backward and went out from its hooks.
+    EXPECT_EQ(launched[static_cast<size_t>(rank)],
+              static_cast<int>(buckets[static_cast<size_t>(rank)]));
+  }
+}
+
+TEST(ReducerTest, WithoutOverlapAllBucketsGoOutAfterBackwardWithTheSameResult) {
+  std::vector<torch::nn::Sequential> models = {MakeModel(2), MakeModel(2)};
+  const std::vector<torch::Tensor> g0 = Gradients(models[0], Input(0));
+  const std::vector<torch::Tensor> g1 = Gradients(models[0], Input(1));
+  std::vector<int> launched(2, -1);
+  RunGroup(2, [&](int rank, Communicator& communicator) {
+    torch::nn::Sequential& model = models[static_cast<size_t>(rank)];
+    auto reducer = Reducer::Create(model->parameters(), communicator,
+                                   SmallBuckets(/*overlap=*/false));
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    (*reducer)->PrepareForBackward(true);
+    model->forward(Input(rank)).square().mean().backward();
+    launched[static_cast<size_t>(rank)] = (*reducer)->launched_during_backward();
+    ASSERT_TRUE((*reducer)->FinishBackward().ok());
+    const std::vector<torch::Tensor> parameters = model->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(parameters[i].grad(), (g0[i] + g1[i]) / 2, 1e-5, 1e-6))
+          << "rank " << rank << " parameter " << i;
+    }
+  });
+  EXPECT_EQ(launched[0], 0);
+  EXPECT_EQ(launched[1], 0);
+}
+
+TEST(ReducerTest, AParameterWithoutAGradientDoesNotBlockTheGroup) {
+  // Rank 1 also trains an extra layer that rank 0 leaves unused this step.
+  std::vector<torch::nn::Sequential> models = {MakeModel(3), MakeModel(3)};
+  std::vector<torch::nn::Linear> extras = {torch::nn::Linear(4, 4), torch::nn::Linear(4, 4)};
+  extras[1]->weight.data().copy_(extras[0]->weight.data());
+  extras[1]->bias.data().copy_(extras[0]->bias.data());
+  const torch::Tensor extra_input = torch::ones({2, 4});
+  torch::Tensor expected_extra_grad;
+  {
+    torch::nn::Linear reference(4, 4);
+    reference->weight.data().copy_(extras[0]->weight.data());
+    reference->bias.data().copy_(extras[0]->bias.data());
+    reference->forward(extra_input).sum().backward();
+    expected_extra_grad = reference->weight.grad() / 2;  // (0 + g) / 2
+  }
+  RunGroup(2, [&](int rank, Communicator& communicator) {
+    torch::nn::Sequential& model = models[static_cast<size_t>(rank)];
+    torch::nn::Linear& extra = extras[static_cast<size_t>(rank)];
+    std::vector<torch::Tensor> parameters = model->parameters();
+    for (const torch::Tensor& p : extra->parameters()) parameters.push_back(p);
+    auto reducer = Reducer::Create(parameters, communicator, SmallBuckets());
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    (*reducer)->PrepareForBackward(true);
+    torch::Tensor loss = model->forward(Input(rank)).square().mean();
+    if (rank == 1) loss = loss + extra->forward(extra_input).sum();
+    loss.backward();
+    ASSERT_TRUE((*reducer)->FinishBackward().ok()) << "rank " << rank;
+    EXPECT_TRUE(torch::allclose(extra->weight.grad(), expected_extra_grad))
+        << "rank " << rank;
+  });
+}
+
+TEST(ReducerTest, NonSynchronizingPassesAccumulateLocallyUntilTheLastOne) {
+  std::vector<torch::nn::Sequential> models = {MakeModel(4), MakeModel(4)};
+  std::vector<std::vector<torch::Tensor>> g(4);  // [rank * 2 + micro-batch]
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int micro = 0; micro < 2; ++micro) {
+      g[static_cast<size_t>(rank * 2 + micro)] = Gradients(models[0], Input(rank, micro));
+    }
+  }
+  RunGroup(2, [&](int rank, Communicator& communicator) {
+    torch::nn::Sequential& model = models[static_cast<size_t>(rank)];
+    auto reducer = Reducer::Create(model->parameters(), communicator, SmallBuckets());
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    (*reducer)->PrepareForBackward(false);
+    model->forward(Input(rank, 0)).square().mean().backward();
+    EXPECT_EQ((*reducer)->launched_during_backward(), 0);
+    (*reducer)->PrepareForBackward(true);
+    model->forward(Input(rank, 1)).square().mean().backward();
+    ASSERT_TRUE((*reducer)->FinishBackward().ok());
+    const std::vector<torch::Tensor> parameters = model->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const torch::Tensor expected = (g[0][i] + g[1][i] + g[2][i] + g[3][i]) / 2;
+      EXPECT_TRUE(torch::allclose(parameters[i].grad(), expected, 1e-5, 1e-6))
+          << "rank " << rank << " parameter " << i;
+    }
+  });
+}
+
+TEST(ReducerTest, FinishBackwardAppliesTheGradientScale) {
+  torch::nn::Sequential model = MakeModel(5);
+  const std::vector<torch::Tensor> expected = Gradients(model, Input(0));
+  LocalCommunicator communicator;
+  auto reducer = Reducer::Create(model->parameters(), communicator, SmallBuckets());
+  ASSERT_TRUE(reducer.ok());
+  (*reducer)->PrepareForBackward(false);
+  model->forward(Input(0)).square().mean().backward();
+  ASSERT_TRUE((*reducer)->FinishBackward(0.25).ok());
+  const std::vector<torch::Tensor> parameters = model->parameters();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(parameters[i].grad(), expected[i] * 0.25));
+  }
+}
+
+TEST(ReducerTest, BroadcastMakesRankZerosParametersEveryones) {
+  std::vector<torch::nn::Sequential> models = {MakeModel(6), MakeModel(7)};
+  std::vector<torch::Tensor> rank0;
+  for (const torch::Tensor& p : models[0]->parameters()) rank0.push_back(p.detach().clone());
+  RunGroup(2, [&](int rank, Communicator& communicator) {
+    torch::nn::Sequential& model = models[static_cast<size_t>(rank)];
+    auto reducer = Reducer::Create(model->parameters(), communicator, SmallBuckets());
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    ASSERT_TRUE((*reducer)->BroadcastParameters(0).ok());
+    const std::vector<torch::Tensor> parameters = model->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      EXPECT_TRUE(torch::equal(parameters[i], rank0[i])) << "rank " << rank;
+      EXPECT_EQ(parameters[i].grad().abs().sum().item<float>(), 0);
+    }
+  });
+}
+
+TEST(ReducerTest, RejectsParametersItCannotBucket) {
+  LocalCommunicator communicator;
+  EXPECT_EQ(Reducer::Create({torch::zeros({3}, torch::kDouble).requires_grad_()},
+                            communicator)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Reducer::Create({torch::zeros({3})}, communicator).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera::trainer
