@@ -14,6 +14,7 @@
 #include "grpcpp/security/credentials.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "worker/cgroup.h"
 #include "worker/worker_agent.h"
 
 namespace {
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   options.name = options.hostname;
   options.trainer_path = DefaultTrainerPath();
   int64_t grace_ms = 10000;
+  bool use_cgroups = true;
 
   CLI::App app{"tessera-worker: runs training ranks on this node for a tessera-coordinator"};
   app.footer(
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--kill-grace-ms", grace_ms, "time between SIGTERM and SIGKILL for a rank")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  app.add_flag("!--no-cgroups", use_cgroups,
+               "do not put each job attempt in its own cgroup v2 group");
   CLI11_PARSE(app, argc, argv);
   options.kill_grace = absl::Milliseconds(grace_ms);
 
@@ -91,7 +95,19 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateCustomChannel(options.coordinator,
                                            grpc::InsecureChannelCredentials(), args);
   tessera::PosixLauncher launcher;
-  tessera::WorkerAgent agent(options, channel, &launcher);
+  std::unique_ptr<tessera::CgroupTree> cgroups;
+  if (use_cgroups) {
+    absl::StatusOr<std::unique_ptr<tessera::CgroupTree>> tree =
+        tessera::CgroupTree::Create(options.name);
+    if (tree.ok()) {
+      cgroups = std::move(*tree);
+      spdlog::info("ranks run in cgroups under {}", cgroups->root());
+    } else {
+      spdlog::warn("no writable cgroup2 ({}); stopping jobs relies on process groups only",
+                   tree.status().ToString());
+    }
+  }
+  tessera::WorkerAgent agent(options, channel, &launcher, cgroups.get());
   std::thread signal_thread([&agent, stop_signals] {
     int sig = 0;
     sigwait(&stop_signals, &sig);

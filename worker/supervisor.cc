@@ -37,6 +37,16 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
         absl::StrCat("cannot open log file ", spec.log_path, ": ", std::strerror(errno)));
   }
   int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int cgroup_fd = -1;
+  if (!spec.cgroup.empty()) {
+    cgroup_fd = open((spec.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (cgroup_fd < 0) {
+      close(log_fd);
+      if (null_fd >= 0) close(null_fd);
+      return absl::UnavailableError(absl::StrCat("cannot open ", spec.cgroup,
+                                                 "/cgroup.procs: ", std::strerror(errno)));
+    }
+  }
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) {
     close(log_fd);
@@ -50,6 +60,14 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
     // Die with the worker, even if it is SIGKILLed.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    // Join the attempt's cgroup before exec, so that everything the rank
+    // starts is inside it from the first instruction.
+    if (cgroup_fd >= 0 && write(cgroup_fd, "0", 1) != 1) {
+      int e = errno;
+      ssize_t ignored = write(err_pipe[1], &e, sizeof(e));
+      (void)ignored;
+      _exit(126);
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -67,6 +85,7 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   close(err_pipe[1]);
   close(log_fd);
   if (null_fd >= 0) close(null_fd);
+  if (cgroup_fd >= 0) close(cgroup_fd);
   if (pid < 0) {
     close(err_pipe[0]);
     return absl::InternalError(absl::StrCat("fork: ", std::strerror(fork_errno)));
@@ -79,7 +98,12 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   } while (n < 0 && errno == EINTR);
   close(err_pipe[0]);
   if (n == sizeof(child_errno)) {
-    waitpid(pid, nullptr, 0);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 126) {
+      return absl::UnavailableError(absl::StrCat("cannot join cgroup ", spec.cgroup, ": ",
+                                                 std::strerror(child_errno)));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot execute ", spec.argv[0], ": ", std::strerror(child_errno)));
   }
@@ -112,12 +136,23 @@ std::optional<ProcessExit> PosixLauncher::TryReap(pid_t pid) {
 }
 
 Supervisor::Supervisor(ProcessLauncher* launcher, const Clock* clock,
-                       absl::Duration kill_grace)
-    : launcher_(launcher), clock_(clock), kill_grace_(kill_grace) {}
+                       absl::Duration kill_grace, CgroupTree* cgroups)
+    : launcher_(launcher), cgroups_(cgroups), clock_(clock), kill_grace_(kill_grace) {}
 
-absl::Status Supervisor::Start(const RankKey& key, const ProcessSpec& spec) {
+absl::Status Supervisor::Start(const RankKey& key, const ProcessSpec& spec_in) {
   RankProcess& proc = ranks_[key];
   proc.key = key;
+  ProcessSpec spec = spec_in;
+  if (cgroups_ != nullptr) {
+    absl::StatusOr<std::string> group = cgroups_->EnsureGroup(key.job_id, key.attempt);
+    if (group.ok()) {
+      spec.cgroup = *group;
+      proc.cgroup = *group;
+    } else {
+      spdlog::warn("job {} rank {}: no cgroup ({}); relying on its process group",
+                   key.job_id, key.rank, group.status().ToString());
+    }
+  }
   absl::StatusOr<pid_t> pid = launcher_->Launch(spec);
   if (!pid.ok()) {
     proc.exited = true;
@@ -152,10 +187,41 @@ bool Supervisor::Poll() {
       spdlog::warn("job {} rank {} ignored SIGTERM for {}; sending SIGKILL", key.job_id,
                    key.rank, absl::FormatDuration(kill_grace_));
       launcher_->SignalGroup(proc.pid, SIGKILL);
+      if (cgroups_ != nullptr && !proc.cgroup.empty()) {
+        (void)cgroups_->Kill(proc.cgroup);
+      }
       proc.kill_deadline = now + kill_grace_;
     }
   }
+  if (any_exit || !groups_to_remove_.empty()) CleanUpGroups();
   return any_exit;
+}
+
+void Supervisor::CleanUpGroups() {
+  if (cgroups_ == nullptr) return;
+  std::map<std::string, bool> all_exited;  // group -> every rank in it exited
+  for (const auto& [key, proc] : ranks_) {
+    if (proc.cgroup.empty()) continue;
+    auto [it, inserted] = all_exited.emplace(proc.cgroup, true);
+    it->second = it->second && proc.exited;
+  }
+  for (const auto& [group, done] : all_exited) {
+    if (done) groups_to_remove_.insert(group);
+  }
+  for (auto it = groups_to_remove_.begin(); it != groups_to_remove_.end();) {
+    auto state = all_exited.find(*it);
+    if (state != all_exited.end() && !state->second) {  // a new rank joined it
+      it = groups_to_remove_.erase(it);
+      continue;
+    }
+    // Whatever the ranks left behind goes with them.
+    if (!cgroups_->Pids(*it).empty()) (void)cgroups_->Kill(*it);
+    if (cgroups_->Remove(*it).ok()) {
+      it = groups_to_remove_.erase(it);
+    } else {
+      ++it;  // still emptying; try again on the next poll
+    }
+  }
 }
 
 void Supervisor::Forget(const RankKey& key) {

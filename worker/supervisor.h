@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/common/clock.h"
+#include "worker/cgroup.h"
 
 namespace tessera {
 
@@ -32,6 +34,7 @@ struct ProcessSpec {
   std::vector<std::string> argv;  // argv[0] is the executable path; no shell
   std::vector<std::string> env;   // "NAME=value" entries added to the inherited environment
   std::string log_path;           // stdout and stderr are appended here
+  std::string cgroup;             // cgroup v2 directory the process starts in; empty: none
 };
 
 struct ProcessExit {
@@ -71,12 +74,15 @@ struct RankProcess {
   bool exited = false;
   ProcessExit exit;
   std::optional<absl::Time> kill_deadline;  // set once a stop was requested
+  std::string cgroup;                       // the attempt's group, empty without cgroups
 };
 
 class Supervisor {
  public:
-  // `launcher` and `clock` are not owned.
-  Supervisor(ProcessLauncher* launcher, const Clock* clock, absl::Duration kill_grace);
+  // `launcher`, `clock` and `cgroups` are not owned; `cgroups` may be null
+  // (process groups only).
+  Supervisor(ProcessLauncher* launcher, const Clock* clock, absl::Duration kill_grace,
+             CgroupTree* cgroups = nullptr);
   ~Supervisor() = default;
 
   bool Has(const RankKey& key) const { return ranks_.contains(key); }
@@ -95,10 +101,16 @@ class Supervisor {
   int running() const;
 
  private:
+  // Kills what is left in an attempt's group once all its ranks here exited,
+  // and removes the group.
+  void CleanUpGroups();
+
   ProcessLauncher* const launcher_;  // Not owned.
+  CgroupTree* const cgroups_;        // Not owned; may be null.
   const Clock* const clock_;         // Not owned.
   const absl::Duration kill_grace_;
   std::map<RankKey, RankProcess> ranks_;
+  std::set<std::string> groups_to_remove_;
 };
 
 }  // namespace tessera

@@ -27,10 +27,10 @@ RankKey KeyOf(int64_t job, int32_t attempt, int32_t rank) {
 }  // namespace
 
 WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> channel,
-                         ProcessLauncher* launcher)
+                         ProcessLauncher* launcher, CgroupTree* cgroups)
     : options_(std::move(options)),
       stub_(v1::WorkerService::NewStub(channel)),
-      supervisor_(launcher, &clock_, options_.kill_grace) {}
+      supervisor_(launcher, &clock_, options_.kill_grace, cgroups) {}
 
 absl::Status WorkerAgent::Register() {
   v1::RegisterWorkerRequest request;

@@ -50,9 +50,10 @@ struct WorkerOptions {
 
 class WorkerAgent {
  public:
-  // `launcher` is not owned.
+  // `launcher` and `cgroups` are not owned; `cgroups` may be null (process
+  // groups only).
   WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> channel,
-              ProcessLauncher* launcher);
+              ProcessLauncher* launcher, CgroupTree* cgroups = nullptr);
 
   // Serves until Stop(); then stops every rank, reports their exits if the
   // coordinator is reachable, and returns.

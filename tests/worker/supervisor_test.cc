@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
@@ -123,6 +125,80 @@ TEST_F(SupervisorTest, StopAllTerminatesEveryRankAndForgetDropsExited) {
   sup_.Forget({4, 1, 0});
   EXPECT_FALSE(sup_.Has({4, 1, 0}));
   EXPECT_TRUE(sup_.Has({4, 1, 1}));
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(CgroupParseTest, FindsCgroup2MountAndOwnPath) {
+  const std::string mountinfo =
+      "24 30 0:22 / /proc rw,nosuid - proc proc rw\n"
+      "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+  EXPECT_EQ(FindCgroup2Mount(mountinfo), "/sys/fs/cgroup/unified");
+  EXPECT_EQ(FindCgroup2Mount("24 30 0:22 / /proc rw - proc proc rw\n"), std::nullopt);
+  EXPECT_EQ(OwnCgroupPath("1:cpu:/\n0::/system.slice/tessera-worker.service\n"),
+            "/system.slice/tessera-worker.service");
+  EXPECT_EQ(OwnCgroupPath("0::/\n"), "/");
+}
+
+bool Alive(pid_t pid) {
+  std::string stat = testing::ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+}
+
+TEST(SupervisorCgroupTest, RankProcessesJoinTheAttemptGroupAndStoppingEmptiesIt) {
+  absl::StatusOr<std::unique_ptr<CgroupTree>> tree =
+      CgroupTree::Create("test-" + std::to_string(getpid()));
+  if (!tree.ok()) GTEST_SKIP() << "no writable cgroup2 here: " << tree.status();
+  testing::TempDir dir;
+  PosixLauncher launcher;
+  RealClock clock;
+  Supervisor sup(&launcher, &clock, absl::Seconds(2), tree->get());
+
+  const std::string escaped = dir.File("escaped.pid");
+  const std::string ready = dir.File("ready");
+  ProcessSpec spec;
+  // The helper leaves the rank's process group and session; only the cgroup
+  // still holds it.
+  spec.argv = {"/bin/sh", "-c",
+               "setsid sh -c 'echo $$ > " + escaped + "; exec sleep 60' & "
+               "while [ ! -s " + escaped + " ]; do sleep 0.01; done; touch " + ready +
+                   "; exec sleep 60"};
+  spec.log_path = dir.File("rank.log");
+  const RankKey key{9, 1, 0};
+  ASSERT_TRUE(sup.Start(key, spec).ok());
+  for (int i = 0; i < 1000 && !std::filesystem::exists(ready); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(std::filesystem::exists(ready));
+  const pid_t rank_pid = sup.Snapshot()[0].pid;
+  pid_t helper = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::ReadFile(escaped)), &helper));
+
+  const std::string group = (*tree)->root() + "/job-9-attempt-1";
+  std::vector<pid_t> pids = (*tree)->Pids(group);
+  EXPECT_THAT(pids, ::testing::UnorderedElementsAre(rank_pid, helper));
+  EXPECT_THAT(testing::ReadFile("/proc/" + std::to_string(rank_pid) + "/cgroup"),
+              ::testing::HasSubstr("/job-9-attempt-1"));
+  EXPECT_NE(getpgid(helper), rank_pid) << "the helper must have left the process group";
+
+  sup.Stop(key);
+  WaitExited(sup, key);
+  // The group is emptied and removed once the rank is gone.
+  for (int i = 0; i < 500 && std::filesystem::exists(group); ++i) {
+    sup.Poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(std::filesystem::exists(group));
+  for (int i = 0; i < 500 && Alive(helper); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(Alive(helper)) << "the escaped helper survived the job";
 }
 
 }  // namespace

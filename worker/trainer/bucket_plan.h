@@ -40,8 +40,9 @@ struct BucketSlot {
 };
 
 struct Bucket {
-  std::vector<BucketSlot> slots;  // in the order they were assigned (reverse registration)
-  int64_t numel = 0;              // elements of the flat buffer
+  std::vector<BucketSlot>
+      slots;          // in the order they were assigned (reverse registration)
+  int64_t numel = 0;  // elements of the flat buffer
 };
 
 struct BucketPlan {
@@ -89,10 +90,10 @@ class BucketLaunchSequencer {
   // Appends to `out` the run of ready buckets starting at next_launch_.
   void CollectLaunchable(std::vector<int>& out);
 
-  const BucketPlan& plan_;  // Not owned.
-  std::vector<int> missing_;           // per bucket: parameters not yet ready
-  std::vector<bool> param_ready_;      // per parameter
-  int next_launch_ = 0;                // lowest bucket not launched yet
+  const BucketPlan& plan_;         // Not owned.
+  std::vector<int> missing_;       // per bucket: parameters not yet ready
+  std::vector<bool> param_ready_;  // per parameter
+  int next_launch_ = 0;            // lowest bucket not launched yet
 };
 
 }  // namespace tessera::trainer

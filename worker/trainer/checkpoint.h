@@ -105,8 +105,7 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
 // rank reads it) and returns this rank's own state. FailedPrecondition when the
 // checkpoint was written by another world size; NotFound for missing files.
 absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& dir,
-                                                   int64_t step, int rank,
-                                                   int world_size,
+                                                   int64_t step, int rank, int world_size,
                                                    torch::nn::Module& model,
                                                    torch::optim::Optimizer& optimizer);
 

@@ -31,7 +31,8 @@ class CudaStepTimer final : public StepTimer {
 
   StepTimes TakeTotals() override {
     StepTimes totals;
-    if (used_ > 0 && Check(cudaEventSynchronize(pool_[used_ - 1]), "waiting for events")) {
+    if (used_ > 0 &&
+        Check(cudaEventSynchronize(pool_[used_ - 1]), "waiting for events")) {
       cudaEvent_t begin = nullptr;
       cudaEvent_t last = nullptr;
       for (const auto& [kind, event] : marks_) {
@@ -80,8 +81,8 @@ class CudaStepTimer final : public StepTimer {
   bool Check(cudaError_t error, const char* what) {
     if (error == cudaSuccess) return true;
     if (!failed_) {
-      std::cerr << "tessera-train: step timing disabled after a CUDA error while "
-                << what << " on device " << device_ << ": " << cudaGetErrorString(error)
+      std::cerr << "tessera-train: step timing disabled after a CUDA error while " << what
+                << " on device " << device_ << ": " << cudaGetErrorString(error)
                 << std::endl;
     }
     failed_ = true;

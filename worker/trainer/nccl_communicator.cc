@@ -22,16 +22,14 @@ static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes);
 
 absl::Status CudaStatus(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": CUDA error ", static_cast<int>(error), " (",
-                   cudaGetErrorString(error), ")"));
+  return absl::InternalError(absl::StrCat(what, ": CUDA error ", static_cast<int>(error),
+                                          " (", cudaGetErrorString(error), ")"));
 }
 
 absl::Status NcclStatus(ncclResult_t result, const char* what) {
   if (result == ncclSuccess) return absl::OkStatus();
-  const std::string text =
-      absl::StrCat(what, ": NCCL error ", static_cast<int>(result), " (",
-                   ncclGetErrorString(result), ")");
+  const std::string text = absl::StrCat(what, ": NCCL error ", static_cast<int>(result),
+                                        " (", ncclGetErrorString(result), ")");
   switch (result) {
     case ncclInvalidArgument:
     case ncclInvalidUsage:
@@ -133,10 +131,9 @@ struct NcclCommState {
       }
       if (absl::Now() >= deadline) {
         Abort();
-        return absl::DeadlineExceededError(
-            absl::StrCat("NCCL collective did not finish within ",
-                         absl::FormatDuration(options.timeout),
-                         "; communicator aborted"));
+        return absl::DeadlineExceededError(absl::StrCat(
+            "NCCL collective did not finish within ",
+            absl::FormatDuration(options.timeout), "; communicator aborted"));
       }
       absl::SleepFor(pause);
       pause = std::min(pause * 2, absl::Milliseconds(1));
@@ -189,7 +186,8 @@ int VisibleCudaDevices() {
   return count;
 }
 
-NcclComm::NcclComm(int rank, int world_size, int device, std::shared_ptr<NcclCommState> state)
+NcclComm::NcclComm(int rank, int world_size, int device,
+                   std::shared_ptr<NcclCommState> state)
     : rank_(rank), world_size_(world_size), device_(device), state_(std::move(state)) {}
 
 NcclComm::~NcclComm() = default;
@@ -199,9 +197,8 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(const std::string& un
                                                            int device,
                                                            const NcclOptions& options) {
   if (unique_id.size() != kNcclUniqueIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("an NCCL unique id has ",
-                                                   kNcclUniqueIdBytes, " bytes, got ",
-                                                   unique_id.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an NCCL unique id has ", kNcclUniqueIdBytes, " bytes, got ", unique_id.size()));
   }
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
@@ -220,8 +217,9 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(const std::string& un
       CudaStatus(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking),
                  "creating the NCCL stream");
   if (!status.ok()) return status;
-  status = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&state->scratch), sizeof(float)),
-                      "allocating the barrier buffer");
+  status =
+      CudaStatus(cudaMalloc(reinterpret_cast<void**>(&state->scratch), sizeof(float)),
+                 "allocating the barrier buffer");
   if (!status.ok()) return status;
   ncclUniqueId id;
   std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
@@ -262,7 +260,8 @@ absl::StatusOr<std::unique_ptr<NcclPending>> NcclComm::AllReduceSumAsync(
                         "ncclAllReduce");
   }
   if (status.ok()) {
-    status = CudaStatus(cudaEventRecord(done, state_->stream), "recording the done event");
+    status =
+        CudaStatus(cudaEventRecord(done, state_->stream), "recording the done event");
   }
   cudaEventDestroy(ready);  // released once the recorded work completes
   if (!status.ok()) {
@@ -280,8 +279,8 @@ absl::Status NcclComm::AllReduceSum(void* buffer, size_t count, NcclDataType typ
   return (*pending)->WaitOn(stream);
 }
 
-absl::Status NcclComm::Broadcast(void* buffer, size_t count, NcclDataType type,
-                                 int root, cudaStream_t stream) {
+absl::Status NcclComm::Broadcast(void* buffer, size_t count, NcclDataType type, int root,
+                                 cudaStream_t stream) {
   absl::Status status = state_->CheckUsable();
   if (!status.ok()) return status;
   if (root < 0 || root >= world_size_) {

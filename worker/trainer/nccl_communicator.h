@@ -71,10 +71,9 @@ class NcclComm {
   // Joins the communicator of `world_size` ranks identified by `unique_id` (from
   // NewNcclUniqueId on rank 0) as `rank`, on CUDA device `device`. Blocks until
   // every rank has joined.
-  static absl::StatusOr<std::unique_ptr<NcclComm>> Create(const std::string& unique_id,
-                                                          int rank, int world_size,
-                                                          int device,
-                                                          const NcclOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<NcclComm>> Create(
+      const std::string& unique_id, int rank, int world_size, int device,
+      const NcclOptions& options = {});
 
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;

@@ -20,9 +20,9 @@ cudaStream_t CurrentStream(int device) {
 absl::StatusOr<NcclDataType> CheckTensor(const at::Tensor& tensor, int device) {
   if (!tensor.defined()) return absl::InvalidArgumentError("undefined tensor");
   if (!tensor.is_cuda() || tensor.device().index() != device) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NCCL collectives here take tensors on cuda:", device, ", got ",
-        tensor.device().str()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL collectives here take tensors on cuda:", device, ", got ",
+                     tensor.device().str()));
   }
   if (!tensor.is_contiguous()) {
     return absl::InvalidArgumentError("collective tensor must be contiguous");
@@ -39,8 +39,8 @@ absl::StatusOr<NcclDataType> CheckTensor(const at::Tensor& tensor, int device) {
     case at::kLong:
       return NcclDataType::kInt64;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unsupported collective dtype ", c10::toString(tensor.scalar_type())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unsupported collective dtype ", c10::toString(tensor.scalar_type())));
   }
 }
 
@@ -61,12 +61,13 @@ class PendingNccl final : public PendingCollective {
 NcclCommunicator::NcclCommunicator(std::unique_ptr<NcclComm> comm)
     : comm_(std::move(comm)) {}
 
-std::unique_ptr<PendingCollective> NcclCommunicator::AllReduceSumAsync(at::Tensor& tensor) {
+std::unique_ptr<PendingCollective> NcclCommunicator::AllReduceSumAsync(
+    at::Tensor& tensor) {
   absl::StatusOr<NcclDataType> type = CheckTensor(tensor, comm_->device());
   if (!type.ok()) return FinishedCollective(type.status());
-  absl::StatusOr<std::unique_ptr<NcclPending>> pending = comm_->AllReduceSumAsync(
-      tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *type,
-      CurrentStream(comm_->device()));
+  absl::StatusOr<std::unique_ptr<NcclPending>> pending =
+      comm_->AllReduceSumAsync(tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
+                               *type, CurrentStream(comm_->device()));
   if (!pending.ok()) return FinishedCollective(pending.status());
   return std::make_unique<PendingNccl>(*std::move(pending), comm_->device());
 }

@@ -58,18 +58,18 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, Communicator& communicator,
       plan_(std::move(plan)),
       hooks_(std::make_unique<Hooks>()),
       sequencer_(plan_) {
-  const auto tensor_options =
-      torch::TensorOptions().dtype(torch::kFloat).device(parameters_.empty()
-                                                             ? torch::Device(torch::kCPU)
-                                                             : parameters_[0].device());
+  const auto tensor_options = torch::TensorOptions()
+                                  .dtype(torch::kFloat)
+                                  .device(parameters_.empty() ? torch::Device(torch::kCPU)
+                                                              : parameters_[0].device());
   for (const Bucket& bucket : plan_.buckets) {
     buffers_.push_back(torch::zeros({bucket.numel}, tensor_options));
   }
   views_.resize(parameters_.size());
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const int b = plan_.bucket_of[i];
-    const BucketSlot& slot =
-        plan_.buckets[static_cast<size_t>(b)].slots[static_cast<size_t>(plan_.slot_of[i])];
+    const BucketSlot& slot = plan_.buckets[static_cast<size_t>(b)]
+                                 .slots[static_cast<size_t>(plan_.slot_of[i])];
     views_[i] = buffers_[static_cast<size_t>(b)]
                     .narrow(0, slot.offset, slot.numel)
                     .view(parameters_[i].sizes());
@@ -184,9 +184,9 @@ absl::Status Reducer::FinishBackward(double grad_scale) {
     if (status.ok()) status = std::move(waited);
   }
   if (!status.ok()) return status;
-  const double factor =
-      synchronized ? grad_scale / static_cast<double>(communicator_.world_size())
-                   : grad_scale;
+  const double factor = synchronized
+                            ? grad_scale / static_cast<double>(communicator_.world_size())
+                            : grad_scale;
   if (factor != 1.0) {
     torch::NoGradGuard no_grad;
     for (at::Tensor& buffer : buffers_) buffer.mul_(factor);

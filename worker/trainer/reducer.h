@@ -46,9 +46,9 @@
 namespace tessera::trainer {
 
 struct ReducerOptions {
-  double bucket_cap_mb = 25.0;    // cap of every bucket but the first (DDP: 25)
-  double first_bucket_mb = 1.0;   // cap of the first bucket (DDP: 1)
-  bool overlap = true;            // launch buckets from backward's gradient hooks
+  double bucket_cap_mb = 25.0;   // cap of every bucket but the first (DDP: 25)
+  double first_bucket_mb = 1.0;  // cap of the first bucket (DDP: 1)
+  bool overlap = true;           // launch buckets from backward's gradient hooks
 };
 
 class Reducer {
@@ -109,8 +109,8 @@ class Reducer {
   Communicator& communicator_;  // Not owned.
   const std::vector<at::Tensor> parameters_;
   const BucketPlan plan_;
-  std::vector<at::Tensor> buffers_;           // one flat float32 buffer per bucket
-  std::vector<at::Tensor> views_;             // per parameter: its slot, shaped
+  std::vector<at::Tensor> buffers_;  // one flat float32 buffer per bucket
+  std::vector<at::Tensor> views_;    // per parameter: its slot, shaped
   std::unique_ptr<Hooks> hooks_;
 
   mutable absl::Mutex mu_;

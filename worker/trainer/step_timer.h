@@ -53,8 +53,9 @@ class StepTimer {
 };
 
 // A timer reading `now` (a monotonic clock by default; tests pass a fake).
-std::unique_ptr<StepTimer> MakeHostStepTimer(
-    std::function<absl::Time()> now = [] { return absl::Now(); });
+std::unique_ptr<StepTimer> MakeHostStepTimer(std::function<absl::Time()> now = [] {
+  return absl::Now();
+});
 
 }  // namespace tessera::trainer
 

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/common/status_macros.h"
 #include "worker/trainer/batch_loader.h"
 #include "worker/trainer/batch_prefetcher.h"
@@ -293,8 +294,17 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     const torch::Device device =
         placement.cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index))
                        : torch::Device(torch::kCPU);
-    torch::manual_seed(static_cast<uint64_t>(options_.seed));
-    VisionTransformer model(config);
+    // Initialisation draws from LibTorch's process-wide generator; the lock keeps
+    // trainers sharing a process (the ranks of in-process tests) from
+    // interleaving their draws, so the seed alone decides the initial model.
+    static absl::Mutex init_mu(absl::kConstInit);
+    std::optional<VisionTransformer> initialised;
+    {
+      absl::MutexLock lock(&init_mu);
+      torch::manual_seed(static_cast<uint64_t>(options_.seed));
+      initialised.emplace(config);
+    }
+    VisionTransformer model = *std::move(initialised);
     model->to(device);
     std::vector<torch::Tensor> parameters = model->parameters();
     int64_t parameter_count = 0;

@@ -1,0 +1,114 @@
+#include "worker/cgroup.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace tessera {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot open ", path));
+  out << text;
+  out.flush();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::Status MakeDir(const std::string& path) {
+  if (mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+std::optional<std::string> FindCgroup2Mount(const std::string& mountinfo) {
+  for (absl::string_view line : absl::StrSplit(mountinfo, '\n', absl::SkipEmpty())) {
+    // "<id> <parent> <maj:min> <root> <mount point> <opts> ... - <fstype> <source> <opts>"
+    std::vector<absl::string_view> halves = absl::StrSplit(line, " - ");
+    if (halves.size() != 2) continue;
+    std::vector<absl::string_view> tail = absl::StrSplit(halves[1], ' ');
+    if (tail.empty() || tail[0] != "cgroup2") continue;
+    std::vector<absl::string_view> head = absl::StrSplit(halves[0], ' ');
+    if (head.size() < 5) continue;
+    return std::string(head[4]);
+  }
+  return std::nullopt;
+}
+
+std::string OwnCgroupPath(const std::string& proc_self_cgroup) {
+  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipEmpty())) {
+    if (absl::StartsWith(line, "0::")) return std::string(line.substr(3));
+  }
+  return "/";
+}
+
+absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::Create(const std::string& worker_name) {
+  std::optional<std::string> mount = FindCgroup2Mount(Slurp("/proc/self/mountinfo"));
+  if (!mount) return absl::UnavailableError("no cgroup2 filesystem is mounted");
+  std::string own = OwnCgroupPath(Slurp("/proc/self/cgroup"));
+  if (own == "/") own.clear();
+  std::string root = absl::StrCat(*mount, own, "/tessera-", worker_name);
+  absl::Status made = MakeDir(root);
+  if (!made.ok()) return made;
+  if (access((root + "/cgroup.procs").c_str(), W_OK) != 0) {
+    return absl::UnavailableError(absl::StrCat(root, "/cgroup.procs is not writable"));
+  }
+  return CreateAt(root);
+}
+
+absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::CreateAt(const std::string& root) {
+  if (access(root.c_str(), W_OK) != 0) {
+    return absl::UnavailableError(absl::StrCat(root, " is not writable"));
+  }
+  return std::unique_ptr<CgroupTree>(new CgroupTree(root));
+}
+
+CgroupTree::~CgroupTree() { rmdir(root_.c_str()); }
+
+absl::StatusOr<std::string> CgroupTree::EnsureGroup(int64_t job_id, int32_t attempt) {
+  std::string group = absl::StrCat(root_, "/job-", job_id, "-attempt-", attempt);
+  absl::Status made = MakeDir(group);
+  if (!made.ok()) return made;
+  return group;
+}
+
+absl::Status CgroupTree::Kill(const std::string& group) {
+  return WriteFile(group + "/cgroup.kill", "1");
+}
+
+std::vector<pid_t> CgroupTree::Pids(const std::string& group) const {
+  std::vector<pid_t> pids;
+  for (absl::string_view line :
+       absl::StrSplit(Slurp(group + "/cgroup.procs"), '\n', absl::SkipEmpty())) {
+    int pid = 0;
+    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
+  }
+  return pids;
+}
+
+absl::Status CgroupTree::Remove(const std::string& group) {
+  if (rmdir(group.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
+  if (errno == EBUSY) {
+    return absl::FailedPreconditionError(absl::StrCat(group, " still has processes"));
+  }
+  return absl::InternalError(absl::StrCat("rmdir ", group, ": ", std::strerror(errno)));
+}
+
+}  // namespace tessera

@@ -1,0 +1,63 @@
+// CgroupTree: one cgroup v2 group per job attempt, so that stopping a job
+// reaches every process its ranks started, even ones that left the rank's
+// process group (setsid, daemonised helpers).
+//
+// The tree lives under the worker's own cgroup: <cgroup2 mount><own path>/
+// tessera-<worker>/job-J-attempt-A. The cgroup2 mount is found in
+// /proc/self/mountinfo (/sys/fs/cgroup on modern hosts, /sys/fs/cgroup/unified
+// on hybrid ones). Under systemd the worker's unit needs Delegate=yes. Where no
+// writable cgroup2 exists, Create fails and the worker falls back to process
+// groups with a warning.
+//
+// Thread-safety: thread-compatible; the worker agent's loop thread owns it.
+#ifndef TESSERA_WORKER_CGROUP_H_
+#define TESSERA_WORKER_CGROUP_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tessera {
+
+// The cgroup2 mount point named in mountinfo text, if any.
+std::optional<std::string> FindCgroup2Mount(const std::string& mountinfo);
+// The unified-hierarchy path ("0::/path" line) of /proc/self/cgroup text.
+std::string OwnCgroupPath(const std::string& proc_self_cgroup);
+
+class CgroupTree {
+ public:
+  // Finds the hierarchy and creates <...>/tessera-<worker_name>. Unavailable
+  // when there is no writable cgroup2.
+  static absl::StatusOr<std::unique_ptr<CgroupTree>> Create(const std::string& worker_name);
+  // For tests: a tree rooted at an existing directory.
+  static absl::StatusOr<std::unique_ptr<CgroupTree>> CreateAt(const std::string& root);
+
+  // Removes the (then empty) root directory.
+  ~CgroupTree();
+  CgroupTree(const CgroupTree&) = delete;
+  CgroupTree& operator=(const CgroupTree&) = delete;
+
+  const std::string& root() const { return root_; }
+  // Directory of the attempt's group, created if missing.
+  absl::StatusOr<std::string> EnsureGroup(int64_t job_id, int32_t attempt);
+  // Kills every process in the group (cgroup.kill).
+  absl::Status Kill(const std::string& group);
+  // Pids in the group.
+  std::vector<pid_t> Pids(const std::string& group) const;
+  // Removes the group's directory; FailedPrecondition while it has processes.
+  absl::Status Remove(const std::string& group);
+
+ private:
+  explicit CgroupTree(std::string root) : root_(std::move(root)) {}
+  std::string root_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_CGROUP_H_
