@@ -64,7 +64,9 @@ absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::Create(const std::string
   if (!mount) return absl::UnavailableError("no cgroup2 filesystem is mounted");
   std::string own = OwnCgroupPath(Slurp("/proc/self/cgroup"));
   if (own == "/") own.clear();
-  std::string root = absl::StrCat(*mount, own, "/tessera-", worker_name);
+  // The pid keeps two worker processes apart even when they share a name (two
+  // clusters on one host, or tests): a group is only ever killed by its owner.
+  std::string root = absl::StrCat(*mount, own, "/tessera-", worker_name, "-", getpid());
   absl::Status made = MakeDir(root);
   if (!made.ok()) return made;
   if (access((root + "/cgroup.procs").c_str(), W_OK) != 0) {

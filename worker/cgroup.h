@@ -3,7 +3,7 @@
 // process group (setsid, daemonised helpers).
 //
 // The tree lives under the worker's own cgroup: <cgroup2 mount><own path>/
-// tessera-<worker>/job-J-attempt-A. The cgroup2 mount is found in
+// tessera-<worker>-<pid>/job-J-attempt-A. The cgroup2 mount is found in
 // /proc/self/mountinfo (/sys/fs/cgroup on modern hosts, /sys/fs/cgroup/unified
 // on hybrid ones). Under systemd the worker's unit needs Delegate=yes. Where no
 // writable cgroup2 exists, Create fails and the worker falls back to process
@@ -32,7 +32,7 @@ std::string OwnCgroupPath(const std::string& proc_self_cgroup);
 
 class CgroupTree {
  public:
-  // Finds the hierarchy and creates <...>/tessera-<worker_name>. Unavailable
+  // Finds the hierarchy and creates <...>/tessera-<worker_name>-<pid>. Unavailable
   // when there is no writable cgroup2.
   static absl::StatusOr<std::unique_ptr<CgroupTree>> Create(const std::string& worker_name);
   // For tests: a tree rooted at an existing directory.

@@ -75,7 +75,8 @@ std::string TensorBytes(const torch::Tensor& tensor) {
 }
 
 torch::Tensor BytesTensor(const std::string& bytes) {
-  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  torch::Tensor tensor =
+      torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
   std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
   return tensor;
 }
@@ -108,7 +109,8 @@ torch::Device ModelDevice(const torch::nn::Module& model) {
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
   const fs::path target(path);
-  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const fs::path dir =
+      target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::random_device entropy;
   const std::string temp =
       (dir / absl::StrFormat(".%s.tmp.%d.%08x", target.filename().string(), ::getpid(),
@@ -195,8 +197,8 @@ absl::Status CheckpointDirectory::Prune(int64_t latest_step, int keep) const {
   for (int64_t i = 0; i < excess; ++i) {
     fs::remove_all(StepDir(steps[static_cast<size_t>(i)]), error);
     if (error) {
-      return absl::InternalError(absl::StrCat("removing ", StepDir(steps[i]), ": ",
-                                              error.message()));
+      return absl::InternalError(
+          absl::StrCat("removing ", StepDir(steps[i]), ": ", error.message()));
     }
   }
   return absl::OkStatus();
@@ -211,8 +213,8 @@ void CaptureRngState(int cuda_device, RankCheckpoint& state) {
   state.cuda_rng_state.clear();
 #if TESSERA_TORCH_CUDA
   if (cuda_device >= 0) {
-    at::Generator generator =
-        at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(cuda_device));
+    at::Generator generator = at::cuda::detail::getDefaultCUDAGenerator(
+        static_cast<c10::DeviceIndex>(cuda_device));
     std::lock_guard<std::mutex> lock(generator.mutex());
     state.cuda_rng_state = TensorBytes(generator.get_state());
   }
@@ -266,7 +268,8 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
     rank_archive.write("epoch", c10::IValue(state.position.epoch));
     rank_archive.write("batch_in_epoch", c10::IValue(state.position.batch_in_epoch));
     rank_archive.write("loss_scale", c10::IValue(state.loss_scaler.scale));
-    rank_archive.write("loss_scale_good_steps", c10::IValue(state.loss_scaler.good_steps));
+    rank_archive.write("loss_scale_good_steps",
+                       c10::IValue(state.loss_scaler.good_steps));
     rank_archive.write("cpu_rng", BytesTensor(state.cpu_rng_state), /*is_buffer=*/true);
     rank_archive.write("cuda_rng", BytesTensor(state.cuda_rng_state), /*is_buffer=*/true);
     rank_bytes = Serialize(rank_archive);
@@ -285,7 +288,8 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
       model_bytes = Serialize(archive);
     }
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("serialising checkpoint ", step, ": ", e.what()));
+    return absl::InternalError(
+        absl::StrCat("serialising checkpoint ", step, ": ", e.what()));
   }
   RETURN_IF_ERROR(WriteFileAtomically(dir.RankPath(step, state.rank), rank_bytes));
   if (state.rank == 0) {
@@ -295,8 +299,7 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
 }
 
 absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& dir,
-                                                   int64_t step, int rank,
-                                                   int world_size,
+                                                   int64_t step, int rank, int world_size,
                                                    torch::nn::Module& model,
                                                    torch::optim::Optimizer& optimizer) {
   ASSIGN_OR_RETURN(const std::string rank_bytes, ReadFile(dir.RankPath(step, rank)));
@@ -304,7 +307,8 @@ absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& di
   RankCheckpoint state;
   try {
     torch::serialize::InputArchive rank_archive;
-    rank_archive.load_from(rank_bytes.data(), rank_bytes.size(), torch::Device(torch::kCPU));
+    rank_archive.load_from(rank_bytes.data(), rank_bytes.size(),
+                           torch::Device(torch::kCPU));
     if (ReadInt(rank_archive, "format") != kFormatVersion) {
       return absl::FailedPreconditionError(
           absl::StrCat(dir.RankPath(step, rank), " has an unknown format version"));
@@ -312,10 +316,10 @@ absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& di
     state.rank = static_cast<int>(ReadInt(rank_archive, "rank"));
     state.world_size = static_cast<int>(ReadInt(rank_archive, "world_size"));
     if (state.world_size != world_size || state.rank != rank) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint ", dir.StepDir(step), " was written by rank ", state.rank,
-          " of a world of ", state.world_size, "; this is rank ", rank, " of ",
-          world_size, " (resume with the same world size)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", dir.StepDir(step), " was written by rank ",
+                       state.rank, " of a world of ", state.world_size, "; this is rank ",
+                       rank, " of ", world_size, " (resume with the same world size)"));
     }
     state.position.step = ReadInt(rank_archive, "step");
     state.position.epoch = ReadInt(rank_archive, "epoch");
@@ -332,8 +336,9 @@ absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& di
     torch::serialize::InputArchive archive;
     archive.load_from(model_bytes.data(), model_bytes.size(), ModelDevice(model));
     if (ReadInt(archive, "step") != state.position.step) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", dir.StepDir(step),
-                                              ": model and rank files disagree on the step"));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", dir.StepDir(step),
+                       ": model and rank files disagree on the step"));
     }
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);

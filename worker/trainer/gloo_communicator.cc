@@ -171,7 +171,8 @@ namespace {
 
 class PendingGlooWork final : public PendingCollective {
  public:
-  explicit PendingGlooWork(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
+  explicit PendingGlooWork(c10::intrusive_ptr<c10d::Work> work)
+      : work_(std::move(work)) {}
 
   absl::Status Wait() override {
     try {
@@ -188,7 +189,8 @@ class PendingGlooWork final : public PendingCollective {
 
 }  // namespace
 
-std::unique_ptr<PendingCollective> GlooCommunicator::AllReduceSumAsync(at::Tensor& tensor) {
+std::unique_ptr<PendingCollective> GlooCommunicator::AllReduceSumAsync(
+    at::Tensor& tensor) {
   absl::Status valid = CheckCollectiveTensor(tensor);
   if (!valid.ok()) return FinishedCollective(std::move(valid));
   try {

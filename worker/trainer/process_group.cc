@@ -43,15 +43,17 @@ absl::StatusOr<std::string> NewNcclBootstrap() {
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> JoinNccl(const std::string& unique_id,
-                                                       int rank, int world_size,
-                                                       const ProcessGroupOptions& options) {
+absl::StatusOr<std::unique_ptr<Communicator>> JoinNccl(
+    const std::string& unique_id, int rank, int world_size,
+    const ProcessGroupOptions& options) {
 #if TESSERA_NCCL_TENSORS
   NcclOptions nccl;
   nccl.timeout = options.timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<NcclComm> comm,
-                   NcclComm::Create(unique_id, rank, world_size, options.cuda_device, nccl));
-  return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(comm)));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<NcclComm> comm,
+      NcclComm::Create(unique_id, rank, world_size, options.cuda_device, nccl));
+  return std::unique_ptr<Communicator>(
+      std::make_unique<NcclCommunicator>(std::move(comm)));
 #else
   (void)unique_id;
   (void)rank;
@@ -113,8 +115,8 @@ absl::StatusOr<ProcessGroup> JoinViaCoordinator(const LaunchOptions& launch,
     return group;
   }
   if (nccl) {
-    ASSIGN_OR_RETURN(group.communicator, JoinNccl(joined.bootstrap, joined.rank,
-                                                  joined.world_size, options));
+    ASSIGN_OR_RETURN(group.communicator,
+                     JoinNccl(joined.bootstrap, joined.rank, joined.world_size, options));
     return group;
   }
   if (store == nullptr) {

@@ -77,13 +77,15 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& opt
   if (options.optimizer == "sgd") {
     auto sgd = [&](double decay) {
       return std::make_unique<torch::optim::SGDOptions>(
-          torch::optim::SGDOptions(options.lr).momentum(options.momentum).weight_decay(
-              decay));
+          torch::optim::SGDOptions(options.lr)
+              .momentum(options.momentum)
+              .weight_decay(decay));
     };
     groups.emplace_back(decayed, sgd(options.weight_decay));
     groups.emplace_back(not_decayed, sgd(0.0));
     return std::make_unique<torch::optim::SGD>(
-        std::move(groups), torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+        std::move(groups),
+        torch::optim::SGDOptions(options.lr).momentum(options.momentum));
   }
   auto adamw = [&](double decay) {
     return std::make_unique<torch::optim::AdamWOptions>(
@@ -272,10 +274,10 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
   const int64_t batch_size = options_.batch_size;
   const int64_t steps_per_epoch = train_sampler.num_samples() / batch_size / accum;
   if (steps_per_epoch == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "each of ", world, " ranks gets ", train_sampler.num_samples(),
-        " training samples, fewer than one step's ", accum, " micro-batches of ",
-        batch_size));
+    return absl::FailedPreconditionError(
+        absl::StrCat("each of ", world, " ranks gets ", train_sampler.num_samples(),
+                     " training samples, fewer than one step's ", accum,
+                     " micro-batches of ", batch_size));
   }
   const int64_t batches_per_epoch = steps_per_epoch * accum;
   int64_t total_steps = steps_per_epoch * options_.epochs;
@@ -289,11 +291,14 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
 
   try {
 #if TESSERA_TORCH_CUDA
-    if (placement.cuda) c10::cuda::set_device(static_cast<c10::DeviceIndex>(placement.index));
+    if (placement.cuda) {
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(placement.index));
+    }
 #endif
     const torch::Device device =
-        placement.cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index))
-                       : torch::Device(torch::kCPU);
+        placement.cuda
+            ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index))
+            : torch::Device(torch::kCPU);
     // Initialisation draws from LibTorch's process-wide generator; the lock keeps
     // trainers sharing a process (the ranks of in-process tests) from
     // interleaving their draws, so the seed alone decides the initial model.
@@ -331,9 +336,9 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     if (checkpoints.has_value() && options_.resume) {
       ASSIGN_OR_RETURN(const std::optional<int64_t> latest, checkpoints->LatestStep());
       if (latest.has_value()) {
-        ASSIGN_OR_RETURN(const RankCheckpoint state,
-                         LoadCheckpointFiles(*checkpoints, *latest, rank, world, *model,
-                                             *optimizer));
+        ASSIGN_OR_RETURN(
+            const RankCheckpoint state,
+            LoadCheckpointFiles(*checkpoints, *latest, rank, world, *model, *optimizer));
         const LoopPosition& at = state.position;
         if (at.step > total_steps || at.epoch != at.step / steps_per_epoch ||
             at.batch_in_epoch != (at.step % steps_per_epoch) * accum) {
@@ -355,14 +360,15 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     const ChannelStats stats = ComputeChannelStats(train_);
     BatchLoaderOptions train_loading;
     train_loading.image_size = config.image_size;
-    train_loading.augment = options_.augment.value_or(AugmentsByDefault(options_.dataset));
+    train_loading.augment =
+        options_.augment.value_or(AugmentsByDefault(options_.dataset));
     train_loading.seed = static_cast<uint64_t>(options_.seed);
     const BatchLoader train_loader(train_, stats, train_loading);
     const BatchLoader test_loader(test_, stats, config.image_size);
     // Micro-batch p of the run is batch p % batches_per_epoch of epoch
     // p / batches_per_epoch, prepared ahead by data_workers threads.
     BatchPrefetcherOptions prefetching;
-    prefetching.workers = options_.data_workers;
+    prefetching.workers = 0;  // T2EXPERIMENT
     BatchPrefetcher train_batches(
         EpochBatchProducer(train_loader, train_sampler, batch_size, batches_per_epoch),
         step * accum, (total_steps - step) * accum, prefetching);
@@ -378,10 +384,10 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                  << steps_per_epoch << " steps per epoch of " << accum << " x "
                  << batch_size << ", " << total_steps << " steps, " << options_.optimizer
                  << ", gradient all-reduce "
-                 << (synchronize ? absl::StrCat(reducer->plan().buckets.size(),
-                                                " buckets",
-                                                options_.overlap ? ", overlapped" : "")
-                                 : "off")
+                 << (synchronize
+                         ? absl::StrCat(reducer->plan().buckets.size(), " buckets",
+                                        options_.overlap ? ", overlapped" : "")
+                         : "off")
                  << (outcome.resumed_from > 0
                          ? absl::StrCat(", resumed at step ", outcome.resumed_from)
                          : "")
@@ -392,7 +398,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       torch::NoGradGuard no_grad;
       model->eval();
       const std::vector<int64_t> indices = test_sampler.EpochIndices(0);
-      torch::Tensor correct = torch::zeros({}, torch::TensorOptions(device).dtype(torch::kDouble));
+      torch::Tensor correct =
+          torch::zeros({}, torch::TensorOptions(device).dtype(torch::kDouble));
       torch::Tensor loss_sum = torch::zeros_like(correct);
       const auto n = static_cast<int64_t>(indices.size());
       for (int64_t begin = 0; begin < n; begin += loop_.eval_batch_size) {
@@ -482,8 +489,8 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
 
       bool take_step = true;
       if (fp16) take_step = scaler.Update(AnyNonFinite(reducer->gradient_buffers()));
-      const double lr = ScheduledLearningRate(options_.lr, step, total_steps, warmup_steps,
-                                              loop_.final_lr_fraction);
+      const double lr = ScheduledLearningRate(options_.lr, step, total_steps,
+                                              warmup_steps, loop_.final_lr_fraction);
       if (take_step) {
         if (options_.clip_grad_norm > 0) {
           ClipGradientNorm(reducer->gradient_buffers(), options_.clip_grad_norm);
@@ -502,12 +509,16 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       if (step % options_.metrics_every == 0 || step == total_steps) {
         const StepTimes times = timer->TakeTotals();
         const double steps = std::max<double>(1, static_cast<double>(times.steps));
-        auto mean_ms = [&](StepPhase phase) { return 1000.0 * times.seconds(phase) / steps; };
+        auto mean_ms = [&](StepPhase phase) {
+          return 1000.0 * times.seconds(phase) / steps;
+        };
         std::vector<std::pair<std::string, double>> values = {
-            {"loss", loss_sum.item<double>() / static_cast<double>(interval_micro_batches)},
-            {"images_per_sec", times.step_seconds > 0
-                                   ? static_cast<double>(interval_images) / times.step_seconds
-                                   : 0.0},
+            {"loss",
+             loss_sum.item<double>() / static_cast<double>(interval_micro_batches)},
+            {"images_per_sec",
+             times.step_seconds > 0
+                 ? static_cast<double>(interval_images) / times.step_seconds
+                 : 0.0},
             {"time_data_ms", mean_ms(StepPhase::kData)},
             {"time_forward_ms", mean_ms(StepPhase::kForward)},
             {"time_backward_ms", mean_ms(StepPhase::kBackward)},

@@ -57,12 +57,12 @@ struct TrainerLoopOptions {
 };
 
 struct TrainingOutcome {
-  int64_t steps = 0;         // optimizer steps done, including resumed ones
-  int64_t resumed_from = 0;  // the checkpoint's step when resumed; 0 otherwise
-  int64_t skipped_steps = 0; // fp16 steps skipped for overflowing gradients
-  int64_t train_images = 0;  // images this rank trained on in this run
-  double train_seconds = 0;  // wall time of this run's steps, without evaluation
-  double test_accuracy = 0;  // final, over the whole test set
+  int64_t steps = 0;          // optimizer steps done, including resumed ones
+  int64_t resumed_from = 0;   // the checkpoint's step when resumed; 0 otherwise
+  int64_t skipped_steps = 0;  // fp16 steps skipped for overflowing gradients
+  int64_t train_images = 0;   // images this rank trained on in this run
+  double train_seconds = 0;   // wall time of this run's steps, without evaluation
+  double test_accuracy = 0;   // final, over the whole test set
   double test_loss = 0;
   int64_t parameter_count = 0;
   std::string device;      // "cpu" or "cuda:N"
@@ -94,7 +94,7 @@ class Trainer {
 // Where a rank trains.
 struct DevicePlacement {
   bool cuda = false;
-  int index = -1;  // CUDA device index; -1 on the CPU
+  int index = -1;            // CUDA device index; -1 on the CPU
   std::string name() const;  // "cpu" or "cuda:N"
 };
 

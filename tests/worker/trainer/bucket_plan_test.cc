@@ -33,16 +33,16 @@ BucketOptions Caps(int64_t first_bytes, int64_t bytes) {
 TEST(AssignBucketsTest, FillsBucketsInReverseRegistrationOrder) {
   // Five float parameters of 10 elements (40 bytes); buckets hold 80 bytes.
   const BucketPlan plan = AssignBuckets({10, 10, 10, 10, 10}, 4, Caps(80, 80));
-  EXPECT_THAT(Members(plan), ElementsAre(ElementsAre(4, 3), ElementsAre(2, 1),
-                                         ElementsAre(0)));
+  EXPECT_THAT(Members(plan),
+              ElementsAre(ElementsAre(4, 3), ElementsAre(2, 1), ElementsAre(0)));
   EXPECT_THAT(plan.bucket_of, ElementsAre(2, 1, 1, 0, 0));
   EXPECT_THAT(plan.slot_of, ElementsAre(0, 1, 0, 1, 0));
 }
 
 TEST(AssignBucketsTest, FirstBucketHasItsOwnSmallerCap) {
   const BucketPlan plan = AssignBuckets({10, 10, 10, 10, 10, 10}, 4, Caps(40, 160));
-  EXPECT_THAT(Members(plan), ElementsAre(ElementsAre(5), ElementsAre(4, 3, 2, 1),
-                                         ElementsAre(0)));
+  EXPECT_THAT(Members(plan),
+              ElementsAre(ElementsAre(5), ElementsAre(4, 3, 2, 1), ElementsAre(0)));
 }
 
 TEST(AssignBucketsTest, ClosesABucketRatherThanOverflowIt) {
@@ -55,8 +55,8 @@ TEST(AssignBucketsTest, ClosesABucketRatherThanOverflowIt) {
 
 TEST(AssignBucketsTest, AParameterLargerThanTheCapGetsABucketToItself) {
   const BucketPlan plan = AssignBuckets({5, 1000, 5, 5}, 4, Caps(64, 64));
-  EXPECT_THAT(Members(plan), ElementsAre(ElementsAre(3, 2), ElementsAre(1),
-                                         ElementsAre(0)));
+  EXPECT_THAT(Members(plan),
+              ElementsAre(ElementsAre(3, 2), ElementsAre(1), ElementsAre(0)));
   EXPECT_EQ(plan.buckets[1].numel, 1000);
 }
 
@@ -98,9 +98,8 @@ TEST(FlattenBucketTest, UnflattenRestoresWhatFlattenPacked) {
   // Reverse registration order: parameter 2 first.
   EXPECT_THAT(flat, ElementsAre(9, 10, 4, 5, 6, 7, 8, 1, 2, 3));
 
-  std::vector<std::vector<float>> restored = {std::vector<float>(3),
-                                              std::vector<float>(5),
-                                              std::vector<float>(2)};
+  std::vector<std::vector<float>> restored = {
+      std::vector<float>(3), std::vector<float>(5), std::vector<float>(2)};
   UnflattenBucket(plan.buckets[0], flat.data(),
                   {restored[0].data(), restored[1].data(), restored[2].data()});
   EXPECT_EQ(restored, params);

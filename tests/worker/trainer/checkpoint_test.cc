@@ -77,7 +77,8 @@ TEST(CheckpointDirectoryTest, AnUnreadableLatestIsDataLoss) {
 
 TEST(CheckpointDirectoryTest, PruneKeepsTheNewestCompleteOnesAndUnfinishedNewerOnes) {
   const CheckpointDirectory dir(FreshDirectory("prune"));
-  for (const int64_t step : {10, 20, 30, 40, 50}) fs::create_directories(dir.StepDir(step));
+  for (const int64_t step : {10, 20, 30, 40, 50})
+    fs::create_directories(dir.StepDir(step));
   // Step 50 is being written; 40 is the latest complete one.
   ASSERT_TRUE(dir.Prune(40, 2).ok());
   EXPECT_EQ(Entries(dir.root()),

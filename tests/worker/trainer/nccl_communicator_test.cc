@@ -22,17 +22,17 @@ class DeviceFloats {
   explicit DeviceFloats(const std::vector<float>& values) : size_(values.size()) {
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), size_ * sizeof(float)),
               cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data_, values.data(), size_ * sizeof(float),
-                         cudaMemcpyHostToDevice),
-              cudaSuccess);
+    EXPECT_EQ(
+        cudaMemcpy(data_, values.data(), size_ * sizeof(float), cudaMemcpyHostToDevice),
+        cudaSuccess);
   }
   ~DeviceFloats() { cudaFree(data_); }
   float* data() { return data_; }
   std::vector<float> Read() const {
     std::vector<float> values(size_);
-    EXPECT_EQ(cudaMemcpy(values.data(), data_, size_ * sizeof(float),
-                         cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    EXPECT_EQ(
+        cudaMemcpy(values.data(), data_, size_ * sizeof(float), cudaMemcpyDeviceToHost),
+        cudaSuccess);
     return values;
   }
 
@@ -51,10 +51,9 @@ TEST(NcclCommunicatorTest, UniqueIdIsTheSizeNcclDefines) {
 TEST(NcclCommunicatorTest, CreateRejectsABadIdOrRankWithoutTouchingTheDevice) {
   EXPECT_EQ(NcclComm::Create("short", 0, 1, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(NcclComm::Create(std::string(kNcclUniqueIdBytes, '\0'), 2, 2, 0)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      NcclComm::Create(std::string(kNcclUniqueIdBytes, '\0'), 2, 2, 0).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(NcclCommunicatorTest, AWorldOfOneReducesAndBroadcastsInPlace) {
@@ -87,12 +86,12 @@ TEST(NcclCommunicatorTest, TwoDevicesSumTheirBuffers) {
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
       ASSERT_EQ(cudaSetDevice(rank), cudaSuccess);
-      absl::StatusOr<std::unique_ptr<NcclComm>> comm = NcclComm::Create(*id, rank, 2, rank);
+      absl::StatusOr<std::unique_ptr<NcclComm>> comm =
+          NcclComm::Create(*id, rank, 2, rank);
       ASSERT_TRUE(comm.ok()) << comm.status();
       DeviceFloats buffer({1.0f + rank, 10.0f * (rank + 1)});
-      ASSERT_TRUE((*comm)
-                      ->AllReduceSum(buffer.data(), 2, NcclDataType::kFloat32, nullptr)
-                      .ok());
+      ASSERT_TRUE(
+          (*comm)->AllReduceSum(buffer.data(), 2, NcclDataType::kFloat32, nullptr).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       results[static_cast<size_t>(rank)] = buffer.Read();
     });

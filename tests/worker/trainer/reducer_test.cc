@@ -75,7 +75,8 @@ void RunGroup(int world, const std::function<void(int, Communicator&)>& body) {
       }
       GlooOptions options;
       options.timeout = kTimeout;
-      auto communicator = GlooCommunicator::Create(std::move(store), rank, world, options);
+      auto communicator =
+          GlooCommunicator::Create(std::move(store), rank, world, options);
       ASSERT_TRUE(communicator.ok()) << communicator.status();
       body(rank, **communicator);
     });
@@ -108,7 +109,8 @@ TEST(ReducerTest, GradientsAccumulateStraightIntoTheBucketBuffers) {
               static_cast<void*>(buffer.data_ptr<float>() + slot.offset));
   }
   (*reducer)->ZeroGradients();
-  for (const torch::Tensor& p : parameters) EXPECT_EQ(p.grad().abs().sum().item<float>(), 0);
+  for (const torch::Tensor& p : parameters)
+    EXPECT_EQ(p.grad().abs().sum().item<float>(), 0);
 }
 
 TEST(ReducerTest, TwoRanksAverageGradientsInBucketsLaunchedDuringBackward) {
@@ -168,7 +170,8 @@ TEST(ReducerTest, WithoutOverlapAllBucketsGoOutAfterBackwardWithTheSameResult) {
 TEST(ReducerTest, AParameterWithoutAGradientDoesNotBlockTheGroup) {
   // Rank 1 also trains an extra layer that rank 0 leaves unused this step.
   std::vector<torch::nn::Sequential> models = {MakeModel(3), MakeModel(3)};
-  std::vector<torch::nn::Linear> extras = {torch::nn::Linear(4, 4), torch::nn::Linear(4, 4)};
+  std::vector<torch::nn::Linear> extras = {torch::nn::Linear(4, 4),
+                                           torch::nn::Linear(4, 4)};
   extras[1]->weight.data().copy_(extras[0]->weight.data());
   extras[1]->bias.data().copy_(extras[0]->bias.data());
   const torch::Tensor extra_input = torch::ones({2, 4});
@@ -242,7 +245,8 @@ TEST(ReducerTest, FinishBackwardAppliesTheGradientScale) {
 TEST(ReducerTest, BroadcastMakesRankZerosParametersEveryones) {
   std::vector<torch::nn::Sequential> models = {MakeModel(6), MakeModel(7)};
   std::vector<torch::Tensor> rank0;
-  for (const torch::Tensor& p : models[0]->parameters()) rank0.push_back(p.detach().clone());
+  for (const torch::Tensor& p : models[0]->parameters())
+    rank0.push_back(p.detach().clone());
   RunGroup(2, [&](int rank, Communicator& communicator) {
     torch::nn::Sequential& model = models[static_cast<size_t>(rank)];
     auto reducer = Reducer::Create(model->parameters(), communicator, SmallBuckets());
@@ -258,11 +262,11 @@ TEST(ReducerTest, BroadcastMakesRankZerosParametersEveryones) {
 
 TEST(ReducerTest, RejectsParametersItCannotBucket) {
   LocalCommunicator communicator;
-  EXPECT_EQ(Reducer::Create({torch::zeros({3}, torch::kDouble).requires_grad_()},
-                            communicator)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Reducer::Create({torch::zeros({3}, torch::kDouble).requires_grad_()}, communicator)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Reducer::Create({torch::zeros({3})}, communicator).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

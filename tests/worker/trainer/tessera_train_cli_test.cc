@@ -1,6 +1,7 @@
 // Runs the tessera-train binary as the worker would and checks its exit codes,
 // output and metrics file.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -128,6 +129,66 @@ TEST_F(TesseraTrainCliTest, TwoProcessesWithAStaticStoreTrainInSync) {
   EXPECT_THAT(r0.output, HasSubstr("world 2 (gloo)"));
   EXPECT_FALSE(ParamHash(r0.output).empty());
   EXPECT_EQ(ParamHash(r0.output), ParamHash(r1.output));
+}
+
+TEST_F(TesseraTrainCliTest, MixedPrecisionOnTheCpuIsAUsageError) {
+  std::vector<std::string> args = SmallSyntheticRun();
+  args.push_back("--device=cpu");
+  args.push_back("--precision=bf16");
+  const RunResult run = RunTrainer(args);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output, HasSubstr("--precision=bf16 needs a CUDA device"));
+}
+
+// Real processes, each with its own LibTorch generator: after a crash (here: the
+// later checkpoints never became `latest`) both ranks resume with their own RNG
+// and loader state and end exactly where the uninterrupted run ended.
+TEST_F(TesseraTrainCliTest, TwoProcessesResumeFromACheckpointExactly) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    absl::StrCat("cli_checkpoints_", ::getpid());
+  std::filesystem::remove_all(dir);
+  auto run_pair = [&](bool resume) {
+    int port = 0;
+    {
+      auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+      EXPECT_TRUE(probe.ok()) << probe.status();
+      if (!probe.ok()) return std::vector<RunResult>{};
+      port = (*probe)->port();
+    }
+    auto rank_args = [&](int rank) {
+      std::vector<std::string> args = SmallSyntheticRun();
+      args.push_back("--dropout=0.1");
+      args.push_back("--checkpoint-every=4");
+      args.push_back("--checkpoint-dir=" + dir.string());
+      args.push_back(absl::StrCat("--resume=", resume ? "true" : "false"));
+      args.push_back(absl::StrCat("--rendezvous-store=127.0.0.1:", port));
+      args.push_back("--world-size=2");
+      args.push_back(absl::StrCat("--rank=", rank));
+      return args;
+    };
+    std::future<RunResult> rank0 =
+        std::async(std::launch::async, RunTrainer, rank_args(0));
+    std::future<RunResult> rank1 =
+        std::async(std::launch::async, RunTrainer, rank_args(1));
+    return std::vector<RunResult>{rank0.get(), rank1.get()};
+  };
+  const std::vector<RunResult> uninterrupted = run_pair(false);
+  ASSERT_EQ(uninterrupted.size(), 2u);
+  ASSERT_EQ(uninterrupted[0].exit_code, 0) << uninterrupted[0].output;
+  ASSERT_EQ(uninterrupted[1].exit_code, 0) << uninterrupted[1].output;
+  {
+    std::ofstream latest(dir / "latest", std::ios::trunc);
+    latest << "step-000000000004\n";
+  }
+  const std::vector<RunResult> resumed = run_pair(true);
+  ASSERT_EQ(resumed.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(resumed[rank].exit_code, 0) << resumed[rank].output;
+    EXPECT_THAT(resumed[rank].output, HasSubstr("resumed at step 4"));
+    EXPECT_EQ(ParamHash(resumed[rank].output), ParamHash(uninterrupted[rank].output))
+        << "rank " << rank;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

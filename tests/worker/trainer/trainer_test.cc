@@ -306,9 +306,8 @@ ReportedRun RunOneRank(const TrainerOptions& options, const ImageDataset& train,
 }
 
 std::string FreshDirectory(const std::string& name) {
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) /
-      (name + "-" + std::to_string(::getpid()));
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    (name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
