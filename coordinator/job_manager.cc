@@ -89,6 +89,7 @@ absl::Status JobManager::Recover() {
       ASSIGN_OR_RETURN(job.ranks, store_->GetRanks(job.record.id, job.record.attempt));
     }
     job.kill_sent.assign(job.ranks.size(), false);
+    job.queued_at = absl::FromUnixMillis(job.record.updated_unix_ms);
     if (job.record.state == v1::JOB_STATE_SCHEDULED) {
       rendezvous_.Open(job.record.id, job.record.attempt, LocalRanks(job.ranks));
       job.placed_at = clock_->Now();
@@ -130,7 +131,10 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
     ASSIGN_OR_RETURN(JobRecord stored, store_->GetJob(id));
     if (stored.state == v1::JOB_STATE_QUEUED && stored.attempt == 0 &&
         stored.created_unix_ms == record.created_unix_ms) {
-      jobs_.emplace(id, ActiveJob{std::move(stored), {}, {}});
+      ActiveJob job;
+      job.record = std::move(stored);
+      job.queued_at = clock_->Now();
+      jobs_.emplace(id, std::move(job));
       spdlog::info("job {} ({}) queued: world size {}", id, spec.name(), spec.world_size());
       ScheduleLocked();
     }
@@ -558,6 +562,7 @@ void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason)
                StateName(to), reason);
   job.record.state = to;
   job.record.reason = std::move(reason);
+  if (to == v1::JOB_STATE_QUEUED) job.queued_at = clock_->Now();
   if (to != v1::JOB_STATE_QUEUED) job.record.pending_reason.clear();
   job.record.updated_unix_ms = NowMs();
   writer_->UpdateJob(job.record);
@@ -567,7 +572,16 @@ void JobManager::ScheduleLocked() {
   std::vector<PendingJob> queue;
   for (const auto& [id, job] : jobs_) {
     if (job.record.state == v1::JOB_STATE_QUEUED) {
-      queue.push_back(PendingJob{id, job.record.spec.world_size()});
+      const v1::JobSpec& spec = job.record.spec;
+      queue.push_back(PendingJob{
+          .job_id = id,
+          .world_size = spec.world_size(),
+          .priority = spec.priority(),
+          .queued_since = job.queued_at,
+          .policy = spec.placement() == "spread" ? PlacementPolicy::kSpread
+                                                 : PlacementPolicy::kPack,
+          .nodes = spec.nodes(),
+          .per_node = spec.per_node()});
     }
   }
   if (queue.empty()) return;
@@ -583,7 +597,8 @@ void JobManager::ScheduleLocked() {
     inventory.push_back(WorkerInventory{name, w.record.slots, used[name],
                                         WorkerAlive(w.record)});
   }
-  ScheduleResult result = Schedule(queue, inventory);
+  ScheduleResult result = Schedule(queue, inventory, clock_->Now(),
+                                   SchedulerOptions{.reserve_after = options_.reserve_after});
   for (const Placement& placement : result.placements) {
     ActiveJob& job = jobs_.at(placement.job_id);
     job.record.attempt += 1;

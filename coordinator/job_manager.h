@@ -49,6 +49,8 @@ struct JobManagerOptions {
   // An attempt whose ranks have not all joined the rendezvous this long after
   // placement fails, naming the missing ranks.
   absl::Duration rendezvous_timeout = absl::Minutes(5);
+  // How long a blocked job lets later jobs backfill before it holds the queue.
+  absl::Duration reserve_after = absl::Minutes(10);
   // Most metric points accepted in one report.
   int max_points_per_report = 10000;
 };
@@ -118,6 +120,7 @@ class JobManager {
     // taken until their workers report them gone.
     std::vector<RankRecord> previous;
     absl::Time placed_at;           // when the current attempt was placed
+    absl::Time queued_at;           // when it last entered QUEUED
   };
   struct WorkerState {
     WorkerRecord record;

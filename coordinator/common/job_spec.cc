@@ -493,6 +493,28 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
                                   limits.max_world_size, ", got ", spec.world_size()));
   }
 
+  CheckNonNegative("max_restarts", spec.max_restarts(), &errors);
+  CheckNonNegative("nodes", spec.nodes(), &errors);
+  CheckNonNegative("per_node", spec.per_node(), &errors);
+  if (!spec.placement().empty() && spec.placement() != "pack" &&
+      spec.placement() != "spread") {
+    errors.push_back(absl::StrCat("placement: must be one of pack, spread; got '",
+                                  spec.placement(), "'"));
+  }
+  if (spec.world_size() > 0 && spec.nodes() > 0 && spec.world_size() % spec.nodes() != 0) {
+    errors.push_back(absl::StrCat("nodes: world_size ", spec.world_size(),
+                                  " does not divide into ", spec.nodes(), " nodes"));
+  }
+  if (spec.world_size() > 0 && spec.per_node() > 0 &&
+      spec.world_size() % spec.per_node() != 0) {
+    errors.push_back(absl::StrCat("per_node: world_size ", spec.world_size(),
+                                  " is not a multiple of ", spec.per_node()));
+  }
+  if (spec.nodes() > 0 && spec.per_node() > 0 &&
+      static_cast<int64_t>(spec.nodes()) * spec.per_node() != spec.world_size()) {
+    errors.push_back("per_node: nodes x per_node must equal world_size");
+  }
+
   const tessera::v1::TrainerConfig& t = spec.trainer();
   if (t.model().empty()) errors.push_back("trainer.model: missing");
   if (t.dataset().empty()) errors.push_back("trainer.dataset: missing");

@@ -1,6 +1,7 @@
 #include "worker/trainer/batch_prefetcher.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <exception>
@@ -159,6 +160,8 @@ BatchPrefetcher::Producer EpochBatchProducer(const BatchLoader& loader,
                                              int64_t batches_per_epoch) {
   auto cache = std::make_shared<EpochIndexCache>(sampler);
   return [&loader, cache, batch_size, batches_per_epoch](int64_t position) {
+    TORCH_CHECK(batches_per_epoch > 0 && position >= 0, "batch position ", position,
+                " of an epoch of ", batches_per_epoch, " batches");
     const int64_t epoch = position / batches_per_epoch;
     const int64_t b = position % batches_per_epoch;
     const std::shared_ptr<const std::vector<int64_t>> indices = cache->Get(epoch);

@@ -368,7 +368,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     // Micro-batch p of the run is batch p % batches_per_epoch of epoch
     // p / batches_per_epoch, prepared ahead by data_workers threads.
     BatchPrefetcherOptions prefetching;
-    prefetching.workers = 0;  // T2EXPERIMENT
+    prefetching.workers = options_.data_workers;
     BatchPrefetcher train_batches(
         EpochBatchProducer(train_loader, train_sampler, batch_size, batches_per_epoch),
         step * accum, (total_steps - step) * accum, prefetching);
