@@ -58,8 +58,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   JobManager* manager = s->manager_.get();
   absl::Notification* stop = &s->stop_monitor_;
   const absl::Duration interval = options.monitor_interval;
-  s->monitor_ = std::thread([manager, stop, interval] {
-    while (!stop->WaitForNotificationWithTimeout(interval)) manager->Tick();
+  std::function<void()> on_tick = options.on_tick;
+  s->monitor_ = std::thread([manager, stop, interval, on_tick] {
+    while (!stop->WaitForNotificationWithTimeout(interval)) {
+      manager->Tick();
+      if (on_tick) on_tick();
+    }
   });
   spdlog::info("coordinator serving gRPC on {} (port {}), database {}", options.listen,
                s->port_, options.db_path);

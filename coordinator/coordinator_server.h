@@ -7,6 +7,7 @@
 #ifndef TESSERA_COORDINATOR_COORDINATOR_SERVER_H_
 #define TESSERA_COORDINATOR_COORDINATOR_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +42,9 @@ struct CoordinatorOptions {
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 16 * 1024 * 1024;
   JobManagerOptions manager;
+  // Called by the monitor thread after each JobManager::Tick: proof that the
+  // core is not stuck (main.cc pets the service manager's watchdog here).
+  std::function<void()> on_tick;
 };
 
 class CoordinatorServer {

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "CLI/CLI.hpp"
+#include "coordinator/common/service_notify.h"
 #include "coordinator/coordinator_server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -66,6 +67,11 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  tessera::ServiceNotifier notifier;
+  options.on_tick = [&notifier] { notifier.Watchdog(); };
+  if (notifier.watchdog_interval() < options.monitor_interval) {
+    options.monitor_interval = notifier.watchdog_interval();
+  }
   auto server = tessera::CoordinatorServer::Start(options);
   if (!server.ok()) {
     std::cerr << "tessera-coordinator: " << server.status().message() << "\n";
@@ -76,9 +82,11 @@ int main(int argc, char** argv) {
     std::ofstream(tmp) << (*server)->port() << "\n";
     std::rename(tmp.c_str(), port_file.c_str());
   }
+  notifier.Ready("serving gRPC on port " + std::to_string((*server)->port()));
   int sig = 0;
   sigwait(&stop_signals, &sig);
   spdlog::info("received signal {}; shutting down", sig);
+  notifier.Stopping();
   (*server)->Shutdown();
   spdlog::info("stopped");
   return 0;

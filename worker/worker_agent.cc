@@ -184,12 +184,15 @@ void WorkerAgent::WaitFor(absl::Duration d) {
     if (left <= absl::ZeroDuration()) return;
     // Short slices, so a rank's exit is reported at once rather than a full
     // interval later.
+    notifier_.Watchdog();
     if (stop_.WaitForNotificationWithTimeout(std::min(left, absl::Milliseconds(100)))) return;
     if (supervisor_.Poll()) return;
   }
 }
 
 void WorkerAgent::Run() {
+  // Ready means supervising; reaching the coordinator may take longer.
+  notifier_.Ready("supervising ranks; coordinator " + options_.coordinator);
   absl::Duration backoff = options_.initial_backoff;
   int failures = 0;
   while (!stop_.HasBeenNotified()) {
@@ -216,6 +219,7 @@ void WorkerAgent::Run() {
     WaitFor(backoff);
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
+  notifier_.Stopping();
   if (supervisor_.running() > 0) {
     spdlog::info("stopping {} rank(s)", supervisor_.running());
     supervisor_.StopAll();

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "tessera/v1/tessera.grpc.pb.h"
+#include "coordinator/common/service_notify.h"
 #include "worker/supervisor.h"
 
 namespace tessera {
@@ -73,6 +74,7 @@ class WorkerAgent {
   const WorkerOptions options_;
   std::unique_ptr<tessera::v1::WorkerService::Stub> stub_;
   RealClock clock_;
+  ServiceNotifier notifier_;
   Supervisor supervisor_;
   absl::Notification stop_;
   int64_t epoch_ = 0;  // 0: not registered

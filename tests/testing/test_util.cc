@@ -37,12 +37,12 @@ TempDir::~TempDir() {
 
 std::string BinDir() {
   const char* d = getenv("TESSERA_BIN_DIR");
-  return d != nullptr ? d : "build/bin";
+  return d != nullptr ? d : TESSERA_DEFAULT_BIN_DIR;
 }
 
 std::string SourceDir() {
   const char* d = getenv("TESSERA_SOURCE_DIR");
-  return d != nullptr ? d : ".";
+  return d != nullptr ? d : TESSERA_DEFAULT_SOURCE_DIR;
 }
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
