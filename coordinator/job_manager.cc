@@ -415,6 +415,9 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
           l->set_world_size(static_cast<int32_t>(job.ranks.size()));
           l->set_local_rank(local_ranks[r]);
           l->set_slot(rank.slot);
+          for (const RankRecord& peer : job.ranks) {
+            if (peer.worker == rank.worker) l->add_local_slots(peer.slot);
+          }
           *l->mutable_trainer() = job.record.spec.trainer();
           // A restarted attempt continues from the job's latest checkpoint.
           if (job.record.attempt > 1 && !job.record.spec.trainer().checkpoint_dir().empty()) {

@@ -14,7 +14,9 @@
 #include "grpcpp/security/credentials.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "absl/strings/numbers.h"
 #include "worker/cgroup.h"
+#include "worker/device_probe.h"
 #include "worker/worker_agent.h"
 
 namespace {
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
   options.trainer_path = DefaultTrainerPath();
   int64_t grace_ms = 10000;
   bool use_cgroups = true;
+  std::string gpus_flag = "auto";
 
   CLI::App app{"tessera-worker: runs training ranks on this node for a tessera-coordinator"};
   app.footer(
@@ -63,10 +66,23 @@ int main(int argc, char** argv) {
   app.add_option("--kill-grace-ms", grace_ms, "time between SIGTERM and SIGKILL for a rank")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  app.add_option("--gpus", gpus_flag,
+                 "GPUs to offer: auto (probe /proc/driver/nvidia), none, or a count")
+      ->capture_default_str();
   app.add_flag("!--no-cgroups", use_cgroups,
                "do not put each job attempt in its own cgroup v2 group");
   CLI11_PARSE(app, argc, argv);
   options.kill_grace = absl::Milliseconds(grace_ms);
+  if (gpus_flag == "auto") {
+    options.gpus = tessera::CountNvidiaGpus();
+  } else if (gpus_flag == "none") {
+    options.gpus = 0;
+  } else if (!absl::SimpleAtoi(gpus_flag, &options.gpus) || options.gpus < 0 ||
+             options.gpus > 1024) {
+    std::cerr << "tessera-worker: --gpus must be auto, none or a count, got '" << gpus_flag
+              << "'\n";
+    return 2;
+  }
 
   // Logs go to stderr; stdout stays free for output meant for programs.
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/common/grpc_status.h"
 #include "coordinator/common/job_spec.h"
 #include "grpcpp/client_context.h"
@@ -36,8 +37,8 @@ absl::Status WorkerAgent::Register() {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
   request.set_hostname(options_.hostname);
-  request.set_slots(options_.cpu_slots);
-  request.set_device_kind("cpu");
+  request.set_slots(options_.gpus > 0 ? options_.gpus : options_.cpu_slots);
+  request.set_device_kind(options_.gpus > 0 ? "cuda" : "cpu");
   v1::RegisterWorkerResponse response;
   grpc::ClientContext ctx;
   SetDeadline(ctx, options_.rpc_timeout);
@@ -47,8 +48,9 @@ absl::Status WorkerAgent::Register() {
   if (response.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
   }
-  spdlog::info("registered with coordinator {} as {} ({} cpu slots), epoch {}",
-               options_.coordinator, options_.name, options_.cpu_slots, epoch_);
+  spdlog::info("registered with coordinator {} as {} ({} {} slots), epoch {}",
+               options_.coordinator, options_.name, request.slots(), request.device_kind(),
+               epoch_);
   return absl::OkStatus();
 }
 
@@ -163,6 +165,15 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
               absl::StrCat("LOCAL_RANK=", order.local_rank()),
               absl::StrCat("TESSERA_JOB_ID=", order.job_id()),
               absl::StrCat("TESSERA_ATTEMPT=", order.attempt())};
+  if (options_.gpus > 0) {
+    // Local rank i sees its GPU as cuda:i.
+    std::vector<int32_t> gpus(order.local_slots().begin(), order.local_slots().end());
+    if (gpus.empty()) gpus.push_back(order.slot());
+    spec.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(gpus, ",")));
+  } else {
+    // Never let a CPU slot's rank pick up a GPU by accident.
+    spec.env.push_back("CUDA_VISIBLE_DEVICES=");
+  }
   absl::Status s = ec ? absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ",
                                                          ec.message()))
                       : supervisor_.Start(key, spec);

@@ -34,6 +34,9 @@ struct WorkerOptions {
   std::string hostname;
   // CPU slots offered when the node has no GPU.
   int cpu_slots = 1;
+  // GPUs on this node; when positive the worker offers one slot per GPU and
+  // sets CUDA_VISIBLE_DEVICES for its ranks. main.cc fills it from the probe.
+  int gpus = 0;
   // Per-rank logs go under this directory.
   std::string work_dir = "tessera-work";
   // tessera-train executable. main.cc defaults it to the one next to tessera-worker.

@@ -212,6 +212,8 @@ TEST_F(CoordinatorServiceTest, GangSpansWorkersAndSucceedsWhenAllRanksExitZero) 
   EXPECT_NE(ha.launch(0).rank(), hb.launch(0).rank());
   EXPECT_EQ(ha.launch(0).world_size(), 2);
   EXPECT_EQ(ha.launch(0).trainer().model(), "vit-micro");
+  // Each worker holds one rank, so its local slots are just that rank's slot.
+  EXPECT_THAT(ha.launch(0).local_slots(), ::testing::ElementsAre(ha.launch(0).slot()));
 
   Heartbeat("a", ea, {Exited(ha.launch(0), 0)});
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED);

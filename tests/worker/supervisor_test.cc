@@ -1,5 +1,7 @@
 #include "worker/supervisor.h"
 
+#include "worker/device_probe.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -199,6 +201,21 @@ TEST(SupervisorCgroupTest, RankProcessesJoinTheAttemptGroupAndStoppingEmptiesIt)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_FALSE(Alive(helper)) << "the escaped helper survived the job";
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(DeviceProbeTest, CountsNvidiaGpuDirectories) {
+  testing::TempDir root;
+  EXPECT_EQ(CountNvidiaGpus(root.path()), 0) << "no driver: no GPUs";
+  for (const char* bus : {"0000:17:00.0", "0000:65:00.0"}) {
+    std::filesystem::create_directories(root.path() + "/proc/driver/nvidia/gpus/" + bus);
+  }
+  EXPECT_EQ(CountNvidiaGpus(root.path()), 2);
 }
 
 }  // namespace
