@@ -90,6 +90,7 @@ absl::Status JobManager::Recover() {
     }
     job.kill_sent.assign(job.ranks.size(), false);
     job.queued_at = absl::FromUnixMillis(job.record.updated_unix_ms);
+    ASSIGN_OR_RETURN(job.events, store_->ListEvents(job.record.id));
     if (job.record.state == v1::JOB_STATE_SCHEDULED) {
       rendezvous_.Open(job.record.id, job.record.attempt, LocalRanks(job.ranks));
       job.placed_at = clock_->Now();
@@ -134,6 +135,8 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
       ActiveJob job;
       job.record = std::move(stored);
       job.queued_at = clock_->Now();
+      job.events.push_back(JobEvent{id, job.record.created_unix_ms, v1::JOB_STATE_UNSPECIFIED,
+                                    v1::JOB_STATE_QUEUED, job.record.reason});
       jobs_.emplace(id, std::move(job));
       spdlog::info("job {} ({}) queued: world size {}", id, spec.name(), spec.world_size());
       ScheduleLocked();
@@ -173,11 +176,8 @@ tessera::v1::Job JobManager::ToProto(const JobRecord& record,
 }
 
 absl::StatusOr<v1::Job> JobManager::GetJob(int64_t job_id) {
-  writer_->Flush();
-  absl::StatusOr<std::vector<JobEvent>> events = store_->ListEvents(job_id);
-  auto add_events = [&events](v1::Job& job) {
-    if (!events.ok()) return;
-    for (const JobEvent& e : *events) {
+  auto add_events = [](const std::vector<JobEvent>& events, v1::Job& job) {
+    for (const JobEvent& e : events) {
       v1::JobEvent* p = job.add_events();
       p->set_unix_ms(e.unix_ms);
       p->set_from_state(e.from_state);
@@ -186,14 +186,16 @@ absl::StatusOr<v1::Job> JobManager::GetJob(int64_t job_id) {
     }
   };
   {
+    // Active jobs are answered from memory: no disk I/O on the status path.
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) {
       v1::Job job = ToProto(it->second.record, it->second.ranks);
-      add_events(job);
+      add_events(it->second.events, job);
       return job;
     }
   }
+  writer_->Flush();
   absl::StatusOr<JobRecord> record = store_->GetJob(job_id);
   if (absl::IsNotFound(record.status())) {
     return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
@@ -204,7 +206,8 @@ absl::StatusOr<v1::Job> JobManager::GetJob(int64_t job_id) {
     ASSIGN_OR_RETURN(ranks, store_->GetRanks(job_id, record->attempt));
   }
   v1::Job job = ToProto(*record, ranks);
-  add_events(job);
+  ASSIGN_OR_RETURN(std::vector<JobEvent> events, store_->ListEvents(job_id));
+  add_events(events, job);
   return job;
 }
 
@@ -563,11 +566,15 @@ void JobManager::ReapLocked() {
 void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason) {
   spdlog::info("job {} {} -> {}: {}", job.record.id, StateName(job.record.state),
                StateName(to), reason);
+  const int64_t now = NowMs();
+  if (to != job.record.state) {
+    job.events.push_back(JobEvent{job.record.id, now, job.record.state, to, reason});
+  }
   job.record.state = to;
   job.record.reason = std::move(reason);
   if (to == v1::JOB_STATE_QUEUED) job.queued_at = clock_->Now();
   if (to != v1::JOB_STATE_QUEUED) job.record.pending_reason.clear();
-  job.record.updated_unix_ms = NowMs();
+  job.record.updated_unix_ms = now;
   writer_->UpdateJob(job.record);
 }
 

@@ -121,6 +121,7 @@ class JobManager {
     std::vector<RankRecord> previous;
     absl::Time placed_at;           // when the current attempt was placed
     absl::Time queued_at;           // when it last entered QUEUED
+    std::vector<JobEvent> events;   // as stored, so status reads need no disk I/O
   };
   struct WorkerState {
     WorkerRecord record;
