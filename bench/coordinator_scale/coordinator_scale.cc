@@ -22,6 +22,7 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "spdlog/spdlog.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 
 namespace {
@@ -48,7 +49,8 @@ double Percentile(std::vector<double> v, double p) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main() {
+  spdlog::set_level(spdlog::level::warn);  // the coordinator's per-job lines would drown the figures
   const int kWorkers = 1000;
   const int kClients = 16;  // client connections / threads
   std::string dir = std::filesystem::temp_directory_path() /

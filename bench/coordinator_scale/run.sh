@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/build.sh >/dev/null
-build/bench/coordinator_scale 2> >(grep -v '\] \[info\]' >&2)
+build/bench/coordinator_scale
