@@ -211,16 +211,25 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   if (job.ranks_size() == 0) return out;
 
   Table ranks(
-      {"RANK", "WORKER", "SLOT", "STATE", "PID", "EXIT", "PARAM_HASH", "TEST_ACCURACY"});
+      {"RANK", "WORKER", "SLOT", "STATE", "PID", "EXIT", "PARAM_HASH", "TEST_ACCURACY",
+       "EXIT_REASON"});
   for (const v1::RankStatus& rank : job.ranks()) {
     ranks.AddRow(
         {absl::StrCat(rank.rank()), rank.worker().empty() ? "-" : rank.worker(),
          absl::StrCat(rank.slot()), rank.state().empty() ? "-" : rank.state(),
          rank.pid() > 0 ? absl::StrCat(rank.pid()) : "-", ExitCell(rank),
          rank.has_result() && !rank.param_hash().empty() ? rank.param_hash() : "-",
-         rank.has_result() ? FormatPercent(rank.test_accuracy()) : "-"});
+         rank.has_result() ? FormatPercent(rank.test_accuracy()) : "-",
+         rank.exit_reason().empty() ? "-" : Sanitize(rank.exit_reason())});
   }
-  return absl::StrCat(out, "\n", ranks.Render());
+  out = absl::StrCat(out, "\n", ranks.Render());
+  if (job.events_size() == 0) return out;
+  Table events({"TIME", "STATE", "REASON"});
+  for (const v1::JobEvent& e : job.events()) {
+    events.AddRow({LocalTime(e.unix_ms(), ctx), JobStateName(e.to_state()),
+                   e.reason().empty() ? "-" : Sanitize(e.reason())});
+  }
+  return absl::StrCat(out, "\n", events.Render());
 }
 
 std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
@@ -301,7 +310,18 @@ json JobToJson(const v1::Job& job, bool include_spec_yaml) {
          {"exit_code", r.exit_code()},
          {"signal", r.signal()},
          {"param_hash", r.has_result() ? json(r.param_hash()) : json(nullptr)},
-         {"test_accuracy", r.has_result() ? json(r.test_accuracy()) : json(nullptr)}});
+         {"test_accuracy", r.has_result() ? json(r.test_accuracy()) : json(nullptr)},
+         {"exit_reason", r.exit_reason()}});
+  }
+  json events = json::array();
+  for (const v1::JobEvent& e : job.events()) {
+    events.push_back({{"time", Rfc3339(e.unix_ms())},
+                      {"unix_ms", e.unix_ms()},
+                      {"from", e.from_state() == v1::JOB_STATE_UNSPECIFIED
+                                   ? json(nullptr)
+                                   : json(JobStateName(e.from_state()))},
+                      {"to", JobStateName(e.to_state())},
+                      {"reason", e.reason()}});
   }
   json out = {{"id", job.id()},
               {"name", job.name()},
@@ -315,6 +335,7 @@ json JobToJson(const v1::Job& job, bool include_spec_yaml) {
               {"updated", Rfc3339(job.updated_unix_ms())},
               {"updated_unix_ms", job.updated_unix_ms()},
               {"ranks", std::move(ranks)},
+              {"events", std::move(events)},
               {"spec", ProtoToJson(job.spec())}};
   if (include_spec_yaml) out["spec_yaml"] = job.spec_yaml();
   return out;

@@ -412,6 +412,39 @@ TEST_F(TessctlTest, StatusJsonHasTopLevelStateAndRanks) {
   EXPECT_TRUE(j["ranks"][1]["test_accuracy"].is_null());
 }
 
+TEST_F(TessctlTest, StatusShowsTransitionsAndExitReasons) {
+  v1::Job job = MakeJob(8, "failing", v1::JOB_STATE_FAILED);
+  job.set_attempt(1);
+  AddRank(job, 0, false, 0);
+  job.mutable_ranks(0)->set_exit_reason("worker node-0 declared dead (no heartbeat for 16s)");
+  v1::JobEvent* queued = job.add_events();
+  queued->set_unix_ms(1714564800000);
+  queued->set_to_state(v1::JOB_STATE_QUEUED);
+  queued->set_reason("submitted");
+  v1::JobEvent* failed = job.add_events();
+  failed->set_unix_ms(1714564860000);
+  failed->set_from_state(v1::JOB_STATE_QUEUED);
+  failed->set_to_state(v1::JOB_STATE_FAILED);
+  failed->set_reason("rank 0 lost");
+  service_.AddJob(job);
+
+  ASSERT_EQ(RunStatus({.job_id = 8, .format = OutputFormat::kJson}, *client_, out_, err_),
+            kExitOk);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  ASSERT_EQ(j["events"].size(), 2u);
+  EXPECT_TRUE(j["events"][0]["from"].is_null());
+  EXPECT_EQ(j["events"][1]["from"], "QUEUED");
+  EXPECT_EQ(j["events"][1]["to"], "FAILED");
+  EXPECT_EQ(j["events"][1]["reason"], "rank 0 lost");
+  EXPECT_EQ(j["ranks"][0]["exit_reason"], "worker node-0 declared dead (no heartbeat for 16s)");
+
+  out_.str("");
+  ASSERT_EQ(RunStatus({.job_id = 8, .format = OutputFormat::kTable}, *client_, out_, err_),
+            kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("declared dead"));
+  EXPECT_THAT(out_.str(), HasSubstr("rank 0 lost"));
+}
+
 TEST_F(TessctlTest, StatusTableShowsFieldsAndRankRows) {
   v1::Job job = MakeJob(7, "demo", v1::JOB_STATE_FAILED);
   job.set_reason("rank 1 exited with code 3");
