@@ -132,6 +132,39 @@ class FakeJobService final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+                         v1::CancelJobResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request->job_id());
+    if (it == jobs_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such job");
+    if (it->second.state() == v1::JOB_STATE_SUCCEEDED) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("job ", it->first, " already ended: SUCCEEDED"));
+    }
+    it->second.set_state(v1::JOB_STATE_CANCELLED);
+    response->set_state(v1::JOB_STATE_CANCELLED);
+    return grpc::Status::OK;
+  }
+
+  // Serves `log_` in pieces of at most 4 bytes; complete once all was read.
+  grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest* request,
+                       v1::GetLogsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    if (!jobs_.contains(request->job_id())) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such job");
+    }
+    const size_t offset = std::min<size_t>(request->offset(), log_.size());
+    response->set_data(log_.substr(offset, 4));
+    response->set_next_offset(offset + response->data().size());
+    response->set_attempt(1);
+    response->set_complete(response->data().empty());
+    return grpc::Status::OK;
+  }
+  void SetLog(std::string log) {
+    absl::MutexLock lock(&mu_);
+    log_ = std::move(log);
+  }
+
   void AddJob(const v1::Job& job) {
     absl::MutexLock lock(&mu_);
     jobs_[job.id()] = job;
@@ -186,6 +219,7 @@ class FakeJobService final : public v1::JobService::Service {
   std::vector<v1::Worker> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SubmitJobRequest> submits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::GetMetricsRequest> metrics_requests_ ABSL_GUARDED_BY(mu_);
+  std::string log_ ABSL_GUARDED_BY(mu_);
 };
 
 v1::Job MakeJob(int64_t id, const std::string& name, v1::JobState state) {
@@ -410,6 +444,25 @@ TEST_F(TessctlTest, StatusJsonHasTopLevelStateAndRanks) {
   EXPECT_EQ(j["ranks"][0]["worker"], "node-0");
   EXPECT_DOUBLE_EQ(j["ranks"][0]["test_accuracy"].get<double>(), 0.8412);
   EXPECT_TRUE(j["ranks"][1]["test_accuracy"].is_null());
+}
+
+TEST_F(TessctlTest, CancelRecordsCancelledAndRefusesFinishedJobs) {
+  service_.AddJob(MakeJob(3, "running", v1::JOB_STATE_RUNNING));
+  service_.AddJob(MakeJob(4, "done", v1::JOB_STATE_SUCCEEDED));
+  EXPECT_EQ(RunCancel({.job_id = 3}, *client_, out_, err_), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("job 3 CANCELLED"));
+  EXPECT_EQ(RunCancel({.job_id = 4}, *client_, out_, err_), kExitFailed);
+  EXPECT_THAT(err_.str(), HasSubstr("already ended"));
+  EXPECT_EQ(RunCancel({.job_id = 99}, *client_, out_, err_), kExitNotFound);
+}
+
+TEST_F(TessctlTest, LogsFollowPrintsTheWholeLogUntilComplete) {
+  service_.AddJob(MakeJob(5, "logged", v1::JOB_STATE_SUCCEEDED));
+  service_.SetLog("step 10 loss 0.5\nstep 20 loss 0.4\n");
+  LogsOptions options{.job_id = 5, .rank = 0, .follow = true,
+                      .poll_interval = absl::Milliseconds(1)};
+  EXPECT_EQ(RunLogs(options, *client_, out_, err_), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "step 10 loss 0.5\nstep 20 loss 0.4\n");
 }
 
 TEST_F(TessctlTest, StatusShowsTransitionsAndExitReasons) {
