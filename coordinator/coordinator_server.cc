@@ -14,7 +14,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const CoordinatorOptions& options, const Clock* clock) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   if (clock == nullptr) clock = &s->real_clock_;
-  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(options.db_path));
+  SqliteStore::Options store_options;
+  store_options.max_size_bytes = options.db_max_bytes;
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store,
+                   SqliteStore::Open(options.db_path, store_options));
   s->store_ = std::move(store);
   s->writer_ = std::make_unique<StoreWriter>(s->store_.get());
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), s->writer_.get(), clock,
@@ -29,6 +32,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // Without this, gRPC sets SO_REUSEPORT and a second coordinator could bind
   // the same port silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Keepalive: notice dead peers (a worker whose host vanished) within ~30 s
+  // even on idle connections, and let clients ping as often as every 10 s.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   if (!options.listen.empty()) {
@@ -59,9 +69,19 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   absl::Notification* stop = &s->stop_monitor_;
   const absl::Duration interval = options.monitor_interval;
   std::function<void()> on_tick = options.on_tick;
-  s->monitor_ = std::thread([manager, stop, interval, on_tick] {
+  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  s->monitor_ = std::thread([manager, stop, interval, on_tick, health] {
+    bool serving = true;
     while (!stop->WaitForNotificationWithTimeout(interval)) {
       manager->Tick();
+      // NOT_SERVING while the store rejects writes, so load balancers and
+      // operators see it; SERVING again once a write goes through.
+      const bool healthy = manager->StoreHealthy();
+      if (health != nullptr && healthy != serving) {
+        health->SetServingStatus(healthy);
+        serving = healthy;
+        if (!healthy) spdlog::error("store is failing writes; health is NOT_SERVING");
+      }
       if (on_tick) on_tick();
     }
   });

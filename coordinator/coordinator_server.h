@@ -35,6 +35,9 @@ struct CoordinatorOptions {
   std::string http;
   // HTTP worker threads.
   int http_threads = 8;
+  // Largest size the database may grow to (0: no limit); past it writes fail as
+  // on a full disk.
+  int64_t db_max_bytes = 0;
   // SQLite database file; ":memory:" keeps everything in memory.
   std::string db_path = "tessera.db";
   // How often the monitor thread runs JobManager::Tick (liveness, timeouts).

@@ -124,7 +124,14 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
   record.created_unix_ms = NowMs();
   record.updated_unix_ms = record.created_unix_ms;
   // Durable before acknowledged: the store commits before we answer.
-  ASSIGN_OR_RETURN(int64_t id, store_->CreateJob(record));
+  absl::StatusOr<int64_t> created = store_->CreateJob(record);
+  if (absl::IsResourceExhausted(created.status()) || absl::IsInternal(created.status()) ||
+      absl::IsDataLoss(created.status())) {
+    // The store cannot take writes (full disk, I/O error): the client retries.
+    return absl::UnavailableError(
+        absl::StrCat("job not stored, try again: ", created.status().message()));
+  }
+  ASSIGN_OR_RETURN(int64_t id, std::move(created));
   record.id = id;
 
   absl::MutexLock lock(&mu_);

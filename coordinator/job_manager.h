@@ -107,6 +107,9 @@ class JobManager {
   // rendezvous timed out.
   void Tick();
 
+  // Whether the store takes writes (false while the disk is full or failing).
+  bool StoreHealthy() const { return writer_->healthy(); }
+
   // Fails every waiting rendezvous with Unavailable so that the RPC server can
   // shut down; trainers retry against the restarted coordinator.
   void Shutdown();

@@ -31,6 +31,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--http", options.http, "dashboard/API listen address HOST:PORT")->capture_default_str();
   app.add_option("--db", options.db_path, "SQLite database file")->capture_default_str();
+  app.add_option("--db-max-bytes", options.db_max_bytes,
+                 "cap on the database size; past it writes fail as on a full disk (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--port-file", port_file, "write the bound gRPC port to this file once serving");
   app.add_option("--max-world-size", options.manager.spec_limits.max_world_size,
                  "largest world size accepted at submit")

@@ -509,6 +509,8 @@ absl::Status SqliteStore::Configure(const std::string& path, const Options& opti
           "cannot use WAL journal mode for ", path, ": SQLite chose '", mode, "'"));
     }
     RETURN_IF_ERROR(pragma("PRAGMA synchronous = NORMAL").status());
+    is_file_ = true;
+    sync_full_ = false;
   }
   if (options.max_size_bytes > 0) {
     ASSIGN_OR_RETURN(std::string page_size, pragma("PRAGMA page_size"));
@@ -571,6 +573,15 @@ absl::StatusOr<sqlite3_stmt*> SqliteStore::Prepare(const char* sql) {
   return result;
 }
 
+absl::Status SqliteStore::SetDurability(bool full) {
+  if (!is_file_ || sync_full_ == full) return absl::OkStatus();
+  int rc = sqlite3_exec(db_.get(), full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
+                        nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(db_.get(), rc, "PRAGMA synchronous");
+  sync_full_ = full;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SqliteStore::Transaction> SqliteStore::Begin(bool write) {
   ASSIGN_OR_RETURN(sqlite3_stmt * begin, Prepare(write ? kBeginWrite : kBeginRead));
   ASSIGN_OR_RETURN(sqlite3_stmt * commit, Prepare(kCommit));
@@ -586,6 +597,7 @@ absl::StatusOr<int64_t> SqliteStore::CreateJob(const JobRecord& job) {
     return absl::InvalidArgumentError("job spec cannot be serialized");
   }
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
   sqlite3* db = db_.get();
   ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
   if (!job.client_request_id.empty()) {
@@ -650,6 +662,7 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListActiveJobs() {
 absl::Status SqliteStore::UpdateJob(const JobRecord& job) {
   ASSIGN_OR_RETURN(std::string state, StateText(job.state));
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
   sqlite3* db = db_.get();
   ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
   std::string old_state;
@@ -707,6 +720,7 @@ absl::StatusOr<std::vector<JobEvent>> SqliteStore::ListEvents(int64_t job_id) {
 
 absl::Status SqliteStore::UpsertWorker(const WorkerRecord& worker) {
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
   ASSIGN_OR_RETURN(sqlite3_stmt * upsert, Prepare(kUpsertWorker));
   // One statement: SQLite's implicit transaction makes it atomic.
   return Statement(db_.get(), upsert)
@@ -729,6 +743,7 @@ absl::StatusOr<std::vector<WorkerRecord>> SqliteStore::ListWorkers() {
 absl::Status SqliteStore::PutRanks(const std::vector<RankRecord>& ranks) {
   if (ranks.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
   ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
   {
     ASSIGN_OR_RETURN(sqlite3_stmt * put, Prepare(kPutRank));
@@ -767,6 +782,7 @@ absl::StatusOr<std::vector<RankRecord>> SqliteStore::GetRanks(int64_t job_id,
 absl::Status SqliteStore::AppendLog(const LogChunk& chunk) {
   if (chunk.data.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/false));
   ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
   {
     ASSIGN_OR_RETURN(sqlite3_stmt * end_stmt, Prepare(kLogEnd));
@@ -831,6 +847,7 @@ absl::StatusOr<std::string> SqliteStore::ReadLog(int64_t job_id, int32_t attempt
 absl::Status SqliteStore::AppendMetrics(const std::vector<MetricRow>& rows) {
   if (rows.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/false));
   ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
   {
     ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertMetric));
@@ -882,6 +899,16 @@ absl::StatusOr<std::string> SqliteStore::JournalMode() {
   ASSIGN_OR_RETURN(bool found, row.Step());
   if (!found) return absl::InternalError("journal_mode query returned no row");
   return row.Bytes(0);
+}
+
+absl::StatusOr<int> SqliteStore::SynchronousLevel() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db_.get(), "PRAGMA synchronous", -1, &raw, nullptr);
+  StatementHandle stmt(raw);
+  if (rc != SQLITE_OK) return SqliteError(db_.get(), rc, "PRAGMA synchronous");
+  if (sqlite3_step(raw) != SQLITE_ROW) return absl::InternalError("no synchronous row");
+  return sqlite3_column_int(raw, 0);
 }
 
 }  // namespace tessera

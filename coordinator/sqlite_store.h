@@ -95,6 +95,9 @@ class SqliteStore : public Store {
   // SQLite's journal mode for the database: "wal" for a file, "memory" for
   // ":memory:".
   absl::StatusOr<std::string> JournalMode();
+  // PRAGMA synchronous as it stands after the last write: 2 (FULL) after job
+  // state, 1 (NORMAL) after metrics or logs.
+  absl::StatusOr<int> SynchronousLevel();
 
  private:
   struct DbCloser {
@@ -114,6 +117,10 @@ class SqliteStore : public Store {
   // Applies every migration newer than the database's version, all in one
   // transaction.
   absl::Status Migrate(int up_to_version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Job state (jobs, events, ranks, workers) commits with synchronous=FULL, so
+  // an acknowledged job survives power loss; metrics and logs with NORMAL, which
+  // in WAL mode can lose only the last commits on power loss, never corrupt.
+  absl::Status SetDurability(bool full) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Begins a transaction: a write transaction takes the database's write lock up
   // front (BEGIN IMMEDIATE) so it never fails half-way on a lock upgrade.
   absl::StatusOr<Transaction> Begin(bool write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -126,6 +133,8 @@ class SqliteStore : public Store {
   DbHandle db_ ABSL_GUARDED_BY(mu_);
   // Declared after db_ so that statements are finalized before it closes.
   std::map<const char*, StatementHandle> statements_ ABSL_GUARDED_BY(mu_);
+  bool is_file_ ABSL_GUARDED_BY(mu_) = false;    // WAL file database (not :memory:)
+  bool sync_full_ ABSL_GUARDED_BY(mu_) = false;  // current PRAGMA synchronous is FULL
 };
 
 }  // namespace tessera

@@ -1,8 +1,11 @@
 #include "coordinator/store_writer.h"
 
 #include "spdlog/spdlog.h"
+#include <algorithm>
+#include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 
 namespace tessera {
@@ -30,10 +33,10 @@ void StoreWriter::AppendMetrics(std::vector<MetricRow> rows, Done done) {
   Enqueue(std::move(rows), std::move(done));
 }
 
-void StoreWriter::Flush() {
-  absl::Notification applied;
-  Enqueue(Barrier{}, [&applied](absl::Status) { applied.Notify(); });
-  applied.WaitForNotification();
+bool StoreWriter::Flush(absl::Duration timeout) {
+  auto applied = std::make_shared<absl::Notification>();
+  Enqueue(Barrier{}, [applied](absl::Status) { applied->Notify(); });
+  return applied->WaitForNotificationWithTimeout(timeout);
 }
 
 int64_t StoreWriter::failed_writes() const {
@@ -41,12 +44,29 @@ int64_t StoreWriter::failed_writes() const {
   return failed_writes_;
 }
 
+bool StoreWriter::healthy() const {
+  absl::MutexLock lock(&mu_);
+  return healthy_;
+}
+
+namespace {
+
+// Failures of the store itself (full disk, I/O), as opposed to a bad write.
+bool StoreFailure(const absl::Status& s) {
+  return absl::IsResourceExhausted(s) || absl::IsUnavailable(s) || absl::IsInternal(s) ||
+         absl::IsDataLoss(s);
+}
+
+}  // namespace
+
 void StoreWriter::Enqueue(Payload payload, Done done) {
   absl::MutexLock lock(&mu_);
   queue_.push_back(Op{std::move(payload), std::move(done)});
 }
 
 void StoreWriter::Run() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  int retries_while_stopping = 0;
   for (;;) {
     std::vector<Op> batch;
     {
@@ -62,11 +82,28 @@ void StoreWriter::Run() {
         queue_.pop_front();
       }
     }
-    Apply(batch);
+    std::vector<Op> retry = Apply(batch);
+    if (retry.empty()) {
+      backoff = absl::Milliseconds(100);
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    if (stop_ && ++retries_while_stopping > 20) {
+      spdlog::error("store still failing at shutdown; {} state writes not stored",
+                    retry.size());
+      for (Op& op : retry) {
+        if (op.done) op.done(absl::UnavailableError("store unavailable at shutdown"));
+      }
+      continue;
+    }
+    // Back in front of anything newer, so writes keep their order.
+    for (auto it = retry.rbegin(); it != retry.rend(); ++it) queue_.push_front(std::move(*it));
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(5));
   }
 }
 
-void StoreWriter::Apply(std::vector<Op>& batch) {
+std::vector<StoreWriter::Op> StoreWriter::Apply(std::vector<Op>& batch) {
   std::vector<absl::Status> results(batch.size());
   size_t i = 0;
   while (i < batch.size()) {
@@ -97,17 +134,31 @@ void StoreWriter::Apply(std::vector<Op>& batch) {
     ++i;
   }
   int64_t failures = 0;
+  bool store_failed = false;
+  std::vector<Op> retry;
   for (size_t k = 0; k < batch.size(); ++k) {
-    if (!results[k].ok()) {
+    const absl::Status& s = results[k];
+    if (!s.ok()) {
       ++failures;
-      spdlog::error("store write failed: {}", results[k].ToString());
+      store_failed |= StoreFailure(s);
+      spdlog::error("store write failed: {}", s.ToString());
     }
-    if (batch[k].done) batch[k].done(results[k]);
+    const bool is_metrics = std::holds_alternative<std::vector<MetricRow>>(batch[k].payload);
+    if (!s.ok() && StoreFailure(s) && !is_metrics &&
+        !std::holds_alternative<Barrier>(batch[k].payload)) {
+      retry.push_back(std::move(batch[k]));  // job state is never dropped
+      continue;
+    }
+    if (batch[k].done) {
+      batch[k].done(s.ok() || !StoreFailure(s)
+                        ? s
+                        : absl::UnavailableError(absl::StrCat("store unavailable: ", s.message())));
+    }
   }
-  if (failures > 0) {
-    absl::MutexLock lock(&mu_);
-    failed_writes_ += failures;
-  }
+  absl::MutexLock lock(&mu_);
+  failed_writes_ += failures;
+  healthy_ = !store_failed;
+  return retry;
 }
 
 }  // namespace tessera

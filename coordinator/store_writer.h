@@ -7,6 +7,11 @@
 // callback, run on the writer thread after the write committed (or failed), so an
 // RPC can be acknowledged only once its data is durable.
 //
+// When the store fails (disk full, I/O error), job-state writes are kept and
+// retried in order with backoff, so no state change is lost; metric batches
+// fail back to their senders with Unavailable, who retry. healthy() reports
+// whether the last write went through, for the gRPC health service.
+//
 // Thread-safety: all methods are safe from any thread. Callbacks must not call
 // back into the StoreWriter's Flush().
 #ifndef TESSERA_COORDINATOR_STORE_WRITER_H_
@@ -21,6 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/store.h"
 
 namespace tessera {
@@ -42,11 +48,14 @@ class StoreWriter {
   void UpsertWorker(WorkerRecord worker, Done done = nullptr);
   void AppendMetrics(std::vector<MetricRow> rows, Done done = nullptr);
 
-  // Blocks until every write enqueued before the call has been applied.
-  void Flush();
+  // Blocks until every write enqueued before the call has been applied, or
+  // until `timeout` passes (the store may be failing); returns whether it was.
+  bool Flush(absl::Duration timeout = absl::Seconds(5));
 
   // Number of writes that failed since start; the last failure is logged.
   int64_t failed_writes() const;
+  // False from a failed write until the next successful one.
+  bool healthy() const;
 
  private:
   struct Barrier {};
@@ -59,7 +68,8 @@ class StoreWriter {
 
   void Enqueue(Payload payload, Done done);
   void Run();
-  void Apply(std::vector<Op>& batch);
+  // Applies the batch; returns the state writes that must be retried, in order.
+  std::vector<Op> Apply(std::vector<Op>& batch);
 
   Store* const store_;  // Not owned.
 
@@ -67,6 +77,7 @@ class StoreWriter {
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t failed_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool healthy_ ABSL_GUARDED_BY(mu_) = true;
 
   std::thread thread_;  // Last: starts after every other member exists.
 };

@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
 
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetMaxReceiveMessageSize(16 * 1024 * 1024);
   auto channel = grpc::CreateCustomChannel(options.coordinator,
                                            grpc::InsecureChannelCredentials(), args);
   tessera::PosixLauncher launcher;

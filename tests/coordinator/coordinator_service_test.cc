@@ -9,7 +9,9 @@
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
+#include "health.grpc.pb.h"
 #include "tessera/v1/tessera.grpc.pb.h"
+#include "tests/testing/test_util.h"
 
 namespace tessera {
 namespace {
@@ -321,6 +323,88 @@ TEST_F(CoordinatorServiceTest, ReportedMetricsAreStoredOnceAndReadBack) {
   ASSERT_EQ(resp.points_size(), 2);
   EXPECT_EQ(resp.points(0).step(), 20);
   EXPECT_DOUBLE_EQ(resp.points(1).value(), 1.0 / 30);
+}
+
+TEST(CoordinatorDiskFullTest, FullStoreTurnsHealthNotServingAndSubmitsUnavailable) {
+  testing::TempDir dir;
+  CoordinatorOptions options;
+  options.listen = "";
+  options.db_path = dir.File("small.db");
+  options.db_max_bytes = 256 * 1024;
+  options.monitor_interval = absl::Milliseconds(20);
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = (*server)->InProcessChannel();
+  auto jobs = v1::JobService::NewStub(channel);
+  auto trainers = v1::TrainerService::NewStub(channel);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  auto status = [&health] {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    EXPECT_TRUE(health->Check(&ctx, req, &resp).ok());
+    return resp.status();
+  };
+  EXPECT_EQ(status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  {
+    auto workers = v1::WorkerService::NewStub(channel);
+    grpc::ClientContext ctx;
+    v1::RegisterWorkerRequest req;
+    req.set_name("a");
+    req.set_slots(1);
+    v1::RegisterWorkerResponse resp;
+    ASSERT_TRUE(workers->RegisterWorker(&ctx, req, &resp).ok());
+  }
+
+  int64_t id = 0;
+  {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec(1);
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(jobs->SubmitJob(&ctx, req, &resp).ok());
+    id = resp.job_id();
+  }
+  // Fill the database with metrics until it refuses them.
+  grpc::Status last;
+  for (int batch = 0; batch < 200 && last.ok(); ++batch) {
+    v1::ReportMetricsRequest req;
+    req.set_job_id(id);
+    req.set_attempt(1);
+    req.set_rank(0);
+    for (int i = 0; i < 1000; ++i) {
+      v1::MetricPoint* p = req.add_points();
+      p->set_step(batch * 1000 + i);
+      p->set_name("a_rather_long_metric_name_to_fill_pages");
+      p->set_value(i);
+    }
+    grpc::ClientContext ctx;
+    v1::ReportMetricsResponse resp;
+    last = trainers->ReportMetrics(&ctx, req, &resp);
+  }
+  ASSERT_FALSE(last.ok()) << "the size cap never took effect";
+  EXPECT_EQ(last.error_code(), grpc::StatusCode::UNAVAILABLE) << last.error_message();
+
+  grpc::health::v1::HealthCheckResponse::ServingStatus seen = status();
+  for (int i = 0; i < 200 && seen != grpc::health::v1::HealthCheckResponse::NOT_SERVING; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    seen = status();
+  }
+  EXPECT_EQ(seen, grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+
+  // New jobs are refused with a retryable code; reads still work.
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec(1, "while-full");
+  req.set_spec_yaml(std::string(32 * 1024, '#'));
+  v1::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status refused = jobs->SubmitJob(&ctx, req, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  grpc::ClientContext get_ctx;
+  v1::GetJobRequest get;
+  get.set_job_id(id);
+  v1::GetJobResponse got;
+  EXPECT_TRUE(jobs->GetJob(&get_ctx, get, &got).ok());
 }
 
 }  // namespace

@@ -734,6 +734,20 @@ TEST_F(SqliteStoreFileTest, MigratesAVersionOneDatabaseKeepingItsData) {
   EXPECT_THAT((*store)->AppendLog(LogChunk{id, 1, 0, 0, "x"}), IsOk());
 }
 
+TEST_F(SqliteStoreFileTest, JobStateCommitsFullySyncedAndMetricsNormally) {
+  auto store = SqliteStore::Open(DbPath());
+  ASSERT_THAT(store, IsOk());
+  absl::StatusOr<int64_t> id = (*store)->CreateJob(MakeJob("durable", ""));
+  ASSERT_THAT(id, IsOk());
+  EXPECT_EQ(*(*store)->SynchronousLevel(), 2) << "job state needs synchronous=FULL";
+  MetricRow row;
+  row.job_id = *id;
+  row.step = 1;
+  row.name = "loss";
+  ASSERT_THAT((*store)->AppendMetrics({row}), IsOk());
+  EXPECT_EQ(*(*store)->SynchronousLevel(), 1) << "metrics batch with synchronous=NORMAL";
+}
+
 TEST_F(SqliteStoreFileTest, DataSurvivesReopen) {
   int64_t id = 0;
   {
