@@ -856,6 +856,7 @@ absl::StatusOr<v1::GetLogsResponse> JobManager::GetLogs(const v1::GetLogsRequest
     }
   }
   if (!job_active) {
+    writer_->Flush();  // the job's last state change may still be queued
     absl::StatusOr<JobRecord> record = store_->GetJob(request.job_id());
     if (absl::IsNotFound(record.status())) {
       return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
