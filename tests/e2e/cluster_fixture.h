@@ -51,12 +51,13 @@ class ClusterTest : public ::testing::Test {
     jobs_ = v1::JobService::NewStub(channel_);
   }
 
-  void StartWorker(const std::string& name, int port) {
-    auto w = ChildProcess::Start(
-        {testing::BinDir() + "/tessera-worker", "--coordinator",
-         absl::StrCat("127.0.0.1:", port), "--name", name, "--cpu-slots", "1", "--work-dir",
-         dir_.File("work-" + name), "--kill-grace-ms", "3000"},
-        dir_.File(name + ".log"));
+  void StartWorker(const std::string& name, int port, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {testing::BinDir() + "/tessera-worker", "--coordinator",
+                                     absl::StrCat("127.0.0.1:", port), "--name", name,
+                                     "--cpu-slots", "1", "--work-dir",
+                                     dir_.File("work-" + name), "--kill-grace-ms", "3000"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto w = ChildProcess::Start(argv, dir_.File(name + ".log"));
     ASSERT_TRUE(w.ok()) << w.status();
     workers_.push_back(std::move(*w));
   }

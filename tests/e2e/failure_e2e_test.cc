@@ -3,6 +3,7 @@
 // coordinator killed and restarted mid-job.
 #include <signal.h>
 
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -180,6 +181,79 @@ TEST_F(FailureTest, CoordinatorKilledMidJobRestartsAndJobCompletesWithoutLostSte
     EXPECT_EQ(loss_steps[rank], expected) << "rank " << rank;
   }
   EXPECT_EQ(loss_rows, 2 * steps / every);
+}
+
+TEST_F(FailureTest, RankThatNeverJoinsTimesOutRendezvousNamingIt) {
+  StartCoordinator(0, {"--rendezvous-timeout-ms", "4000"});
+  // w2's "trainer" starts but never reaches the rendezvous.
+  const std::string stuck = dir_.File("stuck-trainer");
+  {
+    std::ofstream script(stuck);
+    script << "#!/bin/sh\nexec sleep 600\n";
+  }
+  std::filesystem::permissions(stuck, std::filesystem::perms::owner_all);
+  StartWorker("w1", port_);
+  StartWorker("w2", port_, {"--trainer", stuck});
+  WaitForWorkers(2);
+  const int64_t id = Submit(LongJob());
+  v1::Job job = WaitForEnd(id, absl::Minutes(1));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("never joined"));
+  EXPECT_THAT(job.reason(), HasSubstr("on w2"));
+  // The rank that did join is released and exits; the stuck one is stopped.
+  EXPECT_TRUE(NoTrainersWithin(id, absl::Seconds(15)));
+  bool stuck_gone = false;
+  for (int i = 0; i < 150 && !stuck_gone; ++i) {
+    stuck_gone = testing::FindProcesses({"sleep", "600"}).empty();
+    if (!stuck_gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(stuck_gone) << "the rank that never joined was not stopped";
+}
+
+TEST_F(FailureTest, KilledTrainerRestartsAsNewAttemptFromCheckpointWhenAllowed) {
+  StartCluster();
+  const std::string yaml = absl::StrCat(R"(name: e2e-restart
+world_size: 2
+max_restarts: 1
+trainer:
+  model: vit-micro
+  dataset: synthetic
+  epochs: 1
+  max_steps: 200
+  batch_size: 16
+  train_subset: 4096
+  test_subset: 64
+  metrics_every: 5
+  checkpoint_every: 20
+  checkpoint_dir: )",
+                                        dir_.File("ckpt"), "\n");
+  const int64_t id = Submit(yaml);
+  WaitForTraining(id, 2, absl::Minutes(2));
+  // Let a checkpoint land, then kill rank 1.
+  const absl::Time until = absl::Now() + absl::Minutes(1);
+  while (absl::Now() < until && !std::filesystem::exists(dir_.File("ckpt/latest"))) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.attempt(), 1);
+  ASSERT_EQ(kill(job.ranks(1).pid(), SIGKILL), 0);
+
+  job = WaitForEnd(id, absl::Minutes(3));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason() << "\n" << DumpLogs();
+  EXPECT_EQ(job.attempt(), 2);
+  std::vector<v1::JobState> states;
+  for (const auto& e : job.events()) states.push_back(e.to_state());
+  EXPECT_THAT(states, ::testing::Contains(v1::JOB_STATE_QUEUED).Times(2));
+  // Attempt 2 resumed: its first reported step is past the checkpoint, not 5.
+  int64_t first_step_of_attempt_2 = -1;
+  for (const auto& p : Metrics(id)) {
+    if (p.attempt() == 2 && p.name() == "loss" &&
+        (first_step_of_attempt_2 < 0 || p.step() < first_step_of_attempt_2)) {
+      first_step_of_attempt_2 = p.step();
+    }
+  }
+  EXPECT_GT(first_step_of_attempt_2, 5) << "attempt 2 started from scratch";
+  EXPECT_TRUE(NoTrainersWithin(id, absl::Seconds(10)));
 }
 
 }  // namespace
