@@ -63,6 +63,23 @@ TEST(JobSpecTest, ExampleSpecParsesAndValidates) {
   EXPECT_FALSE(spec->trainer().has_allreduce());
 }
 
+TEST(JobSpecTest, EveryExampleSpecParsesAndValidates) {
+  std::filesystem::path root =
+      std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  if (const char* dir = std::getenv("TESSERA_SOURCE_DIR"); dir != nullptr) root = dir;
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(root / "examples")) {
+    if (entry.path().extension() != ".yaml") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(text.str(), SpecLimits{});
+    EXPECT_TRUE(spec.ok()) << entry.path() << ": " << spec.status();
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+}
+
 TEST(JobSpecTest, MalformedYamlReportsLineAndColumn) {
   absl::Status s = ParseJobSpec("name: demo\ntrainer:\n  model: [vit\n").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
