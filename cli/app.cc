@@ -121,14 +121,16 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
 
   LogsOptions logs;
   CLI::App* logs_cmd = app.add_subcommand(
-      "logs", "Print a rank's captured stdout and stderr (kept after its worker is gone)");
+      "logs",
+      "Print a rank's captured stdout and stderr (kept after its worker is gone)");
   AddJobId(logs_cmd, &logs.job_id);
   logs_cmd->add_option("--rank", logs.rank, "Rank whose log to print")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   logs_cmd->add_option("--attempt", logs.attempt, "Attempt (default: the current one)")
       ->check(CLI::NonNegativeNumber);
-  logs_cmd->add_flag("-f,--follow", logs.follow, "Keep printing until the rank's log ends");
+  logs_cmd->add_flag("-f,--follow", logs.follow,
+                     "Keep printing until the rank's log ends");
   logs_cmd->footer(Footer("  tessctl logs 3\n  tessctl logs 3 --rank 1 -f"));
 
   MetricsOptions metrics;

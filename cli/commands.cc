@@ -310,8 +310,8 @@ int RunWait(const WaitOptions& options, CoordinatorClient& client, std::ostream&
         absl::StatusOr<std::vector<v1::MetricPoint>> points =
             FetchMetrics(client, options.job_id, last_step > 0 ? last_step - 1 : -1, "");
         if (points.ok()) {
-          if (std::optional<StepSummary> newer =
-                  SummarizeLatestStep(*points, job->attempt(), job->spec().world_size())) {
+          if (std::optional<StepSummary> newer = SummarizeLatestStep(
+                  *points, job->attempt(), job->spec().world_size())) {
             summary = newer;
             last_step = newer->step;
           }

@@ -210,9 +210,8 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   std::string out = fields.Render();
   if (job.ranks_size() == 0) return out;
 
-  Table ranks(
-      {"RANK", "WORKER", "SLOT", "STATE", "PID", "EXIT", "PARAM_HASH", "TEST_ACCURACY",
-       "EXIT_REASON"});
+  Table ranks({"RANK", "WORKER", "SLOT", "STATE", "PID", "EXIT", "PARAM_HASH",
+               "TEST_ACCURACY", "EXIT_REASON"});
   for (const v1::RankStatus& rank : job.ranks()) {
     ranks.AddRow(
         {absl::StrCat(rank.rank()), rank.worker().empty() ? "-" : rank.worker(),

@@ -118,7 +118,7 @@ struct StepSummary {
   double mean_loss = 0;       // mean of "loss" over those ranks
   double images_per_sec = 0;  // sum of "images_per_sec" over ranks at this step
   bool has_images_per_sec = false;
-  double epoch = -1;          // max "epoch" (fractional) at this step; -1 if none
+  double epoch = -1;  // max "epoch" (fractional) at this step; -1 if none
 };
 
 // The newest step of `attempt` with a loss among `points`, or nullopt. With

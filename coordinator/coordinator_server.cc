@@ -37,12 +37,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             10000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   if (!options.listen.empty()) {
-    builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+    builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                             &s->port_);
   }
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->worker_service_.get());
@@ -50,9 +52,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || (!options.listen.empty() && s->port_ == 0)) {
     s->shut_down_ = true;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot listen on ", options.listen,
-        ": the address is in use or not available on this host"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot listen on ", options.listen,
+                     ": the address is in use or not available on this host"));
   }
   if (!options.http.empty()) {
     s->http_api_ = std::make_unique<HttpApi>(s->manager_.get());
@@ -63,7 +65,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       return http.status();
     }
     s->http_ = std::move(*http);
-    spdlog::info("coordinator serving HTTP on {} (port {})", options.http, s->http_->port());
+    spdlog::info("coordinator serving HTTP on {} (port {})", options.http,
+                 s->http_->port());
   }
   JobManager* manager = s->manager_.get();
   absl::Notification* stop = &s->stop_monitor_;

@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   s->server_->set_default_headers(
       {{"Content-Security-Policy",
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"},
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action "
+        "'none'"},
        {"X-Content-Type-Options", "nosniff"},
        {"Referrer-Policy", "no-referrer"}});
   auto handler = [api](const httplib::Request& req, httplib::Response& res) {

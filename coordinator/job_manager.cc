@@ -142,10 +142,12 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
       ActiveJob job;
       job.record = std::move(stored);
       job.queued_at = clock_->Now();
-      job.events.push_back(JobEvent{id, job.record.created_unix_ms, v1::JOB_STATE_UNSPECIFIED,
-                                    v1::JOB_STATE_QUEUED, job.record.reason});
+      job.events.push_back(JobEvent{id, job.record.created_unix_ms,
+                                    v1::JOB_STATE_UNSPECIFIED, v1::JOB_STATE_QUEUED,
+                                    job.record.reason});
       jobs_.emplace(id, std::move(job));
-      spdlog::info("job {} ({}) queued: world size {}", id, spec.name(), spec.world_size());
+      spdlog::info("job {} ({}) queued: world size {}", id, spec.name(),
+                   spec.world_size());
       ScheduleLocked();
     }
   }
@@ -337,8 +339,9 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     }
     WorkerRecord& worker = wit->second.record;
     if (request.epoch() != worker.epoch || wit->second.dead) {
-      return absl::AbortedError(absl::StrCat("stale epoch ", request.epoch(), " for worker ",
-                                             request.name(), "; current is ", worker.epoch));
+      return absl::AbortedError(absl::StrCat("stale epoch ", request.epoch(),
+                                             " for worker ", request.name(),
+                                             "; current is ", worker.epoch));
     }
     worker.last_seen_unix_ms = NowMs();
     writer_->UpsertWorker(worker);
@@ -350,8 +353,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
       key.set_attempt(lr.attempt());
       key.set_rank(lr.rank());
       auto jit = jobs_.find(lr.job_id());
-      const bool current = jit != jobs_.end() && jit->second.record.attempt == lr.attempt() &&
-                           lr.rank() >= 0 &&
+      const bool current = jit != jobs_.end() &&
+                           jit->second.record.attempt == lr.attempt() && lr.rank() >= 0 &&
                            lr.rank() < static_cast<int32_t>(jit->second.ranks.size()) &&
                            jit->second.ranks[lr.rank()].worker == request.name();
       if (!current) {
@@ -369,9 +372,10 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
           }
           *response.add_acknowledged_exits() = key;
         } else {
-          spdlog::warn("worker {} runs job {} attempt {} rank {}, which is not current; "
-                       "stopping it",
-                       request.name(), lr.job_id(), lr.attempt(), lr.rank());
+          spdlog::warn(
+              "worker {} runs job {} attempt {} rank {}, which is not current; "
+              "stopping it",
+              request.name(), lr.job_id(), lr.attempt(), lr.rank());
           *response.add_kill() = key;
         }
         continue;
@@ -385,7 +389,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
           rank.exit_code = lr.exit_code();
           rank.signal = lr.signal();
           rank.exit_reason = ExitText(rank);
-          if (job.kill_sent[lr.rank()]) absl::StrAppend(&rank.exit_reason, " after a stop order");
+          if (job.kill_sent[lr.rank()])
+            absl::StrAppend(&rank.exit_reason, " after a stop order");
           writer_->PutRanks({rank});
           spdlog::info("job {} attempt {} rank {} {}", job.record.id, job.record.attempt,
                        rank.rank, rank.exit_reason);
@@ -405,7 +410,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
 
     // Orders for this worker: launches not yet seen running, stops not yet done.
     std::set<std::pair<int64_t, int32_t>> reported;
-    for (const v1::LocalRank& lr : request.ranks()) reported.insert({lr.job_id(), lr.rank()});
+    for (const v1::LocalRank& lr : request.ranks())
+      reported.insert({lr.job_id(), lr.rank()});
     for (auto& [id, job] : jobs_) {
       const std::vector<int32_t> local_ranks = LocalRanks(job.ranks);
       for (size_t r = 0; r < job.ranks.size(); ++r) {
@@ -430,7 +436,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
           }
           *l->mutable_trainer() = job.record.spec.trainer();
           // A restarted attempt continues from the job's latest checkpoint.
-          if (job.record.attempt > 1 && !job.record.spec.trainer().checkpoint_dir().empty()) {
+          if (job.record.attempt > 1 &&
+              !job.record.spec.trainer().checkpoint_dir().empty()) {
             l->mutable_trainer()->set_resume(true);
           }
         }
@@ -454,8 +461,9 @@ void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) 
     if (!ExitedCleanly(r)) all_clean = false;
   }
   if (failed != nullptr) {
-    FailAttemptLocked(job, absl::StrCat("rank ", failed->rank, " on ", failed->worker, " ",
-                                        failed->exit_reason),
+    FailAttemptLocked(job,
+                      absl::StrCat("rank ", failed->rank, " on ", failed->worker, " ",
+                                   failed->exit_reason),
                       releases);
     return;
   }
@@ -500,7 +508,8 @@ void JobManager::DeclareDeadLocked(WorkerState& worker, Rendezvous::Releases* re
   writer_->UpsertWorker(worker.record);
   const std::string why = absl::StrCat(
       "worker ", worker.record.name, " declared dead (no heartbeat for ",
-      absl::FormatDuration(clock_->Now() - absl::FromUnixMillis(worker.record.last_seen_unix_ms)),
+      absl::FormatDuration(clock_->Now() -
+                           absl::FromUnixMillis(worker.record.last_seen_unix_ms)),
       ")");
   spdlog::warn("{}", why);
   for (auto& [id, job] : jobs_) {
@@ -527,9 +536,8 @@ void JobManager::Tick() {
     const absl::Time now = clock_->Now();
     bool changed = false;
     for (auto& [name, worker] : workers_) {
-      if (!worker.dead &&
-          now - absl::FromUnixMillis(worker.record.last_seen_unix_ms) >
-              options_.worker_dead_after) {
+      if (!worker.dead && now - absl::FromUnixMillis(worker.record.last_seen_unix_ms) >
+                              options_.worker_dead_after) {
         DeclareDeadLocked(worker, &releases);
         changed = true;
       }
@@ -543,13 +551,15 @@ void JobManager::Tick() {
           rendezvous_.Missing(id, job.record.attempt);
       std::string who;
       for (int32_t r : missing.value_or(std::vector<int32_t>{})) {
-        absl::StrAppend(&who, who.empty() ? "" : ", ", r, " (on ", job.ranks[r].worker, ")");
+        absl::StrAppend(&who, who.empty() ? "" : ", ", r, " (on ", job.ranks[r].worker,
+                        ")");
       }
-      FailAttemptLocked(job,
-                        absl::StrCat("rendezvous timed out after ",
-                                     absl::FormatDuration(options_.rendezvous_timeout),
-                                     ": rank(s) ", who.empty() ? "?" : who, " never joined"),
-                        &releases);
+      FailAttemptLocked(
+          job,
+          absl::StrCat("rendezvous timed out after ",
+                       absl::FormatDuration(options_.rendezvous_timeout), ": rank(s) ",
+                       who.empty() ? "?" : who, " never joined"),
+          &releases);
       changed = true;
     }
     if (changed) {
@@ -590,15 +600,15 @@ void JobManager::ScheduleLocked() {
   for (const auto& [id, job] : jobs_) {
     if (job.record.state == v1::JOB_STATE_QUEUED) {
       const v1::JobSpec& spec = job.record.spec;
-      queue.push_back(PendingJob{
-          .job_id = id,
-          .world_size = spec.world_size(),
-          .priority = spec.priority(),
-          .queued_since = job.queued_at,
-          .policy = spec.placement() == "spread" ? PlacementPolicy::kSpread
-                                                 : PlacementPolicy::kPack,
-          .nodes = spec.nodes(),
-          .per_node = spec.per_node()});
+      queue.push_back(PendingJob{.job_id = id,
+                                 .world_size = spec.world_size(),
+                                 .priority = spec.priority(),
+                                 .queued_since = job.queued_at,
+                                 .policy = spec.placement() == "spread"
+                                               ? PlacementPolicy::kSpread
+                                               : PlacementPolicy::kPack,
+                                 .nodes = spec.nodes(),
+                                 .per_node = spec.per_node()});
     }
   }
   if (queue.empty()) return;
@@ -611,11 +621,12 @@ void JobManager::ScheduleLocked() {
   }
   std::vector<WorkerInventory> inventory;
   for (const auto& [name, w] : workers_) {
-    inventory.push_back(WorkerInventory{name, w.record.slots, used[name],
-                                        WorkerAlive(w.record)});
+    inventory.push_back(
+        WorkerInventory{name, w.record.slots, used[name], WorkerAlive(w.record)});
   }
-  ScheduleResult result = Schedule(queue, inventory, clock_->Now(),
-                                   SchedulerOptions{.reserve_after = options_.reserve_after});
+  ScheduleResult result =
+      Schedule(queue, inventory, clock_->Now(),
+               SchedulerOptions{.reserve_after = options_.reserve_after});
   for (const Placement& placement : result.placements) {
     ActiveJob& job = jobs_.at(placement.job_id);
     job.record.attempt += 1;
@@ -667,7 +678,8 @@ void JobManager::Rendezvous(
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(request.job_id());
     if (it == jobs_.end()) {
-      status = absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active"));
+      status =
+          absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active"));
     } else if (it->second.record.attempt != request.attempt()) {
       status = absl::AbortedError(absl::StrCat("attempt ", request.attempt(),
                                                " is stale; current is ",
@@ -704,9 +716,8 @@ void JobManager::Rendezvous(
 void JobManager::ReportMetrics(const v1::ReportMetricsRequest& request,
                                std::function<void(absl::Status)> done) {
   if (request.points_size() > options_.max_points_per_report) {
-    done(absl::InvalidArgumentError(absl::StrCat("at most ",
-                                                 options_.max_points_per_report,
-                                                 " points per report")));
+    done(absl::InvalidArgumentError(
+        absl::StrCat("at most ", options_.max_points_per_report, " points per report")));
     return;
   }
   std::vector<MetricRow> rows;
@@ -716,8 +727,8 @@ void JobManager::ReportMetrics(const v1::ReportMetricsRequest& request,
       done(absl::InvalidArgumentError("metric name: must be 1-128 characters"));
       return;
     }
-    rows.push_back(MetricRow{request.job_id(), request.attempt(), request.rank(), p.step(),
-                             p.name(), p.value(), p.unix_ms()});
+    rows.push_back(MetricRow{request.job_id(), request.attempt(), request.rank(),
+                             p.step(), p.name(), p.value(), p.unix_ms()});
   }
   {
     absl::MutexLock lock(&mu_);
@@ -726,9 +737,10 @@ void JobManager::ReportMetrics(const v1::ReportMetricsRequest& request,
       done(absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active")));
       return;
     }
-    if (request.rank() < 0 || request.rank() >= static_cast<int32_t>(it->second.ranks.size())) {
-      done(absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
-                                                   " is outside the job")));
+    if (request.rank() < 0 ||
+        request.rank() >= static_cast<int32_t>(it->second.ranks.size())) {
+      done(absl::InvalidArgumentError(
+          absl::StrCat("rank ", request.rank(), " is outside the job")));
       return;
     }
     // Enqueued under the lock so the rows are ordered with the job's state changes.
@@ -750,8 +762,8 @@ absl::Status JobManager::ReportResult(const v1::ReportResultRequest& request) {
     return absl::AbortedError(absl::StrCat("attempt ", request.attempt(), " is stale"));
   }
   if (request.rank() < 0 || request.rank() >= static_cast<int32_t>(job.ranks.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
-                                                   " is outside the job"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), " is outside the job"));
   }
   RankRecord& rank = job.ranks[request.rank()];
   rank.has_result = true;
@@ -808,7 +820,8 @@ absl::StatusOr<v1::JobState> JobManager::CancelJob(int64_t job_id) {
       absl::StrCat("job ", job_id, " already ended: ", StateName(*ended)));
 }
 
-absl::StatusOr<v1::ShipLogsResponse> JobManager::ShipLogs(const v1::ShipLogsRequest& request) {
+absl::StatusOr<v1::ShipLogsResponse> JobManager::ShipLogs(
+    const v1::ShipLogsRequest& request) {
   if (request.data().size() > 4 * 1024 * 1024) {
     return absl::InvalidArgumentError("log chunk larger than 4 MiB");
   }
@@ -837,7 +850,8 @@ absl::StatusOr<v1::ShipLogsResponse> JobManager::ShipLogs(const v1::ShipLogsRequ
   return response;
 }
 
-absl::StatusOr<v1::GetLogsResponse> JobManager::GetLogs(const v1::GetLogsRequest& request) {
+absl::StatusOr<v1::GetLogsResponse> JobManager::GetLogs(
+    const v1::GetLogsRequest& request) {
   int32_t attempt = request.attempt();
   bool job_active = false;
   bool rank_exited = false;
@@ -891,7 +905,8 @@ void JobManager::Shutdown() {
   Rendezvous::Releases releases;
   {
     absl::MutexLock lock(&mu_);
-    releases = rendezvous_.CloseAll(absl::UnavailableError("coordinator is shutting down"));
+    releases =
+        rendezvous_.CloseAll(absl::UnavailableError("coordinator is shutting down"));
   }
   RunReleases(releases);
 }

@@ -17,8 +17,8 @@
 #include <functional>
 #include <map>
 #include <set>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -85,8 +85,9 @@ class JobManager {
 
   // Answers through `done` once every rank of the attempt has joined, or at
   // once with an error for a bad request.
-  void Rendezvous(const tessera::v1::RendezvousRequest& request,
-                  std::function<void(absl::StatusOr<tessera::v1::RendezvousResponse>)> done);
+  void Rendezvous(
+      const tessera::v1::RendezvousRequest& request,
+      std::function<void(absl::StatusOr<tessera::v1::RendezvousResponse>)> done);
   // Calls `done` once the points are durable (or with the error).
   void ReportMetrics(const tessera::v1::ReportMetricsRequest& request,
                      std::function<void(absl::Status)> done);
@@ -122,9 +123,9 @@ class JobManager {
     // Ranks of earlier attempts still running (being stopped); their slots stay
     // taken until their workers report them gone.
     std::vector<RankRecord> previous;
-    absl::Time placed_at;           // when the current attempt was placed
-    absl::Time queued_at;           // when it last entered QUEUED
-    std::vector<JobEvent> events;   // as stored, so status reads need no disk I/O
+    absl::Time placed_at;          // when the current attempt was placed
+    absl::Time queued_at;          // when it last entered QUEUED
+    std::vector<JobEvent> events;  // as stored, so status reads need no disk I/O
   };
   struct WorkerState {
     WorkerRecord record;
@@ -143,7 +144,8 @@ class JobManager {
   // Ends the current attempt: stops its ranks, then restarts the job (back to
   // QUEUED for a new attempt) if restarts are left, else marks it FAILED.
   void FailAttemptLocked(ActiveJob& job, const std::string& reason,
-                         Rendezvous::Releases* releases) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeclareDeadLocked(WorkerState& worker, Rendezvous::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops finished jobs whose ranks have all exited.

@@ -6,10 +6,11 @@ namespace tessera {
 
 namespace v1 = ::tessera::v1;
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
+                                       const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
-  absl::StatusOr<int64_t> id =
-      manager_->Submit(request->spec(), request->spec_yaml(), request->client_request_id());
+  absl::StatusOr<int64_t> id = manager_->Submit(request->spec(), request->spec_yaml(),
+                                                request->client_request_id());
   if (!id.ok()) return ToGrpcStatus(id.status());
   response->set_job_id(*id);
   return grpc::Status::OK;
@@ -23,7 +24,8 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRe
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*,
+                                    const v1::GetJobRequest* request,
                                     v1::GetJobResponse* response) {
   absl::StatusOr<v1::Job> job = manager_->GetJob(request->job_id());
   if (!job.ok()) return ToGrpcStatus(job.status());
@@ -40,13 +42,15 @@ grpc::Status JobServiceImpl::GetMetrics(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext*,
+                                         const v1::ListWorkersRequest*,
                                          v1::ListWorkersResponse* response) {
   for (auto& w : manager_->ListWorkers()) *response->add_workers() = std::move(w);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
+                                       const v1::CancelJobRequest* request,
                                        v1::CancelJobResponse* response) {
   absl::StatusOr<v1::JobState> state = manager_->CancelJob(request->job_id());
   if (!state.ok()) return ToGrpcStatus(state.status());
@@ -54,7 +58,8 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJob
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext*, const v1::GetLogsRequest* request,
+grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext*,
+                                     const v1::GetLogsRequest* request,
                                      v1::GetLogsResponse* response) {
   absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(*request);
   if (!logs.ok()) return ToGrpcStatus(logs.status());

@@ -20,7 +20,8 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
   grpc::Status ListJobs(grpc::ServerContext* context,
                         const tessera::v1::ListJobsRequest* request,
                         tessera::v1::ListJobsResponse* response) override;
-  grpc::Status GetJob(grpc::ServerContext* context, const tessera::v1::GetJobRequest* request,
+  grpc::Status GetJob(grpc::ServerContext* context,
+                      const tessera::v1::GetJobRequest* request,
                       tessera::v1::GetJobResponse* response) override;
   grpc::Status GetMetrics(grpc::ServerContext* context,
                           const tessera::v1::GetMetricsRequest* request,
@@ -31,7 +32,8 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
   grpc::Status CancelJob(grpc::ServerContext* context,
                          const tessera::v1::CancelJobRequest* request,
                          tessera::v1::CancelJobResponse* response) override;
-  grpc::Status GetLogs(grpc::ServerContext* context, const tessera::v1::GetLogsRequest* request,
+  grpc::Status GetLogs(grpc::ServerContext* context,
+                       const tessera::v1::GetLogsRequest* request,
                        tessera::v1::GetLogsResponse* response) override;
 
  private:

@@ -1,11 +1,11 @@
 // tessera-coordinator: flags -> Options, wiring, signals. No logic here.
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <string>
-
-#include <pthread.h>
 
 #include "CLI/CLI.hpp"
 #include "coordinator/common/service_notify.h"
@@ -25,17 +25,22 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera-coordinator: schedules data-parallel training jobs onto workers"};
   app.footer(
       "Example:\n"
-      "  tessera-coordinator --listen 0.0.0.0:50051 --http 127.0.0.1:8080 --db /var/lib/tessera/tessera.db\n"
+      "  tessera-coordinator --listen 0.0.0.0:50051 --http 127.0.0.1:8080 --db "
+      "/var/lib/tessera/tessera.db\n"
       "Stops cleanly on SIGTERM or SIGINT.");
-  app.add_option("--listen", options.listen, "gRPC listen address HOST:PORT (port 0: any free port)")
+  app.add_option("--listen", options.listen,
+                 "gRPC listen address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
-  app.add_option("--http", options.http, "dashboard/API listen address HOST:PORT")->capture_default_str();
+  app.add_option("--http", options.http, "dashboard/API listen address HOST:PORT")
+      ->capture_default_str();
   app.add_option("--db", options.db_path, "SQLite database file")->capture_default_str();
-  app.add_option("--db-max-bytes", options.db_max_bytes,
-                 "cap on the database size; past it writes fail as on a full disk (0: none)")
+  app.add_option(
+         "--db-max-bytes", options.db_max_bytes,
+         "cap on the database size; past it writes fail as on a full disk (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--port-file", port_file, "write the bound gRPC port to this file once serving");
+  app.add_option("--port-file", port_file,
+                 "write the bound gRPC port to this file once serving");
   app.add_option("--max-world-size", options.manager.spec_limits.max_world_size,
                  "largest world size accepted at submit")
       ->capture_default_str()

@@ -76,7 +76,8 @@ Rendezvous::Releases Rendezvous::Close(int64_t job_id, int32_t attempt,
 Rendezvous::Releases Rendezvous::CloseAll(const absl::Status& reason) {
   Releases releases;
   for (auto& [key, round] : rounds_) {
-    for (auto& [r, waiter] : round.waiters) releases.emplace_back(std::move(waiter), reason);
+    for (auto& [r, waiter] : round.waiters)
+      releases.emplace_back(std::move(waiter), reason);
   }
   rounds_.clear();
   return releases;

@@ -48,8 +48,8 @@ class Rendezvous {
   // completes the round, or the replaced waiter's when the rank joined before.
   // Sets `*completed` when this join completed the round.
   absl::Status Join(int64_t job_id, int32_t attempt, int32_t rank,
-                    const std::string& bootstrap, const std::string& backend,
-                    Callback cb, Releases* releases, bool* completed);
+                    const std::string& bootstrap, const std::string& backend, Callback cb,
+                    Releases* releases, bool* completed);
 
   // Ends the round, failing every waiter with `reason`. No-op if not open.
   Releases Close(int64_t job_id, int32_t attempt, const absl::Status& reason);

@@ -81,7 +81,8 @@ std::optional<std::vector<int32_t>> Shape(const PendingJob& job,
 
 // Whether the job could ever fit the alive workers as registered.
 std::optional<std::string> NeverFits(const PendingJob& job,
-                                     const std::vector<FreeSlots>& free, int64_t registered) {
+                                     const std::vector<FreeSlots>& free,
+                                     int64_t registered) {
   if (registered < job.world_size) {
     return absl::StrCat("needs ", job.world_size, " slots; ", registered, " registered");
   }
@@ -109,8 +110,8 @@ std::optional<std::string> InvalidShape(const PendingJob& job) {
                         ") must equal world size ", job.world_size);
   }
   if (job.nodes > 0 && job.world_size % job.nodes != 0) {
-    return absl::StrCat("world size ", job.world_size, " does not divide into ", job.nodes,
-                        " nodes");
+    return absl::StrCat("world size ", job.world_size, " does not divide into ",
+                        job.nodes, " nodes");
   }
   if (job.per_node > 0 && job.world_size % job.per_node != 0) {
     return absl::StrCat("world size ", job.world_size, " is not a multiple of per_node ",
@@ -138,10 +139,11 @@ ScheduleResult Schedule(const std::vector<PendingJob>& queue_in,
   }
 
   std::vector<PendingJob> queue = queue_in;
-  std::stable_sort(queue.begin(), queue.end(), [](const PendingJob& a, const PendingJob& b) {
-    if (a.priority != b.priority) return a.priority > b.priority;
-    return a.queued_since < b.queued_since;
-  });
+  std::stable_sort(queue.begin(), queue.end(),
+                   [](const PendingJob& a, const PendingJob& b) {
+                     if (a.priority != b.priority) return a.priority > b.priority;
+                     return a.queued_since < b.queued_since;
+                   });
 
   ScheduleResult result;
   std::optional<int64_t> holder;  // a starving job that holds the queue

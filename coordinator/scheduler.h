@@ -37,7 +37,7 @@ enum class PlacementPolicy { kPack, kSpread };
 struct PendingJob {
   int64_t job_id = 0;
   int32_t world_size = 0;
-  int32_t priority = 0;                           // higher runs first
+  int32_t priority = 0;                            // higher runs first
   absl::Time queued_since = absl::InfinitePast();  // FIFO within a priority
   PlacementPolicy policy = PlacementPolicy::kPack;
   int32_t nodes = 0;     // exact number of workers; 0: any

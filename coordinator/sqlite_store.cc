@@ -575,8 +575,9 @@ absl::StatusOr<sqlite3_stmt*> SqliteStore::Prepare(const char* sql) {
 
 absl::Status SqliteStore::SetDurability(bool full) {
   if (!is_file_ || sync_full_ == full) return absl::OkStatus();
-  int rc = sqlite3_exec(db_.get(), full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
-                        nullptr, nullptr, nullptr);
+  int rc = sqlite3_exec(
+      db_.get(), full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
+      nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) return SqliteError(db_.get(), rc, "PRAGMA synchronous");
   sync_full_ = full;
   return absl::OkStatus();
@@ -791,9 +792,9 @@ absl::Status SqliteStore::AppendLog(const LogChunk& chunk) {
     ASSIGN_OR_RETURN(bool row, end.Step());
     const int64_t stored_end = row ? end.Int(0) : 0;
     if (chunk.offset > stored_end) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "log chunk at offset ", chunk.offset, " leaves a gap; stored log ends at ",
-          stored_end));
+      return absl::FailedPreconditionError(
+          absl::StrCat("log chunk at offset ", chunk.offset,
+                       " leaves a gap; stored log ends at ", stored_end));
     }
     if (chunk.offset + static_cast<int64_t>(chunk.data.size()) <= stored_end) {
       return absl::OkStatus();  // already stored (a retried chunk)
@@ -812,7 +813,8 @@ absl::Status SqliteStore::AppendLog(const LogChunk& chunk) {
   return txn.Commit();
 }
 
-absl::StatusOr<int64_t> SqliteStore::LogEnd(int64_t job_id, int32_t attempt, int32_t rank) {
+absl::StatusOr<int64_t> SqliteStore::LogEnd(int64_t job_id, int32_t attempt,
+                                            int32_t rank) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(sqlite3_stmt * end_stmt, Prepare(kLogEnd));
   Statement end(db_.get(), end_stmt);

@@ -136,10 +136,12 @@ class Store {
   // stored end, which would leave a gap.
   virtual absl::Status AppendLog(const LogChunk& chunk) = 0;
   // The stored length of a rank's log (0 when none).
-  virtual absl::StatusOr<int64_t> LogEnd(int64_t job_id, int32_t attempt, int32_t rank) = 0;
+  virtual absl::StatusOr<int64_t> LogEnd(int64_t job_id, int32_t attempt,
+                                         int32_t rank) = 0;
   // Up to `max_bytes` of a rank's log starting at `from_offset`.
-  virtual absl::StatusOr<std::string> ReadLog(int64_t job_id, int32_t attempt, int32_t rank,
-                                              int64_t from_offset, int64_t max_bytes) = 0;
+  virtual absl::StatusOr<std::string> ReadLog(int64_t job_id, int32_t attempt,
+                                              int32_t rank, int64_t from_offset,
+                                              int64_t max_bytes) = 0;
 
   // Appends metric rows in one transaction. Rows with a (job, attempt, rank,
   // step, name) key already stored are ignored, so a retried report never

@@ -1,12 +1,12 @@
 #include "coordinator/store_writer.h"
 
-#include "spdlog/spdlog.h"
 #include <algorithm>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 
@@ -97,7 +97,8 @@ void StoreWriter::Run() {
       continue;
     }
     // Back in front of anything newer, so writes keep their order.
-    for (auto it = retry.rbegin(); it != retry.rend(); ++it) queue_.push_front(std::move(*it));
+    for (auto it = retry.rbegin(); it != retry.rend(); ++it)
+      queue_.push_front(std::move(*it));
     mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff);
     backoff = std::min(backoff * 2, absl::Seconds(5));
   }
@@ -143,16 +144,18 @@ std::vector<StoreWriter::Op> StoreWriter::Apply(std::vector<Op>& batch) {
       store_failed |= StoreFailure(s);
       spdlog::error("store write failed: {}", s.ToString());
     }
-    const bool is_metrics = std::holds_alternative<std::vector<MetricRow>>(batch[k].payload);
+    const bool is_metrics =
+        std::holds_alternative<std::vector<MetricRow>>(batch[k].payload);
     if (!s.ok() && StoreFailure(s) && !is_metrics &&
         !std::holds_alternative<Barrier>(batch[k].payload)) {
       retry.push_back(std::move(batch[k]));  // job state is never dropped
       continue;
     }
     if (batch[k].done) {
-      batch[k].done(s.ok() || !StoreFailure(s)
-                        ? s
-                        : absl::UnavailableError(absl::StrCat("store unavailable: ", s.message())));
+      batch[k].done(
+          s.ok() || !StoreFailure(s)
+              ? s
+              : absl::UnavailableError(absl::StrCat("store unavailable: ", s.message())));
     }
   }
   absl::MutexLock lock(&mu_);

@@ -6,20 +6,20 @@ namespace tessera {
 
 namespace v1 = ::tessera::v1;
 
-grpc::ServerUnaryReactor* TrainerServiceImpl::Rendezvous(grpc::CallbackServerContext* context,
-                                                         const v1::RendezvousRequest* request,
-                                                         v1::RendezvousResponse* response) {
+grpc::ServerUnaryReactor* TrainerServiceImpl::Rendezvous(
+    grpc::CallbackServerContext* context, const v1::RendezvousRequest* request,
+    v1::RendezvousResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The reactor stays valid until Finish, so the callback may outlive this frame.
-  manager_->Rendezvous(*request,
-                       [reactor, response](absl::StatusOr<v1::RendezvousResponse> result) {
-                         if (!result.ok()) {
-                           reactor->Finish(ToGrpcStatus(result.status()));
-                           return;
-                         }
-                         *response = std::move(*result);
-                         reactor->Finish(grpc::Status::OK);
-                       });
+  manager_->Rendezvous(
+      *request, [reactor, response](absl::StatusOr<v1::RendezvousResponse> result) {
+        if (!result.ok()) {
+          reactor->Finish(ToGrpcStatus(result.status()));
+          return;
+        }
+        *response = std::move(*result);
+        reactor->Finish(grpc::Status::OK);
+      });
   return reactor;
 }
 
@@ -33,9 +33,9 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::ReportMetrics(
   return reactor;
 }
 
-grpc::ServerUnaryReactor* TrainerServiceImpl::ReportResult(grpc::CallbackServerContext* context,
-                                                           const v1::ReportResultRequest* request,
-                                                           v1::ReportResultResponse*) {
+grpc::ServerUnaryReactor* TrainerServiceImpl::ReportResult(
+    grpc::CallbackServerContext* context, const v1::ReportResultRequest* request,
+    v1::ReportResultResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(manager_->ReportResult(*request)));
   return reactor;

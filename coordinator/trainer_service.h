@@ -17,15 +17,17 @@ class TrainerServiceImpl final : public tessera::v1::TrainerService::CallbackSer
  public:
   explicit TrainerServiceImpl(JobManager* manager) : manager_(manager) {}
 
-  grpc::ServerUnaryReactor* Rendezvous(grpc::CallbackServerContext* context,
-                                       const tessera::v1::RendezvousRequest* request,
-                                       tessera::v1::RendezvousResponse* response) override;
-  grpc::ServerUnaryReactor* ReportMetrics(grpc::CallbackServerContext* context,
-                                          const tessera::v1::ReportMetricsRequest* request,
-                                          tessera::v1::ReportMetricsResponse* response) override;
-  grpc::ServerUnaryReactor* ReportResult(grpc::CallbackServerContext* context,
-                                         const tessera::v1::ReportResultRequest* request,
-                                         tessera::v1::ReportResultResponse* response) override;
+  grpc::ServerUnaryReactor* Rendezvous(
+      grpc::CallbackServerContext* context, const tessera::v1::RendezvousRequest* request,
+      tessera::v1::RendezvousResponse* response) override;
+  grpc::ServerUnaryReactor* ReportMetrics(
+      grpc::CallbackServerContext* context,
+      const tessera::v1::ReportMetricsRequest* request,
+      tessera::v1::ReportMetricsResponse* response) override;
+  grpc::ServerUnaryReactor* ReportResult(
+      grpc::CallbackServerContext* context,
+      const tessera::v1::ReportResultRequest* request,
+      tessera::v1::ReportResultResponse* response) override;
 
  private:
   JobManager* const manager_;  // Not owned.

@@ -24,7 +24,8 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::ShipLogs(grpc::ServerContext*, const v1::ShipLogsRequest* request,
+grpc::Status WorkerServiceImpl::ShipLogs(grpc::ServerContext*,
+                                         const v1::ShipLogsRequest* request,
                                          v1::ShipLogsResponse* response) {
   absl::StatusOr<v1::ShipLogsResponse> result = manager_->ShipLogs(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());

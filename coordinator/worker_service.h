@@ -20,7 +20,8 @@ class WorkerServiceImpl final : public tessera::v1::WorkerService::Service {
   grpc::Status Heartbeat(grpc::ServerContext* context,
                          const tessera::v1::HeartbeatRequest* request,
                          tessera::v1::HeartbeatResponse* response) override;
-  grpc::Status ShipLogs(grpc::ServerContext* context, const tessera::v1::ShipLogsRequest* request,
+  grpc::Status ShipLogs(grpc::ServerContext* context,
+                        const tessera::v1::ShipLogsRequest* request,
                         tessera::v1::ShipLogsResponse* response) override;
 
  private:

@@ -40,7 +40,8 @@ absl::Status MakeDir(const std::string& path) {
 
 std::optional<std::string> FindCgroup2Mount(const std::string& mountinfo) {
   for (absl::string_view line : absl::StrSplit(mountinfo, '\n', absl::SkipEmpty())) {
-    // "<id> <parent> <maj:min> <root> <mount point> <opts> ... - <fstype> <source> <opts>"
+    // "<id> <parent> <maj:min> <root> <mount point> <opts> ... - <fstype> <source>
+    // <opts>"
     std::vector<absl::string_view> halves = absl::StrSplit(line, " - ");
     if (halves.size() != 2) continue;
     std::vector<absl::string_view> tail = absl::StrSplit(halves[1], ' ');
@@ -53,13 +54,15 @@ std::optional<std::string> FindCgroup2Mount(const std::string& mountinfo) {
 }
 
 std::string OwnCgroupPath(const std::string& proc_self_cgroup) {
-  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipEmpty())) {
+  for (absl::string_view line :
+       absl::StrSplit(proc_self_cgroup, '\n', absl::SkipEmpty())) {
     if (absl::StartsWith(line, "0::")) return std::string(line.substr(3));
   }
   return "/";
 }
 
-absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::Create(const std::string& worker_name) {
+absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::Create(
+    const std::string& worker_name) {
   std::optional<std::string> mount = FindCgroup2Mount(Slurp("/proc/self/mountinfo"));
   if (!mount) return absl::UnavailableError("no cgroup2 filesystem is mounted");
   std::string own = OwnCgroupPath(Slurp("/proc/self/cgroup"));
@@ -75,7 +78,8 @@ absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::Create(const std::string
   return CreateAt(root);
 }
 
-absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::CreateAt(const std::string& root) {
+absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::CreateAt(
+    const std::string& root) {
   if (access(root.c_str(), W_OK) != 0) {
     return absl::UnavailableError(absl::StrCat(root, " is not writable"));
   }

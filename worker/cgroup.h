@@ -34,7 +34,8 @@ class CgroupTree {
  public:
   // Finds the hierarchy and creates <...>/tessera-<worker_name>-<pid>. Unavailable
   // when there is no writable cgroup2.
-  static absl::StatusOr<std::unique_ptr<CgroupTree>> Create(const std::string& worker_name);
+  static absl::StatusOr<std::unique_ptr<CgroupTree>> Create(
+      const std::string& worker_name);
   // For tests: a tree rooted at an existing directory.
   static absl::StatusOr<std::unique_ptr<CgroupTree>> CreateAt(const std::string& root);
 

@@ -1,20 +1,20 @@
 // tessera-worker: flags -> WorkerOptions, wiring, signals. No logic here.
+#include <limits.h>
+#include <pthread.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
 
-#include <limits.h>
-#include <pthread.h>
-#include <unistd.h>
-
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "absl/strings/numbers.h"
 #include "worker/cgroup.h"
 #include "worker/device_probe.h"
 #include "worker/worker_agent.h"
@@ -45,25 +45,30 @@ int main(int argc, char** argv) {
   bool use_cgroups = true;
   std::string gpus_flag = "auto";
 
-  CLI::App app{"tessera-worker: runs training ranks on this node for a tessera-coordinator"};
+  CLI::App app{
+      "tessera-worker: runs training ranks on this node for a tessera-coordinator"};
   app.footer(
       "Example:\n"
       "  tessera-worker --coordinator 10.0.0.1:50051 --name node07 --cpu-slots 4 "
       "--work-dir /var/lib/tessera/work\n"
-      "Keeps retrying while the coordinator is unreachable. On SIGTERM or SIGINT it stops\n"
+      "Keeps retrying while the coordinator is unreachable. On SIGTERM or SIGINT it "
+      "stops\n"
       "its ranks (SIGTERM, then SIGKILL after --kill-grace-ms) and exits.");
-  app.add_option("--coordinator", options.coordinator, "coordinator gRPC address HOST:PORT")
+  app.add_option("--coordinator", options.coordinator,
+                 "coordinator gRPC address HOST:PORT")
       ->capture_default_str();
   app.add_option("--name", options.name, "worker name, unique in the cluster")
       ->capture_default_str();
-  app.add_option("--cpu-slots", options.cpu_slots, "ranks this node runs at once (no GPU)")
+  app.add_option("--cpu-slots", options.cpu_slots,
+                 "ranks this node runs at once (no GPU)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   app.add_option("--work-dir", options.work_dir, "directory for rank logs")
       ->capture_default_str();
   app.add_option("--trainer", options.trainer_path, "tessera-train executable")
       ->capture_default_str();
-  app.add_option("--kill-grace-ms", grace_ms, "time between SIGTERM and SIGKILL for a rank")
+  app.add_option("--kill-grace-ms", grace_ms,
+                 "time between SIGTERM and SIGKILL for a rank")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
   app.add_option("--gpus", gpus_flag,
@@ -79,8 +84,8 @@ int main(int argc, char** argv) {
     options.gpus = 0;
   } else if (!absl::SimpleAtoi(gpus_flag, &options.gpus) || options.gpus < 0 ||
              options.gpus > 1024) {
-    std::cerr << "tessera-worker: --gpus must be auto, none or a count, got '" << gpus_flag
-              << "'\n";
+    std::cerr << "tessera-worker: --gpus must be auto, none or a count, got '"
+              << gpus_flag << "'\n";
     return 2;
   }
 
@@ -123,8 +128,9 @@ int main(int argc, char** argv) {
       cgroups = std::move(*tree);
       spdlog::info("ranks run in cgroups under {}", cgroups->root());
     } else {
-      spdlog::warn("no writable cgroup2 ({}); stopping jobs relies on process groups only",
-                   tree.status().ToString());
+      spdlog::warn(
+          "no writable cgroup2 ({}); stopping jobs relies on process groups only",
+          tree.status().ToString());
     }
   }
   tessera::WorkerAgent agent(options, channel, &launcher, cgroups.get());

@@ -31,7 +31,8 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  int log_fd =
+      open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
   if (log_fd < 0) {
     return absl::InternalError(
         absl::StrCat("cannot open log file ", spec.log_path, ": ", std::strerror(errno)));
@@ -43,8 +44,8 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
     if (cgroup_fd < 0) {
       close(log_fd);
       if (null_fd >= 0) close(null_fd);
-      return absl::UnavailableError(absl::StrCat("cannot open ", spec.cgroup,
-                                                 "/cgroup.procs: ", std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot open ", spec.cgroup, "/cgroup.procs: ", std::strerror(errno)));
     }
   }
   int err_pipe[2];
@@ -104,8 +105,8 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
       return absl::UnavailableError(absl::StrCat("cannot join cgroup ", spec.cgroup, ": ",
                                                  std::strerror(child_errno)));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot execute ", spec.argv[0], ": ", std::strerror(child_errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot execute ", spec.argv[0], ": ", std::strerror(child_errno)));
   }
   return pid;
 }

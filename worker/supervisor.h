@@ -32,9 +32,10 @@ namespace tessera {
 
 struct ProcessSpec {
   std::vector<std::string> argv;  // argv[0] is the executable path; no shell
-  std::vector<std::string> env;   // "NAME=value" entries added to the inherited environment
-  std::string log_path;           // stdout and stderr are appended here
-  std::string cgroup;             // cgroup v2 directory the process starts in; empty: none
+  std::vector<std::string>
+      env;               // "NAME=value" entries added to the inherited environment
+  std::string log_path;  // stdout and stderr are appended here
+  std::string cgroup;    // cgroup v2 directory the process starts in; empty: none
 };
 
 struct ProcessExit {

@@ -49,8 +49,8 @@ absl::Status WorkerAgent::Register() {
     heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
   }
   spdlog::info("registered with coordinator {} as {} ({} {} slots), epoch {}",
-               options_.coordinator, options_.name, request.slots(), request.device_kind(),
-               epoch_);
+               options_.coordinator, options_.name, request.slots(),
+               request.device_kind(), epoch_);
   return absl::OkStatus();
 }
 
@@ -80,8 +80,8 @@ absl::Status WorkerAgent::HeartbeatOnce() {
   for (const v1::KillOrder& k : response.kill()) {
     RankKey key = KeyOf(k.job_id(), k.attempt(), k.rank());
     if (supervisor_.Has(key)) {
-      spdlog::info("stopping job {} attempt {} rank {} as ordered", k.job_id(), k.attempt(),
-                   k.rank());
+      spdlog::info("stopping job {} attempt {} rank {} as ordered", k.job_id(),
+                   k.attempt(), k.rank());
       supervisor_.Stop(key);
     }
   }
@@ -132,7 +132,8 @@ void WorkerAgent::ShipLogs() {
       return;
     }
     shipper.offset = response.next_offset();
-    if (eof && shipper.offset >= request.offset() + static_cast<int64_t>(request.data().size())) {
+    if (eof && shipper.offset >=
+                   request.offset() + static_cast<int64_t>(request.data().size())) {
       it = logs_.erase(it);
     } else {
       ++it;
@@ -174,8 +175,8 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
     // Never let a CPU slot's rank pick up a GPU by accident.
     spec.env.push_back("CUDA_VISIBLE_DEVICES=");
   }
-  absl::Status s = ec ? absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ",
-                                                         ec.message()))
+  absl::Status s = ec ? absl::InternalError(absl::StrCat("cannot create ", dir.string(),
+                                                         ": ", ec.message()))
                       : supervisor_.Start(key, spec);
   logs_[key] = LogShipper{spec.log_path, 0};
   if (!s.ok()) {
@@ -196,7 +197,8 @@ void WorkerAgent::WaitFor(absl::Duration d) {
     // Short slices, so a rank's exit is reported at once rather than a full
     // interval later.
     notifier_.Watchdog();
-    if (stop_.WaitForNotificationWithTimeout(std::min(left, absl::Milliseconds(100)))) return;
+    if (stop_.WaitForNotificationWithTimeout(std::min(left, absl::Milliseconds(100))))
+      return;
     if (supervisor_.Poll()) return;
   }
 }
@@ -219,14 +221,17 @@ void WorkerAgent::Run() {
       continue;
     }
     if (absl::IsNotFound(s) || absl::IsAborted(s)) {
-      spdlog::warn("coordinator dropped our session ({}); registering again", std::string(s.message()));
+      spdlog::warn("coordinator dropped our session ({}); registering again",
+                   std::string(s.message()));
       epoch_ = 0;
       continue;
     }
     ++failures;
-    spdlog::warn("coordinator {} unreachable ({}: {}); {} rank(s) keep running; retry {} in {}",
-                 options_.coordinator, absl::StatusCodeToString(s.code()), std::string(s.message()),
-                 supervisor_.running(), failures, absl::FormatDuration(backoff));
+    spdlog::warn(
+        "coordinator {} unreachable ({}: {}); {} rank(s) keep running; retry {} in {}",
+        options_.coordinator, absl::StatusCodeToString(s.code()),
+        std::string(s.message()), supervisor_.running(), failures,
+        absl::FormatDuration(backoff));
     WaitFor(backoff);
     backoff = std::min(backoff * 2, options_.max_backoff);
   }

@@ -19,9 +19,9 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "coordinator/common/service_notify.h"
 #include "grpcpp/channel.h"
 #include "tessera/v1/tessera.grpc.pb.h"
-#include "coordinator/common/service_notify.h"
 #include "worker/supervisor.h"
 
 namespace tessera {

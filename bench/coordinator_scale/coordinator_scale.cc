@@ -50,11 +50,12 @@ double Percentile(std::vector<double> v, double p) {
 }  // namespace
 
 int main() {
-  spdlog::set_level(spdlog::level::warn);  // the coordinator's per-job lines would drown the figures
+  spdlog::set_level(
+      spdlog::level::warn);  // the coordinator's per-job lines would drown the figures
   const int kWorkers = 1000;
   const int kClients = 16;  // client connections / threads
-  std::string dir = std::filesystem::temp_directory_path() /
-                    absl::StrCat("tessera-bench-", getpid());
+  std::string dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("tessera-bench-", getpid());
   std::filesystem::create_directories(dir);
 
   tessera::CoordinatorOptions options;
@@ -150,15 +151,17 @@ int main() {
         req.set_backend("gloo");
         if (r == 0) req.set_bootstrap("127.0.0.1:29500");
         v1::RendezvousResponse resp;
-        if (stub->Rendezvous(&rctx, req, &resp).ok() && resp.world_size() == world) ++released;
+        if (stub->Rendezvous(&rctx, req, &resp).ok() && resp.world_size() == world)
+          ++released;
       });
     }
     for (auto& t : ranks) t.join();
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
-    std::printf("rendezvous: world %3d: submit -> %d/%d ranks released in %.1f ms%s\n", world,
-                released.load(), world, ms, world == 256 ? (ms < 1000 ? "  (target < 1 s: met)"
-                                                                      : "  (target < 1 s: MISSED)")
-                                                         : "");
+    std::printf("rendezvous: world %3d: submit -> %d/%d ranks released in %.1f ms%s\n",
+                world, released.load(), world, ms,
+                world == 256
+                    ? (ms < 1000 ? "  (target < 1 s: met)" : "  (target < 1 s: MISSED)")
+                    : "");
   }
 
   // --- Metric ingestion with status latency measured alongside.
@@ -196,8 +199,8 @@ int main() {
           req.set_rank(c);
           for (int i = 0; i < kPointsPerReport / 5; ++i) {
             ++step;
-            for (const char* name : {"loss", "images_per_sec", "time_step_ms",
-                                     "time_comm_ms", "lr"}) {
+            for (const char* name :
+                 {"loss", "images_per_sec", "time_step_ms", "time_comm_ms", "lr"}) {
               v1::MetricPoint* p = req.add_points();
               p->set_step(step);
               p->set_name(name);
@@ -217,13 +220,15 @@ int main() {
     done = true;
     prober.join();
     const double rate = rows.load() / seconds;
-    std::printf("metrics: %.0f rows/s sustained over %.1f s (%d senders x %d points/report)%s\n",
-                rate, seconds, kClients, kPointsPerReport,
-                rate >= 50000 ? "  (target >= 50,000: met)" : "  (target >= 50,000: MISSED)");
+    std::printf(
+        "metrics: %.0f rows/s sustained over %.1f s (%d senders x %d points/report)%s\n",
+        rate, seconds, kClients, kPointsPerReport,
+        rate >= 50000 ? "  (target >= 50,000: met)" : "  (target >= 50,000: MISSED)");
     const double p99 = Percentile(latencies_ms, 0.99);
-    std::printf("status under that load: GetJob p50 %.2f ms, p99 %.2f ms over %zu calls%s\n",
-                Percentile(latencies_ms, 0.5), p99, latencies_ms.size(),
-                p99 < 20 ? "  (target p99 < 20 ms: met)" : "  (target p99 < 20 ms: MISSED)");
+    std::printf(
+        "status under that load: GetJob p50 %.2f ms, p99 %.2f ms over %zu calls%s\n",
+        Percentile(latencies_ms, 0.5), p99, latencies_ms.size(),
+        p99 < 20 ? "  (target p99 < 20 ms: met)" : "  (target p99 < 20 ms: MISSED)");
   }
   (*server)->Shutdown();
   std::filesystem::remove_all(dir);

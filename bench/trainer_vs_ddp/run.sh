@@ -111,7 +111,7 @@ EOF
 
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
 
-echo "tessera-train vs PyTorch DDP: $(nproc) cores, $THREADS intra-op thread(s) per rank," \
+echo "tessera-train vs PyTorch DDP: $(nproc) of $(nproc --all) cores usable, $THREADS intra-op thread(s) per rank," \
      "torch $("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)'), Gloo on loopback," \
      "best of $REPEATS"
 RESULTS=()

@@ -24,7 +24,8 @@ class RealClock final : public Clock {
 // A clock that only moves when told to.
 class FakeClock final : public Clock {
  public:
-  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1'700'000'000)) : now_(start) {}
+  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1'700'000'000))
+      : now_(start) {}
   absl::Time Now() const override {
     absl::MutexLock lock(&mu_);
     return now_;

@@ -501,7 +501,8 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
     errors.push_back(absl::StrCat("placement: must be one of pack, spread; got '",
                                   spec.placement(), "'"));
   }
-  if (spec.world_size() > 0 && spec.nodes() > 0 && spec.world_size() % spec.nodes() != 0) {
+  if (spec.world_size() > 0 && spec.nodes() > 0 &&
+      spec.world_size() % spec.nodes() != 0) {
     errors.push_back(absl::StrCat("nodes: world_size ", spec.world_size(),
                                   " does not divide into ", spec.nodes(), " nodes"));
   }
@@ -544,7 +545,8 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   CheckNonNegative("trainer.first_bucket_mb", t.first_bucket_mb(), &errors);
   CheckNonNegative("trainer.image_size", t.image_size(), &errors);
   CheckNonNegative("trainer.data_workers", t.data_workers(), &errors);
-  if (t.has_warmup_steps()) CheckNonNegative("trainer.warmup_steps", t.warmup_steps(), &errors);
+  if (t.has_warmup_steps())
+    CheckNonNegative("trainer.warmup_steps", t.warmup_steps(), &errors);
   auto fraction = [&errors](const char* field, double v, bool one_allowed) {
     if (v < 0 || v > 1 || (!one_allowed && v == 1)) {
       errors.push_back(absl::StrCat(field, ": must be in [0, 1", one_allowed ? "]" : ")",
@@ -561,8 +563,8 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
     for (const char* a : allowed) {
       if (v == a) return;
     }
-    errors.push_back(absl::StrCat(field, ": must be one of ", absl::StrJoin(allowed, ", "),
-                                  "; got '", v, "'"));
+    errors.push_back(absl::StrCat(field, ": must be one of ",
+                                  absl::StrJoin(allowed, ", "), "; got '", v, "'"));
   };
   one_of("trainer.optimizer", t.optimizer(), {"adamw", "sgd"});
   one_of("trainer.precision", t.precision(), {"fp32", "bf16", "fp16"});

@@ -27,8 +27,8 @@ struct SpecLimits {
 // Applies "a.b.c=value" overrides (as given to `tessctl submit --set`) to the YAML
 // text and returns the new YAML text. Each override must name a path of the form
 // key(.key)*; values are YAML scalars.
-absl::StatusOr<std::string> ApplySpecOverrides(
-    const std::string& yaml_text, const std::vector<std::string>& overrides);
+absl::StatusOr<std::string> ApplySpecOverrides(const std::string& yaml_text,
+                                               const std::vector<std::string>& overrides);
 
 // Parses YAML text into a JobSpec without range checks. Rejects malformed YAML,
 // unknown fields and values of the wrong type.
@@ -36,17 +36,15 @@ absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text);
 
 // Checks presence and ranges: name, world_size in [1, limits.max_world_size],
 // trainer.model, trainer.dataset, positive batch size, non-negative counts.
-absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec,
-                             const SpecLimits& limits);
+absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits& limits);
 
 // ParseJobSpec followed by ValidateJobSpec.
-absl::StatusOr<tessera::v1::JobSpec> ParseAndValidateJobSpec(
-    const std::string& yaml_text, const SpecLimits& limits);
+absl::StatusOr<tessera::v1::JobSpec> ParseAndValidateJobSpec(const std::string& yaml_text,
+                                                             const SpecLimits& limits);
 
 // Builds the tessera-train flags for the fields set in `config`, in field order:
 // each field `foo_bar` becomes "--foo-bar=<value>" (bools as true/false).
-std::vector<std::string> TrainerConfigToFlags(
-    const tessera::v1::TrainerConfig& config);
+std::vector<std::string> TrainerConfigToFlags(const tessera::v1::TrainerConfig& config);
 
 }  // namespace tessera
 

@@ -8,9 +8,9 @@
 #define TESSERA_CONCAT_INNER_(a, b) a##b
 #define TESSERA_CONCAT_(a, b) TESSERA_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status tessera_status_ = (expr);   \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::absl::Status tessera_status_ = (expr);           \
     if (!tessera_status_.ok()) return tessera_status_; \
   } while (0)
 

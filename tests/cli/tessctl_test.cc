@@ -136,7 +136,8 @@ class FakeJobService final : public v1::JobService::Service {
                          v1::CancelJobResponse* response) override {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(request->job_id());
-    if (it == jobs_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such job");
+    if (it == jobs_.end())
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such job");
     if (it->second.state() == v1::JOB_STATE_SUCCEEDED) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("job ", it->first, " already ended: SUCCEEDED"));
@@ -459,8 +460,8 @@ TEST_F(TessctlTest, CancelRecordsCancelledAndRefusesFinishedJobs) {
 TEST_F(TessctlTest, LogsFollowPrintsTheWholeLogUntilComplete) {
   service_.AddJob(MakeJob(5, "logged", v1::JOB_STATE_SUCCEEDED));
   service_.SetLog("step 10 loss 0.5\nstep 20 loss 0.4\n");
-  LogsOptions options{.job_id = 5, .rank = 0, .follow = true,
-                      .poll_interval = absl::Milliseconds(1)};
+  LogsOptions options{
+      .job_id = 5, .rank = 0, .follow = true, .poll_interval = absl::Milliseconds(1)};
   EXPECT_EQ(RunLogs(options, *client_, out_, err_), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "step 10 loss 0.5\nstep 20 loss 0.4\n");
 }
@@ -469,7 +470,8 @@ TEST_F(TessctlTest, StatusShowsTransitionsAndExitReasons) {
   v1::Job job = MakeJob(8, "failing", v1::JOB_STATE_FAILED);
   job.set_attempt(1);
   AddRank(job, 0, false, 0);
-  job.mutable_ranks(0)->set_exit_reason("worker node-0 declared dead (no heartbeat for 16s)");
+  job.mutable_ranks(0)->set_exit_reason(
+      "worker node-0 declared dead (no heartbeat for 16s)");
   v1::JobEvent* queued = job.add_events();
   queued->set_unix_ms(1714564800000);
   queued->set_to_state(v1::JOB_STATE_QUEUED);
@@ -489,11 +491,13 @@ TEST_F(TessctlTest, StatusShowsTransitionsAndExitReasons) {
   EXPECT_EQ(j["events"][1]["from"], "QUEUED");
   EXPECT_EQ(j["events"][1]["to"], "FAILED");
   EXPECT_EQ(j["events"][1]["reason"], "rank 0 lost");
-  EXPECT_EQ(j["ranks"][0]["exit_reason"], "worker node-0 declared dead (no heartbeat for 16s)");
+  EXPECT_EQ(j["ranks"][0]["exit_reason"],
+            "worker node-0 declared dead (no heartbeat for 16s)");
 
   out_.str("");
-  ASSERT_EQ(RunStatus({.job_id = 8, .format = OutputFormat::kTable}, *client_, out_, err_),
-            kExitOk);
+  ASSERT_EQ(
+      RunStatus({.job_id = 8, .format = OutputFormat::kTable}, *client_, out_, err_),
+      kExitOk);
   EXPECT_THAT(out_.str(), HasSubstr("declared dead"));
   EXPECT_THAT(out_.str(), HasSubstr("rank 0 lost"));
 }

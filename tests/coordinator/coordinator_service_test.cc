@@ -46,7 +46,8 @@ class CoordinatorServiceTest : public ::testing::Test {
     trainers_ = v1::TrainerService::NewStub(channel);
   }
 
-  grpc::Status Submit(const v1::JobSpec& spec, int64_t* id, const std::string& request_id = "") {
+  grpc::Status Submit(const v1::JobSpec& spec, int64_t* id,
+                      const std::string& request_id = "") {
     v1::SubmitJobRequest req;
     *req.mutable_spec() = spec;
     req.set_client_request_id(request_id);
@@ -257,7 +258,8 @@ TEST_F(CoordinatorServiceTest, StaleEpochHeartbeatIsAborted) {
   req.set_name("a");
   req.set_epoch(first);
   v1::HeartbeatResponse resp;
-  EXPECT_EQ(workers_->Heartbeat(&ctx, req, &resp).error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(workers_->Heartbeat(&ctx, req, &resp).error_code(),
+            grpc::StatusCode::ABORTED);
 }
 
 TEST_F(CoordinatorServiceTest, RendezvousGivesEveryRankRankZerosBootstrap) {
@@ -386,7 +388,8 @@ TEST(CoordinatorDiskFullTest, FullStoreTurnsHealthNotServingAndSubmitsUnavailabl
   EXPECT_EQ(last.error_code(), grpc::StatusCode::UNAVAILABLE) << last.error_message();
 
   grpc::health::v1::HealthCheckResponse::ServingStatus seen = status();
-  for (int i = 0; i < 200 && seen != grpc::health::v1::HealthCheckResponse::NOT_SERVING; ++i) {
+  for (int i = 0; i < 200 && seen != grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     seen = status();
   }
@@ -399,7 +402,8 @@ TEST(CoordinatorDiskFullTest, FullStoreTurnsHealthNotServingAndSubmitsUnavailabl
   v1::SubmitJobResponse resp;
   grpc::ClientContext ctx;
   grpc::Status refused = jobs->SubmitJob(&ctx, req, &resp);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << refused.error_message();
   grpc::ClientContext get_ctx;
   v1::GetJobRequest get;
   get.set_job_id(id);

@@ -42,7 +42,8 @@ TEST_F(HttpApiTest, JobIsServedAsJsonWithStateName) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
   EXPECT_THAT(res->get_header_value("Content-Type"), HasSubstr("application/json"));
-  EXPECT_THAT(res->get_header_value("Content-Security-Policy"), HasSubstr("default-src 'self'"));
+  EXPECT_THAT(res->get_header_value("Content-Security-Policy"),
+              HasSubstr("default-src 'self'"));
   nlohmann::json job = nlohmann::json::parse(res->body);
   EXPECT_EQ(job["state"], "JOB_STATE_QUEUED");
   EXPECT_EQ(job["name"], "<img src=x onerror=alert(1)>");

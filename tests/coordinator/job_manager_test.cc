@@ -25,7 +25,8 @@ class JobManagerTest : public ::testing::Test {
     options.worker_suspect_after = absl::Seconds(3);
     options.worker_dead_after = absl::Seconds(15);
     options.rendezvous_timeout = absl::Seconds(60);
-    manager_ = std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_, options);
+    manager_ =
+        std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_, options);
   }
 
   int64_t Register(const std::string& name, int slots) {
@@ -46,7 +47,8 @@ class JobManagerTest : public ::testing::Test {
     return manager_->Heartbeat(req);
   }
 
-  int64_t Submit(int world, int max_restarts = 0, const std::string& checkpoint_dir = "") {
+  int64_t Submit(int world, int max_restarts = 0,
+                 const std::string& checkpoint_dir = "") {
     v1::JobSpec spec;
     spec.set_name("job");
     spec.set_world_size(world);
@@ -204,9 +206,10 @@ TEST_F(JobManagerTest, FailedAttemptRestartsFromCheckpointOnceSurvivorsAreGone) 
   // Every transition is recorded with its reason.
   std::vector<v1::JobState> states;
   for (const auto& e : job.events()) states.push_back(e.to_state());
-  EXPECT_THAT(states, ::testing::ElementsAre(
-                          v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_QUEUED,
-                          v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_FAILED));
+  EXPECT_THAT(states,
+              ::testing::ElementsAre(v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED,
+                                     v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED,
+                                     v1::JOB_STATE_FAILED));
 }
 
 TEST_F(JobManagerTest, CancelStopsRunningRanksAndRecordsCancelled) {

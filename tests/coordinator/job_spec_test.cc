@@ -361,7 +361,8 @@ trainer:
                                            SpecLimits{})
                        .status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("trainer.optimizer: must be one of adamw, sgd; got 'lamb'"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("trainer.optimizer: must be one of adamw, sgd; got 'lamb'"));
   EXPECT_THAT(s.message(), HasSubstr("trainer.precision"));
   EXPECT_THAT(s.message(), HasSubstr("trainer.label_smoothing: must be in [0, 1)"));
   EXPECT_THAT(s.message(), HasSubstr("trainer.resume: needs trainer.checkpoint_dir"));

@@ -26,8 +26,9 @@ TEST(RendezvousTest, ReleasesAllRanksOnlyWhenTheLastJoins) {
 
   ASSERT_TRUE(rdv.Join(7, 1, 2, "", "gloo", Capture(&r2), &releases, &completed).ok());
   EXPECT_FALSE(completed);
-  ASSERT_TRUE(rdv.Join(7, 1, 0, "10.0.0.1:4000", "gloo", Capture(&r0), &releases, &completed)
-                  .ok());
+  ASSERT_TRUE(
+      rdv.Join(7, 1, 0, "10.0.0.1:4000", "gloo", Capture(&r0), &releases, &completed)
+          .ok());
   EXPECT_FALSE(completed);
   EXPECT_TRUE(releases.empty());
   EXPECT_EQ(rdv.Missing(7, 1), std::vector<int32_t>{1});
@@ -70,7 +71,8 @@ TEST(RendezvousTest, RepeatedJoinSupersedesEarlierWaiter) {
   Rendezvous::Releases releases;
   bool completed = false;
   ASSERT_TRUE(rdv.Join(1, 1, 1, "", "gloo", Capture(&first), &releases, &completed).ok());
-  ASSERT_TRUE(rdv.Join(1, 1, 1, "", "gloo", Capture(&second), &releases, &completed).ok());
+  ASSERT_TRUE(
+      rdv.Join(1, 1, 1, "", "gloo", Capture(&second), &releases, &completed).ok());
   ASSERT_EQ(releases.size(), 1u);
   for (auto& [cb, result] : releases) cb(std::move(result));
   ASSERT_TRUE(first.result.has_value());

@@ -1,8 +1,8 @@
 #include "coordinator/scheduler.h"
 
-#include <string>
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -171,8 +171,8 @@ TEST(SchedulerTest, PlacedJobsNeverShareASlot) {
 }
 
 TEST(SchedulerTest, PackPutsGangOnTheTightestSingleWorkerThatHoldsIt) {
-  ScheduleResult result =
-      Schedule({{.job_id = 1, .world_size = 2}}, {Worker("a", 4), Worker("b", 2), Worker("c", 3)});
+  ScheduleResult result = Schedule({{.job_id = 1, .world_size = 2}},
+                                   {Worker("a", 4), Worker("b", 2), Worker("c", 3)});
   ASSERT_EQ(result.placements.size(), 1u);
   EXPECT_THAT(Ranks(result.placements[0]),
               ElementsAre(RankTuple{0, "b", 0, 0}, RankTuple{1, "b", 1, 1}));
@@ -180,7 +180,8 @@ TEST(SchedulerTest, PackPutsGangOnTheTightestSingleWorkerThatHoldsIt) {
 
 TEST(SchedulerTest, SpreadDealsRanksAcrossWorkers) {
   PendingJob job{.job_id = 1, .world_size = 4, .policy = PlacementPolicy::kSpread};
-  ScheduleResult result = Schedule({job}, {Worker("a", 4), Worker("b", 4), Worker("c", 4)});
+  ScheduleResult result =
+      Schedule({job}, {Worker("a", 4), Worker("b", 4), Worker("c", 4)});
   ASSERT_EQ(result.placements.size(), 1u);
   std::map<std::string, int> per_worker;
   for (const RankPlacement& r : result.placements[0].ranks) ++per_worker[r.worker];
@@ -188,8 +189,8 @@ TEST(SchedulerTest, SpreadDealsRanksAcrossWorkers) {
 }
 
 TEST(SchedulerTest, PerNodeShapesFourRanksAsOneByFourTwoByTwoOrFourByOne) {
-  const std::vector<WorkerInventory> cluster = {Worker("a", 4), Worker("b", 4), Worker("c", 4),
-                                                Worker("d", 4)};
+  const std::vector<WorkerInventory> cluster = {Worker("a", 4), Worker("b", 4),
+                                                Worker("c", 4), Worker("d", 4)};
   for (int per_node : {4, 2, 1}) {
     PendingJob job{.job_id = 1, .world_size = 4, .per_node = per_node};
     ScheduleResult result = Schedule({job}, cluster);
@@ -213,8 +214,8 @@ TEST(SchedulerTest, ShapeThatNoWorkerCanHoldIsPendingWithReason) {
   EXPECT_THAT(result.placements, IsEmpty());
   EXPECT_THAT(result.pending_reasons,
               ElementsAre(Pair(1, "needs 1 workers with 4 slots each; 0 registered")));
-  ScheduleResult bad = Schedule({{.job_id = 2, .world_size = 3, .per_node = 2}},
-                                {Worker("a", 4)});
+  ScheduleResult bad =
+      Schedule({{.job_id = 2, .world_size = 3, .per_node = 2}}, {Worker("a", 4)});
   EXPECT_THAT(bad.pending_reasons,
               ElementsAre(Pair(2, "world size 3 is not a multiple of per_node 2")));
 }
@@ -223,8 +224,14 @@ TEST(SchedulerTest, HigherPriorityGoesFirstThenFifo) {
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   ScheduleResult result =
       Schedule({{.job_id = 1, .world_size = 1, .priority = 0, .queued_since = t0},
-                {.job_id = 2, .world_size = 1, .priority = 5, .queued_since = t0 + absl::Seconds(9)},
-                {.job_id = 3, .world_size = 1, .priority = 5, .queued_since = t0 + absl::Seconds(1)}},
+                {.job_id = 2,
+                 .world_size = 1,
+                 .priority = 5,
+                 .queued_since = t0 + absl::Seconds(9)},
+                {.job_id = 3,
+                 .world_size = 1,
+                 .priority = 5,
+                 .queued_since = t0 + absl::Seconds(1)}},
                {Worker("a", 2)}, t0 + absl::Seconds(10));
   ASSERT_EQ(result.placements.size(), 2u);
   EXPECT_EQ(result.placements[0].job_id, 3);
@@ -236,8 +243,9 @@ TEST(SchedulerTest, BackfillStopsOnceABlockedJobHasWaitedTooLong) {
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   // a has 2 slots, one busy: the 2-rank job cannot start, the 1-rank job can.
   const std::vector<WorkerInventory> cluster = {Worker("a", 2, {0})};
-  const std::vector<PendingJob> queue = {{.job_id = 1, .world_size = 2, .queued_since = t0},
-                                         {.job_id = 2, .world_size = 1, .queued_since = t0}};
+  const std::vector<PendingJob> queue = {
+      {.job_id = 1, .world_size = 2, .queued_since = t0},
+      {.job_id = 2, .world_size = 1, .queued_since = t0}};
   SchedulerOptions options{.reserve_after = absl::Minutes(10)};
 
   ScheduleResult early = Schedule(queue, cluster, t0 + absl::Minutes(1), options);

@@ -65,7 +65,8 @@ class NotifySocket {
   bool bound() const { return bound_; }
 
   // Collects messages until every one of `wanted` was seen or `timeout` passes.
-  std::set<std::string> Await(const std::set<std::string>& wanted, absl::Duration timeout) {
+  std::set<std::string> Await(const std::set<std::string>& wanted,
+                              absl::Duration timeout) {
     const absl::Time until = absl::Now() + timeout;
     while (absl::Now() < until) {
       char buf[4096];
@@ -106,12 +107,13 @@ class NotifyTest : public ::testing::Test {
 };
 
 TEST_F(NotifyTest, CoordinatorReportsReadyPetsWatchdogAndStops) {
-  auto c = ChildProcess::Start({testing::BinDir() + "/tessera-coordinator", "--listen",
-                                "127.0.0.1:0", "--http", "127.0.0.1:0", "--db",
-                                dir_.File("t.db")},
-                               dir_.File("coordinator.log"));
+  auto c = ChildProcess::Start(
+      {testing::BinDir() + "/tessera-coordinator", "--listen", "127.0.0.1:0", "--http",
+       "127.0.0.1:0", "--db", dir_.File("t.db")},
+      dir_.File("coordinator.log"));
   ASSERT_TRUE(c.ok());
-  std::set<std::string> seen = socket_->Await({"READY=1", "WATCHDOG=1"}, absl::Seconds(20));
+  std::set<std::string> seen =
+      socket_->Await({"READY=1", "WATCHDOG=1"}, absl::Seconds(20));
   EXPECT_TRUE(seen.contains("READY=1")) << (*c)->Log();
   EXPECT_TRUE(seen.contains("WATCHDOG=1"));
   (*c)->Signal(SIGTERM);
@@ -127,7 +129,8 @@ TEST_F(NotifyTest, WorkerReportsReadyAndPetsWatchdogEvenWithoutCoordinator) {
        "--work-dir", dir_.File("work"), "--no-cgroups"},
       dir_.File("worker.log"));
   ASSERT_TRUE(w.ok());
-  std::set<std::string> seen = socket_->Await({"READY=1", "WATCHDOG=1"}, absl::Seconds(20));
+  std::set<std::string> seen =
+      socket_->Await({"READY=1", "WATCHDOG=1"}, absl::Seconds(20));
   EXPECT_TRUE(seen.contains("READY=1")) << (*w)->Log();
   EXPECT_TRUE(seen.contains("WATCHDOG=1"));
   (*w)->Signal(SIGTERM);

@@ -35,15 +35,23 @@ class ClusterTest : public ::testing::Test {
   void StartCoordinator(int port = 0, std::vector<std::string> extra = {}) {
     std::string listen = absl::StrCat("127.0.0.1:", port);
     std::filesystem::remove(dir_.File("port"));
-    std::vector<std::string> argv = {testing::BinDir() + "/tessera-coordinator", "--listen",
-                                     listen, "--db", dir_.File("tessera.db"), "--port-file",
-                                     dir_.File("port"), "--http", "127.0.0.1:0",
-                                     "--heartbeat-interval-ms", "200"};
+    std::vector<std::string> argv = {testing::BinDir() + "/tessera-coordinator",
+                                     "--listen",
+                                     listen,
+                                     "--db",
+                                     dir_.File("tessera.db"),
+                                     "--port-file",
+                                     dir_.File("port"),
+                                     "--http",
+                                     "127.0.0.1:0",
+                                     "--heartbeat-interval-ms",
+                                     "200"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto c = ChildProcess::Start(argv, dir_.File("coordinator.log"));
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
-    absl::StatusOr<int> bound = testing::WaitForPortFile(dir_.File("port"), absl::Seconds(30));
+    absl::StatusOr<int> bound =
+        testing::WaitForPortFile(dir_.File("port"), absl::Seconds(30));
     ASSERT_TRUE(bound.ok()) << coordinator_->Log();
     port_ = *bound;
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_),
@@ -51,11 +59,19 @@ class ClusterTest : public ::testing::Test {
     jobs_ = v1::JobService::NewStub(channel_);
   }
 
-  void StartWorker(const std::string& name, int port, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {testing::BinDir() + "/tessera-worker", "--coordinator",
-                                     absl::StrCat("127.0.0.1:", port), "--name", name,
-                                     "--cpu-slots", "1", "--work-dir",
-                                     dir_.File("work-" + name), "--kill-grace-ms", "3000"};
+  void StartWorker(const std::string& name, int port,
+                   std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {testing::BinDir() + "/tessera-worker",
+                                     "--coordinator",
+                                     absl::StrCat("127.0.0.1:", port),
+                                     "--name",
+                                     name,
+                                     "--cpu-slots",
+                                     "1",
+                                     "--work-dir",
+                                     dir_.File("work-" + name),
+                                     "--kill-grace-ms",
+                                     "3000"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto w = ChildProcess::Start(argv, dir_.File(name + ".log"));
     ASSERT_TRUE(w.ok()) << w.status();
@@ -104,8 +120,8 @@ class ClusterTest : public ::testing::Test {
 
   // Trainer processes of this cluster's job `id`, found by scanning /proc.
   std::vector<pid_t> TrainerPids(int64_t id) {
-    return testing::FindProcesses({absl::StrCat("--coordinator=127.0.0.1:", port_),
-                                   absl::StrCat("--job-id=", id)});
+    return testing::FindProcesses(
+        {absl::StrCat("--coordinator=127.0.0.1:", port_), absl::StrCat("--job-id=", id)});
   }
 
   int64_t Submit(const std::string& yaml) {
@@ -131,7 +147,8 @@ class ClusterTest : public ::testing::Test {
       v1::GetJobResponse resp;
       if (jobs_->GetJob(&ctx, req, &resp).ok()) {
         job = resp.job();
-        if (job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
+        if (job.state() == v1::JOB_STATE_SUCCEEDED ||
+            job.state() == v1::JOB_STATE_FAILED ||
             job.state() == v1::JOB_STATE_CANCELLED) {
           return job;
         }
@@ -189,7 +206,6 @@ class ClusterTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
 };
-
 
 }  // namespace tessera
 

@@ -20,8 +20,8 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "tessera/v1/tessera.grpc.pb.h"
-#include "tests/testing/test_util.h"
 #include "tests/e2e/cluster_fixture.h"
+#include "tests/testing/test_util.h"
 
 namespace tessera {
 namespace {
@@ -109,7 +109,8 @@ TEST_F(ClusterTest, FailingRankFailsJobWithReason) {
   WaitForWorkers(2);
   // A data directory without the dataset: every rank exits non-zero.
   std::string yaml = SpecYaml(true);
-  yaml.replace(yaml.find(kDataDir), std::string(kDataDir).size(), dir_.File("no-such-dir"));
+  yaml.replace(yaml.find(kDataDir), std::string(kDataDir).size(),
+               dir_.File("no-such-dir"));
   const int64_t id = Submit(yaml);
   v1::Job job = WaitForEnd(id, absl::Minutes(2));
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
@@ -118,16 +119,17 @@ TEST_F(ClusterTest, FailingRankFailsJobWithReason) {
 
 TEST_F(ClusterTest, SecondCoordinatorOnTakenPortExitsWithClearMessage) {
   StartCoordinator();
-  auto second = ChildProcess::Start(
-      {testing::BinDir() + "/tessera-coordinator", "--listen",
-       absl::StrCat("127.0.0.1:", port_), "--http", "127.0.0.1:0", "--db",
-       dir_.File("second.db")},
-      dir_.File("second.log"));
+  auto second =
+      ChildProcess::Start({testing::BinDir() + "/tessera-coordinator", "--listen",
+                           absl::StrCat("127.0.0.1:", port_), "--http", "127.0.0.1:0",
+                           "--db", dir_.File("second.db")},
+                          dir_.File("second.log"));
   ASSERT_TRUE(second.ok());
   std::optional<int> status = (*second)->Wait(absl::Seconds(30));
   ASSERT_TRUE(status.has_value()) << "second coordinator kept running on a taken port";
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0);
-  EXPECT_THAT((*second)->Log(), HasSubstr(absl::StrCat("cannot listen on 127.0.0.1:", port_)));
+  EXPECT_THAT((*second)->Log(),
+              HasSubstr(absl::StrCat("cannot listen on 127.0.0.1:", port_)));
 }
 
 }  // namespace

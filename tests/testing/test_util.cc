@@ -25,7 +25,8 @@ namespace tessera::testing {
 
 TempDir::TempDir() {
   const char* base = getenv("TMPDIR");
-  std::string tmpl = absl::StrCat(base != nullptr ? base : "/tmp", "/tessera-test-XXXXXX");
+  std::string tmpl =
+      absl::StrCat(base != nullptr ? base : "/tmp", "/tessera-test-XXXXXX");
   char* made = mkdtemp(tmpl.data());
   path_ = made != nullptr ? made : "";
 }
@@ -94,7 +95,9 @@ std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
   return status_;
 }
 
-bool ChildProcess::Running() { return pid_ > 0 && !Wait(absl::ZeroDuration()).has_value(); }
+bool ChildProcess::Running() {
+  return pid_ > 0 && !Wait(absl::ZeroDuration()).has_value();
+}
 
 std::string ChildProcess::Log() const { return ReadFile(log_path_); }
 

@@ -1,7 +1,5 @@
 #include "worker/supervisor.h"
 
-#include "worker/device_probe.h"
-
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
+#include "worker/device_probe.h"
 
 namespace tessera {
 namespace {
@@ -107,7 +106,8 @@ TEST_F(SupervisorTest, StopEscalatesToSigkillAfterGraceWhenSigtermIsIgnored) {
   sup_.Stop(key);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   sup_.Poll();
-  EXPECT_FALSE(Find(sup_, key).exited) << "SIGTERM is ignored; only the grace expiry kills";
+  EXPECT_FALSE(Find(sup_, key).exited)
+      << "SIGTERM is ignored; only the grace expiry kills";
 
   clock_.Advance(absl::Seconds(6));
   WaitExited(sup_, key);
@@ -168,8 +168,10 @@ TEST(SupervisorCgroupTest, RankProcessesJoinTheAttemptGroupAndStoppingEmptiesIt)
   // The helper leaves the rank's process group and session; only the cgroup
   // still holds it.
   spec.argv = {"/bin/sh", "-c",
-               "setsid sh -c 'echo $$ > " + escaped + "; exec sleep 60' & "
-               "while [ ! -s " + escaped + " ]; do sleep 0.01; done; touch " + ready +
+               "setsid sh -c 'echo $$ > " + escaped +
+                   "; exec sleep 60' & "
+                   "while [ ! -s " +
+                   escaped + " ]; do sleep 0.01; done; touch " + ready +
                    "; exec sleep 60"};
   spec.log_path = dir.File("rank.log");
   const RankKey key{9, 1, 0};
@@ -180,7 +182,8 @@ TEST(SupervisorCgroupTest, RankProcessesJoinTheAttemptGroupAndStoppingEmptiesIt)
   ASSERT_TRUE(std::filesystem::exists(ready));
   const pid_t rank_pid = sup.Snapshot()[0].pid;
   pid_t helper = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::ReadFile(escaped)), &helper));
+  ASSERT_TRUE(
+      absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::ReadFile(escaped)), &helper));
 
   const std::string group = (*tree)->root() + "/job-9-attempt-1";
   std::vector<pid_t> pids = (*tree)->Pids(group);

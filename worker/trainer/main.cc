@@ -104,6 +104,8 @@ int Run(int argc, char** argv) {
                                                                            : kExitFailure;
   }
 
+  ConfigureHostAllocator();
+
   // Data first: a bad data directory fails fast, before any peer waits on us.
   absl::StatusOr<ImageDataset> train = LoadSplit(options, Split::kTrain);
   if (!train.ok()) return Fail("loading the training split", train.status());

@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <dlfcn.h>
+#include <malloc.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -194,6 +195,13 @@ absl::StatusOr<DevicePlacement> ResolveDevice(const TrainerOptions& options,
         "trains on the CPU: use --precision=fp32"));
   }
   return placement;
+}
+
+void ConfigureHostAllocator() {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
 }
 
 void ConfigureComputeThreads(int threads) {

@@ -106,6 +106,14 @@ struct DevicePlacement {
 absl::StatusOr<DevicePlacement> ResolveDevice(const TrainerOptions& options,
                                               int local_rank);
 
+// Makes glibc keep freed tensor memory in the heap (allocations below 64 MiB
+// are not mmap'ed, and up to 256 MiB of free heap top is kept) instead of
+// handing it back to the kernel after every step and faulting in fresh zeroed
+// pages on the next: with default settings a CPU step's activations churn
+// through mmap/munmap and page faults that cost ~20% of backward for vit-micro.
+// Process-wide; tessera-train calls it once at start-up. No-op without glibc.
+void ConfigureHostAllocator();
+
 // Sets LibTorch's intra-op thread count and, when the BLAS library is OpenBLAS,
 // its thread count too (OpenBLAS otherwise starts one thread per core in every
 // rank and oversubscribes the machine).

@@ -75,8 +75,8 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
       if (value == a) return absl::OkStatus();
     }
     return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be one of ",
-                                                   absl::StrJoin(allowed, ", "), "; got \"",
-                                                   value, "\""));
+                                                   absl::StrJoin(allowed, ", "),
+                                                   "; got \"", value, "\""));
   };
   RETURN_IF_ERROR(one_of("optimizer", o.optimizer, {"adamw", "sgd"}));
   RETURN_IF_ERROR(one_of("precision", o.precision, {"fp32", "bf16", "fp16"}));
@@ -85,9 +85,9 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
   auto in_range = [](const char* flag, double v, double low, double high,
                      bool high_open) -> absl::Status {
     if (!std::isfinite(v) || v < low || v > high || (high_open && v == high)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be in [", low, ", ",
-                                                     high, high_open ? ")" : "]", ", got ",
-                                                     v));
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be in [", low,
+                                                     ", ", high, high_open ? ")" : "]",
+                                                     ", got ", v));
     }
     return absl::OkStatus();
   };
