@@ -187,6 +187,44 @@ TEST_F(FailureTest, CoordinatorKilledMidJobRestartsAndJobCompletesWithoutLostSte
   EXPECT_EQ(loss_rows, 2 * steps / every);
 }
 
+TEST_F(FailureTest, FiftyConcurrentSubmitsWithRetriesMakeExactlyFiftyJobs) {
+  StartCoordinator();
+  constexpr int kClients = 50;
+  std::vector<std::thread> clients;
+  std::vector<int64_t> first(kClients, -1), retried(kClients, -2);
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      // Each client has its own connection, like separate tessctl processes.
+      grpc::ChannelArguments args;
+      args.SetInt("tessera.test.client", i);
+      auto stub = v1::JobService::NewStub(grpc::CreateCustomChannel(
+          absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials(), args));
+      absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(LongJob(), SpecLimits{});
+      v1::SubmitJobRequest req;
+      *req.mutable_spec() = *spec;
+      req.set_client_request_id(absl::StrCat("e2e-client-", i));
+      for (int64_t* out : {&first[i], &retried[i]}) {  // the retry reuses the request id
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        v1::SubmitJobResponse resp;
+        if (jobs_ != nullptr && stub->SubmitJob(&ctx, req, &resp).ok())
+          *out = resp.job_id();
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  std::set<int64_t> ids;
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(first[i], retried[i]) << "client " << i;
+    ids.insert(first[i]);
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kClients));
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), kClients);
+}
+
 TEST_F(FailureTest, RankThatNeverJoinsTimesOutRendezvousNamingIt) {
   StartCoordinator(0, {"--rendezvous-timeout-ms", "4000"});
   // w2's "trainer" starts but never reaches the rendezvous.
