@@ -11,43 +11,16 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/worker/trainer/gloo_group.h"
 
 namespace tessera::trainer {
 namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 
-GlooOptions LoopbackOptions() {
-  GlooOptions options;
-  options.local_address = "127.0.0.1";
-  options.timeout = kTimeout;
-  return options;
-}
-
-// Forms a group of `world` ranks on loopback, one thread per rank (rank 0 hosts
-// the store), and runs `body(rank, communicator)` on each.
+// A Gloo group of `world` ranks on loopback (see gloo_group.h).
 void RunGroup(int world, const std::function<void(int, Communicator&)>& body) {
-  absl::StatusOr<std::unique_ptr<GlooStore>> hosted =
-      GlooStore::Host("127.0.0.1", 0, kTimeout);
-  ASSERT_TRUE(hosted.ok()) << hosted.status();
-  const int port = (*hosted)->port();
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < world; ++rank) {
-    std::unique_ptr<GlooStore> own = rank == 0 ? *std::move(hosted) : nullptr;
-    ranks.emplace_back([&body, port, rank, world, store = std::move(own)]() mutable {
-      if (store == nullptr) {
-        absl::StatusOr<std::unique_ptr<GlooStore>> joined =
-            GlooStore::Connect("127.0.0.1", port, kTimeout);
-        ASSERT_TRUE(joined.ok()) << joined.status();
-        store = *std::move(joined);
-      }
-      auto communicator =
-          GlooCommunicator::Create(std::move(store), rank, world, LoopbackOptions());
-      ASSERT_TRUE(communicator.ok()) << communicator.status();
-      body(rank, **communicator);
-    });
-  }
-  for (std::thread& thread : ranks) thread.join();
+  testing::RunGlooGroup(world, body, kTimeout);
 }
 
 TEST(GlooStoreTest, HostedStoreOnPortZeroReportsTheBoundPort) {

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/worker/trainer/gloo_group.h"
 #include "worker/trainer/communicator.h"
 #include "worker/trainer/gloo_communicator.h"
 
@@ -57,31 +58,9 @@ ReducerOptions SmallBuckets(bool overlap = true) {
   return options;
 }
 
-// Forms a Gloo group of `world` ranks on loopback, one thread per rank, and runs
-// `body(rank, communicator)` on each.
+// A Gloo group of `world` ranks on loopback (see gloo_group.h).
 void RunGroup(int world, const std::function<void(int, Communicator&)>& body) {
-  absl::StatusOr<std::unique_ptr<GlooStore>> hosted =
-      GlooStore::Host("127.0.0.1", 0, kTimeout);
-  ASSERT_TRUE(hosted.ok()) << hosted.status();
-  const int port = (*hosted)->port();
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < world; ++rank) {
-    std::unique_ptr<GlooStore> own = rank == 0 ? *std::move(hosted) : nullptr;
-    ranks.emplace_back([&body, port, rank, world, store = std::move(own)]() mutable {
-      if (store == nullptr) {
-        auto joined = GlooStore::Connect("127.0.0.1", port, kTimeout);
-        ASSERT_TRUE(joined.ok()) << joined.status();
-        store = *std::move(joined);
-      }
-      GlooOptions options;
-      options.timeout = kTimeout;
-      auto communicator =
-          GlooCommunicator::Create(std::move(store), rank, world, options);
-      ASSERT_TRUE(communicator.ok()) << communicator.status();
-      body(rank, **communicator);
-    });
-  }
-  for (std::thread& thread : ranks) thread.join();
+  testing::RunGlooGroup(world, body, kTimeout);
 }
 
 TEST(ReducerTest, GradientsAccumulateStraightIntoTheBucketBuffers) {
