@@ -52,14 +52,22 @@ MetricsReporterOptions QuietReporting() {
   return options;
 }
 
+// Trains a world of one with no coordinator.
+absl::StatusOr<TrainingOutcome> TrainAlone(const TrainerOptions& options,
+                                           const ImageDataset& train,
+                                           const ImageDataset& test) {
+  LocalCommunicator communicator;
+  absl::StatusOr<std::unique_ptr<MetricsReporter>> reporter =
+      MetricsReporter::Create(QuietReporting(), nullptr);
+  if (!reporter.ok()) return reporter.status();
+  Trainer trainer(options, train, test, communicator, **reporter);
+  return trainer.Run();
+}
+
 TEST(TrainerTest, LearnsSyntheticDataFarAboveChance) {
   const ImageDataset train = Synthetic(2048, Split::kTrain);
   const ImageDataset test = Synthetic(512, Split::kTest);
-  LocalCommunicator communicator;
-  auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
-  ASSERT_TRUE(reporter.ok());
-  Trainer trainer(SmallRun(), train, test, communicator, **reporter);
-  const absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
+  const absl::StatusOr<TrainingOutcome> outcome = TrainAlone(SmallRun(), train, test);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->steps, 60);
   EXPECT_EQ(outcome->train_images, 60 * 32);
@@ -101,11 +109,8 @@ TEST(TrainerTest, ReportsTheDocumentedMetricsEveryKStepsAndTestMetricsAtEpochEnd
 TEST(TrainerTest, FailsWhenAShardIsSmallerThanOneBatch) {
   const ImageDataset train = Synthetic(16, Split::kTrain);
   const ImageDataset test = Synthetic(16, Split::kTest);
-  LocalCommunicator communicator;
-  auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
-  ASSERT_TRUE(reporter.ok());
-  Trainer trainer(SmallRun(), train, test, communicator, **reporter);
-  EXPECT_EQ(trainer.Run().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(TrainAlone(SmallRun(), train, test).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(TrainerTest, SameSeedGivesTheSameParameterHash) {
@@ -116,11 +121,7 @@ TEST(TrainerTest, SameSeedGivesTheSameParameterHash) {
   std::vector<std::string> hashes;
   for (const int64_t seed : {7, 7, 8}) {
     options.seed = seed;
-    LocalCommunicator communicator;
-    auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
-    ASSERT_TRUE(reporter.ok());
-    Trainer trainer(options, train, test, communicator, **reporter);
-    const absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
+    const absl::StatusOr<TrainingOutcome> outcome = TrainAlone(options, train, test);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     hashes.push_back(outcome->param_hash);
   }
@@ -209,11 +210,7 @@ TEST(TrainerTest, TwoRanksMatchOneRankTrainingOnTheCombinedBatch) {
   EXPECT_EQ(two[0].param_hash, two[1].param_hash);
 
   options.batch_size = 32;
-  LocalCommunicator communicator;
-  auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
-  ASSERT_TRUE(reporter.ok());
-  Trainer trainer(options, train, test, communicator, **reporter);
-  const absl::StatusOr<TrainingOutcome> one = trainer.Run();
+  const absl::StatusOr<TrainingOutcome> one = TrainAlone(options, train, test);
   ASSERT_TRUE(one.ok()) << one.status();
 
   EXPECT_NEAR(two[0].test_loss, one->test_loss, 1e-4);
@@ -250,11 +247,7 @@ TEST(TrainerTest, AccumulatingTwoMicroBatchesMatchesOneBatchOfTwiceTheSize) {
   for (const auto& [batch, accum] : {std::pair{32, 1}, std::pair{16, 2}}) {
     options.batch_size = batch;
     options.grad_accum = accum;
-    LocalCommunicator communicator;
-    auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
-    ASSERT_TRUE(reporter.ok());
-    Trainer trainer(options, train, test, communicator, **reporter);
-    const absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
+    const absl::StatusOr<TrainingOutcome> outcome = TrainAlone(options, train, test);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     outcomes.push_back(*outcome);
   }
@@ -408,11 +401,8 @@ TEST(TrainerTest, ResumingWithSettingsThatMoveTheLoaderFailsClearly) {
   options.batch_size = 64;  // 8 steps per epoch instead of 16; step 3 is elsewhere
   options.max_steps = 20;
   options.grad_accum = 2;
-  LocalCommunicator communicator;
-  auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
-  ASSERT_TRUE(reporter.ok());
-  Trainer trainer(options, train, test, communicator, **reporter);
-  EXPECT_EQ(trainer.Run().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(TrainAlone(options, train, test).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(TrainerTest, SgdWithMomentumLearns) {
