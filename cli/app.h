@@ -1,12 +1,13 @@
 // The tessctl command line: parses arguments with CLI11 and runs the chosen
-// subcommand (commands.h) against the coordinator named by --coordinator, which
-// defaults to $TESSERA_COORDINATOR and then 127.0.0.1:50051.
+// subcommand (commands.h, sweep_commands.h) against the coordinator named by
+// --coordinator, which defaults to $TESSERA_COORDINATOR and then 127.0.0.1:50051.
+// --token (default $TESSERA_TOKEN) is sent with every call; it is never printed.
 //
 // RunTessctl is main() minus the process: tests pass their own streams and a
 // factory that returns a client over an in-process channel.
 //
 // Thread-safety: RunTessctl shares no state between calls; it reads the
-// TESSERA_COORDINATOR environment variable.
+// TESSERA_COORDINATOR and TESSERA_TOKEN environment variables.
 #ifndef TESSERA_CLI_APP_H_
 #define TESSERA_CLI_APP_H_
 
@@ -20,19 +21,27 @@
 
 namespace tessera::cli {
 
-// Builds the client for the coordinator address the user chose.
-using ClientFactory =
-    std::function<std::unique_ptr<CoordinatorClient>(const std::string& address)>;
+// Builds the client for the coordinator address and token the user chose.
+using ClientFactory = std::function<std::unique_ptr<CoordinatorClient>(
+    const ConnectionOptions& connection)>;
 
 // Default coordinator address when neither --coordinator nor the environment
 // names one.
 inline constexpr char kDefaultCoordinator[] = "127.0.0.1:50051";
 inline constexpr char kCoordinatorEnv[] = "TESSERA_COORDINATOR";
+inline constexpr char kTokenEnv[] = "TESSERA_TOKEN";
+
+// What tessctl knows about where `out` goes.
+struct Terminal {
+  // `out` is a terminal: follow commands redraw one progress line in place.
+  bool is_tty = false;
+  int columns = 0;  // its width; 0: unknown
+};
 
 // Parses `args` (without the program name), runs the subcommand and returns the
-// exit code (see commands.h); 2 for command-line errors, 0 for --help.
+// exit code (exit_codes.h); 2 for command-line errors, 0 for --help.
 int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_client,
-               std::ostream& out, std::ostream& err);
+               std::ostream& out, std::ostream& err, const Terminal& terminal = {});
 
 }  // namespace tessera::cli
 

@@ -2,11 +2,19 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace tessera::cli {
 
 namespace v1 = tessera::v1;
+
+namespace {
+
+// Tokens are short secrets; anything longer is a mistake (a file's contents).
+constexpr size_t kMaxTokenBytes = 4096;
+
+}  // namespace
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
@@ -16,37 +24,58 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
+absl::Status ValidateToken(absl::string_view token) {
+  if (token.empty()) return absl::InvalidArgumentError("the token is empty");
+  if (token.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the token is longer than ", kMaxTokenBytes, " bytes"));
+  }
+  for (size_t i = 0; i < token.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(token[i]);
+    // gRPC sends metadata values as HTTP/2 header text: visible ASCII only.
+    if (c <= 0x20 || c >= 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the token has a space, control or non-ASCII character at byte ",
+                       i + 1, " (a trailing newline from a file?)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
                                      Options options)
     : options_(std::move(options)), stub_(v1::JobService::NewStub(channel)) {}
 
-void CoordinatorClient::SetDeadline(grpc::ClientContext& context) const {
+void CoordinatorClient::Prepare(grpc::ClientContext& context) const {
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  if (!options_.token.empty()) {
+    context.AddMetadata(kAuthorizationMetadata, absl::StrCat("Bearer ", options_.token));
+  }
 }
 
 absl::StatusOr<int64_t> CoordinatorClient::SubmitJob(
     const v1::SubmitJobRequest& request) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  Prepare(context);
   v1::SubmitJobResponse response;
   absl::Status status = FromGrpcStatus(stub_->SubmitJob(&context, request, &response));
   if (!status.ok()) return status;
   return response.job_id();
 }
 
-absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs() {
+absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
+    const v1::ListJobsRequest& request) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  Prepare(context);
   v1::ListJobsResponse response;
-  absl::Status status =
-      FromGrpcStatus(stub_->ListJobs(&context, v1::ListJobsRequest(), &response));
+  absl::Status status = FromGrpcStatus(stub_->ListJobs(&context, request, &response));
   if (!status.ok()) return status;
   return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::GetJob(int64_t job_id) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  Prepare(context);
   v1::GetJobRequest request;
   request.set_job_id(job_id);
   v1::GetJobResponse response;
@@ -57,7 +86,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(int64_t job_id) {
 
 absl::StatusOr<v1::JobState> CoordinatorClient::CancelJob(int64_t job_id) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  Prepare(context);
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   v1::CancelJobResponse response;
@@ -69,7 +98,7 @@ absl::StatusOr<v1::JobState> CoordinatorClient::CancelJob(int64_t job_id) {
 absl::StatusOr<v1::GetLogsResponse> CoordinatorClient::GetLogs(
     const v1::GetLogsRequest& request) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  Prepare(context);
   v1::GetLogsResponse response;
   absl::Status status = FromGrpcStatus(stub_->GetLogs(&context, request, &response));
   if (!status.ok()) return status;
@@ -79,7 +108,7 @@ absl::StatusOr<v1::GetLogsResponse> CoordinatorClient::GetLogs(
 absl::StatusOr<std::vector<v1::MetricPoint>> CoordinatorClient::GetMetrics(
     const v1::GetMetricsRequest& request) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  Prepare(context);
   v1::GetMetricsResponse response;
   absl::Status status = FromGrpcStatus(stub_->GetMetrics(&context, request, &response));
   if (!status.ok()) return status;
@@ -88,7 +117,7 @@ absl::StatusOr<std::vector<v1::MetricPoint>> CoordinatorClient::GetMetrics(
 
 absl::StatusOr<std::vector<v1::Worker>> CoordinatorClient::ListWorkers() {
   grpc::ClientContext context;
-  SetDeadline(context);
+  Prepare(context);
   v1::ListWorkersResponse response;
   absl::Status status =
       FromGrpcStatus(stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response));
@@ -96,15 +125,70 @@ absl::StatusOr<std::vector<v1::Worker>> CoordinatorClient::ListWorkers() {
   return std::vector<v1::Worker>(response.workers().begin(), response.workers().end());
 }
 
-std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(const std::string& address,
-                                                         absl::Duration rpc_timeout) {
+absl::StatusOr<v1::SubmitSweepResponse> CoordinatorClient::SubmitSweep(
+    const v1::SubmitSweepRequest& request) {
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::SubmitSweepResponse response;
+  absl::Status status = FromGrpcStatus(stub_->SubmitSweep(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::Sweep>> CoordinatorClient::ListSweeps() {
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::ListSweepsResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->ListSweeps(&context, v1::ListSweepsRequest(), &response));
+  if (!status.ok()) return status;
+  return std::vector<v1::Sweep>(response.sweeps().begin(), response.sweeps().end());
+}
+
+absl::StatusOr<v1::Sweep> CoordinatorClient::GetSweep(int64_t sweep_id) {
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::GetSweepRequest request;
+  request.set_sweep_id(sweep_id);
+  v1::GetSweepResponse response;
+  absl::Status status = FromGrpcStatus(stub_->GetSweep(&context, request, &response));
+  if (!status.ok()) return status;
+  return std::move(*response.mutable_sweep());
+}
+
+absl::StatusOr<v1::SweepReport> CoordinatorClient::GetSweepReport(int64_t sweep_id) {
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::GetSweepReportRequest request;
+  request.set_sweep_id(sweep_id);
+  v1::GetSweepReportResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->GetSweepReport(&context, request, &response));
+  if (!status.ok()) return status;
+  return std::move(*response.mutable_report());
+}
+
+absl::StatusOr<v1::SweepState> CoordinatorClient::CancelSweep(int64_t sweep_id) {
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::CancelSweepRequest request;
+  request.set_sweep_id(sweep_id);
+  v1::CancelSweepResponse response;
+  absl::Status status = FromGrpcStatus(stub_->CancelSweep(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.state();
+}
+
+std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(
+    const ConnectionOptions& connection, absl::Duration rpc_timeout) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReplyBytes);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      connection.address, grpc::InsecureChannelCredentials(), args);
   return std::make_unique<CoordinatorClient>(
-      std::move(channel),
-      CoordinatorClient::Options{.rpc_timeout = rpc_timeout, .target = address});
+      std::move(channel), CoordinatorClient::Options{.rpc_timeout = rpc_timeout,
+                                                     .target = connection.address,
+                                                     .token = connection.token});
 }
 
 }  // namespace tessera::cli

@@ -2,6 +2,9 @@
 // is one unary RPC with a deadline; gRPC statuses come back as absl::Status with
 // the same code (UNAVAILABLE -> Unavailable, NOT_FOUND -> NotFound, ...).
 //
+// When Options::token is set, every call carries it as the gRPC metadata
+// "authorization: Bearer <token>". The token is never logged or printed.
+//
 // The client is built from a channel, so tests can hand it an in-process channel;
 // MakeCoordinatorClient() builds one over an insecure TCP channel to "host:port".
 //
@@ -19,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 #include "tessera/v1/tessera.pb.h"
@@ -28,6 +32,14 @@ namespace tessera::cli {
 // Converts a gRPC status to an absl::Status with the same code and message.
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// The metadata key (lower case, as gRPC requires) that carries the token.
+inline constexpr char kAuthorizationMetadata[] = "authorization";
+
+// InvalidArgument unless `token` can travel as a gRPC metadata value: 1 to 4096
+// printable ASCII characters without spaces. The message never contains the
+// token.
+absl::Status ValidateToken(absl::string_view token);
+
 class CoordinatorClient {
  public:
   struct Options {
@@ -36,6 +48,8 @@ class CoordinatorClient {
     // How the coordinator is named in messages, e.g. "127.0.0.1:50051". Channels
     // do not expose their target, so the factory records it here.
     std::string target = "the coordinator";
+    // Sent as "authorization: Bearer <token>" on every call; empty: no header.
+    std::string token;
   };
 
   CoordinatorClient(std::shared_ptr<grpc::Channel> channel, Options options);
@@ -45,7 +59,8 @@ class CoordinatorClient {
 
   // Returns the job id.
   absl::StatusOr<int64_t> SubmitJob(const tessera::v1::SubmitJobRequest& request);
-  absl::StatusOr<std::vector<tessera::v1::Job>> ListJobs();
+  absl::StatusOr<std::vector<tessera::v1::Job>> ListJobs(
+      const tessera::v1::ListJobsRequest& request = {});
   // NotFound when the coordinator knows no such job.
   absl::StatusOr<tessera::v1::Job> GetJob(int64_t job_id);
   absl::StatusOr<std::vector<tessera::v1::MetricPoint>> GetMetrics(
@@ -56,10 +71,20 @@ class CoordinatorClient {
   absl::StatusOr<tessera::v1::GetLogsResponse> GetLogs(
       const tessera::v1::GetLogsRequest& request);
 
+  absl::StatusOr<tessera::v1::SubmitSweepResponse> SubmitSweep(
+      const tessera::v1::SubmitSweepRequest& request);
+  absl::StatusOr<std::vector<tessera::v1::Sweep>> ListSweeps();
+  // NotFound when the coordinator knows no such sweep.
+  absl::StatusOr<tessera::v1::Sweep> GetSweep(int64_t sweep_id);
+  absl::StatusOr<tessera::v1::SweepReport> GetSweepReport(int64_t sweep_id);
+  // The sweep's state after the cancel; FailedPrecondition if it had ended.
+  absl::StatusOr<tessera::v1::SweepState> CancelSweep(int64_t sweep_id);
+
   const std::string& target() const { return options_.target; }
 
  private:
-  void SetDeadline(grpc::ClientContext& context) const;
+  // Sets the deadline and the authorization metadata.
+  void Prepare(grpc::ClientContext& context) const;
 
   const Options options_;
   std::unique_ptr<tessera::v1::JobService::Stub> stub_;
@@ -68,10 +93,16 @@ class CoordinatorClient {
 // Largest reply tessctl accepts (job lists, metric pages).
 inline constexpr int kMaxReplyBytes = 64 << 20;
 
-// A client over an insecure channel to `address` ("host:port"). Connecting is
-// lazy: an unreachable address shows up as Unavailable from the first call.
+// Where and how tessctl connects.
+struct ConnectionOptions {
+  std::string address;  // "host:port"
+  std::string token;    // empty: send no authorization metadata
+};
+
+// A client over an insecure channel to `connection.address`. Connecting is lazy:
+// an unreachable address shows up as Unavailable from the first call.
 std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(
-    const std::string& address, absl::Duration rpc_timeout = absl::Seconds(10));
+    const ConnectionOptions& connection, absl::Duration rpc_timeout = absl::Seconds(10));
 
 }  // namespace tessera::cli
 

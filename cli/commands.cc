@@ -1,16 +1,14 @@
 #include "cli/commands.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <optional>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "cli/command_util.h"
+#include "cli/progress.h"
 #include "coordinator/common/job_spec.h"
 
 namespace tessera::cli {
@@ -25,75 +23,8 @@ namespace {
 constexpr int32_t kMetricsPageSize = 10000;
 // Bound on what `tessctl metrics` holds in memory.
 constexpr size_t kMaxMetricPoints = 5'000'000;
-// Spec files are small; a huge file is a wrong path.
-constexpr std::streamsize kMaxSpecFileBytes = 1 << 20;
 
-FormatContext Now() { return FormatContext{absl::Now(), absl::LocalTimeZone()}; }
-
-void PrintJson(const json& value, std::ostream& out) {
-  // Replace rather than throw on invalid UTF-8 coming from the server.
-  out << value.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-}
-
-// Reports a failed RPC on `err` and returns the exit code for it.
-int ReportRpcError(const absl::Status& status, const CoordinatorClient& client,
-                   std::optional<int64_t> job_id, std::ostream& err) {
-  switch (status.code()) {
-    case absl::StatusCode::kNotFound:
-      if (job_id) {
-        err << "tessctl: job " << *job_id << " not found\n";
-      } else {
-        err << "tessctl: not found: " << status.message() << "\n";
-      }
-      return kExitNotFound;
-    case absl::StatusCode::kUnavailable:
-      err << "tessctl: cannot reach the coordinator at " << client.target() << ": "
-          << status.message() << " (set --coordinator or TESSERA_COORDINATOR)\n";
-      return kExitUnreachable;
-    case absl::StatusCode::kDeadlineExceeded:
-      err << "tessctl: the coordinator at " << client.target()
-          << " did not answer in time: " << status.message() << "\n";
-      return kExitUnreachable;
-    case absl::StatusCode::kInvalidArgument:
-      err << "tessctl: rejected by the coordinator: " << status.message() << "\n";
-      return kExitUsage;
-    default:
-      err << "tessctl: " << status << "\n";
-      return kExitFailed;
-  }
-}
-
-bool IsRetryable(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kUnavailable ||
-         status.code() == absl::StatusCode::kDeadlineExceeded;
-}
-
-// 128 random bits as hex: unique per submit, shared by that submit's retries.
-std::string NewRequestId() {
-  std::random_device device;
-  std::string id;
-  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&id, "%08x", device());
-  return id;
-}
-
-absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read spec file '", path, "': ", std::strerror(errno)));
-  }
-  std::string text(static_cast<size_t>(kMaxSpecFileBytes) + 1, '\0');
-  in.read(text.data(), kMaxSpecFileBytes + 1);
-  if (in.bad()) {
-    return absl::DataLossError(absl::StrCat("cannot read spec file '", path, "'"));
-  }
-  if (in.gcount() > kMaxSpecFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec file '", path, "' is larger than ", kMaxSpecFileBytes, " bytes"));
-  }
-  text.resize(static_cast<size_t>(in.gcount()));
-  return text;
-}
+std::string JobSubject(int64_t job_id) { return absl::StrCat("job ", job_id); }
 
 bool RejectCsv(OutputFormat format, absl::string_view command, std::ostream& err) {
   if (format != OutputFormat::kCsv) return false;
@@ -215,36 +146,61 @@ int RunSubmit(const SubmitOptions& options, CoordinatorClient& client, std::ostr
   *request.mutable_spec() = *spec;
   request.set_client_request_id(NewRequestId());
 
-  absl::Duration backoff = options.initial_backoff;
-  absl::StatusOr<int64_t> job_id;
-  for (int attempt = 1;; ++attempt) {
-    job_id = client.SubmitJob(request);
-    if (job_id.ok() || !IsRetryable(job_id.status()) || attempt >= options.max_attempts) {
-      break;
-    }
-    err << "tessctl: submit attempt " << attempt << " failed ("
-        << job_id.status().message() << "); retrying in " << absl::FormatDuration(backoff)
-        << "\n";
-    absl::SleepFor(backoff);
-    backoff *= 2;
-  }
+  absl::StatusOr<int64_t> job_id =
+      CallWithRetries([&] { return client.SubmitJob(request); }, options.max_attempts,
+                      options.initial_backoff, "submit", err);
   if (!job_id.ok()) return ReportRpcError(job_id.status(), client, std::nullopt, err);
 
   out << "submitted job " << *job_id << " (" << spec->name() << ")\n" << *job_id << "\n";
-  return kExitOk;
+  if (!options.follow) return kExitOk;
+  out.flush();
+  WaitOptions wait = options.follow_options;
+  wait.job_id = *job_id;
+  return RunWait(wait, client, out, err);
 }
 
-int RunJobs(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
+int RunJobs(const JobsOptions& options, CoordinatorClient& client, std::ostream& out,
             std::ostream& err) {
-  if (RejectCsv(options.format, "jobs", err)) return kExitUsage;
-  absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs();
+  v1::ListJobsRequest request;
+  if (!options.state.empty()) {
+    absl::StatusOr<v1::JobState> state = ParseJobState(options.state);
+    if (!state.ok()) {
+      err << "tessctl: --state: " << state.status().message() << "\n";
+      return kExitUsage;
+    }
+    request.set_state(*state);
+  }
+  if (options.limit < 0) {
+    err << "tessctl: --limit must not be negative, got " << options.limit << "\n";
+    return kExitUsage;
+  }
+  request.set_limit(options.limit);
+  request.set_sweep_id(options.sweep_id);
+  absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs(request);
   if (!jobs.ok()) return ReportRpcError(jobs.status(), client, std::nullopt, err);
-  if (options.format == OutputFormat::kJson) {
-    json array = json::array();
-    for (const v1::Job& job : *jobs) array.push_back(JobToJson(job, false));
-    PrintJson(array, out);
-  } else {
-    out << FormatJobsTable(*jobs, Now());
+  // A coordinator that predates the filters returns every job; apply them here
+  // too (a no-op when the coordinator did).
+  std::erase_if(*jobs, [&](const v1::Job& job) {
+    return (request.state() != v1::JOB_STATE_UNSPECIFIED &&
+            job.state() != request.state()) ||
+           (request.sweep_id() != 0 && job.sweep_id() != request.sweep_id());
+  });
+  if (request.limit() > 0 && jobs->size() > static_cast<size_t>(request.limit())) {
+    jobs->resize(static_cast<size_t>(request.limit()));
+  }
+  switch (options.format) {
+    case OutputFormat::kJson: {
+      json array = json::array();
+      for (const v1::Job& job : *jobs) array.push_back(JobToJson(job, false));
+      PrintJson(array, out);
+      break;
+    }
+    case OutputFormat::kCsv:
+      out << FormatJobsCsv(*jobs);
+      break;
+    case OutputFormat::kTable:
+      out << FormatJobsTable(*jobs, NowContext());
+      break;
   }
   return kExitOk;
 }
@@ -253,26 +209,33 @@ int RunStatus(const StatusOptions& options, CoordinatorClient& client, std::ostr
               std::ostream& err) {
   if (RejectCsv(options.format, "status", err)) return kExitUsage;
   absl::StatusOr<v1::Job> job = client.GetJob(options.job_id);
-  if (!job.ok()) return ReportRpcError(job.status(), client, options.job_id, err);
+  if (!job.ok())
+    return ReportRpcError(job.status(), client, JobSubject(options.job_id), err);
   if (options.format == OutputFormat::kJson) {
     PrintJson(JobToJson(*job), out);
   } else {
-    out << FormatJobStatus(*job, Now());
+    out << FormatJobStatus(*job, NowContext());
   }
   return kExitOk;
 }
 
 int RunWorkers(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
                std::ostream& err) {
-  if (RejectCsv(options.format, "workers", err)) return kExitUsage;
   absl::StatusOr<std::vector<v1::Worker>> workers = client.ListWorkers();
   if (!workers.ok()) return ReportRpcError(workers.status(), client, std::nullopt, err);
-  if (options.format == OutputFormat::kJson) {
-    json array = json::array();
-    for (const v1::Worker& w : *workers) array.push_back(WorkerToJson(w));
-    PrintJson(array, out);
-  } else {
-    out << FormatWorkersTable(*workers, Now());
+  switch (options.format) {
+    case OutputFormat::kJson: {
+      json array = json::array();
+      for (const v1::Worker& w : *workers) array.push_back(WorkerToJson(w));
+      PrintJson(array, out);
+      break;
+    }
+    case OutputFormat::kCsv:
+      out << FormatWorkersCsv(*workers);
+      break;
+    case OutputFormat::kTable:
+      out << FormatWorkersTable(*workers, NowContext());
+      break;
   }
   return kExitOk;
 }
@@ -285,10 +248,14 @@ int RunWait(const WaitOptions& options, CoordinatorClient& client, std::ostream&
                                   : absl::InfiniteFuture();
   absl::Time next_progress = start;
   int failures = 0;
-  int64_t last_step = -1;              // newest step shown in a progress line
-  std::optional<StepSummary> summary;  // of attempt `summary_attempt`
-  int32_t summary_attempt = -1;
+  ProgressTracker tracker;
   std::optional<v1::JobState> state;
+  // A live line is on screen: end it before printing anything else.
+  bool drawn = false;
+  auto end_line = [&] {
+    if (drawn) out << "\n";
+    drawn = false;
+  };
 
   while (true) {
     absl::StatusOr<v1::Job> job = client.GetJob(options.job_id);
@@ -296,37 +263,35 @@ int RunWait(const WaitOptions& options, CoordinatorClient& client, std::ostream&
       failures = 0;
       state = job->state();
       if (IsTerminal(job->state())) {
+        end_line();
         return ReportTerminal(*job, absl::Now() - start, client, out);
       }
-      if (options.progress && absl::Now() >= next_progress) {
-        // A restart begins a new attempt whose steps start over.
-        if (job->attempt() != summary_attempt) {
-          summary_attempt = job->attempt();
-          summary.reset();
-          last_step = -1;
-        }
-        // Re-read the newest step shown so far: ranks that had not reported it
-        // then are counted now.
+      if (options.progress && (options.live || absl::Now() >= next_progress)) {
         absl::StatusOr<std::vector<v1::MetricPoint>> points =
-            FetchMetrics(client, options.job_id, last_step > 0 ? last_step - 1 : -1, "");
+            FetchMetrics(client, options.job_id, tracker.FetchAfter(), "");
+        // Without new points the line still shows the state and elapsed time.
         if (points.ok()) {
-          if (std::optional<StepSummary> newer = SummarizeLatestStep(
-                  *points, job->attempt(), job->spec().world_size())) {
-            summary = newer;
-            last_step = newer->step;
-          }
+          tracker.Update(job->attempt(), job->spec().world_size(), *points, absl::Now());
         }
-        out << FormatProgressLine(absl::Now() - start, *job, summary) << std::endl;
+        const std::string line = FormatProgress(tracker.Info(*job, absl::Now() - start));
+        if (options.live) {
+          out << RedrawLine(line, options.columns) << std::flush;
+          drawn = true;
+        } else {
+          out << line << std::endl;
+        }
         next_progress = absl::Now() + options.progress_interval;
       }
     } else if (IsRetryable(job.status()) && ++failures < options.max_poll_failures) {
       // The coordinator may be restarting; keep polling.
     } else {
-      return ReportRpcError(job.status(), client, options.job_id, err);
+      end_line();
+      return ReportRpcError(job.status(), client, JobSubject(options.job_id), err);
     }
 
     const absl::Time now = absl::Now();
     if (now >= deadline) {
+      end_line();
       err << "tessctl: timed out after " << absl::FormatDuration(options.timeout)
           << " waiting for job " << options.job_id;
       if (state) err << " (" << JobStateName(*state) << ")";
@@ -344,7 +309,8 @@ int RunCancel(const CancelOptions& options, CoordinatorClient& client, std::ostr
     err << "tessctl: " << state.status().message() << "\n";
     return kExitFailed;
   }
-  if (!state.ok()) return ReportRpcError(state.status(), client, options.job_id, err);
+  if (!state.ok())
+    return ReportRpcError(state.status(), client, JobSubject(options.job_id), err);
   out << "job " << options.job_id << " " << JobStateName(*state) << "\n";
   return kExitOk;
 }
@@ -363,7 +329,7 @@ int RunLogs(const LogsOptions& options, CoordinatorClient& client, std::ostream&
         absl::SleepFor(options.poll_interval);
         continue;
       }
-      return ReportRpcError(chunk.status(), client, options.job_id, err);
+      return ReportRpcError(chunk.status(), client, JobSubject(options.job_id), err);
     }
     failures = 0;
     out << chunk->data();
@@ -382,10 +348,12 @@ int RunMetrics(const MetricsOptions& options, CoordinatorClient& client,
   // Asking for the job first turns an unknown id into "not found" rather than an
   // empty listing.
   absl::StatusOr<v1::Job> job = client.GetJob(options.job_id);
-  if (!job.ok()) return ReportRpcError(job.status(), client, options.job_id, err);
+  if (!job.ok())
+    return ReportRpcError(job.status(), client, JobSubject(options.job_id), err);
   absl::StatusOr<std::vector<v1::MetricPoint>> points =
       FetchMetrics(client, options.job_id, -1, options.name);
-  if (!points.ok()) return ReportRpcError(points.status(), client, options.job_id, err);
+  if (!points.ok())
+    return ReportRpcError(points.status(), client, JobSubject(options.job_id), err);
   switch (options.format) {
     case OutputFormat::kJson: {
       json array = json::array();
@@ -397,7 +365,7 @@ int RunMetrics(const MetricsOptions& options, CoordinatorClient& client,
       out << FormatMetricsCsv(*points);
       break;
     case OutputFormat::kTable:
-      out << FormatMetricsTable(*points, Now());
+      out << FormatMetricsTable(*points, NowContext());
       break;
   }
   return kExitOk;

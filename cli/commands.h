@@ -1,6 +1,7 @@
-// The tessctl subcommands, one function each. A command takes its parsed options,
-// a CoordinatorClient and the streams to write to, and returns the process exit
-// code, so tests run commands in-process against a fake JobService.
+// The tessctl job subcommands, one function each (sweeps: sweep_commands.h). A
+// command takes its parsed options, a CoordinatorClient and the streams to write
+// to, and returns the process exit code (exit_codes.h), so tests run commands
+// in-process against a fake JobService.
 //
 // Output contract: results go to `out`, diagnostics ("tessctl: ...") to `err`.
 //
@@ -13,32 +14,24 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cli/client.h"
+#include "cli/exit_codes.h"
 #include "cli/output.h"
 
 namespace tessera::cli {
 
-// Process exit codes.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailed = 1;       // job failed or cancelled; other errors
-inline constexpr int kExitUsage = 2;        // bad command line or invalid spec
-inline constexpr int kExitNotFound = 3;     // no such job
-inline constexpr int kExitUnreachable = 4;  // coordinator did not answer
-inline constexpr int kExitTimeout = 124;    // `wait --timeout` ran out
-
-struct SubmitOptions {
-  std::string spec_path;               // YAML file
-  std::vector<std::string> overrides;  // "--set key=value", applied in order
-  // Attempts of SubmitJob on UNAVAILABLE / DEADLINE_EXCEEDED, all with the same
-  // client request id so the coordinator creates the job at most once.
-  int max_attempts = 5;
-  // Wait before the second attempt; doubles after each further failure.
-  absl::Duration initial_backoff = absl::Milliseconds(500);
-};
-
 struct ListOptions {
   OutputFormat format = OutputFormat::kTable;
+};
+
+struct JobsOptions {
+  OutputFormat format = OutputFormat::kTable;
+  // Only jobs in this state, named as ParseJobState accepts; empty: all.
+  std::string state;
+  int32_t limit = 0;     // at most this many, newest first; 0: all
+  int64_t sweep_id = 0;  // only the points of this sweep; 0: any
 };
 
 struct StatusOptions {
@@ -50,12 +43,30 @@ struct WaitOptions {
   int64_t job_id = 0;
   // Give up after this long (exit 124); zero or negative waits without limit.
   absl::Duration timeout = absl::ZeroDuration();
-  bool progress = false;  // print a progress line every `progress_interval`
+  bool progress = false;  // show progress (progress.h) while waiting
+  // Redraw one progress line in place at every poll (stdout is a terminal)
+  // instead of printing a line every `progress_interval`.
+  bool live = false;
+  int columns = 0;  // terminal width for `live`; 0: unknown
   absl::Duration poll_interval = absl::Seconds(1);
   absl::Duration progress_interval = absl::Seconds(5);
   // Consecutive failed polls (coordinator unreachable) tolerated before exit 4,
   // so that a coordinator restart does not end the wait.
   int max_poll_failures = 10;
+};
+
+struct SubmitOptions {
+  std::string spec_path;               // YAML file
+  std::vector<std::string> overrides;  // "--set key=value", applied in order
+  // Attempts of SubmitJob on UNAVAILABLE / DEADLINE_EXCEEDED, all with the same
+  // client request id so the coordinator creates the job at most once.
+  int max_attempts = 5;
+  // Wait before the second attempt; doubles after each further failure.
+  absl::Duration initial_backoff = absl::Milliseconds(500);
+  // After submitting, wait for the job with `follow_options` (job_id is filled
+  // in) and exit as `wait` does.
+  bool follow = false;
+  WaitOptions follow_options;
 };
 
 struct MetricsOptions {
@@ -64,8 +75,6 @@ struct MetricsOptions {
   std::string name;  // only this metric; empty: all
 };
 
-// Reads, overrides, validates and submits a spec. Prints "submitted job N (name)"
-// and then the job id alone on the last line of `out`.
 struct CancelOptions {
   int64_t job_id = 0;
 };
@@ -78,16 +87,13 @@ struct LogsOptions {
   absl::Duration poll_interval = absl::Seconds(1);
 };
 
-// `tessctl cancel JOB`: stops every rank; exit 0 once CANCELLED is recorded.
-int RunCancel(const CancelOptions& options, CoordinatorClient& client, std::ostream& out,
-              std::ostream& err);
-// `tessctl logs JOB [--rank N] [--attempt A] [-f]`: a rank's stdout and stderr.
-int RunLogs(const LogsOptions& options, CoordinatorClient& client, std::ostream& out,
-            std::ostream& err);
-
+// `tessctl submit SPEC`: reads, overrides, validates and submits a spec. Prints
+// "submitted job N (name)" and then the job id alone on the last line of `out`;
+// with `follow`, then waits as RunWait does and returns its code.
 int RunSubmit(const SubmitOptions& options, CoordinatorClient& client, std::ostream& out,
               std::ostream& err);
-int RunJobs(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
+// `tessctl jobs`: exit 2 for an unknown --state, before any RPC.
+int RunJobs(const JobsOptions& options, CoordinatorClient& client, std::ostream& out,
             std::ostream& err);
 int RunStatus(const StatusOptions& options, CoordinatorClient& client, std::ostream& out,
               std::ostream& err);
@@ -99,6 +105,12 @@ int RunWait(const WaitOptions& options, CoordinatorClient& client, std::ostream&
             std::ostream& err);
 int RunMetrics(const MetricsOptions& options, CoordinatorClient& client,
                std::ostream& out, std::ostream& err);
+// `tessctl cancel JOB`: stops every rank; exit 0 once CANCELLED is recorded.
+int RunCancel(const CancelOptions& options, CoordinatorClient& client, std::ostream& out,
+              std::ostream& err);
+// `tessctl logs JOB [--rank N] [--attempt A] [-f]`: a rank's stdout and stderr.
+int RunLogs(const LogsOptions& options, CoordinatorClient& client, std::ostream& out,
+            std::ostream& err);
 
 // Every stored point of a job with step > `after_step` (and name `name` if
 // non-empty), fetched in pages. Exposed for tests.

@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,58 +25,17 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// Reasons can be long; tables show the start, JSON the whole text.
-constexpr size_t kMaxReasonCellChars = 72;
-
-std::string Sanitize(std::string text) {
-  for (char& c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
-  }
-  return text;
-}
-
-std::string Truncate(std::string text, size_t max_chars) {
-  if (text.size() <= max_chars) return text;
-  text.resize(max_chars - 3);
-  return text + "...";
-}
-
 absl::Time FromUnixMs(int64_t ms) { return absl::FromUnixMillis(ms); }
 
-std::string Rfc3339(int64_t unix_ms) {
-  return absl::FormatTime(absl::RFC3339_full, FromUnixMs(unix_ms), absl::UTCTimeZone());
-}
-
-std::string Ago(int64_t unix_ms, const FormatContext& ctx) {
-  if (unix_ms <= 0) return "-";
-  absl::Duration d = ctx.now - FromUnixMs(unix_ms);
-  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
-  return HumanDuration(d);
-}
-
-std::string LocalTime(int64_t unix_ms, const FormatContext& ctx) {
-  if (unix_ms <= 0) return "-";
-  return absl::StrCat(
-      absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", FromUnixMs(unix_ms), ctx.tz), " (",
-      Ago(unix_ms, ctx), " ago)");
-}
-
-// Shortest text that reads back as the same double.
-std::string ExactDouble(double value) {
-  char buf[64];
-  for (int precision = 15; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
-    if (std::strtod(buf, nullptr) == value) break;
-  }
-  return buf;
-}
+// Reasons can be long; tables show the start, JSON the whole text.
+constexpr size_t kMaxReasonCellChars = 72;
 
 std::string ReasonCell(const v1::Job& job) {
   const std::string& text =
       job.state() == v1::JOB_STATE_QUEUED && !job.pending_reason().empty()
           ? job.pending_reason()
           : job.reason();
-  return text.empty() ? "-" : Truncate(Sanitize(text), kMaxReasonCellChars);
+  return text.empty() ? "-" : TruncateToWidth(Sanitize(text), kMaxReasonCellChars);
 }
 
 std::string ExitCell(const v1::RankStatus& rank) {
@@ -118,7 +78,79 @@ json ScalarToJson(const Message& msg, const FieldDescriptor* field, int index) {
   return nullptr;
 }
 
+bool IsUtf8Continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
 }  // namespace
+
+std::string Sanitize(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  return text;
+}
+
+size_t DisplayWidth(absl::string_view text) {
+  size_t width = 0;
+  for (char c : text) {
+    if (!IsUtf8Continuation(c)) ++width;
+  }
+  return width;
+}
+
+std::string TruncateToWidth(const std::string& text, size_t width) {
+  if (DisplayWidth(text) <= width) return text;
+  if (width <= 3) return std::string(width, '.');
+  // Keep width - 3 code points, then "...".
+  size_t kept = 0;
+  size_t end = 0;
+  while (end < text.size()) {
+    if (!IsUtf8Continuation(text[end])) {
+      if (kept == width - 3) break;
+      ++kept;
+    }
+    ++end;
+  }
+  return text.substr(0, end) + "...";
+}
+
+std::string CsvField(absl::string_view value) {
+  if (value.find_first_of(",\"\n\r") == absl::string_view::npos)
+    return std::string(value);
+  std::string quoted = "\"";
+  for (char c : value) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  quoted += '"';
+  return quoted;
+}
+
+std::string ExactDouble(double value) {
+  char buf[64];
+  for (int precision = 15; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  return buf;
+}
+
+std::string Rfc3339(int64_t unix_ms) {
+  return absl::FormatTime(absl::RFC3339_full, FromUnixMs(unix_ms), absl::UTCTimeZone());
+}
+
+std::string Ago(int64_t unix_ms, const FormatContext& ctx) {
+  if (unix_ms <= 0) return "-";
+  absl::Duration d = ctx.now - FromUnixMs(unix_ms);
+  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+  return HumanDuration(d);
+}
+
+std::string LocalTime(int64_t unix_ms, const FormatContext& ctx) {
+  if (unix_ms <= 0) return "-";
+  return absl::StrCat(
+      absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", FromUnixMs(unix_ms), ctx.tz), " (",
+      Ago(unix_ms, ctx), " ago)");
+}
 
 std::string JobStateName(v1::JobState state) {
   std::string name = v1::JobState_Name(state);
@@ -130,6 +162,29 @@ std::string JobStateName(v1::JobState state) {
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
          state == v1::JOB_STATE_CANCELLED;
+}
+
+std::vector<std::string> JobStateNames() {
+  std::vector<std::string> names;
+  const google::protobuf::EnumDescriptor* desc = v1::JobState_descriptor();
+  for (int i = 0; i < desc->value_count(); ++i) {
+    const auto state = static_cast<v1::JobState>(desc->value(i)->number());
+    if (state != v1::JOB_STATE_UNSPECIFIED) names.push_back(JobStateName(state));
+  }
+  return names;
+}
+
+absl::StatusOr<v1::JobState> ParseJobState(absl::string_view name) {
+  std::string upper = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name));
+  constexpr absl::string_view kPrefix = "JOB_STATE_";
+  if (!absl::StartsWith(upper, kPrefix)) upper = absl::StrCat(kPrefix, upper);
+  v1::JobState state;
+  if (v1::JobState_Parse(upper, &state) && state != v1::JOB_STATE_UNSPECIFIED) {
+    return state;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown job state '", Sanitize(std::string(name)), "'; expected one of ",
+      absl::StrJoin(JobStateNames(), ", "), " (any case, JOB_STATE_ prefix optional)"));
 }
 
 std::string HumanDuration(absl::Duration d) {
@@ -170,14 +225,14 @@ std::string Table::Render() const {
   for (const auto& row : rows_) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
     for (size_t i = 0; i < row.size(); ++i)
-      widths[i] = std::max(widths[i], row[i].size());
+      widths[i] = std::max(widths[i], DisplayWidth(row[i]));
   }
   std::string out;
   for (const auto& row : rows_) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
-      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+      if (i + 1 < row.size()) line.append(widths[i] - DisplayWidth(row[i]) + 2, ' ');
     }
     out += line;
     out += '\n';
@@ -195,6 +250,19 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs, const FormatContex
   return table.Render();
 }
 
+std::string FormatJobsCsv(const std::vector<v1::Job>& jobs) {
+  std::string out =
+      "id,name,state,world_size,attempt,created_unix_ms,updated_unix_ms,sweep_id,"
+      "reason\n";
+  for (const v1::Job& job : jobs) {
+    absl::StrAppend(&out, job.id(), ",", CsvField(job.name()), ",",
+                    JobStateName(job.state()), ",", job.spec().world_size(), ",",
+                    job.attempt(), ",", job.created_unix_ms(), ",", job.updated_unix_ms(),
+                    ",", job.sweep_id(), ",", CsvField(job.reason()), "\n");
+  }
+  return out;
+}
+
 std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   Table fields({"JOB", absl::StrCat(job.id())});
   fields.AddRow({"NAME", job.name()});
@@ -202,6 +270,10 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   if (!job.reason().empty()) fields.AddRow({"REASON", job.reason()});
   if (!job.pending_reason().empty()) fields.AddRow({"PENDING", job.pending_reason()});
   fields.AddRow({"ATTEMPT", absl::StrCat(job.attempt())});
+  if (job.sweep_id() != 0) {
+    fields.AddRow(
+        {"SWEEP", absl::StrCat(job.sweep_id(), " (point ", job.sweep_point(), ")")});
+  }
   fields.AddRow({"WORLD", absl::StrCat(job.spec().world_size())});
   fields.AddRow(
       {"TRAINER", absl::StrJoin(TrainerConfigToFlags(job.spec().trainer()), " ")});
@@ -245,6 +317,17 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
   return table.Render();
 }
 
+std::string FormatWorkersCsv(const std::vector<v1::Worker>& workers) {
+  std::string out =
+      "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms\n";
+  for (const v1::Worker& w : workers) {
+    absl::StrAppend(&out, CsvField(w.name()), ",", CsvField(w.hostname()), ",",
+                    CsvField(w.device_kind()), ",", w.slots(), ",", w.slots_used(), ",",
+                    w.alive() ? "true" : "false", ",", w.last_seen_unix_ms(), "\n");
+  }
+  return out;
+}
+
 std::string FormatMetricsTable(const std::vector<v1::MetricPoint>& points,
                                const FormatContext& ctx) {
   Table table({"ATTEMPT", "RANK", "STEP", "NAME", "VALUE", "TIME"});
@@ -261,17 +344,9 @@ std::string FormatMetricsTable(const std::vector<v1::MetricPoint>& points,
 std::string FormatMetricsCsv(const std::vector<v1::MetricPoint>& points) {
   std::string out = "attempt,rank,step,name,value,unix_ms\n";
   for (const v1::MetricPoint& p : points) {
-    std::string name = p.name();
-    if (name.find_first_of(",\"\n\r") != std::string::npos) {
-      std::string quoted = "\"";
-      for (char c : name) {
-        if (c == '"') quoted += '"';
-        quoted += c;
-      }
-      name = quoted + "\"";
-    }
-    absl::StrAppend(&out, p.attempt(), ",", p.rank(), ",", p.step(), ",", name, ",",
-                    ExactDouble(p.value()), ",", p.unix_ms(), "\n");
+    absl::StrAppend(&out, p.attempt(), ",", p.rank(), ",", p.step(), ",",
+                    CsvField(p.name()), ",", ExactDouble(p.value()), ",", p.unix_ms(),
+                    "\n");
   }
   return out;
 }
@@ -322,20 +397,23 @@ json JobToJson(const v1::Job& job, bool include_spec_yaml) {
                       {"to", JobStateName(e.to_state())},
                       {"reason", e.reason()}});
   }
-  json out = {{"id", job.id()},
-              {"name", job.name()},
-              {"state", JobStateName(job.state())},
-              {"reason", job.reason()},
-              {"pending_reason", job.pending_reason()},
-              {"attempt", job.attempt()},
-              {"world_size", job.spec().world_size()},
-              {"created", Rfc3339(job.created_unix_ms())},
-              {"created_unix_ms", job.created_unix_ms()},
-              {"updated", Rfc3339(job.updated_unix_ms())},
-              {"updated_unix_ms", job.updated_unix_ms()},
-              {"ranks", std::move(ranks)},
-              {"events", std::move(events)},
-              {"spec", ProtoToJson(job.spec())}};
+  json out = {
+      {"id", job.id()},
+      {"name", job.name()},
+      {"state", JobStateName(job.state())},
+      {"reason", job.reason()},
+      {"pending_reason", job.pending_reason()},
+      {"attempt", job.attempt()},
+      {"world_size", job.spec().world_size()},
+      {"sweep_id", job.sweep_id() != 0 ? json(job.sweep_id()) : json(nullptr)},
+      {"sweep_point", job.sweep_id() != 0 ? json(job.sweep_point()) : json(nullptr)},
+      {"created", Rfc3339(job.created_unix_ms())},
+      {"created_unix_ms", job.created_unix_ms()},
+      {"updated", Rfc3339(job.updated_unix_ms())},
+      {"updated_unix_ms", job.updated_unix_ms()},
+      {"ranks", std::move(ranks)},
+      {"events", std::move(events)},
+      {"spec", ProtoToJson(job.spec())}};
   if (include_spec_yaml) out["spec_yaml"] = job.spec_yaml();
   return out;
 }
@@ -357,42 +435,6 @@ json MetricPointToJson(const v1::MetricPoint& p) {
           {"name", p.name()},       {"value", p.value()}, {"unix_ms", p.unix_ms()}};
 }
 
-std::optional<StepSummary> SummarizeLatestStep(const std::vector<v1::MetricPoint>& points,
-                                               int32_t attempt, int32_t world_size) {
-  std::map<int64_t, int> ranks_at_step;  // step -> ranks with a loss there
-  for (const v1::MetricPoint& p : points) {
-    if (p.attempt() == attempt && p.name() == kLossMetric) ++ranks_at_step[p.step()];
-  }
-  if (ranks_at_step.empty()) return std::nullopt;
-  int64_t chosen = ranks_at_step.rbegin()->first;
-  if (world_size > 0) {
-    for (auto it = ranks_at_step.rbegin(); it != ranks_at_step.rend(); ++it) {
-      if (it->second >= world_size) {
-        chosen = it->first;
-        break;
-      }
-    }
-  }
-
-  StepSummary summary;
-  summary.step = chosen;
-  double loss_sum = 0;
-  for (const v1::MetricPoint& p : points) {
-    if (p.attempt() != attempt || p.step() != chosen) continue;
-    if (p.name() == kLossMetric) {
-      loss_sum += p.value();
-      ++summary.ranks;
-    } else if (p.name() == kImagesPerSecMetric) {
-      summary.images_per_sec += p.value();
-      summary.has_images_per_sec = true;
-    } else if (p.name() == "epoch") {
-      summary.epoch = std::max(summary.epoch, p.value());
-    }
-  }
-  summary.mean_loss = loss_sum / summary.ranks;
-  return summary;
-}
-
 std::optional<double> LatestStepMean(const std::vector<v1::MetricPoint>& points,
                                      const std::string& name) {
   // Newest attempt first, then newest step within it.
@@ -412,25 +454,6 @@ std::optional<double> LatestStepMean(const std::vector<v1::MetricPoint>& points,
     }
   }
   return sum / count;
-}
-
-std::string FormatProgressLine(absl::Duration elapsed, const v1::Job& job,
-                               const std::optional<StepSummary>& summary) {
-  std::string line =
-      absl::StrCat("[", FormatElapsed(elapsed), "] ", JobStateName(job.state()));
-  if (summary) {
-    if (summary->epoch >= 0) absl::StrAppendFormat(&line, " epoch %.2f", summary->epoch);
-    absl::StrAppendFormat(&line, " step %d  loss %.4f  %d rank%s", summary->step,
-                          summary->mean_loss, summary->ranks,
-                          summary->ranks == 1 ? "" : "s");
-    if (summary->has_images_per_sec) {
-      absl::StrAppendFormat(&line, "  %.1f img/s", summary->images_per_sec);
-    }
-  } else if (job.state() == v1::JOB_STATE_QUEUED && !job.pending_reason().empty()) {
-    absl::StrAppend(&line, ": ", Sanitize(job.pending_reason()));
-  }
-  if (job.attempt() > 1) absl::StrAppend(&line, "  (attempt ", job.attempt(), ")");
-  return line;
 }
 
 }  // namespace tessera::cli

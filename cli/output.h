@@ -1,6 +1,7 @@
-// Output formatting for tessctl: aligned text tables, JSON documents and CSV, plus
-// the small summaries `tessctl wait` prints. Pure functions of their arguments (the
-// current time and time zone come in through FormatContext); no RPCs, no I/O.
+// Output formatting for tessctl's job commands: aligned text tables, JSON
+// documents and CSV. Pure functions of their arguments (the current time and time
+// zone come in through FormatContext); no RPCs, no I/O. Sweeps: sweep_output.h;
+// progress lines: progress.h. docs/tessctl.md documents every shape.
 //
 // JSON shapes (stable; scripts may depend on them):
 //
@@ -18,6 +19,8 @@
 //       "created_unix_ms": 1714564800500,
 //       "updated": "2024-05-01T12:02:31+00:00",
 //       "updated_unix_ms": 1714564951000,
+//       "sweep_id": 4,                  // null unless the job is a point of a sweep
+//       "sweep_point": 2,               // its point index; null as above
 //       "ranks": [                      // ranks of the current attempt
 //         {"rank": 0, "worker": "node-a", "slot": 0, "state": "exited",
 //          "pid": 4242, "exit_code": 0, "signal": 0,
@@ -52,6 +55,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "tessera/v1/tessera.pb.h"
@@ -66,15 +71,34 @@ struct FormatContext {
   absl::TimeZone tz = absl::UTCTimeZone();
 };
 
-// Metric names the trainer reports and tessctl summarises.
-inline constexpr char kLossMetric[] = "loss";
-inline constexpr char kImagesPerSecMetric[] = "images_per_sec";
-inline constexpr char kTestAccuracyMetric[] = "test_accuracy";
-
 // "SUCCEEDED" for JOB_STATE_SUCCEEDED.
 std::string JobStateName(tessera::v1::JobState state);
 // SUCCEEDED, FAILED or CANCELLED.
 bool IsTerminal(tessera::v1::JobState state);
+// The states a job can be listed by, as JobStateName writes them.
+std::vector<std::string> JobStateNames();
+// A state named as JobStateName writes it or as the proto does, in any case:
+// "running", "RUNNING" and "job_state_running" all give JOB_STATE_RUNNING.
+// InvalidArgument (listing the names) for anything else, UNSPECIFIED included.
+absl::StatusOr<tessera::v1::JobState> ParseJobState(absl::string_view name);
+
+// Control characters become spaces, so that a value stays on one line.
+std::string Sanitize(std::string text);
+// Columns `text` takes on a terminal: UTF-8 code points, not bytes.
+size_t DisplayWidth(absl::string_view text);
+// `text` cut to at most `width` columns, ending in "..." when cut.
+std::string TruncateToWidth(const std::string& text, size_t width);
+// One CSV field: quoted (RFC 4180) when it holds a comma, quote or line break.
+std::string CsvField(absl::string_view value);
+// Shortest text that reads back as the same double ("0.1", not "0.1000000001").
+std::string ExactDouble(double value);
+
+// RFC 3339 in UTC, e.g. "2024-05-01T12:00:00.5+00:00".
+std::string Rfc3339(int64_t unix_ms);
+// How long before ctx.now, e.g. "2m31s"; "-" for 0.
+std::string Ago(int64_t unix_ms, const FormatContext& ctx);
+// "2024-05-01 14:00:00 CEST (2m31s ago)" in ctx.tz; "-" for 0.
+std::string LocalTime(int64_t unix_ms, const FormatContext& ctx);
 
 // "45s", "2m31s", "1h02m", "3d04h": two units at most.
 std::string HumanDuration(absl::Duration d);
@@ -83,8 +107,9 @@ std::string FormatElapsed(absl::Duration d);
 // 0.84123 -> "84.12%".
 std::string FormatPercent(double fraction);
 
-// A text table: columns padded to their widest cell, two spaces apart. Control
-// characters in cells become spaces so one row is always one line.
+// A text table: columns padded to their widest cell (in columns, so "±" counts
+// once), two spaces apart. Control characters in cells become spaces so one row
+// is always one line.
 class Table {
  public:
   explicit Table(std::vector<std::string> header);
@@ -97,11 +122,16 @@ class Table {
 
 std::string FormatJobsTable(const std::vector<tessera::v1::Job>& jobs,
                             const FormatContext& ctx);
+// id,name,state,world_size,attempt,created_unix_ms,updated_unix_ms,sweep_id,reason
+std::string FormatJobsCsv(const std::vector<tessera::v1::Job>& jobs);
 std::string FormatJobStatus(const tessera::v1::Job& job, const FormatContext& ctx);
 std::string FormatWorkersTable(const std::vector<tessera::v1::Worker>& workers,
                                const FormatContext& ctx);
+// name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms
+std::string FormatWorkersCsv(const std::vector<tessera::v1::Worker>& workers);
 std::string FormatMetricsTable(const std::vector<tessera::v1::MetricPoint>& points,
                                const FormatContext& ctx);
+// attempt,rank,step,name,value,unix_ms
 std::string FormatMetricsCsv(const std::vector<tessera::v1::MetricPoint>& points);
 
 // Any message, field by field under proto names (see "spec" above).
@@ -111,31 +141,9 @@ nlohmann::ordered_json JobToJson(const tessera::v1::Job& job,
 nlohmann::ordered_json WorkerToJson(const tessera::v1::Worker& worker);
 nlohmann::ordered_json MetricPointToJson(const tessera::v1::MetricPoint& point);
 
-// What `tessctl wait --progress` shows for one step of one attempt.
-struct StepSummary {
-  int64_t step = 0;
-  int ranks = 0;              // ranks that reported a loss at this step
-  double mean_loss = 0;       // mean of "loss" over those ranks
-  double images_per_sec = 0;  // sum of "images_per_sec" over ranks at this step
-  bool has_images_per_sec = false;
-  double epoch = -1;  // max "epoch" (fractional) at this step; -1 if none
-};
-
-// The newest step of `attempt` with a loss among `points`, or nullopt. With
-// `world_size` > 0, prefers the newest step every rank has reported, so a line
-// never mixes a full step with one only some ranks reached yet.
-std::optional<StepSummary> SummarizeLatestStep(
-    const std::vector<tessera::v1::MetricPoint>& points, int32_t attempt,
-    int32_t world_size = 0);
-
 // Mean of the newest step's `name` values over ranks, or nullopt if none.
 std::optional<double> LatestStepMean(const std::vector<tessera::v1::MetricPoint>& points,
                                      const std::string& name);
-
-// "[00:42] RUNNING step 120  loss 0.6321  2 ranks  153.2 img/s", or, before any
-// metrics, "[00:05] QUEUED: waiting for 2 free slots".
-std::string FormatProgressLine(absl::Duration elapsed, const tessera::v1::Job& job,
-                               const std::optional<StepSummary>& summary);
 
 }  // namespace tessera::cli
 

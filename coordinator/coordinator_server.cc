@@ -23,7 +23,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), s->writer_.get(), clock,
                                              options.manager);
   RETURN_IF_ERROR(s->manager_->Recover());
-  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get());
+  s->sweeps_ = std::make_unique<SweepManager>(s->store_.get(), s->manager_.get(), clock,
+                                              options.manager.spec_limits);
+  RETURN_IF_ERROR(s->sweeps_->Recover());
+  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->sweeps_.get());
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get());
   s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->manager_.get());
 
@@ -57,9 +60,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                      ": the address is in use or not available on this host"));
   }
   if (!options.http.empty()) {
-    s->http_api_ = std::make_unique<HttpApi>(s->manager_.get());
+    HttpApi::Options http_options;
+    http_options.max_streams = options.http_max_streams;
+    http_options.static_files = options.static_files;
+    s->http_api_ =
+        std::make_unique<HttpApi>(s->manager_.get(), s->sweeps_.get(), http_options);
     absl::StatusOr<std::unique_ptr<HttpServer>> http =
-        HttpServer::Start(options.http, s->http_api_.get(), options.http_threads);
+        HttpServer::Start(options.http, s->http_api_.get(), options.http_max_streams);
     if (!http.ok()) {
       s->Shutdown();
       return http.status();
@@ -69,14 +76,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                  s->http_->port());
   }
   JobManager* manager = s->manager_.get();
+  SweepManager* sweeps = s->sweeps_.get();
   absl::Notification* stop = &s->stop_monitor_;
   const absl::Duration interval = options.monitor_interval;
   std::function<void()> on_tick = options.on_tick;
   grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
-  s->monitor_ = std::thread([manager, stop, interval, on_tick, health] {
+  s->monitor_ = std::thread([manager, sweeps, stop, interval, on_tick, health] {
     bool serving = true;
     while (!stop->WaitForNotificationWithTimeout(interval)) {
       manager->Tick();
+      sweeps->Tick();
       // NOT_SERVING while the store rejects writes, so load balancers and
       // operators see it; SERVING again once a write goes through.
       const bool healthy = manager->StoreHealthy();
@@ -105,6 +114,8 @@ void CoordinatorServer::Shutdown() {
     stop_monitor_.Notify();
     monitor_.join();
   }
+  // Ends the event streams, so the HTTP server's threads can finish.
+  manager_->changes().Close();
   if (http_ != nullptr) http_->Stop();
   manager_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -21,6 +21,7 @@
 #include "coordinator/job_service.h"
 #include "coordinator/store.h"
 #include "coordinator/store_writer.h"
+#include "coordinator/sweep_manager.h"
 #include "coordinator/trainer_service.h"
 #include "coordinator/worker_service.h"
 #include "grpcpp/server.h"
@@ -33,8 +34,11 @@ struct CoordinatorOptions {
   std::string listen = "127.0.0.1:50051";
   // Dashboard/JSON API address; port 0 picks a free port. Empty: no HTTP.
   std::string http;
-  // HTTP worker threads.
-  int http_threads = 8;
+  // Server-Sent Events streams served at once; the HTTP pool has this many
+  // threads plus a reserve for plain requests, so open pages never starve the API.
+  int http_max_streams = 16;
+  // The dashboard's files (see HttpApi::Options::static_files); empty: none.
+  std::function<const StaticFile*(std::string_view path)> static_files;
   // Largest size the database may grow to (0: no limit); past it writes fail as
   // on a full disk.
   int64_t db_max_bytes = 0;
@@ -77,6 +81,7 @@ class CoordinatorServer {
   std::unique_ptr<Store> store_;
   std::unique_ptr<StoreWriter> writer_;
   std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<SweepManager> sweeps_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;

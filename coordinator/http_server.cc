@@ -1,14 +1,34 @@
 #include "coordinator/http_server.h"
 
+#include <algorithm>
+#include <string_view>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 
 namespace tessera {
 
+namespace {
+
+// An EventSink over cpp-httplib's chunked response writer.
+class ChunkSink : public EventSink {
+ public:
+  explicit ChunkSink(httplib::DataSink& sink) : sink_(sink) {}
+  bool Write(std::string_view data) override {
+    return sink_.is_writable() && sink_.write(data.data(), data.size());
+  }
+
+ private:
+  httplib::DataSink& sink_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,
                                                               const HttpApi* api,
-                                                              int threads) {
+                                                              int max_streams) {
   size_t colon = address.rfind(':');
   int port = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
@@ -19,13 +39,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   std::string host = address.substr(0, colon);
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->server_ = std::make_unique<httplib::Server>();
+  // Every open event stream holds a thread; the reserve serves plain requests.
+  constexpr int kReserveThreads = 8;
+  const int threads = std::max(1, max_streams) + kReserveThreads;
   s->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // Idle keep-alive connections hold a thread too; let them go soon.
+  s->server_->set_keep_alive_timeout(2);
   s->server_->set_payload_max_length(1 << 20);
   s->server_->set_default_headers(
       {{"Content-Security-Policy",
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action "
-        "'none'"},
+        "connect-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; "
+        "form-action 'none'"},
        {"X-Content-Type-Options", "nosniff"},
        {"Referrer-Policy", "no-referrer"}});
   auto handler = [api](const httplib::Request& req, httplib::Response& res) {
@@ -33,12 +58,28 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     r.method = req.method;
     r.path = req.path;
     for (const auto& [k, v] : req.params) r.query.emplace(k, v);
+    for (const auto& [k, v] : req.headers) r.headers.emplace(absl::AsciiStrToLower(k), v);
+    r.body = req.body;
     HttpResponse out = api->Handle(r);
     res.status = out.status;
+    for (const auto& [k, v] : out.headers) res.set_header(k, v);
+    if (out.stream) {
+      auto stream = std::move(out.stream);
+      res.set_chunked_content_provider(out.content_type,
+                                       [stream](size_t, httplib::DataSink& sink) {
+                                         ChunkSink events(sink);
+                                         stream(events);
+                                         sink.done();
+                                         return true;
+                                       });
+      return;
+    }
     res.set_content(out.body, out.content_type.c_str());
   };
   s->server_->Get(R"(/.*)", handler);
   s->server_->Post(R"(/.*)", handler);
+  s->server_->Delete(R"(/.*)", handler);
+  s->server_->Put(R"(/.*)", handler);
   if (port == 0) {
     s->port_ = s->server_->bind_to_any_port(host);
   } else if (s->server_->bind_to_port(host, port)) {

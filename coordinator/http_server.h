@@ -21,10 +21,12 @@ namespace tessera {
 
 class HttpServer {
  public:
-  // `api` is not owned. `address` is HOST:PORT; port 0 picks a free port.
+  // `api` is not owned. `address` is HOST:PORT; port 0 picks a free port. The
+  // thread pool has room for `max_streams` event streams plus a reserve for
+  // plain requests.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& address,
                                                            const HttpApi* api,
-                                                           int threads);
+                                                           int max_streams);
   ~HttpServer();
   int port() const { return port_; }
   void Stop();

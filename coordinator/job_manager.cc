@@ -106,7 +106,8 @@ absl::Status JobManager::Recover() {
 
 absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
                                            const std::string& spec_yaml,
-                                           const std::string& client_request_id) {
+                                           const std::string& client_request_id,
+                                           const JobOrigin& origin) {
   RETURN_IF_ERROR(ValidateJobSpec(spec, options_.spec_limits));
   if (client_request_id.size() > 128) {
     return absl::InvalidArgumentError("client_request_id: longer than 128 characters");
@@ -121,6 +122,8 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
   record.spec = spec;
   record.spec_yaml = spec_yaml;
   record.client_request_id = client_request_id;
+  record.sweep_id = origin.sweep_id;
+  record.sweep_point = origin.sweep_point;
   record.created_unix_ms = NowMs();
   record.updated_unix_ms = record.created_unix_ms;
   // Durable before acknowledged: the store commits before we answer.
@@ -151,6 +154,7 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
       ScheduleLocked();
     }
   }
+  changes_.Notify();
   return id;
 }
 
@@ -167,6 +171,8 @@ tessera::v1::Job JobManager::ToProto(const JobRecord& record,
   job.set_spec_yaml(record.spec_yaml);
   job.set_created_unix_ms(record.created_unix_ms);
   job.set_updated_unix_ms(record.updated_unix_ms);
+  job.set_sweep_id(record.sweep_id);
+  job.set_sweep_point(record.sweep_point);
   for (const auto& r : ranks) {
     v1::RankStatus* s = job.add_ranks();
     s->set_rank(r.rank);
@@ -220,9 +226,9 @@ absl::StatusOr<v1::Job> JobManager::GetJob(int64_t job_id) {
   return job;
 }
 
-absl::StatusOr<std::vector<v1::Job>> JobManager::ListJobs() {
+absl::StatusOr<std::vector<v1::Job>> JobManager::ListJobs(const JobFilter& filter) {
   writer_->Flush();
-  ASSIGN_OR_RETURN(std::vector<JobRecord> records, store_->ListJobs());
+  ASSIGN_OR_RETURN(std::vector<JobRecord> records, store_->ListJobs(filter));
   std::vector<v1::Job> out;
   out.reserve(records.size());
   absl::MutexLock lock(&mu_);
@@ -323,6 +329,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   response.set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
   ScheduleLocked();
+  changes_.Notify();
   return response;
 }
 
@@ -448,6 +455,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
       ScheduleLocked();
     }
   }
+  // The worker's last heartbeat time (and maybe its ranks) changed.
+  changes_.Notify();
   RunReleases(releases);
   return response;
 }
@@ -593,6 +602,7 @@ void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason)
   if (to != v1::JOB_STATE_QUEUED) job.record.pending_reason.clear();
   job.record.updated_unix_ms = now;
   writer_->UpdateJob(job.record);
+  changes_.Notify();
 }
 
 void JobManager::ScheduleLocked() {
@@ -744,7 +754,11 @@ void JobManager::ReportMetrics(const v1::ReportMetricsRequest& request,
       return;
     }
     // Enqueued under the lock so the rows are ordered with the job's state changes.
-    writer_->AppendMetrics(std::move(rows), std::move(done));
+    writer_->AppendMetrics(std::move(rows),
+                           [this, done = std::move(done)](absl::Status status) {
+                             if (status.ok()) changes_.Notify();
+                             done(std::move(status));
+                           });
   }
 }
 
@@ -771,6 +785,7 @@ absl::Status JobManager::ReportResult(const v1::ReportResultRequest& request) {
   rank.test_accuracy = request.test_accuracy();
   rank.test_loss = request.test_loss();
   writer_->PutRanks({rank});
+  changes_.Notify();
   return absl::OkStatus();
 }
 
@@ -845,6 +860,7 @@ absl::StatusOr<v1::ShipLogsResponse> JobManager::ShipLogs(
     absl::MutexLock lock(&mu_);
     logs_complete_.insert({request.job_id(), request.attempt(), request.rank()});
   }
+  if (appended.ok()) changes_.Notify();
   v1::ShipLogsResponse response;
   response.set_next_offset(end);
   return response;
@@ -882,13 +898,18 @@ absl::StatusOr<v1::GetLogsResponse> JobManager::GetLogs(
   if (request.rank() < 0) return absl::InvalidArgumentError("rank: must be >= 0");
   const int64_t max_bytes =
       request.max_bytes() > 0 ? std::min(request.max_bytes(), 4 * 1024 * 1024) : 1 << 20;
-  ASSIGN_OR_RETURN(std::string data,
-                   store_->ReadLog(request.job_id(), attempt, request.rank(),
-                                   std::max<int64_t>(0, request.offset()), max_bytes));
+  int64_t offset = std::max<int64_t>(0, request.offset());
+  if (request.tail_bytes() > 0) {
+    ASSIGN_OR_RETURN(const int64_t end,
+                     store_->LogEnd(request.job_id(), attempt, request.rank()));
+    offset = std::max<int64_t>(0, end - request.tail_bytes());
+  }
+  ASSIGN_OR_RETURN(std::string data, store_->ReadLog(request.job_id(), attempt,
+                                                     request.rank(), offset, max_bytes));
   v1::GetLogsResponse response;
   response.set_attempt(attempt);
-  response.set_next_offset(std::max<int64_t>(0, request.offset()) +
-                           static_cast<int64_t>(data.size()));
+  response.set_offset(offset);
+  response.set_next_offset(offset + static_cast<int64_t>(data.size()));
   bool eof_seen = false;
   {
     absl::MutexLock lock(&mu_);

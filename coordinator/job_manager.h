@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/change_notifier.h"
 #include "coordinator/common/clock.h"
 #include "coordinator/common/job_spec.h"
 #include "coordinator/rendezvous.h"
@@ -55,6 +56,12 @@ struct JobManagerOptions {
   int max_points_per_report = 10000;
 };
 
+// Where a job comes from: a sweep point, or (all zero) a plain submit.
+struct JobOrigin {
+  int64_t sweep_id = 0;
+  int32_t sweep_point = 0;
+};
+
 class JobManager {
  public:
   // `store`, `writer` and `clock` are not owned and must outlive the manager.
@@ -71,9 +78,10 @@ class JobManager {
   // repeated `client_request_id` returns the first job's id.
   absl::StatusOr<int64_t> Submit(const tessera::v1::JobSpec& spec,
                                  const std::string& spec_yaml,
-                                 const std::string& client_request_id);
+                                 const std::string& client_request_id,
+                                 const JobOrigin& origin = JobOrigin());
   absl::StatusOr<tessera::v1::Job> GetJob(int64_t job_id);
-  absl::StatusOr<std::vector<tessera::v1::Job>> ListJobs();
+  absl::StatusOr<std::vector<tessera::v1::Job>> ListJobs(const JobFilter& filter = {});
   std::vector<tessera::v1::Worker> ListWorkers();
   absl::StatusOr<std::vector<tessera::v1::MetricPoint>> GetMetrics(
       const tessera::v1::GetMetricsRequest& request);
@@ -107,6 +115,9 @@ class JobManager {
   // a fake clock): declares silent workers dead and fails attempts whose
   // rendezvous timed out.
   void Tick();
+
+  // Bumped whenever a job, worker, metric or log changes; live views wait on it.
+  ChangeNotifier& changes() { return changes_; }
 
   // Whether the store takes writes (false while the disk is full or failing).
   bool StoreHealthy() const { return writer_->healthy(); }
@@ -159,6 +170,7 @@ class JobManager {
   const Clock* const clock_;   // Not owned.
   const JobManagerOptions options_;
 
+  ChangeNotifier changes_;
   absl::Mutex mu_;
   std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);

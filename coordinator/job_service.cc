@@ -16,9 +16,14 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
+                                      const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
-  absl::StatusOr<std::vector<v1::Job>> jobs = manager_->ListJobs();
+  JobFilter filter;
+  filter.state = request->state();
+  filter.limit = request->limit();
+  filter.sweep_id = request->sweep_id();
+  absl::StatusOr<std::vector<v1::Job>> jobs = manager_->ListJobs(filter);
   if (!jobs.ok()) return ToGrpcStatus(jobs.status());
   for (auto& job : *jobs) *response->add_jobs() = std::move(job);
   return grpc::Status::OK;
@@ -64,6 +69,52 @@ grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext*,
   absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(*request);
   if (!logs.ok()) return ToGrpcStatus(logs.status());
   *response = std::move(*logs);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::SubmitSweep(grpc::ServerContext*,
+                                         const v1::SubmitSweepRequest* request,
+                                         v1::SubmitSweepResponse* response) {
+  absl::StatusOr<v1::SubmitSweepResponse> submitted = sweeps_->Submit(
+      request->spec(), request->spec_yaml(), request->client_request_id());
+  if (!submitted.ok()) return ToGrpcStatus(submitted.status());
+  *response = std::move(*submitted);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListSweeps(grpc::ServerContext*,
+                                        const v1::ListSweepsRequest*,
+                                        v1::ListSweepsResponse* response) {
+  absl::StatusOr<std::vector<v1::Sweep>> sweeps = sweeps_->List();
+  if (!sweeps.ok()) return ToGrpcStatus(sweeps.status());
+  for (auto& s : *sweeps) *response->add_sweeps() = std::move(s);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetSweep(grpc::ServerContext*,
+                                      const v1::GetSweepRequest* request,
+                                      v1::GetSweepResponse* response) {
+  absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(request->sweep_id());
+  if (!sweep.ok()) return ToGrpcStatus(sweep.status());
+  *response->mutable_sweep() = std::move(*sweep);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetSweepReport(grpc::ServerContext*,
+                                            const v1::GetSweepReportRequest* request,
+                                            v1::GetSweepReportResponse* response) {
+  absl::StatusOr<v1::SweepReport> report = sweeps_->Report(request->sweep_id());
+  if (!report.ok()) return ToGrpcStatus(report.status());
+  *response->mutable_report() = std::move(*report);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelSweep(grpc::ServerContext*,
+                                         const v1::CancelSweepRequest* request,
+                                         v1::CancelSweepResponse* response) {
+  absl::StatusOr<v1::SweepState> state = sweeps_->Cancel(request->sweep_id());
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  response->set_state(*state);
   return grpc::Status::OK;
 }
 

@@ -6,13 +6,16 @@
 #define TESSERA_COORDINATOR_JOB_SERVICE_H_
 
 #include "coordinator/job_manager.h"
+#include "coordinator/sweep_manager.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 
 namespace tessera {
 
 class JobServiceImpl final : public tessera::v1::JobService::Service {
  public:
-  explicit JobServiceImpl(JobManager* manager) : manager_(manager) {}
+  // Neither is owned.
+  JobServiceImpl(JobManager* manager, SweepManager* sweeps)
+      : manager_(manager), sweeps_(sweeps) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const tessera::v1::SubmitJobRequest* request,
@@ -35,9 +38,25 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
   grpc::Status GetLogs(grpc::ServerContext* context,
                        const tessera::v1::GetLogsRequest* request,
                        tessera::v1::GetLogsResponse* response) override;
+  grpc::Status SubmitSweep(grpc::ServerContext* context,
+                           const tessera::v1::SubmitSweepRequest* request,
+                           tessera::v1::SubmitSweepResponse* response) override;
+  grpc::Status ListSweeps(grpc::ServerContext* context,
+                          const tessera::v1::ListSweepsRequest* request,
+                          tessera::v1::ListSweepsResponse* response) override;
+  grpc::Status GetSweep(grpc::ServerContext* context,
+                        const tessera::v1::GetSweepRequest* request,
+                        tessera::v1::GetSweepResponse* response) override;
+  grpc::Status GetSweepReport(grpc::ServerContext* context,
+                              const tessera::v1::GetSweepReportRequest* request,
+                              tessera::v1::GetSweepReportResponse* response) override;
+  grpc::Status CancelSweep(grpc::ServerContext* context,
+                           const tessera::v1::CancelSweepRequest* request,
+                           tessera::v1::CancelSweepResponse* response) override;
 
  private:
-  JobManager* const manager_;  // Not owned.
+  JobManager* const manager_;   // Not owned.
+  SweepManager* const sweeps_;  // Not owned.
 };
 
 }  // namespace tessera

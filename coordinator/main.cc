@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   tessera::CoordinatorOptions options;
   options.http = "127.0.0.1:8080";
   std::string port_file;
+  std::string http_port_file;
   int64_t heartbeat_ms = 1000;
   int64_t dead_after_ms = 15000;
   int64_t suspect_after_ms = 3000;
@@ -41,6 +42,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--port-file", port_file,
                  "write the bound gRPC port to this file once serving");
+  app.add_option("--http-port-file", http_port_file,
+                 "write the bound HTTP port to this file once serving");
+  app.add_option("--http-max-streams", options.http_max_streams,
+                 "live dashboard streams (open pages) served at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   app.add_option("--max-world-size", options.manager.spec_limits.max_world_size,
                  "largest world size accepted at submit")
       ->capture_default_str()
@@ -86,11 +93,15 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-coordinator: " << server.status().message() << "\n";
     return 1;
   }
-  if (!port_file.empty()) {
-    std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
-  }
+  // Written whole, then renamed: a reader never sees a partial number.
+  auto write_port = [](const std::string& path, int port) {
+    if (path.empty()) return;
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), path.c_str());
+  };
+  write_port(port_file, (*server)->port());
+  write_port(http_port_file, (*server)->http_port());
   notifier.Ready("serving gRPC on port " + std::to_string((*server)->port()));
   int sig = 0;
   sigwait(&stop_signals, &sig);

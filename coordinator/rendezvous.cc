@@ -30,7 +30,8 @@ absl::Status Rendezvous::Join(int64_t job_id, int32_t attempt, int32_t rank,
         "rendezvous for job ", job_id, " attempt ", attempt, " already completed"));
   }
   if (rank == 0) {
-    if (bootstrap.empty()) {
+    // A single rank has no peers to bootstrap.
+    if (bootstrap.empty() && world > 1) {
       return absl::InvalidArgumentError("rank 0 must bring the bootstrap data");
     }
     round.bootstrap = bootstrap;

@@ -102,6 +102,22 @@ CREATE TABLE logs (
   PRIMARY KEY (job_id, attempt, rank, offset)
 ) WITHOUT ROWID;
 )sql"},
+    {3, R"sql(
+ALTER TABLE jobs ADD COLUMN sweep_id INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN sweep_point INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX jobs_by_sweep ON jobs (sweep_id, sweep_point);
+CREATE TABLE sweeps (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  spec BLOB NOT NULL,
+  spec_yaml TEXT NOT NULL,
+  client_request_id TEXT UNIQUE,
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL
+);
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;
@@ -127,19 +143,36 @@ constexpr char kJournalMode[] = "PRAGMA journal_mode";
 constexpr char kFindJobByRequest[] = "SELECT id FROM jobs WHERE client_request_id = ?1";
 constexpr char kInsertJob[] =
     "INSERT INTO jobs (name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 // The three job queries select the columns ReadJob() reads, in its order.
 constexpr char kSelectJob[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms FROM jobs WHERE id = ?1";
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point FROM jobs WHERE id "
+    "= ?1";
 constexpr char kListJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms FROM jobs ORDER BY id DESC";
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point FROM jobs "
+    "WHERE (?1 = '' OR state = ?1) AND (?2 = 0 OR sweep_id = ?2) ORDER BY id DESC "
+    "LIMIT ?3";
 constexpr char kListActiveJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms FROM jobs "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point FROM jobs "
     "WHERE state IN ('QUEUED', 'SCHEDULED', 'RUNNING') ORDER BY id";
+constexpr char kFindSweepByRequest[] =
+    "SELECT id FROM sweeps WHERE client_request_id = ?1";
+constexpr char kInsertSweep[] =
+    "INSERT INTO sweeps (name, state, reason, spec, spec_yaml, client_request_id, "
+    "created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+// The two sweep queries select the columns ReadSweep() reads, in its order.
+constexpr char kSelectSweep[] =
+    "SELECT id, name, state, reason, spec, spec_yaml, client_request_id, created_ms, "
+    "updated_ms FROM sweeps WHERE id = ?1";
+constexpr char kListSweeps[] =
+    "SELECT id, name, state, reason, spec, spec_yaml, client_request_id, created_ms, "
+    "updated_ms FROM sweeps ORDER BY id DESC";
+constexpr char kUpdateSweep[] =
+    "UPDATE sweeps SET state = ?2, reason = ?3, updated_ms = ?4 WHERE id = ?1";
 constexpr char kSelectJobState[] = "SELECT state FROM jobs WHERE id = ?1";
 constexpr char kUpdateJob[] =
     "UPDATE jobs SET state = ?2, reason = ?3, pending_reason = ?4, attempt = ?5, "
@@ -344,7 +377,42 @@ absl::StatusOr<JobRecord> ReadJob(const Statement& row) {
   job.client_request_id = row.Bytes(8);
   job.created_unix_ms = row.Int(9);
   job.updated_unix_ms = row.Int(10);
+  job.sweep_id = row.Int(11);
+  job.sweep_point = static_cast<int32_t>(row.Int(12));
   return job;
+}
+
+constexpr absl::string_view kSweepStatePrefix = "SWEEP_STATE_";
+
+absl::StatusOr<std::string> SweepStateText(v1::SweepState state) {
+  if (!v1::SweepState_IsValid(state) || state == v1::SWEEP_STATE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sweep state ", static_cast<int>(state), " is not a SweepState"));
+  }
+  absl::string_view name = v1::SweepState_Name(state);
+  name.remove_prefix(kSweepStatePrefix.size());
+  return std::string(name);
+}
+
+absl::StatusOr<SweepRecord> ReadSweep(const Statement& row) {
+  SweepRecord sweep;
+  sweep.id = row.Int(0);
+  sweep.name = row.Bytes(1);
+  const std::string state = row.Bytes(2);
+  if (!v1::SweepState_Parse(absl::StrCat(kSweepStatePrefix, state), &sweep.state)) {
+    return absl::DataLossError(
+        absl::StrCat("stored sweep state '", state, "' is unknown"));
+  }
+  sweep.reason = row.Bytes(3);
+  if (!sweep.spec.ParseFromString(row.Bytes(4))) {
+    return absl::DataLossError(
+        absl::StrCat("stored spec of sweep ", sweep.id, " is corrupt"));
+  }
+  sweep.spec_yaml = row.Bytes(5);
+  sweep.client_request_id = row.Bytes(6);
+  sweep.created_unix_ms = row.Int(7);
+  sweep.updated_unix_ms = row.Int(8);
+  return sweep;
 }
 
 absl::StatusOr<JobEvent> ReadEvent(const Statement& row) {
@@ -620,6 +688,8 @@ absl::StatusOr<int64_t> SqliteStore::CreateJob(const JobRecord& job) {
                       .BindTextOrNull(8, job.client_request_id)
                       .BindInt(9, job.created_unix_ms)
                       .BindInt(10, job.updated_unix_ms)
+                      .BindInt(11, job.sweep_id)
+                      .BindInt(12, job.sweep_point)
                       .Run());
   int64_t id = sqlite3_last_insert_rowid(db);
   ASSIGN_OR_RETURN(sqlite3_stmt * event, Prepare(kInsertEvent));
@@ -646,11 +716,85 @@ absl::StatusOr<JobRecord> SqliteStore::GetJob(int64_t id) {
   return ReadJob(row);
 }
 
-absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListJobs() {
+absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListJobs(const JobFilter& filter) {
+  std::string state;
+  if (filter.state != v1::JOB_STATE_UNSPECIFIED) {
+    ASSIGN_OR_RETURN(state, StateText(filter.state));
+  }
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListJobs));
   Statement rows(db_.get(), select);
+  rows.BindText(1, state)
+      .BindInt(2, filter.sweep_id)
+      .BindInt(3, filter.limit > 0 ? filter.limit : -1);
   return ReadAll(rows, &ReadJob);
+}
+
+absl::StatusOr<int64_t> SqliteStore::CreateSweep(const SweepRecord& sweep) {
+  ASSIGN_OR_RETURN(std::string state, SweepStateText(sweep.state));
+  std::string spec;
+  if (!sweep.spec.SerializeToString(&spec)) {
+    return absl::InvalidArgumentError("sweep spec cannot be serialized");
+  }
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
+  sqlite3* db = db_.get();
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  if (!sweep.client_request_id.empty()) {
+    ASSIGN_OR_RETURN(sqlite3_stmt * find, Prepare(kFindSweepByRequest));
+    Statement existing(db, find);
+    existing.BindText(1, sweep.client_request_id);
+    ASSIGN_OR_RETURN(bool found, existing.Step());
+    if (found) return existing.Int(0);
+  }
+  ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertSweep));
+  RETURN_IF_ERROR(Statement(db, insert)
+                      .BindText(1, sweep.name)
+                      .BindText(2, state)
+                      .BindText(3, sweep.reason)
+                      .BindBlob(4, spec)
+                      .BindText(5, sweep.spec_yaml)
+                      .BindTextOrNull(6, sweep.client_request_id)
+                      .BindInt(7, sweep.created_unix_ms)
+                      .BindInt(8, sweep.updated_unix_ms)
+                      .Run());
+  const int64_t id = sqlite3_last_insert_rowid(db);
+  RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+absl::StatusOr<SweepRecord> SqliteStore::GetSweep(int64_t id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectSweep));
+  Statement row(db_.get(), select);
+  row.BindInt(1, id);
+  ASSIGN_OR_RETURN(bool found, row.Step());
+  if (!found) return absl::NotFoundError(absl::StrCat("sweep ", id, " not found"));
+  return ReadSweep(row);
+}
+
+absl::StatusOr<std::vector<SweepRecord>> SqliteStore::ListSweeps() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListSweeps));
+  Statement rows(db_.get(), select);
+  return ReadAll(rows, &ReadSweep);
+}
+
+absl::Status SqliteStore::UpdateSweep(const SweepRecord& sweep) {
+  ASSIGN_OR_RETURN(std::string state, SweepStateText(sweep.state));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
+  ASSIGN_OR_RETURN(sqlite3_stmt * update, Prepare(kUpdateSweep));
+  RETURN_IF_ERROR(Statement(db_.get(), update)
+                      .BindInt(1, sweep.id)
+                      .BindText(2, state)
+                      .BindText(3, sweep.reason)
+                      .BindInt(4, sweep.updated_unix_ms)
+                      .Run());
+  if (sqlite3_changes(db_.get()) == 0) {
+    return absl::NotFoundError(absl::StrCat("sweep ", sweep.id, " not found"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListActiveJobs() {

@@ -56,7 +56,7 @@ class SqliteStore : public Store {
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating if needed) the database at `path`, or a private in-memory
   // database for ":memory:", and migrates it to kSchemaVersion.
@@ -71,7 +71,8 @@ class SqliteStore : public Store {
 
   absl::StatusOr<int64_t> CreateJob(const JobRecord& job) override;
   absl::StatusOr<JobRecord> GetJob(int64_t id) override;
-  absl::StatusOr<std::vector<JobRecord>> ListJobs() override;
+  using Store::ListJobs;
+  absl::StatusOr<std::vector<JobRecord>> ListJobs(const JobFilter& filter) override;
   absl::StatusOr<std::vector<JobRecord>> ListActiveJobs() override;
   absl::Status UpdateJob(const JobRecord& job) override;
   absl::StatusOr<std::vector<JobEvent>> ListEvents(int64_t job_id) override;
@@ -89,6 +90,11 @@ class SqliteStore : public Store {
                                       int64_t from_offset, int64_t max_bytes) override;
   absl::Status AppendMetrics(const std::vector<MetricRow>& rows) override;
   absl::StatusOr<std::vector<MetricRow>> QueryMetrics(const MetricQuery& query) override;
+
+  absl::StatusOr<int64_t> CreateSweep(const SweepRecord& sweep) override;
+  absl::StatusOr<SweepRecord> GetSweep(int64_t id) override;
+  absl::StatusOr<std::vector<SweepRecord>> ListSweeps() override;
+  absl::Status UpdateSweep(const SweepRecord& sweep) override;
 
   // The highest schema version recorded in the database's schema_version table.
   absl::StatusOr<int> SchemaVersion();

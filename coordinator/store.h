@@ -33,6 +33,28 @@ struct JobRecord {
   std::string client_request_id;  // empty when the client sent none
   int64_t created_unix_ms = 0;
   int64_t updated_unix_ms = 0;
+  int64_t sweep_id = 0;     // the sweep this job is a point of; 0: none
+  int32_t sweep_point = 0;  // the point's index in that sweep
+};
+
+// Which jobs ListJobs returns.
+struct JobFilter {
+  tessera::v1::JobState state = tessera::v1::JOB_STATE_UNSPECIFIED;  // any
+  int64_t sweep_id = 0;                                              // 0: any
+  int32_t limit = 0;  // newest first; 0: all
+};
+
+// A scaling study: its spec; the points are jobs whose sweep_id names it.
+struct SweepRecord {
+  int64_t id = 0;  // assigned by CreateSweep
+  std::string name;
+  tessera::v1::SweepState state = tessera::v1::SWEEP_STATE_RUNNING;
+  std::string reason;
+  tessera::v1::SweepSpec spec;
+  std::string spec_yaml;
+  std::string client_request_id;
+  int64_t created_unix_ms = 0;
+  int64_t updated_unix_ms = 0;
 };
 
 struct WorkerRecord {
@@ -108,8 +130,10 @@ class Store {
   virtual absl::StatusOr<int64_t> CreateJob(const JobRecord& job) = 0;
   // NotFound if no such job.
   virtual absl::StatusOr<JobRecord> GetJob(int64_t id) = 0;
+  // Jobs that pass the filter, newest first.
+  virtual absl::StatusOr<std::vector<JobRecord>> ListJobs(const JobFilter& filter) = 0;
   // All jobs, newest first.
-  virtual absl::StatusOr<std::vector<JobRecord>> ListJobs() = 0;
+  absl::StatusOr<std::vector<JobRecord>> ListJobs() { return ListJobs(JobFilter()); }
   // Non-terminal jobs (QUEUED, SCHEDULED, RUNNING), oldest first.
   virtual absl::StatusOr<std::vector<JobRecord>> ListActiveJobs() = 0;
   // Replaces the mutable fields (state, reason, pending_reason, attempt,
@@ -149,6 +173,16 @@ class Store {
   virtual absl::Status AppendMetrics(const std::vector<MetricRow>& rows) = 0;
   virtual absl::StatusOr<std::vector<MetricRow>> QueryMetrics(
       const MetricQuery& query) = 0;
+
+  // Stores a new sweep and returns its id; like CreateJob, a repeated non-empty
+  // client_request_id returns the existing sweep's id and stores nothing.
+  virtual absl::StatusOr<int64_t> CreateSweep(const SweepRecord& sweep) = 0;
+  // NotFound if no such sweep.
+  virtual absl::StatusOr<SweepRecord> GetSweep(int64_t id) = 0;
+  // All sweeps, newest first.
+  virtual absl::StatusOr<std::vector<SweepRecord>> ListSweeps() = 0;
+  // Replaces state, reason and updated_unix_ms. NotFound if no such sweep.
+  virtual absl::Status UpdateSweep(const SweepRecord& sweep) = 0;
 };
 
 }  // namespace tessera

@@ -467,14 +467,19 @@ absl::StatusOr<std::string> ApplySpecOverrides(
   }
 }
 
-absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text) {
+absl::Status ParseSpecMessage(const std::string& yaml_text,
+                              google::protobuf::Message* message) {
   ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(yaml_text));
-  tessera::v1::JobSpec spec;
   try {
-    RETURN_IF_ERROR(ParseMessage(root, "", &spec));
+    return ParseMessage(root, "", message);
   } catch (const YAML::Exception& e) {
     return MalformedYaml(e);
   }
+}
+
+absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text) {
+  tessera::v1::JobSpec spec;
+  RETURN_IF_ERROR(ParseSpecMessage(yaml_text, &spec));
   return spec;
 }
 

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
 #include "tessera/v1/tessera.pb.h"
 
 namespace tessera {
@@ -29,6 +30,11 @@ struct SpecLimits {
 // key(.key)*; values are YAML scalars.
 absl::StatusOr<std::string> ApplySpecOverrides(const std::string& yaml_text,
                                                const std::vector<std::string>& overrides);
+
+// Parses YAML text into any message whose fields the keys name (the same
+// strict rules as job specs), without range checks.
+absl::Status ParseSpecMessage(const std::string& yaml_text,
+                              google::protobuf::Message* message);
 
 // Parses YAML text into a JobSpec without range checks. Rejects malformed YAML,
 // unknown fields and values of the wrong type.

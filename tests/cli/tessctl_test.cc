@@ -1,8 +1,12 @@
-// tessctl against a fake JobService served in-process: commands, exit codes,
-// retries, argument parsing and output formats.
+// tessctl against a fake JobService served in-process (fake_job_service.h):
+// commands, exit codes, retries, argument parsing, --token metadata, output
+// formats, progress lines, sweeps and shell completion.
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -15,17 +19,23 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "cli/app.h"
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/completion.h"
 #include "cli/output.h"
+#include "cli/progress.h"
+#include "cli/sweep_commands.h"
+#include "cli/sweep_output.h"
 #include "coordinator/common/job_spec.h"
+#include "coordinator/common/sweep_spec.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tessera/v1/tessera.grpc.pb.h"
+#include "tests/cli/fake_job_service.h"
 
 namespace tessera::cli {
 namespace {
@@ -33,6 +43,7 @@ namespace {
 namespace v1 = tessera::v1;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 std::string ReadFile(const std::filesystem::path& path) {
@@ -42,186 +53,23 @@ std::string ReadFile(const std::filesystem::path& path) {
   return text.str();
 }
 
-std::string ExampleSpec() {
+std::string ExampleFile(const std::string& name) {
   std::filesystem::path root;
   if (const char* dir = std::getenv("TESSERA_SOURCE_DIR"); dir != nullptr) {
     root = dir;
   } else {
     root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
   }
-  return ReadFile(root / "examples" / "fmnist-2rank.yaml");
+  return ReadFile(root / "examples" / name);
 }
+
+std::string ExampleSpec() { return ExampleFile("fmnist-2rank.yaml"); }
 
 std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
-// An in-memory JobService. GetJob walks through a per-job script of states so
-// tests can drive `wait`; SubmitJob can be told to fail with UNAVAILABLE first.
-class FakeJobService final : public v1::JobService::Service {
- public:
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
-                         v1::SubmitJobResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    submits_.push_back(*request);
-    if (unavailable_submits_ > 0) {
-      --unavailable_submits_;
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
-    }
-    if (auto it = by_request_id_.find(request->client_request_id());
-        it != by_request_id_.end()) {
-      response->set_job_id(it->second);
-      return grpc::Status::OK;
-    }
-    v1::Job job;
-    job.set_id(next_id_++);
-    job.set_name(request->spec().name());
-    job.set_state(v1::JOB_STATE_QUEUED);
-    *job.mutable_spec() = request->spec();
-    job.set_spec_yaml(request->spec_yaml());
-    jobs_[job.id()] = job;
-    by_request_id_[request->client_request_id()] = job.id();
-    response->set_job_id(job.id());
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
-                        v1::ListJobsResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it)
-      *response->add_jobs() = it->second;
-    return grpc::Status::OK;
-  }
-
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
-                      v1::GetJobResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    ++get_job_calls_;
-    auto it = jobs_.find(request->job_id());
-    if (it == jobs_.end()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("job ", request->job_id(), " not found"));
-    }
-    std::deque<v1::JobState>& script = state_scripts_[it->first];
-    if (!script.empty()) {
-      it->second.set_state(script.front());
-      if (script.size() > 1) script.pop_front();
-    }
-    *response->mutable_job() = it->second;
-    return grpc::Status::OK;
-  }
-
-  grpc::Status GetMetrics(grpc::ServerContext*, const v1::GetMetricsRequest* request,
-                          v1::GetMetricsResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    metrics_requests_.push_back(*request);
-    const int limit = request->limit() > 0 ? request->limit() : 10000;
-    for (const v1::MetricPoint& p : points_) {  // kept sorted by step
-      if (p.step() <= request->after_step()) continue;
-      if (!request->name().empty() && p.name() != request->name()) continue;
-      if (response->points_size() >= limit) break;
-      *response->add_points() = p;
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
-                           v1::ListWorkersResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    for (const v1::Worker& w : workers_) *response->add_workers() = w;
-    return grpc::Status::OK;
-  }
-
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
-                         v1::CancelJobResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(request->job_id());
-    if (it == jobs_.end())
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such job");
-    if (it->second.state() == v1::JOB_STATE_SUCCEEDED) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("job ", it->first, " already ended: SUCCEEDED"));
-    }
-    it->second.set_state(v1::JOB_STATE_CANCELLED);
-    response->set_state(v1::JOB_STATE_CANCELLED);
-    return grpc::Status::OK;
-  }
-
-  // Serves `log_` in pieces of at most 4 bytes; complete once all was read.
-  grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest* request,
-                       v1::GetLogsResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    if (!jobs_.contains(request->job_id())) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such job");
-    }
-    const size_t offset = std::min<size_t>(request->offset(), log_.size());
-    response->set_data(log_.substr(offset, 4));
-    response->set_next_offset(offset + response->data().size());
-    response->set_attempt(1);
-    response->set_complete(response->data().empty());
-    return grpc::Status::OK;
-  }
-  void SetLog(std::string log) {
-    absl::MutexLock lock(&mu_);
-    log_ = std::move(log);
-  }
-
-  void AddJob(const v1::Job& job) {
-    absl::MutexLock lock(&mu_);
-    jobs_[job.id()] = job;
-  }
-  void ScriptStates(int64_t job_id, std::deque<v1::JobState> states) {
-    absl::MutexLock lock(&mu_);
-    state_scripts_[job_id] = std::move(states);
-  }
-  // Points must be added in step order.
-  void AddPoint(int32_t attempt, int32_t rank, int64_t step, const std::string& name,
-                double value) {
-    absl::MutexLock lock(&mu_);
-    v1::MetricPoint p;
-    p.set_attempt(attempt);
-    p.set_rank(rank);
-    p.set_step(step);
-    p.set_name(name);
-    p.set_value(value);
-    p.set_unix_ms(1714564800000 + step);
-    points_.push_back(p);
-  }
-  void AddWorker(const v1::Worker& worker) {
-    absl::MutexLock lock(&mu_);
-    workers_.push_back(worker);
-  }
-  void FailNextSubmits(int n) {
-    absl::MutexLock lock(&mu_);
-    unavailable_submits_ = n;
-  }
-  std::vector<v1::SubmitJobRequest> submits() {
-    absl::MutexLock lock(&mu_);
-    return submits_;
-  }
-  std::vector<v1::GetMetricsRequest> metrics_requests() {
-    absl::MutexLock lock(&mu_);
-    return metrics_requests_;
-  }
-  int get_job_calls() {
-    absl::MutexLock lock(&mu_);
-    return get_job_calls_;
-  }
-
- private:
-  absl::Mutex mu_;
-  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  int unavailable_submits_ ABSL_GUARDED_BY(mu_) = 0;
-  int get_job_calls_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<int64_t, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, int64_t> by_request_id_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, std::deque<v1::JobState>> state_scripts_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::MetricPoint> points_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::Worker> workers_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::SubmitJobRequest> submits_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::GetMetricsRequest> metrics_requests_ ABSL_GUARDED_BY(mu_);
-  std::string log_ ABSL_GUARDED_BY(mu_);
-};
+using fakes::FakeJobService;
 
 v1::Job MakeJob(int64_t id, const std::string& name, v1::JobState state) {
   v1::Job job;
@@ -265,10 +113,11 @@ class TessctlTest : public ::testing::Test {
 
   void TearDown() override { server_->Shutdown(); }
 
-  std::unique_ptr<CoordinatorClient> MakeClient() {
+  std::unique_ptr<CoordinatorClient> MakeClient(const std::string& token = "") {
     return std::make_unique<CoordinatorClient>(
-        channel_, CoordinatorClient::Options{.rpc_timeout = absl::Seconds(10),
-                                             .target = "in-process"});
+        channel_,
+        CoordinatorClient::Options{
+            .rpc_timeout = absl::Seconds(10), .target = "in-process", .token = token});
   }
 
   std::string WriteSpec(const std::string& text) {
@@ -296,14 +145,15 @@ class TessctlTest : public ::testing::Test {
   }
 
   // Runs the whole command line against the fake; records the address used.
-  int Cli(const std::vector<std::string>& args) {
+  int Cli(const std::vector<std::string>& args, const Terminal& terminal = {}) {
     return RunTessctl(
         args,
-        [this](const std::string& address) {
-          addresses_.push_back(address);
-          return MakeClient();
+        [this](const ConnectionOptions& connection) {
+          addresses_.push_back(connection.address);
+          tokens_.push_back(connection.token);
+          return MakeClient(connection.token);
         },
-        out_, err_);
+        out_, err_, terminal);
   }
 
   FakeJobService service_;
@@ -313,6 +163,7 @@ class TessctlTest : public ::testing::Test {
   std::ostringstream out_;
   std::ostringstream err_;
   std::vector<std::string> addresses_;
+  std::vector<std::string> tokens_;
   int spec_counter_ = 0;
 };
 
@@ -623,30 +474,76 @@ TEST_F(TessctlTest, WaitOnUnknownJobExitsThree) {
   EXPECT_EQ(err_.str(), "tessctl: job 9 not found\n");
 }
 
-TEST_F(TessctlTest, WaitProgressShowsLatestStepMeanLossAndSummedThroughput) {
+TEST_F(TessctlTest, WaitProgressShowsStepOfTotalMeanLossSummedThroughputAndEta) {
   v1::Job job = MakeJob(1, "demo", v1::JOB_STATE_RUNNING);
   job.set_attempt(1);
+  job.mutable_spec()->mutable_trainer()->set_epochs(3);
   service_.AddJob(job);
   service_.ScriptStates(1, {v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED});
-  service_.AddPoint(1, 0, 10, "loss", 2.0);
-  service_.AddPoint(1, 1, 10, "loss", 2.2);
-  service_.AddPoint(1, 0, 20, "images_per_sec", 100.0);
-  service_.AddPoint(1, 0, 20, "loss", 0.5);
-  service_.AddPoint(1, 1, 20, "images_per_sec", 53.2);
-  service_.AddPoint(1, 1, 20, "loss", 0.7);
-  service_.AddPoint(1, 0, 20, "test_accuracy", 0.81);
-  service_.AddPoint(1, 1, 20, "test_accuracy", 0.83);
+  constexpr int64_t kT0 = 1714564800000;
+  service_.AddPoint(1, 0, 0, "total_steps", 100, kT0);
+  service_.AddPoint(1, 0, 10, "loss", 2.0, kT0 + 10'000);
+  service_.AddPoint(1, 1, 10, "loss", 2.2, kT0 + 10'000);
+  service_.AddPoint(1, 0, 20, "epoch", 0.6, kT0 + 20'000);
+  service_.AddPoint(1, 0, 20, "images_per_sec", 100.0, kT0 + 20'000);
+  service_.AddPoint(1, 0, 20, "loss", 0.5, kT0 + 20'000);
+  service_.AddPoint(1, 1, 20, "images_per_sec", 53.2, kT0 + 20'000);
+  service_.AddPoint(1, 1, 20, "loss", 0.7, kT0 + 20'000);
+  service_.AddPoint(1, 0, 20, "test_accuracy", 0.81, kT0 + 20'000);
+  service_.AddPoint(1, 1, 20, "test_accuracy", 0.83, kT0 + 20'000);
 
   WaitOptions options = Wait(1);
   options.progress = true;
   EXPECT_EQ(RunWait(options, *client_, out_, err_), kExitOk) << err_.str();
   const std::vector<std::string> lines = Lines(out_.str());
   ASSERT_EQ(lines.size(), 2u) << out_.str();
-  EXPECT_THAT(lines[0],
-              ::testing::MatchesRegex(
-                  R"(\[00:00\] RUNNING step 20  loss 0\.6000  2 ranks  153\.2 img/s)"));
+  // 10 steps in 10 s, 80 to go.
+  EXPECT_EQ(lines[0],
+            "[00:00] RUNNING epoch 0.60/3  step 20/100 (20%)  loss 0.6000  153.2 img/s  "
+            "ETA 1m20s");
   // No rank result: the accuracy comes from the newest test_accuracy points.
   EXPECT_EQ(lines[1], "job 1 SUCCEEDED in 2m31s: test accuracy 82.00%");
+}
+
+TEST_F(TessctlTest, WaitProgressOnATerminalRedrawsOneLineInPlace) {
+  v1::Job job = MakeJob(1, "demo", v1::JOB_STATE_RUNNING);
+  job.set_attempt(1);
+  service_.AddJob(job);
+  service_.ScriptStates(1, {v1::JOB_STATE_RUNNING, v1::JOB_STATE_RUNNING,
+                            v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED});
+  service_.AddPoint(1, 0, 10, "loss", 0.5);
+  service_.AddPoint(1, 1, 10, "loss", 0.7);
+
+  WaitOptions options = Wait(1);
+  options.progress = true;
+  options.live = true;
+  options.columns = 80;
+  options.progress_interval = absl::Hours(1);  // live lines do not wait for it
+  EXPECT_EQ(RunWait(options, *client_, out_, err_), kExitOk) << err_.str();
+  const std::string redraw = "\r[00:00] RUNNING step 10  loss 0.6000\x1b[K";
+  EXPECT_EQ(out_.str(),
+            absl::StrCat(redraw, redraw, redraw, "\njob 1 SUCCEEDED in 2m31s\n"));
+}
+
+TEST_F(TessctlTest, SubmitFollowWaitsForTheJobAndExitsWithItsResult) {
+  SubmitOptions options = Submit(WriteSpec(ExampleSpec()));
+  options.follow = true;
+  options.follow_options.poll_interval = absl::Milliseconds(1);
+  options.follow_options.progress = true;
+  options.follow_options.progress_interval = absl::ZeroDuration();
+  service_.ScriptStates(1, {v1::JOB_STATE_QUEUED, v1::JOB_STATE_FAILED});
+  EXPECT_EQ(RunSubmit(options, *client_, out_, err_), kExitFailed) << err_.str();
+  const std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_EQ(lines.size(), 4u) << out_.str();
+  EXPECT_EQ(lines[0], "submitted job 1 (fmnist-vit-micro)");
+  EXPECT_EQ(lines[1], "1");
+  EXPECT_EQ(lines[2], "[00:00] QUEUED");
+  EXPECT_THAT(lines[3], StartsWith("job 1 FAILED after "));
+
+  out_.str("");
+  service_.ScriptStates(2, {v1::JOB_STATE_SUCCEEDED});
+  EXPECT_EQ(RunSubmit(options, *client_, out_, err_), kExitOk) << err_.str();
+  EXPECT_THAT(Lines(out_.str()).back(), StartsWith("job 2 SUCCEEDED in "));
 }
 
 // ---- metrics ----
@@ -695,7 +592,7 @@ TEST_F(TessctlTest, MetricsJsonOfUnknownJobExitsThree) {
 
 TEST(TessctlUnreachableTest, UnreachableCoordinatorExitsFourNamingTheAddress) {
   std::unique_ptr<CoordinatorClient> client =
-      MakeCoordinatorClient("127.0.0.1:1", absl::Seconds(5));
+      MakeCoordinatorClient({.address = "127.0.0.1:1"}, absl::Seconds(5));
   std::ostringstream out, err;
   EXPECT_EQ(RunJobs({}, *client, out, err), kExitUnreachable);
   EXPECT_THAT(err.str(), HasSubstr("cannot reach the coordinator at 127.0.0.1:1"));
@@ -722,7 +619,7 @@ TEST_F(TessctlTest, UsageErrorsExitTwo) {
   EXPECT_EQ(Cli({"status"}), kExitUsage);
   EXPECT_EQ(Cli({"status", "abc"}), kExitUsage);
   EXPECT_EQ(Cli({"jobs", "-o", "yaml"}), kExitUsage);
-  EXPECT_EQ(Cli({"jobs", "-o", "csv"}), kExitUsage);
+  EXPECT_EQ(Cli({"status", "1", "-o", "csv"}), kExitUsage);
   EXPECT_EQ(Cli({"frobnicate"}), kExitUsage);
   EXPECT_EQ(Cli({"wait", "1", "--timeout", "-3"}), kExitUsage);
   EXPECT_TRUE(addresses_.empty());
@@ -778,44 +675,145 @@ TEST(OutputTest, TableReplacesControlCharactersSoRowsStayOneLine) {
   EXPECT_EQ(table.Render(), "A    B\nx y  tab here\n");
 }
 
-TEST(OutputTest, SummaryIgnoresOtherAttemptsAndCountsRanksAtNewestStep) {
-  std::vector<v1::MetricPoint> points;
-  auto add = [&](int attempt, int rank, int64_t step, const char* name, double value) {
-    v1::MetricPoint p;
-    p.set_attempt(attempt);
-    p.set_rank(rank);
-    p.set_step(step);
-    p.set_name(name);
-    p.set_value(value);
-    points.push_back(p);
-  };
-  add(1, 0, 500, "loss", 9.0);  // old attempt, higher step
-  add(2, 0, 30, "loss", 1.0);
-  add(2, 1, 30, "loss", 3.0);
-  add(2, 0, 40, "loss", 0.4);  // rank 1 has not reported step 40 yet
-  add(2, 0, 40, "images_per_sec", 80.0);
-  std::optional<StepSummary> s = SummarizeLatestStep(points, 2);
-  ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->step, 40);
-  EXPECT_EQ(s->ranks, 1);
-  EXPECT_DOUBLE_EQ(s->mean_loss, 0.4);
-  EXPECT_DOUBLE_EQ(s->images_per_sec, 80.0);
-  EXPECT_FALSE(SummarizeLatestStep(points, 3).has_value());
-
-  // Knowing the world size, the newest step every rank reported wins.
-  std::optional<StepSummary> full = SummarizeLatestStep(points, 2, /*world_size=*/2);
-  ASSERT_TRUE(full.has_value());
-  EXPECT_EQ(full->step, 30);
-  EXPECT_EQ(full->ranks, 2);
-  EXPECT_DOUBLE_EQ(full->mean_loss, 2.0);
+v1::MetricPoint Point(int32_t attempt, int32_t rank, int64_t step,
+                      const std::string& name, double value, int64_t unix_ms = 0) {
+  v1::MetricPoint p;
+  p.set_attempt(attempt);
+  p.set_rank(rank);
+  p.set_step(step);
+  p.set_name(name);
+  p.set_value(value);
+  p.set_unix_ms(unix_ms);
+  return p;
 }
 
-TEST(OutputTest, ProgressLineBeforeMetricsShowsPendingReason) {
+TEST(ProgressTrackerTest, ShowsNewestStepEveryRankReportedAndIgnoresOtherAttempts) {
   v1::Job job;
-  job.set_state(v1::JOB_STATE_QUEUED);
-  job.set_pending_reason("needs 2 free slots");
-  EXPECT_EQ(FormatProgressLine(absl::Seconds(5), job, std::nullopt),
-            "[00:05] QUEUED: needs 2 free slots");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_attempt(2);
+  ProgressTracker tracker;
+  tracker.Update(
+      2, 2,
+      {Point(1, 0, 500, "loss", 9.0),  // old attempt, higher step
+       Point(2, 0, 30, "loss", 1.0), Point(2, 1, 30, "loss", 3.0),
+       Point(2, 0, 40, "loss", 0.4),  // rank 1 has not reported step 40
+       Point(2, 0, 40, "images_per_sec", 80.0), Point(2, 1, 30, "images_per_sec", 70.0)},
+      absl::UnixEpoch());
+  ProgressInfo info = tracker.Info(job, absl::Seconds(3));
+  ASSERT_TRUE(info.step.has_value());
+  EXPECT_EQ(*info.step, 30);
+  EXPECT_DOUBLE_EQ(*info.loss, 2.0);
+  // Each rank's newest throughput, summed, even from different steps.
+  EXPECT_DOUBLE_EQ(*info.images_per_sec, 150.0);
+  EXPECT_FALSE(info.total_steps.has_value());
+  // Step 30 is complete, 40 is not: the next fetch re-reads from after 30.
+  EXPECT_EQ(tracker.FetchAfter(), 30);
+
+  // Rank 1 catches up.
+  tracker.Update(2, 2, {Point(2, 0, 40, "loss", 0.4), Point(2, 1, 40, "loss", 0.6)},
+                 absl::UnixEpoch());
+  info = tracker.Info(job, absl::Seconds(4));
+  EXPECT_EQ(*info.step, 40);
+  EXPECT_DOUBLE_EQ(*info.loss, 0.5);
+  EXPECT_EQ(tracker.FetchAfter(), 40);
+}
+
+TEST(ProgressTrackerTest, EtaComesFromTotalStepsAndTheRecentStepRate) {
+  v1::Job job;
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_attempt(1);
+  constexpr int64_t kT0 = 1'700'000'000'000;
+  ProgressTracker tracker;
+  tracker.Update(1, 1,
+                 {Point(1, 0, 0, "total_steps", 1000, kT0),
+                  Point(1, 0, 100, "loss", 1.0, kT0 + 50'000)},
+                 absl::UnixEpoch());
+  ProgressInfo info = tracker.Info(job, absl::Seconds(1));
+  EXPECT_EQ(info.total_steps, 1000);
+  EXPECT_FALSE(info.eta.has_value());  // one observation: no rate yet
+  EXPECT_THAT(FormatProgress(info), HasSubstr("step 100/1000 (10%)  loss 1.0000  ETA -"));
+
+  // 100 more steps in 20 s: 5 steps/s, 800 steps to go.
+  tracker.Update(1, 1, {Point(1, 0, 200, "loss", 0.8, kT0 + 70'000)}, absl::UnixEpoch());
+  info = tracker.Info(job, absl::Seconds(2));
+  ASSERT_TRUE(info.eta.has_value());
+  EXPECT_EQ(*info.eta, absl::Seconds(160));
+  EXPECT_THAT(FormatProgress(info), HasSubstr("ETA 2m40s"));
+
+  // Observations older than the window stop counting: the rate is now the
+  // recent 100 steps in 100 s.
+  tracker.Update(1, 1,
+                 {Point(1, 0, 300, "loss", 0.7, kT0 + 170'000),
+                  Point(1, 0, 400, "loss", 0.6, kT0 + 270'000)},
+                 absl::UnixEpoch());
+  info = tracker.Info(job, absl::Seconds(3));
+  EXPECT_EQ(*info.eta, absl::Seconds(600));
+
+  // A restart starts over but keeps the run's length.
+  job.set_attempt(2);
+  tracker.Update(2, 1, {Point(2, 0, 350, "loss", 0.9, kT0 + 300'000)}, absl::UnixEpoch());
+  info = tracker.Info(job, absl::Seconds(4));
+  EXPECT_EQ(*info.step, 350);
+  EXPECT_EQ(info.total_steps, 1000);
+  EXPECT_FALSE(info.eta.has_value());
+}
+
+TEST(ProgressTest, FormatProgressShowsEachFieldItHas) {
+  ProgressInfo info;
+  info.elapsed = absl::Seconds(130);
+  info.state = v1::JOB_STATE_RUNNING;
+  info.epoch = 1.5;
+  info.total_epochs = 3;
+  info.step = 120;
+  info.total_steps = 400;
+  info.loss = 0.63214;
+  info.images_per_sec = 153.24;
+  info.eta = absl::Seconds(151);
+  EXPECT_EQ(FormatProgress(info),
+            "[02:10] RUNNING epoch 1.50/3  step 120/400 (30%)  loss 0.6321  153.2 img/s  "
+            "ETA 2m31s");
+
+  info.eta = absl::Milliseconds(200);  // rounds up: never "ETA 0s" while running
+  EXPECT_THAT(FormatProgress(info), ::testing::EndsWith("ETA 1s"));
+  info.eta = absl::ZeroDuration();
+  EXPECT_THAT(FormatProgress(info), ::testing::EndsWith("ETA finishing"));
+  info.eta.reset();
+  EXPECT_THAT(FormatProgress(info), ::testing::EndsWith("ETA -"));
+
+  // Without total_steps (an older trainer): no total, no percentage, no ETA.
+  info.total_steps.reset();
+  info.total_epochs.reset();
+  info.attempt = 2;
+  info.label = "job 17";
+  EXPECT_EQ(FormatProgress(info),
+            "[02:10] job 17 RUNNING epoch 1.50  step 120  loss 0.6321  153.2 img/s  "
+            "(attempt 2)");
+}
+
+TEST(ProgressTest, ProgressLineBeforeMetricsShowsPendingReason) {
+  ProgressInfo info;
+  info.elapsed = absl::Seconds(5);
+  info.state = v1::JOB_STATE_QUEUED;
+  info.pending_reason = "needs 2 free slots";
+  EXPECT_EQ(FormatProgress(info), "[00:05] QUEUED: needs 2 free slots");
+}
+
+TEST(ProgressTest, EstimateEtaNeedsTwoObservationsAndProgress) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  EXPECT_FALSE(EstimateEta({}, 10, 100).has_value());
+  EXPECT_FALSE(EstimateEta({{10, t0}}, 10, 100).has_value());
+  EXPECT_FALSE(EstimateEta({{10, t0}, {10, t0 + absl::Seconds(5)}}, 10, 100).has_value());
+  EXPECT_FALSE(EstimateEta({{10, t0}, {20, t0}}, 20, 100).has_value());
+  EXPECT_EQ(EstimateEta({{10, t0}, {20, t0 + absl::Seconds(5)}}, 20, 100),
+            absl::Seconds(40));
+  EXPECT_EQ(EstimateEta({{10, t0}}, 100, 100), absl::ZeroDuration());
+}
+
+TEST(ProgressTest, RedrawLineReturnsToColumnOneCutsToWidthAndClearsTheRest) {
+  EXPECT_EQ(RedrawLine("abc", 80), "\rabc\x1b[K");
+  EXPECT_EQ(RedrawLine("abcdefghij", 8), "\rabcd...\x1b[K");  // 7 columns: no wrap
+  EXPECT_EQ(RedrawLine("abcdefghij", 0), "\rabcdefghij\x1b[K");
+  EXPECT_EQ(RedrawLine("a\nb", 0), "\ra b\x1b[K");
 }
 
 TEST(OutputTest, GrpcCodesMapOntoAbslCodes) {
@@ -829,6 +827,642 @@ TEST(OutputTest, GrpcCodesMapOntoAbslCodes) {
       FromGrpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad")).message(),
       "bad");
   EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+}
+
+// ---- --token ----
+
+TEST_F(TessctlTest, TokenTravelsAsBearerMetadataOnEveryCallAndIsNeverPrinted) {
+  service_.AddJob(MakeJob(1, "a", v1::JOB_STATE_RUNNING));
+  ASSERT_EQ(Cli({"--token", "s3cr3t-t0ken", "jobs"}), kExitOk) << err_.str();
+  ASSERT_EQ(Cli({"status", "1", "--token", "s3cr3t-t0ken"}), kExitOk) << err_.str();
+  ASSERT_EQ(Cli({"--token", "s3cr3t-t0ken", "sweep", "list"}), kExitOk) << err_.str();
+  // A failing call prints an error; still no token in it.
+  EXPECT_EQ(Cli({"--token", "s3cr3t-t0ken", "status", "99"}), kExitNotFound);
+  const std::vector<std::string> seen = service_.authorizations();
+  ASSERT_EQ(seen.size(), 4u);
+  for (const std::string& value : seen) EXPECT_EQ(value, "Bearer s3cr3t-t0ken");
+  EXPECT_THAT(out_.str(), Not(HasSubstr("s3cr3t")));
+  EXPECT_THAT(err_.str(), Not(HasSubstr("s3cr3t")));
+}
+
+TEST_F(TessctlTest, TokenComesFromTheEnvironmentAndTheFlagWins) {
+  setenv(kTokenEnv, "from-env", 1);
+  EXPECT_EQ(Cli({"workers"}), kExitOk);
+  EXPECT_EQ(Cli({"workers", "--token", "from-flag"}), kExitOk);
+  out_.str("");
+  EXPECT_EQ(Cli({"--help"}), kExitOk);
+  unsetenv(kTokenEnv);
+  EXPECT_EQ(Cli({"workers"}), kExitOk);
+  EXPECT_THAT(service_.authorizations(),
+              ElementsAre("Bearer from-env", "Bearer from-flag",
+                          FakeJobService::kNoAuthorization));
+  EXPECT_THAT(out_.str(), HasSubstr("--token"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("from-env")));
+}
+
+TEST_F(TessctlTest, TokenThatCannotBeAHeaderExitsTwoWithoutEchoingIt) {
+  EXPECT_EQ(Cli({"--token", "secret with space", "jobs"}), kExitUsage);
+  EXPECT_EQ(Cli({"--token", "secretline\n", "jobs"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--token"));
+  EXPECT_THAT(err_.str(), Not(HasSubstr("secret")));
+  EXPECT_TRUE(service_.authorizations().empty());
+  EXPECT_TRUE(ValidateToken("abc.DEF-123_~+/=").ok());
+}
+
+// ---- jobs --state / --limit / --sweep, csv ----
+
+void AddListedJobs(FakeJobService& service) {
+  service.AddJob(MakeJob(1, "a", v1::JOB_STATE_RUNNING));
+  service.AddJob(MakeJob(2, "b", v1::JOB_STATE_QUEUED));
+  v1::Job c = MakeJob(3, "c,with comma", v1::JOB_STATE_RUNNING);
+  c.set_sweep_id(7);
+  c.set_sweep_point(1);
+  c.set_reason("placed on \"node-a\"");
+  service.AddJob(c);
+  service.AddJob(MakeJob(4, "d", v1::JOB_STATE_SUCCEEDED));
+}
+
+constexpr char kJobsCsvHeader[] =
+    "id,name,state,world_size,attempt,created_unix_ms,updated_unix_ms,sweep_id,reason\n";
+constexpr char kJob3Csv[] =
+    "3,\"c,with comma\",RUNNING,2,0,1714564800000,1714564951000,7,"
+    "\"placed on \"\"node-a\"\"\"\n";
+
+TEST_F(TessctlTest, JobsStateAndLimitReachTheServerAndCsvQuotesFields) {
+  AddListedJobs(service_);
+  ASSERT_EQ(Cli({"jobs", "--state", "running", "--limit", "1", "-o", "csv"}), kExitOk)
+      << err_.str();
+  EXPECT_EQ(out_.str(), absl::StrCat(kJobsCsvHeader, kJob3Csv));
+  ASSERT_EQ(Cli({"jobs", "--state", "JOB_STATE_Queued", "--sweep", "7"}), kExitOk);
+  ASSERT_EQ(Cli({"jobs"}), kExitOk);
+
+  const std::vector<v1::ListJobsRequest> requests = service_.list_requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[0].state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(requests[0].limit(), 1);
+  EXPECT_EQ(requests[1].state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(requests[1].sweep_id(), 7);
+  EXPECT_EQ(requests[2].state(), v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(requests[2].limit(), 0);
+}
+
+TEST_F(TessctlTest, JobsFiltersItselfWhenTheCoordinatorIgnoresTheFilters) {
+  AddListedJobs(service_);
+  service_.IgnoreListFilters();
+  ASSERT_EQ(Cli({"jobs", "--state", "RUNNING", "--limit", "1", "-o", "csv"}), kExitOk);
+  EXPECT_EQ(out_.str(), absl::StrCat(kJobsCsvHeader, kJob3Csv));
+  out_.str("");
+  ASSERT_EQ(Cli({"jobs", "--sweep", "7", "-o", "json"}), kExitOk);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["id"], 3);
+  EXPECT_EQ(j[0]["sweep_id"], 7);
+  EXPECT_EQ(j[0]["sweep_point"], 1);
+}
+
+TEST_F(TessctlTest, UnknownJobStateExitsTwoListingTheStatesBeforeAnyCall) {
+  EXPECT_EQ(Cli({"jobs", "--state", "paused"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("unknown job state 'paused'"));
+  EXPECT_THAT(err_.str(),
+              HasSubstr("QUEUED, SCHEDULED, RUNNING, SUCCEEDED, FAILED, CANCELLED"));
+  EXPECT_EQ(Cli({"jobs", "--state", "unspecified"}), kExitUsage);
+  EXPECT_EQ(Cli({"jobs", "--limit", "-1"}), kExitUsage);
+  EXPECT_TRUE(service_.list_requests().empty());
+}
+
+TEST(OutputTest, ParseJobStateAcceptsAnyCaseWithOrWithoutPrefix) {
+  EXPECT_EQ(*ParseJobState("running"), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(*ParseJobState("CANCELLED"), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(*ParseJobState("job_state_Succeeded"), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(*ParseJobState("JOB_STATE_QUEUED"), v1::JOB_STATE_QUEUED);
+  EXPECT_FALSE(ParseJobState("").ok());
+  EXPECT_FALSE(ParseJobState("JOB_STATE_UNSPECIFIED").ok());
+  EXPECT_FALSE(ParseJobState("run").ok());
+  EXPECT_THAT(JobStateNames(), ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "SUCCEEDED",
+                                           "FAILED", "CANCELLED"));
+}
+
+TEST_F(TessctlTest, WorkersAndMetricsCsvFromTheCommandLine) {
+  v1::Worker w;
+  w.set_name("node-a");
+  w.set_hostname("node-a.lan");
+  w.set_device_kind("cuda");
+  w.set_slots(8);
+  w.set_slots_used(4);
+  w.set_alive(true);
+  w.set_last_seen_unix_ms(1714564800000);
+  service_.AddWorker(w);
+  ASSERT_EQ(Cli({"workers", "-o", "csv"}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms\n"
+            "node-a,node-a.lan,cuda,8,4,true,1714564800000\n");
+
+  out_.str("");
+  service_.AddJob(MakeJob(1, "demo", v1::JOB_STATE_RUNNING));
+  service_.AddPoint(1, 1, 10, "loss", 0.25);
+  ASSERT_EQ(Cli({"metrics", "1", "--output", "CSV"}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "attempt,rank,step,name,value,unix_ms\n1,1,10,loss,0.25,1714564800010\n");
+}
+
+// ---- help and completion ----
+
+// The subcommand names a --help text lists.
+std::vector<std::string> HelpSubcommands(const std::string& help) {
+  std::vector<std::string> names;
+  const size_t start = help.find("Subcommands:\n");
+  if (start == std::string::npos) return names;
+  for (absl::string_view line :
+       absl::StrSplit(help.substr(start + strlen("Subcommands:\n")), '\n')) {
+    if (line.empty()) break;
+    // "  name   description"; description continuations are indented further.
+    if (line.size() > 2 && line.substr(0, 2) == "  " && line[2] != ' ') {
+      names.emplace_back(line.substr(2, line.find(' ', 2) - 2));
+    }
+  }
+  return names;
+}
+
+TEST_F(TessctlTest, EveryCommandAndSubcommandHelpHasAnExampleAndExitCodes) {
+  std::vector<std::vector<std::string>> todo = {{}};
+  std::vector<std::string> visited;
+  while (!todo.empty()) {
+    const std::vector<std::string> path = todo.back();
+    todo.pop_back();
+    std::vector<std::string> args = path;
+    args.push_back("--help");
+    out_.str("");
+    ASSERT_EQ(Cli(args), kExitOk) << absl::StrJoin(path, " ");
+    const std::string help = out_.str();
+    EXPECT_THAT(
+        help, HasSubstr(absl::StrCat("Examples:\n  tessctl ", absl::StrJoin(path, " "))))
+        << absl::StrJoin(path, " ");
+    EXPECT_THAT(help, HasSubstr("Exit codes:")) << absl::StrJoin(path, " ");
+    EXPECT_THAT(help, HasSubstr("124")) << absl::StrJoin(path, " ");
+    visited.push_back(absl::StrJoin(path, " "));
+    for (const std::string& name : HelpSubcommands(help)) {
+      std::vector<std::string> sub = path;
+      sub.push_back(name);
+      todo.push_back(sub);
+    }
+  }
+  EXPECT_THAT(visited,
+              ::testing::UnorderedElementsAre(
+                  "", "submit", "jobs", "status", "workers", "wait", "cancel", "logs",
+                  "metrics", "sweep", "sweep submit", "sweep follow", "sweep list",
+                  "sweep status", "sweep report", "sweep cancel", "completion"));
+  EXPECT_TRUE(addresses_.empty());  // help talks to nobody
+}
+
+TEST_F(TessctlTest, SweepHelpExplainsTheFileShorthand) {
+  ASSERT_EQ(Cli({"sweep", "--help"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("`tessctl sweep FILE` is short for `tessctl sweep "
+                                    "submit FILE`"));
+}
+
+class CompletionTest : public TessctlTest {
+ protected:
+  void SetUp() override {
+    TessctlTest::SetUp();
+    // An empty working directory, so that file completion adds nothing.
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("completion-", ::getpid());
+    std::filesystem::create_directories(dir_ / "cwd");
+    ASSERT_EQ(Cli({"completion", "bash"}), kExitOk) << err_.str();
+    std::ofstream(dir_ / "tessctl.bash") << out_.str();
+    EXPECT_TRUE(addresses_.empty());
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    TessctlTest::TearDown();
+  }
+
+  // COMPREPLY after completing `line`'s last word ("" for a new word).
+  std::vector<std::string> Complete(const std::vector<std::string>& words) {
+    std::string array;
+    for (const std::string& w : words) absl::StrAppend(&array, "'", w, "' ");
+    std::ofstream(dir_ / "driver.sh")
+        << "cd '" << (dir_ / "cwd").string() << "'\n"
+        << "source '" << (dir_ / "tessctl.bash").string() << "'\n"
+        << "COMP_WORDS=(" << array << ")\n"
+        << "COMP_CWORD=" << words.size() - 1 << "\n"
+        << "_tessctl\n"
+        << "printf '%s\\n' \"${COMPREPLY[@]}\"\n";
+    const std::string command = absl::StrCat("bash ", (dir_ / "driver.sh").string());
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return {"popen failed"};
+    std::string text;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), pipe)) text.append(buf, n);
+    EXPECT_EQ(pclose(pipe), 0) << text;
+    return Lines(text);
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(CompletionTest, CompletesEveryTopLevelCommandAndNestedSweepCommands) {
+  EXPECT_THAT(Complete({"tessctl", ""}),
+              ::testing::UnorderedElementsAre("submit", "jobs", "status", "workers",
+                                              "wait", "cancel", "logs", "metrics",
+                                              "sweep", "completion"));
+  EXPECT_THAT(Complete({"tessctl", "s"}),
+              ::testing::UnorderedElementsAre("submit", "status", "sweep"));
+  EXPECT_THAT(Complete({"tessctl", "sweep", ""}),
+              ::testing::UnorderedElementsAre("submit", "follow", "list", "status",
+                                              "report", "cancel"));
+  // Global options and their values are skipped while finding the command.
+  EXPECT_THAT(Complete({"tessctl", "--coordinator", "h:1", "sweep", "re"}),
+              ElementsAre("report"));
+  EXPECT_THAT(Complete({"tessctl", "completion", ""}), ElementsAre("bash"));
+}
+
+TEST_F(CompletionTest, CompletesOptionsAndTheirChoices) {
+  const std::vector<std::string> options = Complete({"tessctl", "jobs", "--"});
+  EXPECT_THAT(options,
+              ::testing::IsSupersetOf({"--state", "--limit", "--sweep", "--output",
+                                       "--coordinator", "--token", "--help"}));
+  EXPECT_THAT(Complete({"tessctl", "jobs", "--state", ""}),
+              ::testing::UnorderedElementsAre("queued", "scheduled", "running",
+                                              "succeeded", "failed", "cancelled"));
+  EXPECT_THAT(Complete({"tessctl", "metrics", "3", "-o", ""}),
+              ::testing::UnorderedElementsAre("table", "json", "csv"));
+  EXPECT_THAT(Complete({"tessctl", "status", "3", "--output", ""}),
+              ::testing::UnorderedElementsAre("table", "json"));
+  EXPECT_THAT(Complete({"tessctl", "sweep", "report", "4", "-o", "c"}),
+              ElementsAre("csv"));
+}
+
+TEST_F(CompletionTest, CompletesSpecFilesWhereACommandTakesOne) {
+  std::ofstream(dir_ / "cwd" / "study.yaml") << "name: x\n";
+  EXPECT_THAT(Complete({"tessctl", "submit", "st"}), ElementsAre("study.yaml"));
+  EXPECT_THAT(Complete({"tessctl", "sweep", "st"}),
+              ::testing::UnorderedElementsAre("status", "study.yaml"));
+  EXPECT_THAT(Complete({"tessctl", "status", "st"}), ::testing::IsEmpty());
+}
+
+// ---- sweeps ----
+
+std::string SweepSpecText() {
+  return "name: study\n"
+         "grid:\n"
+         "  world_size: [1, 2]\n"
+         "  batch_size: [32]\n"
+         "  scaling: [strong]\n"
+         "base:\n"
+         "  trainer: {model: vit-micro, dataset: synthetic, epochs: 1}\n";
+}
+
+TEST_F(TessctlTest, SweepFileShorthandValidatesSubmitsAndPrintsPointsThenIdLast) {
+  const std::string text = ExampleFile("sweep-vit-micro-2x2.yaml");
+  ASSERT_FALSE(text.empty());
+  ASSERT_EQ(Cli({"sweep", WriteSpec(text)}), kExitOk) << err_.str();
+  EXPECT_THAT(Lines(out_.str()),
+              ElementsAre("submitted sweep 1 (vit-micro-2x2): 4 points", "1"));
+  const std::vector<v1::SubmitSweepRequest> submits = service_.sweep_submits();
+  ASSERT_EQ(submits.size(), 1u);
+  absl::StatusOr<v1::SweepSpec> expected = ParseAndValidateSweepSpec(text, SpecLimits{});
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(submits[0].spec(), *expected));
+  EXPECT_EQ(submits[0].spec_yaml(), text);
+  EXPECT_THAT(submits[0].client_request_id(), ::testing::MatchesRegex("[0-9a-f]{32}"));
+}
+
+TEST_F(TessctlTest, SweepSubmitAppliesSetOverrides) {
+  ASSERT_EQ(Cli({"sweep", "submit", WriteSpec(SweepSpecText()), "--set", "repeats=3",
+                 "--set", "base.trainer.epochs=2"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_EQ(Lines(out_.str()).front(), "submitted sweep 1 (study): 6 points");
+  const std::vector<v1::SubmitSweepRequest> submits = service_.sweep_submits();
+  ASSERT_EQ(submits.size(), 1u);
+  EXPECT_EQ(submits[0].spec().repeats(), 3);
+  EXPECT_EQ(submits[0].spec().base().trainer().epochs(), 2);
+}
+
+TEST_F(TessctlTest, RetriedSweepSubmitReusesTheClientRequestId) {
+  service_.FailNextSubmits(1);
+  SweepSubmitOptions options;
+  options.spec_path = WriteSpec(SweepSpecText());
+  options.initial_backoff = absl::Milliseconds(1);
+  ASSERT_EQ(RunSweepSubmit(options, *client_, out_, err_), kExitOk) << err_.str();
+  const std::vector<v1::SubmitSweepRequest> submits = service_.sweep_submits();
+  ASSERT_EQ(submits.size(), 2u);
+  EXPECT_EQ(submits[0].client_request_id(), submits[1].client_request_id());
+  EXPECT_THAT(err_.str(), HasSubstr("retrying"));
+  EXPECT_EQ(Lines(out_.str()).back(), "1");
+}
+
+TEST_F(TessctlTest, SweepSpecErrorExitsTwoNamingTheFieldAndSendsNothing) {
+  std::string bad = SweepSpecText();
+  bad.replace(bad.find("[strong]"), 8, "[strong, medium]");
+  EXPECT_EQ(Cli({"sweep", WriteSpec(bad)}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("invalid sweep spec"));
+  EXPECT_THAT(err_.str(), HasSubstr("grid.scaling[1]"));
+
+  err_.str("");
+  std::string unknown = SweepSpecText();
+  unknown.replace(unknown.find("world_size"), 10, "worldsize");
+  EXPECT_EQ(Cli({"sweep", "submit", WriteSpec(unknown)}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("worldsize"));
+
+  err_.str("");
+  EXPECT_EQ(Cli({"sweep", "submit", WriteSpec(SweepSpecText()), "--set",
+                 "base.trainer.epochs=-1"}),
+            kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("trainer.epochs"));
+
+  EXPECT_EQ(Cli({"sweep", "/nonexistent/sweep.yaml"}), kExitUsage);
+  EXPECT_TRUE(service_.sweep_submits().empty());
+}
+
+TEST_F(TessctlTest, SweepCommandLineMisuseExitsTwo) {
+  EXPECT_EQ(Cli({"sweep"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("give a sweep spec FILE or a subcommand"));
+  EXPECT_EQ(Cli({"sweep", "status", "1", "--follow"}), kExitUsage);
+  EXPECT_EQ(Cli({"sweep", "status"}), kExitUsage);
+  EXPECT_EQ(Cli({"sweep", "report", "1", "-o", "yaml"}), kExitUsage);
+  EXPECT_TRUE(service_.sweep_submits().empty());
+}
+
+v1::SweepPoint MakePoint(int index, int world, int batch, int64_t job,
+                         v1::JobState state) {
+  v1::SweepPoint p;
+  p.set_index(index);
+  p.set_world_size(world);
+  p.set_batch_size(batch);
+  p.set_scaling("strong");
+  p.set_shape("pack");
+  p.set_job_id(job);
+  p.set_state(state);
+  return p;
+}
+
+v1::Sweep MakeSweep(v1::SweepState state, std::vector<v1::SweepPoint> points) {
+  v1::Sweep sweep;
+  sweep.set_id(1);
+  sweep.set_name("study");
+  sweep.set_state(state);
+  sweep.mutable_spec()->set_name("study");
+  for (const v1::SweepPoint& p : points) *sweep.add_points() = p;
+  return sweep;
+}
+
+TEST_F(TessctlTest, SweepStatusShowsStateAndPointsTable) {
+  service_.AddSweep(MakeSweep(v1::SWEEP_STATE_RUNNING,
+                              {MakePoint(0, 1, 32, 3, v1::JOB_STATE_RUNNING),
+                               MakePoint(1, 2, 32, 0, v1::JOB_STATE_UNSPECIFIED)}));
+  ASSERT_EQ(Cli({"sweep", "status", "1"}), kExitOk) << err_.str();
+  const std::string out = out_.str();
+  EXPECT_THAT(out, HasSubstr("STATE     RUNNING\n"));
+  EXPECT_THAT(out, HasSubstr("2: 0 succeeded, 0 failed, 1 running, 1 waiting"));
+  EXPECT_THAT(out,
+              HasSubstr("INDEX  WORLD  BATCH  SCALING  SHAPE  REPEAT  JOB  STATE\n"
+                        "0      1      32     strong   pack   0       3    RUNNING\n"
+                        "1      2      32     strong   pack   0       -    PENDING\n"));
+
+  out_.str("");
+  ASSERT_EQ(Cli({"sweep", "status", "1", "-o", "csv"}), kExitOk);
+  EXPECT_EQ(out_.str(),
+            "index,world_size,batch_size,scaling,shape,repeat,job_id,state\n"
+            "0,1,32,strong,pack,0,3,RUNNING\n1,2,32,strong,pack,0,0,PENDING\n");
+
+  out_.str("");
+  ASSERT_EQ(Cli({"sweep", "status", "1", "-o", "json"}), kExitOk);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j["id"], 1);
+  EXPECT_EQ(j["state"], "RUNNING");
+  EXPECT_EQ(j["counts"]["total"], 2);
+  EXPECT_EQ(j["counts"]["running"], 1);
+  ASSERT_EQ(j["points"].size(), 2u);
+  EXPECT_EQ(j["points"][0]["job_id"], 3);
+  EXPECT_TRUE(j["points"][1]["job_id"].is_null());
+  EXPECT_EQ(j["points"][1]["state"], "PENDING");
+  EXPECT_EQ(j["spec"]["name"], "study");
+  EXPECT_TRUE(j.contains("spec_yaml"));
+}
+
+TEST_F(TessctlTest, SweepListTableCsvAndJson) {
+  v1::Sweep sweep =
+      MakeSweep(v1::SWEEP_STATE_FAILED, {MakePoint(0, 1, 32, 3, v1::JOB_STATE_SUCCEEDED),
+                                         MakePoint(1, 2, 32, 4, v1::JOB_STATE_FAILED)});
+  sweep.set_reason("point 1 failed");
+  service_.AddSweep(sweep);
+  ASSERT_EQ(Cli({"sweep", "list"}), kExitOk) << err_.str();
+  EXPECT_THAT(
+      Lines(out_.str()),
+      ElementsAre("ID  NAME   STATE   POINTS  DONE  FAILED  AGE  REASON",
+                  "1   study  FAILED  2       2     1       -    point 1 failed"));
+  out_.str("");
+  ASSERT_EQ(Cli({"sweep", "list", "-o", "csv"}), kExitOk);
+  EXPECT_EQ(
+      out_.str(),
+      "id,name,state,points,succeeded,failed,created_unix_ms,updated_unix_ms,reason\n"
+      "1,study,FAILED,2,1,1,0,0,point 1 failed\n");
+  out_.str("");
+  ASSERT_EQ(Cli({"sweep", "list", "-o", "json"}), kExitOk);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["state"], "FAILED");
+  EXPECT_EQ(j[0]["counts"]["failed"], 1);
+  EXPECT_FALSE(j[0].contains("points"));
+}
+
+v1::SweepReport MakeReport() {
+  v1::SweepReport report;
+  report.set_sweep_id(1);
+  auto add = [&](int world, int batch, const char* scaling, const char* shape, int runs,
+                 double mean, double std, double speedup, double efficiency, double comm,
+                 double accuracy) {
+    v1::SweepReportRow* row = report.add_rows();
+    row->set_world_size(world);
+    row->set_batch_size(batch);
+    row->set_scaling(scaling);
+    row->set_shape(shape);
+    row->set_runs(runs);
+    row->set_epoch_time_mean_s(mean);
+    row->set_epoch_time_std_s(std);
+    row->set_total_time_mean_s(mean * 2);
+    row->set_images_per_sec(runs > 0 ? 4096 / mean : 0);
+    row->set_speedup(speedup);
+    row->set_efficiency(efficiency);
+    row->set_baseline_world_size(1);
+    row->set_comm_share(comm);
+    row->set_final_accuracy(accuracy);
+    for (int r = 0; r < runs; ++r) row->add_job_ids(10 * world + r);
+  };
+  add(1, 32, "strong", "pack", 2, 20.5, 0.25, 1.0, 1.0, 0.0, 0.8123);
+  add(2, 32, "strong", "pack", 2, 11.0, 0.5, 1.8636, 0.9318, 0.123, 0.8101);
+  add(4, 32, "weak", "pack", 0, 0, 0, 0, 0, 0, 0);
+  add(8, 64, "strong", "2x4", 1, 3.25, 0, 4.0, 0.5, 0.25, 0.79);
+  return report;
+}
+
+TEST(SweepOutputTest, ReportTableShowsMeanStdSpeedupEfficiencyCommAndAccuracy) {
+  EXPECT_THAT(Lines(FormatSweepReportTable(MakeReport())),
+              ElementsAre("WORLD  BATCH  SCALING  SHAPE  RUNS  EPOCH_TIME      SPEEDUP  "
+                          "EFFICIENCY  COMM   "
+                          "ACCURACY",
+                          "1      32     strong   pack   2     20.50 ± 0.25 s  1.00x    "
+                          "100.0%      0.0%   "
+                          "81.23%",
+                          "2      32     strong   pack   2     11.00 ± 0.50 s  1.86x    "
+                          "93.2%       12.3%  "
+                          "81.01%",
+                          "4      32     weak     pack   0     -               -        "
+                          "-           -      -",
+                          "8      64     strong   2x4    1     3.25 s          4.00x    "
+                          "50.0%       25.0%  "
+                          "79.00%"));
+}
+
+TEST_F(TessctlTest, SweepReportCsvAndJsonCarryTheCoordinatorsFigures) {
+  service_.SetReport(MakeReport());
+  ASSERT_EQ(Cli({"sweep", "report", "1", "-o", "csv"}), kExitOk) << err_.str();
+  const std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0],
+            "world_size,batch_size,scaling,shape,runs,epoch_time_mean_s,epoch_time_std_s,"
+            "total_time_mean_s,images_per_sec,speedup,efficiency,baseline_world_size,"
+            "comm_share,final_accuracy,job_ids");
+  EXPECT_EQ(lines[2],
+            "2,32,strong,pack,2,11,0.5,22,372.3636363636364,1.8636,0.9318,1,0.123,0.8101,"
+            "20 21");
+  EXPECT_EQ(lines[3], "4,32,weak,pack,0,0,0,0,0,0,0,1,0,0,");
+
+  out_.str("");
+  ASSERT_EQ(Cli({"sweep", "report", "1", "-o", "json"}), kExitOk);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j["sweep_id"], 1);
+  ASSERT_EQ(j["rows"].size(), 4u);
+  EXPECT_EQ(j["rows"][1]["world_size"], 2);
+  EXPECT_DOUBLE_EQ(j["rows"][1]["speedup"].get<double>(), 1.8636);
+  EXPECT_DOUBLE_EQ(j["rows"][1]["comm_share"].get<double>(), 0.123);
+  EXPECT_EQ(j["rows"][1]["job_ids"], nlohmann::json::array({20, 21}));
+
+  out_.str("");
+  ASSERT_EQ(Cli({"sweep", "report", "1"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("11.00 ± 0.50 s  1.86x"));
+}
+
+TEST_F(TessctlTest, UnknownSweepExitsThree) {
+  EXPECT_EQ(Cli({"sweep", "status", "9"}), kExitNotFound);
+  EXPECT_EQ(err_.str(), "tessctl: sweep 9 not found\n");
+  EXPECT_EQ(Cli({"sweep", "report", "9"}), kExitNotFound);
+  EXPECT_EQ(Cli({"sweep", "cancel", "9"}), kExitNotFound);
+  EXPECT_EQ(Cli({"sweep", "follow", "9"}), kExitNotFound);
+}
+
+TEST_F(TessctlTest, SweepCancelRecordsCancelledAndRefusesEndedSweeps) {
+  service_.AddSweep(MakeSweep(v1::SWEEP_STATE_RUNNING, {}));
+  EXPECT_EQ(Cli({"sweep", "cancel", "1"}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "sweep 1 CANCELLED\n");
+  EXPECT_EQ(Cli({"sweep", "cancel", "1"}), kExitFailed);
+  EXPECT_THAT(err_.str(), HasSubstr("already ended"));
+}
+
+TEST_F(TessctlTest, SweepFollowPrintsEachPointChangeAndExitsWithTheSweepsResult) {
+  const v1::JobState kNone = v1::JOB_STATE_UNSPECIFIED;
+  service_.AddSweep(MakeSweep(v1::SWEEP_STATE_RUNNING, {}));
+  service_.ScriptSweep(
+      1,
+      {MakeSweep(v1::SWEEP_STATE_RUNNING,
+                 {MakePoint(0, 1, 32, 0, kNone), MakePoint(1, 2, 32, 0, kNone)}),
+       MakeSweep(v1::SWEEP_STATE_RUNNING, {MakePoint(0, 1, 32, 5, v1::JOB_STATE_QUEUED),
+                                           MakePoint(1, 2, 32, 0, kNone)}),
+       MakeSweep(v1::SWEEP_STATE_RUNNING,
+                 {MakePoint(0, 1, 32, 5, v1::JOB_STATE_SUCCEEDED),
+                  MakePoint(1, 2, 32, 6, v1::JOB_STATE_RUNNING)}),
+       MakeSweep(v1::SWEEP_STATE_SUCCEEDED,
+                 {MakePoint(0, 1, 32, 5, v1::JOB_STATE_SUCCEEDED),
+                  MakePoint(1, 2, 32, 6, v1::JOB_STATE_SUCCEEDED)})});
+  SweepFollowOptions options;
+  options.sweep_id = 1;
+  options.poll_interval = absl::Milliseconds(1);
+  options.progress_interval = absl::Hours(1);  // one status line, at the start
+  EXPECT_EQ(RunSweepFollow(options, *client_, out_, err_), kExitOk) << err_.str();
+  EXPECT_THAT(
+      Lines(out_.str()),
+      ElementsAre(
+          "[00:00] sweep 1: 0/2 done, 0 running, 2 waiting",
+          "[00:00] point 0 (world 1, batch 32, strong, pack, repeat 0): job 5 QUEUED",
+          "[00:00] point 0 (world 1, batch 32, strong, pack, repeat 0): job 5 "
+          "SUCCEEDED",
+          "[00:00] point 1 (world 2, batch 32, strong, pack, repeat 0): job 6 RUNNING",
+          "[00:00] point 1 (world 2, batch 32, strong, pack, repeat 0): job 6 "
+          "SUCCEEDED",
+          "sweep 1 SUCCEEDED in 0s: 2 of 2 points succeeded; see tessctl sweep "
+          "report 1"));
+}
+
+TEST_F(TessctlTest, SweepFollowOnATerminalShowsTheRunningPointsProgressInPlace) {
+  v1::Job job = MakeJob(5, "study/n1", v1::JOB_STATE_RUNNING);
+  job.set_attempt(1);
+  job.mutable_spec()->set_world_size(1);
+  service_.AddJob(job);
+  service_.AddPoint(1, 0, 10, "loss", 0.5);
+  service_.AddSweep(MakeSweep(v1::SWEEP_STATE_RUNNING, {}));
+  v1::Sweep failed = MakeSweep(v1::SWEEP_STATE_FAILED,
+                               {MakePoint(0, 1, 32, 5, v1::JOB_STATE_FAILED),
+                                MakePoint(1, 2, 32, 0, v1::JOB_STATE_UNSPECIFIED)});
+  failed.set_reason("point 0 failed");
+  service_.ScriptSweep(1, {MakeSweep(v1::SWEEP_STATE_RUNNING,
+                                     {MakePoint(0, 1, 32, 5, v1::JOB_STATE_RUNNING),
+                                      MakePoint(1, 2, 32, 0, v1::JOB_STATE_UNSPECIFIED)}),
+                           failed});
+  SweepFollowOptions options;
+  options.sweep_id = 1;
+  options.live = true;
+  options.poll_interval = absl::Milliseconds(1);
+  EXPECT_EQ(RunSweepFollow(options, *client_, out_, err_), kExitFailed) << err_.str();
+  EXPECT_EQ(
+      out_.str(),
+      "[00:00] point 0 (world 1, batch 32, strong, pack, repeat 0): job 5 RUNNING\n"
+      "\r[00:00] sweep 1: 0/2 done, point 0 job 5 RUNNING step 10  loss 0.5000\x1b[K"
+      "\r\x1b[K[00:00] point 0 (world 1, batch 32, strong, pack, repeat 0): job 5 "
+      "FAILED\n"
+      "sweep 1 FAILED after 0s: point 0 failed (0 of 2 points succeeded)\n");
+}
+
+TEST(SweepExamplesTest, ExampleSweepsValidateAndExpandToTheirGrids) {
+  absl::StatusOr<v1::SweepSpec> small =
+      ParseAndValidateSweepSpec(ExampleFile("sweep-vit-micro-2x2.yaml"), SpecLimits{});
+  ASSERT_TRUE(small.ok()) << small.status();
+  absl::StatusOr<std::vector<SweepJob>> points = ExpandSweep(*small, SpecLimits{});
+  ASSERT_TRUE(points.ok()) << points.status();
+  std::vector<std::pair<int, int>> coordinates;
+  for (const SweepJob& p : *points) {
+    coordinates.emplace_back(p.point.world_size(), p.point.batch_size());
+    EXPECT_EQ(p.job.trainer().model(), "vit-micro");
+    EXPECT_EQ(p.job.trainer().scaling(), "strong");
+    EXPECT_EQ(p.job.trainer().threads(), 1);
+    EXPECT_EQ(p.job.trainer().data_dir(), "/usr/share/datasets/fashion-mnist");
+  }
+  EXPECT_THAT(coordinates,
+              ::testing::UnorderedElementsAre(std::pair(1, 32), std::pair(2, 32),
+                                              std::pair(1, 64), std::pair(2, 64)));
+
+  absl::StatusOr<v1::SweepSpec> paper =
+      ParseAndValidateSweepSpec(ExampleFile("paper-study.yaml"), SpecLimits{});
+  ASSERT_TRUE(paper.ok()) << paper.status();
+  EXPECT_THAT(paper->grid().world_size(), ElementsAre(1, 2, 4, 8));
+  EXPECT_THAT(paper->grid().scaling(), ElementsAre("strong", "weak"));
+  EXPECT_EQ(paper->base().trainer().model(), "vit-b16");
+  EXPECT_EQ(paper->base().trainer().image_size(), 224);
+  EXPECT_EQ(paper->base().trainer().dataset(), "cifar10");
+  points = ExpandSweep(*paper, SpecLimits{});
+  ASSERT_TRUE(points.ok()) << points.status();
+  EXPECT_EQ(points->size(), 48u);
+}
+
+TEST(OutputTest, TableAlignsMultiByteCharactersByColumns) {
+  Table table({"A", "B"});
+  table.AddRow({"1 ± 2", "x"});
+  table.AddRow({"12345", "y"});
+  EXPECT_EQ(table.Render(), "A      B\n1 ± 2  x\n12345  y\n");
+  EXPECT_EQ(DisplayWidth("± é"), 3u);
+  EXPECT_EQ(TruncateToWidth("±±±±±±", 5), "±±...");
 }
 
 }  // namespace

@@ -64,6 +64,21 @@ TEST(RendezvousTest, RejectsUnknownRoundAndOutOfRangeRank) {
       << "rank 0 must bring the bootstrap";
 }
 
+TEST(RendezvousTest, SingleRankJoinsWithoutBootstrap) {
+  Rendezvous rdv;
+  rdv.Open(3, 1, {0});
+  Outcome o;
+  Rendezvous::Releases releases;
+  bool completed = false;
+  ASSERT_TRUE(rdv.Join(3, 1, 0, "", "gloo", Capture(&o), &releases, &completed).ok());
+  EXPECT_TRUE(completed);
+  ASSERT_EQ(releases.size(), 1u);
+  for (auto& [cb, result] : releases) cb(std::move(result));
+  ASSERT_TRUE(o.result.has_value());
+  ASSERT_TRUE(o.result->ok()) << o.result->status();
+  EXPECT_EQ((*o.result)->world_size, 1);
+}
+
 TEST(RendezvousTest, RepeatedJoinSupersedesEarlierWaiter) {
   Rendezvous rdv;
   rdv.Open(1, 1, {0, 1});

@@ -4,6 +4,7 @@
 // versioning, disk-full handling.
 #include "coordinator/sqlite_store.h"
 
+#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <cmath>
@@ -713,16 +714,35 @@ class SqliteStoreFileTest : public ::testing::Test {
 
 TEST_F(SqliteStoreFileTest, MigratesAVersionOneDatabaseKeepingItsData) {
   const std::string path = dir_.path() + "/old.db";
-  int64_t id = 0;
+  const int64_t id = 1;
   {
     SqliteStore::Options v1;
     v1.migrate_to_version = 1;
     auto old = SqliteStore::Open(path, v1);
     ASSERT_THAT(old, IsOk());
     EXPECT_EQ(*(*old)->SchemaVersion(), 1);
-    absl::StatusOr<int64_t> created = (*old)->CreateJob(MakeJob("from-v1", "req-old"));
-    ASSERT_THAT(created, IsOk());
-    id = *created;
+  }
+  {
+    // A job row as a version-1 coordinator wrote it (today's code writes
+    // columns that version 1 lacks).
+    std::string spec;
+    ASSERT_TRUE(MakeJob("from-v1", "req-old").spec.SerializeToString(&spec));
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* insert = nullptr;
+    ASSERT_EQ(
+        sqlite3_prepare_v2(db,
+                           "INSERT INTO jobs (id, name, state, reason, pending_reason, "
+                           "attempt, spec, spec_yaml, client_request_id, created_ms, "
+                           "updated_ms) VALUES (1, 'from-v1', 'QUEUED', 'submitted', '', "
+                           "0, ?1, '', 'req-old', 1, 1)",
+                           -1, &insert, nullptr),
+        SQLITE_OK);
+    sqlite3_bind_blob(insert, 1, spec.data(), static_cast<int>(spec.size()),
+                      SQLITE_TRANSIENT);
+    EXPECT_EQ(sqlite3_step(insert), SQLITE_DONE);
+    sqlite3_finalize(insert);
+    sqlite3_close(db);
   }
   auto store = SqliteStore::Open(path);
   ASSERT_THAT(store, IsOk());
@@ -730,8 +750,12 @@ TEST_F(SqliteStoreFileTest, MigratesAVersionOneDatabaseKeepingItsData) {
   absl::StatusOr<JobRecord> job = (*store)->GetJob(id);
   ASSERT_THAT(job, IsOk());
   EXPECT_EQ(job->name, "from-v1");
-  // The tables added by version 2 work.
+  EXPECT_EQ(job->sweep_id, 0) << "version 3 columns take their defaults";
+  // The tables added by versions 2 and 3 work.
   EXPECT_THAT((*store)->AppendLog(LogChunk{id, 1, 0, 0, "x"}), IsOk());
+  SweepRecord sweep;
+  sweep.name = "s";
+  EXPECT_THAT((*store)->CreateSweep(sweep), IsOk());
 }
 
 TEST_F(SqliteStoreFileTest, JobStateCommitsFullySyncedAndMetricsNormally) {

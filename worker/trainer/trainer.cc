@@ -464,8 +464,13 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     int64_t interval_micro_batches = 0;
     int64_t interval_images = 0;
     double train_seconds = 0;
+    // Training seconds since the current epoch began (evaluation excluded).
+    double epoch_seconds = 0;
     std::optional<int64_t> evaluated_at;
     Evaluation last_eval;
+    // The run's shape, for progress and ETA in tessctl and the dashboard.
+    reporter_.Report(step, {{"total_steps", static_cast<double>(total_steps)},
+                            {"steps_per_epoch", static_cast<double>(steps_per_epoch)}});
     model->train();
     while (step < total_steps) {
       const Clock::time_point step_start = Clock::now();
@@ -512,7 +517,9 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       timer->Mark(StepPhase::kOptimizer);
       timer->EndStep();
       ++step;
-      train_seconds += SecondsSince(step_start);
+      const double step_seconds = SecondsSince(step_start);
+      train_seconds += step_seconds;
+      epoch_seconds += step_seconds;
 
       if (step % options_.metrics_every == 0 || step == total_steps) {
         const StepTimes times = timer->TakeTotals();
@@ -542,6 +549,22 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
         interval_images = 0;
       }
       if (step % steps_per_epoch == 0 || step == total_steps) {
+        // Epochs timed whole by this run report their training time; the run's
+        // end also reports its total, so partial epochs (max_steps, a resume)
+        // still give a per-step time.
+        std::vector<std::pair<std::string, double>> values;
+        if (step % steps_per_epoch == 0 &&
+            step - steps_per_epoch >= outcome.resumed_from) {
+          values.emplace_back("epoch_seconds", epoch_seconds);
+        }
+        epoch_seconds = 0;
+        if (step == total_steps) {
+          values.emplace_back("train_seconds", train_seconds);
+          // Steps timed by this run (a resumed run times only its own).
+          values.emplace_back("train_steps",
+                              static_cast<double>(step - outcome.resumed_from));
+        }
+        if (!values.empty()) reporter_.Report(step, values);
         ASSIGN_OR_RETURN(last_eval, evaluate());
         evaluated_at = step;
         reporter_.Report(

@@ -1,0 +1,97 @@
+#include "cli/command_util.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tessera::cli {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// Spec files are small; a huge file is a wrong path.
+constexpr std::streamsize kMaxSpecFileBytes = 1 << 20;
+
+}  // namespace
+
+FormatContext NowContext() { return FormatContext{absl::Now(), absl::LocalTimeZone()}; }
+
+void PrintJson(const json& value, std::ostream& out) {
+  out << value.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+int ReportRpcError(const absl::Status& status, const CoordinatorClient& client,
+                   const std::optional<std::string>& subject, std::ostream& err) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound:
+      if (subject) {
+        err << "tessctl: " << *subject << " not found\n";
+      } else {
+        err << "tessctl: not found: " << status.message() << "\n";
+      }
+      return kExitNotFound;
+    case absl::StatusCode::kUnavailable:
+      err << "tessctl: cannot reach the coordinator at " << client.target() << ": "
+          << status.message() << " (set --coordinator or TESSERA_COORDINATOR)\n";
+      return kExitUnreachable;
+    case absl::StatusCode::kDeadlineExceeded:
+      err << "tessctl: the coordinator at " << client.target()
+          << " did not answer in time: " << status.message() << "\n";
+      return kExitUnreachable;
+    case absl::StatusCode::kInvalidArgument:
+      err << "tessctl: rejected by the coordinator: " << status.message() << "\n";
+      return kExitUsage;
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      err << "tessctl: the coordinator at " << client.target()
+          << " refused the request: " << status.message()
+          << " (set --token or TESSERA_TOKEN)\n";
+      return kExitFailed;
+    case absl::StatusCode::kUnimplemented:
+      err << "tessctl: the coordinator at " << client.target()
+          << " does not support this request (an older version?): " << status.message()
+          << "\n";
+      return kExitFailed;
+    default:
+      err << "tessctl: " << status << "\n";
+      return kExitFailed;
+  }
+}
+
+bool IsRetryable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+std::string NewRequestId() {
+  std::random_device device;
+  std::string id;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&id, "%08x", device());
+  return id;
+}
+
+absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read spec file '", path, "': ", std::strerror(errno)));
+  }
+  std::string text(static_cast<size_t>(kMaxSpecFileBytes) + 1, '\0');
+  in.read(text.data(), kMaxSpecFileBytes + 1);
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat("cannot read spec file '", path, "'"));
+  }
+  if (in.gcount() > kMaxSpecFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec file '", path, "' is larger than ", kMaxSpecFileBytes, " bytes"));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,65 @@
+// Helpers shared by tessctl's command implementations (commands.cc,
+// sweep_commands.cc): error reporting with exit codes, submit retries, spec
+// files, JSON printing. Not part of tessctl's interface.
+//
+// Thread-safety: free functions without shared state.
+#ifndef TESSERA_CLI_COMMAND_UTIL_H_
+#define TESSERA_CLI_COMMAND_UTIL_H_
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/client.h"
+#include "cli/exit_codes.h"
+#include "cli/output.h"
+
+namespace tessera::cli {
+
+// The clock and zone tables are drawn against.
+FormatContext NowContext();
+
+// Pretty-prints `value` (invalid UTF-8 from the server replaced) and a newline.
+void PrintJson(const nlohmann::ordered_json& value, std::ostream& out);
+
+// Reports a failed RPC on `err` and returns its exit code. `subject` names what
+// was asked for ("job 3", "sweep 4") in a not-found message.
+int ReportRpcError(const absl::Status& status, const CoordinatorClient& client,
+                   const std::optional<std::string>& subject, std::ostream& err);
+
+// UNAVAILABLE or DEADLINE_EXCEEDED: the coordinator may be restarting.
+bool IsRetryable(const absl::Status& status);
+
+// 128 random bits as hex: unique per submit, shared by that submit's retries.
+std::string NewRequestId();
+
+// A spec file's text; NotFound if unreadable, InvalidArgument over 1 MiB.
+absl::StatusOr<std::string> ReadSpecFile(const std::string& path);
+
+// Calls `call()` up to `max_attempts` times while it fails with a retryable
+// status, sleeping `backoff` (doubling) in between and saying so on `err`.
+template <typename Call>
+auto CallWithRetries(Call call, int max_attempts, absl::Duration backoff,
+                     absl::string_view what, std::ostream& err) -> decltype(call()) {
+  for (int attempt = 1;; ++attempt) {
+    auto result = call();
+    if (result.ok() || !IsRetryable(result.status()) || attempt >= max_attempts) {
+      return result;
+    }
+    err << "tessctl: " << what << " attempt " << attempt << " failed ("
+        << result.status().message() << "); retrying in " << absl::FormatDuration(backoff)
+        << "\n";
+    absl::SleepFor(backoff);
+    backoff *= 2;
+  }
+}
+
+}  // namespace tessera::cli
+
+#endif  // TESSERA_CLI_COMMAND_UTIL_H_

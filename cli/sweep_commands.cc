@@ -1,0 +1,263 @@
+#include "cli/sweep_commands.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cli/command_util.h"
+#include "cli/progress.h"
+#include "cli/sweep_output.h"
+#include "coordinator/common/job_spec.h"
+#include "coordinator/common/sweep_spec.h"
+
+namespace tessera::cli {
+
+namespace v1 = tessera::v1;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string SweepSubject(int64_t sweep_id) { return absl::StrCat("sweep ", sweep_id); }
+
+absl::Duration SweepDuration(const v1::Sweep& sweep, absl::Duration fallback) {
+  if (sweep.created_unix_ms() > 0 && sweep.updated_unix_ms() >= sweep.created_unix_ms()) {
+    return absl::Milliseconds(sweep.updated_unix_ms() - sweep.created_unix_ms());
+  }
+  return fallback;
+}
+
+int ReportSweepEnd(const v1::Sweep& sweep, absl::Duration waited, std::ostream& out) {
+  const PointCounts counts = CountPoints(sweep);
+  const absl::Duration took = SweepDuration(sweep, waited);
+  if (sweep.state() == v1::SWEEP_STATE_SUCCEEDED) {
+    out << "sweep " << sweep.id() << " SUCCEEDED in " << HumanDuration(took) << ": "
+        << counts.succeeded << " of " << counts.total
+        << " points succeeded; see tessctl sweep report " << sweep.id() << "\n";
+    return kExitOk;
+  }
+  out << "sweep " << sweep.id() << " " << SweepStateName(sweep.state()) << " after "
+      << HumanDuration(took);
+  if (!sweep.reason().empty()) out << ": " << Sanitize(sweep.reason());
+  out << " (" << counts.succeeded << " of " << counts.total << " points succeeded)\n";
+  return kExitFailed;
+}
+
+// The point whose progress the status line shows: the first one running.
+const v1::SweepPoint* RunningPoint(const v1::Sweep& sweep) {
+  for (const v1::SweepPoint& p : sweep.points()) {
+    if (p.job_id() != 0 &&
+        (p.state() == v1::JOB_STATE_RUNNING || p.state() == v1::JOB_STATE_SCHEDULED)) {
+      return &p;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+int RunSweepSubmit(const SweepSubmitOptions& options, CoordinatorClient& client,
+                   std::ostream& out, std::ostream& err) {
+  absl::StatusOr<std::string> text = ReadSpecFile(options.spec_path);
+  if (!text.ok()) {
+    err << "tessctl: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<std::string> yaml = ApplySpecOverrides(*text, options.overrides);
+  if (!yaml.ok()) {
+    err << "tessctl: " << options.spec_path << ": " << yaml.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<v1::SweepSpec> spec = ParseAndValidateSweepSpec(*yaml, SpecLimits{});
+  if (!spec.ok()) {
+    err << "tessctl: invalid sweep spec " << options.spec_path << ": "
+        << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+
+  v1::SubmitSweepRequest request;
+  request.set_spec_yaml(*yaml);
+  *request.mutable_spec() = *spec;
+  request.set_client_request_id(NewRequestId());
+  absl::StatusOr<v1::SubmitSweepResponse> response =
+      CallWithRetries([&] { return client.SubmitSweep(request); }, options.max_attempts,
+                      options.initial_backoff, "submit", err);
+  if (!response.ok()) return ReportRpcError(response.status(), client, std::nullopt, err);
+
+  int64_t points = response->points();
+  if (points <= 0) {
+    // The coordinator did not say; the local expansion is the same grid.
+    absl::StatusOr<std::vector<SweepJob>> jobs = ExpandSweep(*spec, SpecLimits{});
+    if (jobs.ok()) points = static_cast<int64_t>(jobs->size());
+  }
+  out << "submitted sweep " << response->sweep_id() << " (" << spec->name()
+      << "): " << points << (points == 1 ? " point" : " points") << "\n"
+      << response->sweep_id() << "\n";
+  if (!options.follow) return kExitOk;
+  out.flush();
+  SweepFollowOptions follow = options.follow_options;
+  follow.sweep_id = response->sweep_id();
+  return RunSweepFollow(follow, client, out, err);
+}
+
+int RunSweepFollow(const SweepFollowOptions& options, CoordinatorClient& client,
+                   std::ostream& out, std::ostream& err) {
+  const absl::Time start = absl::Now();
+  absl::Time next_status = start;
+  int failures = 0;
+  // index -> (job id, state) last printed.
+  std::map<int32_t, std::pair<int64_t, v1::JobState>> printed;
+  // Progress of the point the status line shows.
+  std::optional<std::pair<int64_t, ProgressTracker>> tracked;
+  bool drawn = false;  // a live line is on screen
+  auto clear_line = [&] {
+    if (drawn) out << "\r\x1b[K";
+    drawn = false;
+  };
+
+  while (true) {
+    absl::StatusOr<v1::Sweep> sweep = client.GetSweep(options.sweep_id);
+    if (!sweep.ok()) {
+      if (IsRetryable(sweep.status()) && ++failures < options.max_poll_failures) {
+        absl::SleepFor(options.poll_interval);
+        continue;
+      }
+      clear_line();
+      return ReportRpcError(sweep.status(), client, SweepSubject(options.sweep_id), err);
+    }
+    failures = 0;
+    const absl::Duration elapsed = absl::Now() - start;
+
+    for (const v1::SweepPoint& p : sweep->points()) {
+      if (p.job_id() == 0) continue;
+      const std::pair<int64_t, v1::JobState> now_at(p.job_id(), p.state());
+      auto it = printed.find(p.index());
+      if (it != printed.end() && it->second == now_at) continue;
+      printed[p.index()] = now_at;
+      clear_line();
+      out << "[" << FormatElapsed(elapsed) << "] " << DescribePoint(p) << ": job "
+          << p.job_id() << " " << JobStateName(p.state()) << "\n";
+    }
+
+    if (IsTerminal(sweep->state())) {
+      clear_line();
+      return ReportSweepEnd(*sweep, elapsed, out);
+    }
+
+    if (options.live || absl::Now() >= next_status) {
+      const PointCounts counts = CountPoints(*sweep);
+      const std::string summary = absl::StrCat(
+          "sweep ", sweep->id(), ": ", counts.done(), "/", counts.total, " done",
+          counts.failed > 0 ? absl::StrCat(", ", counts.failed, " failed") : "");
+      std::string line;
+      const v1::SweepPoint* running = RunningPoint(*sweep);
+      absl::StatusOr<v1::Job> job = absl::NotFoundError("no running point");
+      if (running != nullptr) job = client.GetJob(running->job_id());
+      if (job.ok()) {
+        if (!tracked || tracked->first != job->id()) {
+          tracked.emplace(job->id(), ProgressTracker());
+        }
+        ProgressTracker& tracker = tracked->second;
+        absl::StatusOr<std::vector<v1::MetricPoint>> points =
+            FetchMetrics(client, job->id(), tracker.FetchAfter(), "");
+        if (points.ok()) {
+          tracker.Update(job->attempt(), job->spec().world_size(), *points, absl::Now());
+        }
+        ProgressInfo info = tracker.Info(*job, elapsed);
+        info.label =
+            absl::StrCat(summary, ", point ", running->index(), " job ", job->id());
+        line = FormatProgress(info);
+      } else {
+        line = absl::StrCat("[", FormatElapsed(elapsed), "] ", summary, ", ",
+                            counts.running, " running, ", counts.waiting, " waiting");
+      }
+      if (options.live) {
+        out << RedrawLine(line, options.columns) << std::flush;
+        drawn = true;
+      } else {
+        out << line << std::endl;
+      }
+      next_status = absl::Now() + options.progress_interval;
+    }
+    absl::SleepFor(options.poll_interval);
+  }
+}
+
+int RunSweepList(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
+                 std::ostream& err) {
+  absl::StatusOr<std::vector<v1::Sweep>> sweeps = client.ListSweeps();
+  if (!sweeps.ok()) return ReportRpcError(sweeps.status(), client, std::nullopt, err);
+  switch (options.format) {
+    case OutputFormat::kJson: {
+      json array = json::array();
+      for (const v1::Sweep& s : *sweeps) array.push_back(SweepToJson(s, false));
+      PrintJson(array, out);
+      break;
+    }
+    case OutputFormat::kCsv:
+      out << FormatSweepsCsv(*sweeps);
+      break;
+    case OutputFormat::kTable:
+      out << FormatSweepsTable(*sweeps, NowContext());
+      break;
+  }
+  return kExitOk;
+}
+
+int RunSweepStatus(const SweepIdOptions& options, CoordinatorClient& client,
+                   std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::Sweep> sweep = client.GetSweep(options.sweep_id);
+  if (!sweep.ok()) {
+    return ReportRpcError(sweep.status(), client, SweepSubject(options.sweep_id), err);
+  }
+  switch (options.format) {
+    case OutputFormat::kJson:
+      PrintJson(SweepToJson(*sweep, true), out);
+      break;
+    case OutputFormat::kCsv:
+      out << FormatSweepPointsCsv(*sweep);
+      break;
+    case OutputFormat::kTable:
+      out << FormatSweepStatus(*sweep, NowContext());
+      break;
+  }
+  return kExitOk;
+}
+
+int RunSweepReport(const SweepIdOptions& options, CoordinatorClient& client,
+                   std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::SweepReport> report = client.GetSweepReport(options.sweep_id);
+  if (!report.ok()) {
+    return ReportRpcError(report.status(), client, SweepSubject(options.sweep_id), err);
+  }
+  switch (options.format) {
+    case OutputFormat::kJson:
+      PrintJson(SweepReportToJson(*report), out);
+      break;
+    case OutputFormat::kCsv:
+      out << FormatSweepReportCsv(*report);
+      break;
+    case OutputFormat::kTable:
+      out << FormatSweepReportTable(*report);
+      break;
+  }
+  return kExitOk;
+}
+
+int RunSweepCancel(const SweepIdOptions& options, CoordinatorClient& client,
+                   std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::SweepState> state = client.CancelSweep(options.sweep_id);
+  if (absl::IsFailedPrecondition(state.status())) {
+    err << "tessctl: " << state.status().message() << "\n";
+    return kExitFailed;
+  }
+  if (!state.ok()) {
+    return ReportRpcError(state.status(), client, SweepSubject(options.sweep_id), err);
+  }
+  out << "sweep " << options.sweep_id << " " << SweepStateName(*state) << "\n";
+  return kExitOk;
+}
+
+}  // namespace tessera::cli
