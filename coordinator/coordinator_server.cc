@@ -23,12 +23,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->manager_ = std::make_unique<JobManager>(s->store_.get(), s->writer_.get(), clock,
                                              options.manager);
   RETURN_IF_ERROR(s->manager_->Recover());
+  ASSIGN_OR_RETURN(s->auth_, Authenticator::Create(s->store_.get(), clock, options.auth));
+  if (!options.auth.enabled) {
+    spdlog::warn(
+        "authentication is OFF (--insecure-no-auth): anyone who can reach this "
+        "coordinator can run code on its workers");
+  }
   s->sweeps_ = std::make_unique<SweepManager>(s->store_.get(), s->manager_.get(), clock,
                                               options.manager.spec_limits);
   RETURN_IF_ERROR(s->sweeps_->Recover());
-  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->sweeps_.get());
-  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->manager_.get());
-  s->trainer_service_ = std::make_unique<TrainerServiceImpl>(s->manager_.get());
+  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->sweeps_.get(),
+                                                     s->auth_.get());
+  s->worker_service_ =
+      std::make_unique<WorkerServiceImpl>(s->manager_.get(), s->auth_.get());
+  s->trainer_service_ =
+      std::make_unique<TrainerServiceImpl>(s->manager_.get(), s->auth_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -63,6 +72,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     HttpApi::Options http_options;
     http_options.max_streams = options.http_max_streams;
     http_options.static_files = options.static_files;
+    http_options.auth = s->auth_.get();
     s->http_api_ =
         std::make_unique<HttpApi>(s->manager_.get(), s->sweeps_.get(), http_options);
     absl::StatusOr<std::unique_ptr<HttpServer>> http =
@@ -105,6 +115,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel() {
   grpc::ChannelArguments args;
   return server_->InProcessChannel(args);
+}
+
+std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel(
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors) {
+  grpc::ChannelArguments args;
+  return server_->experimental().InProcessChannelWithInterceptors(
+      args, std::move(interceptors));
 }
 
 void CoordinatorServer::Shutdown() {

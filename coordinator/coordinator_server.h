@@ -11,9 +11,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/auth.h"
 #include "coordinator/common/clock.h"
 #include "coordinator/http_api.h"
 #include "coordinator/http_server.h"
@@ -49,6 +51,8 @@ struct CoordinatorOptions {
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 16 * 1024 * 1024;
   JobManagerOptions manager;
+  // Authentication; on unless the operator turns it off (--insecure-no-auth).
+  Authenticator::Options auth;
   // Called by the monitor thread after each JobManager::Tick: proof that the
   // core is not stuck (main.cc pets the service manager's watchdog here).
   std::function<void()> on_tick;
@@ -67,8 +71,14 @@ class CoordinatorServer {
   // The HTTP port actually bound (0 without HTTP).
   int http_port() const { return http_ != nullptr ? http_->port() : 0; }
   std::shared_ptr<grpc::Channel> InProcessChannel();
+  // An in-process channel whose calls pass through `interceptors` (tests use
+  // one to attach a token).
+  std::shared_ptr<grpc::Channel> InProcessChannel(
+      std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+          interceptors);
   JobManager& manager() { return *manager_; }
   Store& store() { return *store_; }
+  Authenticator& auth() { return *auth_; }
 
   // Stops accepting calls, finishes waiting ones, flushes the store. Idempotent.
   void Shutdown();
@@ -81,6 +91,7 @@ class CoordinatorServer {
   std::unique_ptr<Store> store_;
   std::unique_ptr<StoreWriter> writer_;
   std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<SweepManager> sweeps_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;

@@ -149,15 +149,23 @@ absl::StatusOr<JobFilter> ParseJobFilter(const HttpRequest& request, int default
   return filter;
 }
 
-// Cross-site forms cannot set this header, so a request that carries one was
-// made by a script of this origin (the CSP forbids others) or by a tool.
-absl::Status CheckAuthorization(const HttpRequest& request) {
-  auto it = request.headers.find("authorization");
-  if (it == request.headers.end() || it->second.empty()) {
-    return absl::UnauthenticatedError(
-        "this request changes state and needs an 'Authorization: Bearer TOKEN' header");
+constexpr char kSessionCookie[] = "tessera_token";
+
+std::string HeaderValue(const HttpRequest& request, const std::string& name) {
+  auto it = request.headers.find(name);
+  return it == request.headers.end() ? std::string() : it->second;
+}
+
+// The value of cookie `name` in the Cookie header; empty when absent.
+std::string CookieValue(const HttpRequest& request, absl::string_view name) {
+  for (absl::string_view part : absl::StrSplit(HeaderValue(request, "cookie"), ';')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (absl::StartsWith(part, name) && part.size() > name.size() &&
+        part[name.size()] == '=') {
+      return std::string(part.substr(name.size() + 1));
+    }
   }
-  return absl::OkStatus();
+  return {};
 }
 
 std::string Event(absl::string_view name, absl::string_view json) {
@@ -222,11 +230,68 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) const {
   return NoRoute(request.path);
 }
 
+absl::Status HttpApi::Authorize(const HttpRequest& request, bool header_only) const {
+  std::string authorization = HeaderValue(request, "authorization");
+  if (options_.auth == nullptr || !options_.auth->enabled()) {
+    // Without authentication a change still needs the header: cross-site
+    // forms cannot send it.
+    if (header_only && authorization.empty()) {
+      return absl::UnauthenticatedError(
+          "this request changes state and needs an 'Authorization: Bearer TOKEN' header");
+    }
+    return absl::OkStatus();
+  }
+  if (authorization.empty() && !header_only) {
+    const std::string cookie = CookieValue(request, kSessionCookie);
+    if (!cookie.empty()) authorization = "Bearer " + cookie;
+  }
+  if (authorization.empty()) {
+    return absl::UnauthenticatedError(
+        header_only ? "this request changes state and needs an 'Authorization: Bearer "
+                      "TOKEN' header with a user token"
+                    : "sign in: send 'Authorization: Bearer TOKEN' with a user token "
+                      "(tessera-coordinator token create --kind user)");
+  }
+  return options_.auth->Authenticate(authorization, kUserToken).status();
+}
+
+HttpResponse HttpApi::HandleSession(const HttpRequest& request) const {
+  if (request.method == "DELETE") {
+    HttpResponse r;
+    r.body = "{}";
+    r.headers["Set-Cookie"] = absl::StrCat(
+        kSessionCookie, "=; Path=/api/; HttpOnly; SameSite=Strict; Max-Age=0");
+    return r;
+  }
+  if (request.method != "POST") return MethodNotAllowed("POST, DELETE");
+  absl::Status allowed = Authorize(request, /*header_only=*/true);
+  if (!allowed.ok()) return Error(allowed);
+  const std::string token = HeaderValue(request, "authorization").substr(7);
+  // Token text is [A-Za-z0-9_]; anything else could break the header.
+  for (char c : token) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') {
+      return Error(absl::InvalidArgumentError("token: unexpected character"));
+    }
+  }
+  HttpResponse r;
+  r.body = "{}";
+  // The page's event streams cannot send headers, so reads may use this
+  // cookie; changes still need the header.
+  r.headers["Set-Cookie"] =
+      absl::StrCat(kSessionCookie, "=", token, "; Path=/api/; HttpOnly; SameSite=Strict");
+  return r;
+}
+
 HttpResponse HttpApi::HandleApi(const HttpRequest& request) const {
   std::vector<absl::string_view> parts =
       absl::StrSplit(request.path, '/', absl::SkipEmpty());
   if (parts.size() < 3 || parts[0] != "api" || parts[1] != "v1") {
     return NoRoute(request.path);
+  }
+  if (parts.size() == 3 && parts[2] == "session") return HandleSession(request);
+  if (absl::Status allowed = Authorize(request, /*header_only=*/request.method != "GET");
+      !allowed.ok()) {
+    return Error(allowed);
   }
   if (parts[2] == "stream") return HandleStream(request);
   if (parts[2] == "sweeps") return HandleSweeps(request);
@@ -263,8 +328,6 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, int64_t id,
                                 std::string_view action) const {
   if (action == "cancel") {
     if (request.method != "POST") return MethodNotAllowed("POST");
-    absl::Status auth = CheckAuthorization(request);
-    if (!auth.ok()) return Error(auth);
     absl::StatusOr<v1::JobState> state = manager_->CancelJob(id);
     if (!state.ok()) return Error(state.status());
     v1::CancelJobResponse resp;
@@ -343,8 +406,6 @@ HttpResponse HttpApi::HandleSweeps(const HttpRequest& request) const {
   }
   if (parts.size() == 5 && parts[4] == "cancel") {
     if (request.method != "POST") return MethodNotAllowed("POST");
-    absl::Status auth = CheckAuthorization(request);
-    if (!auth.ok()) return Error(auth);
     absl::StatusOr<v1::SweepState> state = sweeps_->Cancel(id);
     if (!state.ok()) return Error(state.status());
     v1::CancelSweepResponse resp;

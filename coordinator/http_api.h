@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "absl/time/time.h"
+#include "coordinator/auth.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/sweep_manager.h"
 
@@ -66,6 +67,8 @@ class HttpApi {
     // Views are recomputed at least this often even without a change, so that
     // time-derived fields (a worker's liveness) stay current.
     absl::Duration refresh = absl::Seconds(5);
+    // Checks user tokens on /api/ requests; nullptr (or a disabled one): open.
+    Authenticator* auth = nullptr;
     // Dashboard files by path ("/" is the index); nullptr when none are served.
     std::function<const StaticFile*(std::string_view path)> static_files;
   };
@@ -81,6 +84,11 @@ class HttpApi {
 
  private:
   HttpResponse HandleApi(const HttpRequest& request) const;
+  // Reads need a user token in the Authorization header or the session cookie;
+  // changes (`header_only`) need it in the header, which other sites' pages
+  // cannot send.
+  absl::Status Authorize(const HttpRequest& request, bool header_only) const;
+  HttpResponse HandleSession(const HttpRequest& request) const;
   HttpResponse HandleStream(const HttpRequest& request) const;
   HttpResponse HandleJob(const HttpRequest& request, int64_t id,
                          std::string_view action) const;

@@ -5,6 +5,7 @@
 #ifndef TESSERA_COORDINATOR_JOB_SERVICE_H_
 #define TESSERA_COORDINATOR_JOB_SERVICE_H_
 
+#include "coordinator/auth.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/sweep_manager.h"
 #include "tessera/v1/tessera.grpc.pb.h"
@@ -13,9 +14,9 @@ namespace tessera {
 
 class JobServiceImpl final : public tessera::v1::JobService::Service {
  public:
-  // Neither is owned.
-  JobServiceImpl(JobManager* manager, SweepManager* sweeps)
-      : manager_(manager), sweeps_(sweeps) {}
+  // None is owned. Every call needs a user token (see auth.h).
+  JobServiceImpl(JobManager* manager, SweepManager* sweeps, Authenticator* auth)
+      : manager_(manager), sweeps_(sweeps), auth_(auth) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const tessera::v1::SubmitJobRequest* request,
@@ -55,8 +56,11 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
                            tessera::v1::CancelSweepResponse* response) override;
 
  private:
+  grpc::Status CheckUser(const grpc::ServerContext& context);
+
   JobManager* const manager_;   // Not owned.
   SweepManager* const sweeps_;  // Not owned.
+  Authenticator* const auth_;   // Not owned.
 };
 
 }  // namespace tessera

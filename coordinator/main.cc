@@ -8,8 +8,10 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "coordinator/auth.h"
 #include "coordinator/common/service_notify.h"
 #include "coordinator/coordinator_server.h"
+#include "coordinator/sqlite_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -67,7 +69,82 @@ int main(int argc, char** argv) {
                  "an attempt whose ranks have not all joined by then fails")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{86400000}));
+  bool no_auth = false;
+  app.add_flag("--insecure-no-auth", no_auth,
+               "accept every call without a token (anyone who can reach the coordinator "
+               "can then run code on its workers); for throwaway local clusters only");
+
+  // Token management works on the database directly, with or without a
+  // running coordinator.
+  app.fallthrough();
+  CLI::App* token_cmd = app.add_subcommand(
+      "token",
+      "Create, list or revoke API tokens (user: tessctl and the web API; "
+      "join: workers)");
+  token_cmd->require_subcommand(1);
+  std::string token_kind = "user";
+  std::string token_name;
+  int64_t revoke_id = 0;
+  CLI::App* token_create = token_cmd->add_subcommand(
+      "create", "Create a token and print it once; only its hash is stored");
+  token_create->add_option("--kind", token_kind, "user or join")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"user", "join"}));
+  token_create
+      ->add_option("--name", token_name, "who the token is for, e.g. alice or rack-3")
+      ->required();
+  token_create->footer(
+      "Example:\n"
+      "  tessera-coordinator --db /var/lib/tessera/tessera.db token create --kind join "
+      "--name rack-3 > /etc/tessera/join-token\n"
+      "  export TESSERA_TOKEN=$(tessera-coordinator --db tessera.db token create --name "
+      "alice)");
+  CLI::App* token_list =
+      token_cmd->add_subcommand("list", "List tokens (never their secrets)");
+  CLI::App* token_revoke = token_cmd->add_subcommand("revoke", "Revoke a token by id");
+  token_revoke->add_option("id", revoke_id, "token id (the number after tsr_KIND_)")
+      ->required();
   CLI11_PARSE(app, argc, argv);
+  options.auth.enabled = !no_auth;
+  if (token_cmd->parsed()) {
+    auto store = tessera::SqliteStore::Open(options.db_path);
+    if (!store.ok()) {
+      std::cerr << "tessera-coordinator: " << store.status().message() << "\n";
+      return 1;
+    }
+    tessera::RealClock clock;
+    if (token_create->parsed()) {
+      auto token = tessera::CreateToken(**store, clock, token_kind, token_name);
+      if (!token.ok()) {
+        std::cerr << "tessera-coordinator: " << token.status().message() << "\n";
+        return 1;
+      }
+      std::cout << *token << "\n";
+      return 0;
+    }
+    if (token_list->parsed()) {
+      auto tokens = (*store)->ListTokens();
+      if (!tokens.ok()) {
+        std::cerr << "tessera-coordinator: " << tokens.status().message() << "\n";
+        return 1;
+      }
+      std::cout << "ID\tKIND\tNAME\tCREATED_MS\tREVOKED\n";
+      for (const auto& t : *tokens) {
+        std::cout << t.id << "\t" << t.kind << "\t" << t.name << "\t" << t.created_unix_ms
+                  << "\t" << (t.revoked ? "yes" : "no") << "\n";
+      }
+      return 0;
+    }
+    absl::Status revoked = (*store)->RevokeToken(revoke_id);
+    if (!revoked.ok()) {
+      std::cerr << "tessera-coordinator: " << revoked.message() << "\n";
+      return 1;
+    }
+    std::cout << "token " << revoke_id
+              << " revoked; running coordinators refuse it within "
+              << "30 s\n";
+    return 0;
+  }
   options.manager.worker_suspect_after = absl::Milliseconds(suspect_after_ms);
   options.manager.rendezvous_timeout = absl::Milliseconds(rendezvous_timeout_ms);
   options.manager.heartbeat_interval = absl::Milliseconds(heartbeat_ms);

@@ -118,6 +118,20 @@ CREATE TABLE sweeps (
   updated_ms INTEGER NOT NULL
 );
 )sql"},
+    {4, R"sql(
+CREATE TABLE tokens (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  hash BLOB NOT NULL,
+  created_ms INTEGER NOT NULL,
+  revoked INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE secrets (
+  name TEXT PRIMARY KEY,
+  value BLOB NOT NULL
+);
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;
@@ -173,6 +187,16 @@ constexpr char kListSweeps[] =
     "updated_ms FROM sweeps ORDER BY id DESC";
 constexpr char kUpdateSweep[] =
     "UPDATE sweeps SET state = ?2, reason = ?3, updated_ms = ?4 WHERE id = ?1";
+constexpr char kInsertToken[] =
+    "INSERT INTO tokens (kind, name, hash, created_ms) VALUES (?1, ?2, ?3, ?4)";
+// The two token queries select the columns ReadToken() reads, in its order.
+constexpr char kSelectToken[] =
+    "SELECT id, kind, name, hash, created_ms, revoked FROM tokens WHERE id = ?1";
+constexpr char kListTokens[] =
+    "SELECT id, kind, name, hash, created_ms, revoked FROM tokens ORDER BY id";
+constexpr char kRevokeToken[] = "UPDATE tokens SET revoked = 1 WHERE id = ?1";
+constexpr char kSelectSecret[] = "SELECT value FROM secrets WHERE name = ?1";
+constexpr char kInsertSecret[] = "INSERT INTO secrets (name, value) VALUES (?1, ?2)";
 constexpr char kSelectJobState[] = "SELECT state FROM jobs WHERE id = ?1";
 constexpr char kUpdateJob[] =
     "UPDATE jobs SET state = ?2, reason = ?3, pending_reason = ?4, attempt = ?5, "
@@ -380,6 +404,17 @@ absl::StatusOr<JobRecord> ReadJob(const Statement& row) {
   job.sweep_id = row.Int(11);
   job.sweep_point = static_cast<int32_t>(row.Int(12));
   return job;
+}
+
+absl::StatusOr<TokenRecord> ReadToken(const Statement& row) {
+  TokenRecord token;
+  token.id = row.Int(0);
+  token.kind = row.Bytes(1);
+  token.name = row.Bytes(2);
+  token.hash = row.Bytes(3);
+  token.created_unix_ms = row.Int(4);
+  token.revoked = row.Int(5) != 0;
+  return token;
 }
 
 constexpr absl::string_view kSweepStatePrefix = "SWEEP_STATE_";
@@ -761,6 +796,67 @@ absl::StatusOr<int64_t> SqliteStore::CreateSweep(const SweepRecord& sweep) {
   const int64_t id = sqlite3_last_insert_rowid(db);
   RETURN_IF_ERROR(txn.Commit());
   return id;
+}
+
+absl::StatusOr<int64_t> SqliteStore::CreateToken(const TokenRecord& token) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
+  ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertToken));
+  RETURN_IF_ERROR(Statement(db_.get(), insert)
+                      .BindText(1, token.kind)
+                      .BindText(2, token.name)
+                      .BindBlob(3, token.hash)
+                      .BindInt(4, token.created_unix_ms)
+                      .Run());
+  return sqlite3_last_insert_rowid(db_.get());
+}
+
+absl::StatusOr<TokenRecord> SqliteStore::GetToken(int64_t id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectToken));
+  Statement row(db_.get(), select);
+  row.BindInt(1, id);
+  ASSIGN_OR_RETURN(bool found, row.Step());
+  if (!found) return absl::NotFoundError(absl::StrCat("token ", id, " not found"));
+  return ReadToken(row);
+}
+
+absl::StatusOr<std::vector<TokenRecord>> SqliteStore::ListTokens() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListTokens));
+  Statement rows(db_.get(), select);
+  return ReadAll(rows, &ReadToken);
+}
+
+absl::Status SqliteStore::RevokeToken(int64_t id) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
+  ASSIGN_OR_RETURN(sqlite3_stmt * update, Prepare(kRevokeToken));
+  RETURN_IF_ERROR(Statement(db_.get(), update).BindInt(1, id).Run());
+  if (sqlite3_changes(db_.get()) == 0) {
+    return absl::NotFoundError(absl::StrCat("token ", id, " not found"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SqliteStore::GetOrCreateSecret(
+    const std::string& name, const std::string& value_if_new) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
+  sqlite3* db = db_.get();
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSelectSecret));
+    Statement row(db, select);
+    row.BindText(1, name);
+    ASSIGN_OR_RETURN(bool found, row.Step());
+    if (found) return row.Bytes(0);
+  }
+  ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertSecret));
+  RETURN_IF_ERROR(
+      Statement(db, insert).BindText(1, name).BindBlob(2, value_if_new).Run());
+  RETURN_IF_ERROR(txn.Commit());
+  return value_if_new;
 }
 
 absl::StatusOr<SweepRecord> SqliteStore::GetSweep(int64_t id) {

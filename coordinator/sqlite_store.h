@@ -56,7 +56,7 @@ class SqliteStore : public Store {
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   // Opens (creating if needed) the database at `path`, or a private in-memory
   // database for ":memory:", and migrates it to kSchemaVersion.
@@ -95,6 +95,13 @@ class SqliteStore : public Store {
   absl::StatusOr<SweepRecord> GetSweep(int64_t id) override;
   absl::StatusOr<std::vector<SweepRecord>> ListSweeps() override;
   absl::Status UpdateSweep(const SweepRecord& sweep) override;
+
+  absl::StatusOr<int64_t> CreateToken(const TokenRecord& token) override;
+  absl::StatusOr<TokenRecord> GetToken(int64_t id) override;
+  absl::StatusOr<std::vector<TokenRecord>> ListTokens() override;
+  absl::Status RevokeToken(int64_t id) override;
+  absl::StatusOr<std::string> GetOrCreateSecret(const std::string& name,
+                                                const std::string& value_if_new) override;
 
   // The highest schema version recorded in the database's schema_version table.
   absl::StatusOr<int> SchemaVersion();

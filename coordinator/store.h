@@ -57,6 +57,16 @@ struct SweepRecord {
   int64_t updated_unix_ms = 0;
 };
 
+// A credential for the coordinator's APIs. Only a hash of its secret is kept.
+struct TokenRecord {
+  int64_t id = 0;    // assigned by CreateToken; part of the token text
+  std::string kind;  // "user" (tessctl, web API) | "join" (workers)
+  std::string name;  // who it is for, e.g. "alice" or "rack-3"
+  std::string hash;  // SHA-256 of the token's secret
+  int64_t created_unix_ms = 0;
+  bool revoked = false;
+};
+
 struct WorkerRecord {
   std::string name;  // primary key
   std::string hostname;
@@ -183,6 +193,18 @@ class Store {
   virtual absl::StatusOr<std::vector<SweepRecord>> ListSweeps() = 0;
   // Replaces state, reason and updated_unix_ms. NotFound if no such sweep.
   virtual absl::Status UpdateSweep(const SweepRecord& sweep) = 0;
+
+  // Stores a token and returns its id.
+  virtual absl::StatusOr<int64_t> CreateToken(const TokenRecord& token) = 0;
+  // NotFound if no such token.
+  virtual absl::StatusOr<TokenRecord> GetToken(int64_t id) = 0;
+  virtual absl::StatusOr<std::vector<TokenRecord>> ListTokens() = 0;
+  // Marks the token revoked; NotFound if no such token.
+  virtual absl::Status RevokeToken(int64_t id) = 0;
+  // The secret stored under `name`; stores `value_if_new` first if there is
+  // none, atomically, so that concurrent callers agree on one value.
+  virtual absl::StatusOr<std::string> GetOrCreateSecret(
+      const std::string& name, const std::string& value_if_new) = 0;
 };
 
 }  // namespace tessera

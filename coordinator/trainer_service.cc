@@ -10,6 +10,12 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::Rendezvous(
     grpc::CallbackServerContext* context, const v1::RendezvousRequest* request,
     v1::RendezvousResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = auth_->CheckTrainer(AuthorizationOf(*context), request->job_id(),
+                                             request->attempt(), request->rank());
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   // The reactor stays valid until Finish, so the callback may outlive this frame.
   manager_->Rendezvous(
       *request, [reactor, response](absl::StatusOr<v1::RendezvousResponse> result) {
@@ -27,6 +33,12 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::ReportMetrics(
     grpc::CallbackServerContext* context, const v1::ReportMetricsRequest* request,
     v1::ReportMetricsResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = auth_->CheckTrainer(AuthorizationOf(*context), request->job_id(),
+                                             request->attempt(), request->rank());
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   manager_->ReportMetrics(*request, [reactor](absl::Status status) {
     reactor->Finish(ToGrpcStatus(status));
   });
@@ -37,7 +49,10 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::ReportResult(
     grpc::CallbackServerContext* context, const v1::ReportResultRequest* request,
     v1::ReportResultResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(manager_->ReportResult(*request)));
+  absl::Status allowed = auth_->CheckTrainer(AuthorizationOf(*context), request->job_id(),
+                                             request->attempt(), request->rank());
+  reactor->Finish(
+      ToGrpcStatus(allowed.ok() ? manager_->ReportResult(*request) : allowed));
   return reactor;
 }
 

@@ -8,6 +8,7 @@
 #ifndef TESSERA_COORDINATOR_TRAINER_SERVICE_H_
 #define TESSERA_COORDINATOR_TRAINER_SERVICE_H_
 
+#include "coordinator/auth.h"
 #include "coordinator/job_manager.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 
@@ -15,7 +16,10 @@ namespace tessera {
 
 class TrainerServiceImpl final : public tessera::v1::TrainerService::CallbackService {
  public:
-  explicit TrainerServiceImpl(JobManager* manager) : manager_(manager) {}
+  // Neither is owned. Every call needs the trainer credential of the (job,
+  // attempt, rank) it names.
+  TrainerServiceImpl(JobManager* manager, Authenticator* auth)
+      : manager_(manager), auth_(auth) {}
 
   grpc::ServerUnaryReactor* Rendezvous(
       grpc::CallbackServerContext* context, const tessera::v1::RendezvousRequest* request,
@@ -31,6 +35,7 @@ class TrainerServiceImpl final : public tessera::v1::TrainerService::CallbackSer
 
  private:
   JobManager* const manager_;  // Not owned.
+  Authenticator* const auth_;  // Not owned.
 };
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #ifndef TESSERA_COORDINATOR_WORKER_SERVICE_H_
 #define TESSERA_COORDINATOR_WORKER_SERVICE_H_
 
+#include "coordinator/auth.h"
 #include "coordinator/job_manager.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 
@@ -12,7 +13,10 @@ namespace tessera {
 
 class WorkerServiceImpl final : public tessera::v1::WorkerService::Service {
  public:
-  explicit WorkerServiceImpl(JobManager* manager) : manager_(manager) {}
+  // Neither is owned. Every call needs a join token; launch orders carry each
+  // rank's trainer credential.
+  WorkerServiceImpl(JobManager* manager, Authenticator* auth)
+      : manager_(manager), auth_(auth) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* context,
                               const tessera::v1::RegisterWorkerRequest* request,
@@ -25,7 +29,10 @@ class WorkerServiceImpl final : public tessera::v1::WorkerService::Service {
                         tessera::v1::ShipLogsResponse* response) override;
 
  private:
+  grpc::Status CheckWorker(const grpc::ServerContext& context);
+
   JobManager* const manager_;  // Not owned.
+  Authenticator* const auth_;  // Not owned.
 };
 
 }  // namespace tessera

@@ -29,8 +29,15 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# Tessera is closed by default: a user token for tessctl and the dashboard, a
+# join token for the workers (kept in a 0600 file, never on a command line).
+export TESSERA_TOKEN=$("$BIN/tessera-coordinator" --db "$RUN/tessera.db" token create --name demo)
+(umask 077 && "$BIN/tessera-coordinator" --db "$RUN/tessera.db" token create --kind join \
+  --name demo-workers >"$RUN/join-token")
+
 "$BIN/tessera-coordinator" --listen 127.0.0.1:0 --port-file "$RUN/port" \
-  --db "$RUN/tessera.db" --http 127.0.0.1:0 2>"$RUN/coordinator.log" &
+  --db "$RUN/tessera.db" --http 127.0.0.1:0 --http-port-file "$RUN/http-port" \
+  2>"$RUN/coordinator.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$RUN/port" ] && break; sleep 0.1; done
 if [ ! -s "$RUN/port" ]; then
@@ -40,10 +47,12 @@ if [ ! -s "$RUN/port" ]; then
 fi
 export TESSERA_COORDINATOR=127.0.0.1:$(cat "$RUN/port")
 echo "demo: coordinator on $TESSERA_COORDINATOR (log $RUN/coordinator.log, db $RUN/tessera.db)"
+echo "demo: dashboard on http://127.0.0.1:$(cat "$RUN/http-port")/ (token: \$TESSERA_TOKEN, also in $RUN/user-token)"
+(umask 077 && echo "$TESSERA_TOKEN" >"$RUN/user-token")
 
 for w in worker-1 worker-2; do
   "$BIN/tessera-worker" --coordinator "$TESSERA_COORDINATOR" --name "$w" --cpu-slots 1 \
-    --work-dir "$RUN/$w" 2>"$RUN/$w.log" &
+    --work-dir "$RUN/$w" --join-token-file "$RUN/join-token" 2>"$RUN/$w.log" &
   pids+=($!)
 done
 for _ in $(seq 100); do

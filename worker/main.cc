@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -74,10 +76,27 @@ int main(int argc, char** argv) {
   app.add_option("--gpus", gpus_flag,
                  "GPUs to offer: auto (probe /proc/driver/nvidia), none, or a count")
       ->capture_default_str();
+  std::string join_token_file;
+  app.add_option("--join-token-file", join_token_file,
+                 "file holding the cluster join token (tessera-coordinator token create "
+                 "--kind join); default: $TESSERA_JOIN_TOKEN");
   app.add_flag("!--no-cgroups", use_cgroups,
                "do not put each job attempt in its own cgroup v2 group");
   CLI11_PARSE(app, argc, argv);
   options.kill_grace = absl::Milliseconds(grace_ms);
+  // The token is secret: never a flag value, which every user can read in
+  // /proc/PID/cmdline.
+  if (!join_token_file.empty()) {
+    std::ifstream in(join_token_file);
+    std::getline(in, options.join_token);
+    if (options.join_token.empty()) {
+      std::cerr << "tessera-worker: cannot read a join token from " << join_token_file
+                << "\n";
+      return 2;
+    }
+  } else if (const char* env = std::getenv("TESSERA_JOIN_TOKEN"); env != nullptr) {
+    options.join_token = env;
+  }
   if (gpus_flag == "auto") {
     options.gpus = tessera::CountNvidiaGpus();
   } else if (gpus_flag == "none") {

@@ -1,5 +1,10 @@
 #include "worker/worker_agent.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -33,6 +38,13 @@ WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> c
       stub_(v1::WorkerService::NewStub(channel)),
       supervisor_(launcher, &clock_, options_.kill_grace, cgroups) {}
 
+void WorkerAgent::Prepare(grpc::ClientContext& ctx) const {
+  SetDeadline(ctx, options_.rpc_timeout);
+  if (!options_.join_token.empty()) {
+    ctx.AddMetadata("authorization", "Bearer " + options_.join_token);
+  }
+}
+
 absl::Status WorkerAgent::Register() {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
@@ -41,7 +53,7 @@ absl::Status WorkerAgent::Register() {
   request.set_device_kind(options_.gpus > 0 ? "cuda" : "cpu");
   v1::RegisterWorkerResponse response;
   grpc::ClientContext ctx;
-  SetDeadline(ctx, options_.rpc_timeout);
+  Prepare(ctx);
   absl::Status s = FromGrpcStatus(stub_->RegisterWorker(&ctx, request, &response));
   if (!s.ok()) return s;
   epoch_ = response.epoch();
@@ -71,7 +83,7 @@ absl::Status WorkerAgent::HeartbeatOnce() {
   }
   v1::HeartbeatResponse response;
   grpc::ClientContext ctx;
-  SetDeadline(ctx, options_.rpc_timeout);
+  Prepare(ctx);
   absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response));
   if (!s.ok()) return s;
   for (const v1::KillOrder& k : response.acknowledged_exits()) {
@@ -123,7 +135,7 @@ void WorkerAgent::ShipLogs() {
     request.set_eof(eof);
     v1::ShipLogsResponse response;
     grpc::ClientContext ctx;
-    SetDeadline(ctx, options_.rpc_timeout);
+    Prepare(ctx);
     absl::Status s = FromGrpcStatus(stub_->ShipLogs(&ctx, request, &response));
     if (!s.ok()) {
       // Kept for the next heartbeat; the file stays on disk meanwhile.
@@ -158,6 +170,21 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
                absl::StrCat("--rank=", order.rank()),
                absl::StrCat("--world-size=", order.world_size()),
                absl::StrCat("--local-rank=", order.local_rank())};
+  if (!order.credential().empty()) {
+    // argv is world-readable (/proc/PID/cmdline): the credential goes in a
+    // file only this user can read, which the trainer removes once read.
+    const std::string path =
+        (dir / absl::StrCat("rank-", order.rank(), ".credential")).string();
+    const int fd =
+        ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    const std::string& cred = order.credential();
+    if (fd < 0 || ::fchmod(fd, 0600) != 0 ||
+        ::write(fd, cred.data(), cred.size()) != static_cast<ssize_t>(cred.size())) {
+      ec = std::error_code(errno, std::generic_category());
+    }
+    if (fd >= 0) ::close(fd);
+    spec.argv.push_back(absl::StrCat("--credential-file=", path));
+  }
   for (std::string& flag : TrainerConfigToFlags(order.trainer())) {
     spec.argv.push_back(std::move(flag));
   }

@@ -50,6 +50,8 @@ struct WorkerOptions {
   int64_t log_chunk_bytes = 256 * 1024;
   // Time between SIGTERM and SIGKILL when stopping a rank.
   absl::Duration kill_grace = absl::Seconds(10);
+  // The cluster join token, sent on every call ("authorization: Bearer ...").
+  std::string join_token;
 };
 
 class WorkerAgent {
@@ -65,6 +67,8 @@ class WorkerAgent {
   void Stop() { stop_.Notify(); }
 
  private:
+  // Sets the deadline and the join token on a call.
+  void Prepare(grpc::ClientContext& ctx) const;
   absl::Status Register();
   absl::Status HeartbeatOnce();
   void Launch(const tessera::v1::LaunchOrder& order);

@@ -61,6 +61,9 @@ int main() {
   tessera::CoordinatorOptions options;
   options.listen = "127.0.0.1:0";
   options.db_path = dir + "/bench.db";
+  // The simulated trainers carry no credentials; this measures scheduling,
+  // rendezvous and ingestion only.
+  options.auth.enabled = false;
   options.manager.spec_limits.max_world_size = 4096;
   options.manager.worker_dead_after = absl::Minutes(10);
   options.manager.worker_suspect_after = absl::Minutes(10);

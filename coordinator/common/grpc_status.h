@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
 
 namespace tessera {
@@ -20,6 +21,13 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
 inline absl::Status FromGrpcStatus(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+// The call's "authorization" metadata value, empty when absent.
+inline std::string AuthorizationOf(const grpc::ServerContextBase& context) {
+  const auto& md = context.client_metadata();
+  auto it = md.find("authorization");
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
 }
 
 }  // namespace tessera

@@ -46,6 +46,8 @@ class TessctlCoordinatorTest : public ::testing::Test {
     CoordinatorOptions options;
     options.listen = "";
     options.db_path = ":memory:";
+    // tessctl's token handling is covered against the fake service.
+    options.auth.enabled = false;
     absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
         CoordinatorServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();

@@ -37,6 +37,8 @@ class CoordinatorServiceTest : public ::testing::Test {
     options.listen = "";
     options.db_path = ":memory:";
     options.manager.spec_limits.max_world_size = 64;
+    // These tests are about the services' behaviour; auth_test covers tokens.
+    options.auth.enabled = false;
     auto server = CoordinatorServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -334,6 +336,7 @@ TEST(CoordinatorDiskFullTest, FullStoreTurnsHealthNotServingAndSubmitsUnavailabl
   options.db_path = dir.File("small.db");
   options.db_max_bytes = 256 * 1024;
   options.monitor_interval = absl::Milliseconds(20);
+  options.auth.enabled = false;
   auto server = CoordinatorServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = (*server)->InProcessChannel();

@@ -16,7 +16,13 @@ using ::testing::HasSubstr;
 
 class HttpApiTest : public ::testing::Test {
  protected:
-  void SetUp() override { StartServer(CoordinatorOptions()); }
+  // Tests of routes and streams run without authentication; the Auth* tests
+  // turn it on.
+  void SetUp() override {
+    CoordinatorOptions options;
+    options.auth.enabled = false;
+    StartServer(options);
+  }
 
   void StartServer(CoordinatorOptions options) {
     options.listen = "";
@@ -226,6 +232,7 @@ TEST_F(HttpApiTest, JobStreamEndsAfterTheJobEnds) {
 TEST_F(HttpApiTest, StreamsOverTheLimitGet503AndPlainRequestsStillWork) {
   server_.reset();
   CoordinatorOptions options;
+  options.auth.enabled = false;
   options.http_max_streams = 2;
   StartServer(options);
   std::atomic<bool> stop{false};
@@ -315,6 +322,7 @@ TEST_F(HttpApiTest, StaticFilesAreServedWithTheirTypeAndUnknownPathsAre404) {
   static const StaticFile kIndex{"text/html; charset=utf-8", "<!doctype html><p>hi"};
   server_.reset();
   CoordinatorOptions options;
+  options.auth.enabled = false;
   options.static_files = [](std::string_view path) -> const StaticFile* {
     return path == "/" || path == "/index.html" ? &kIndex : nullptr;
   };

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -22,6 +24,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "tessera/v1/tessera.grpc.pb.h"
+#include "tests/testing/grpc_auth.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera {
@@ -32,7 +35,34 @@ using ::tessera::testing::TempDir;
 
 class ClusterTest : public ::testing::Test {
  protected:
+  // Creates a user and a join token in the cluster's database, once; the
+  // database outlives coordinator restarts, and so do the tokens.
+  void EnsureTokens() {
+    if (!user_token_.empty()) return;
+    auto create = [this](const std::string& kind) {
+      const std::string log = dir_.File("token-" + kind + ".out");
+      auto p = ChildProcess::Start(
+          {testing::BinDir() + "/tessera-coordinator", "--db", dir_.File("tessera.db"),
+           "token", "create", "--kind", kind, "--name", "e2e-" + kind},
+          log);
+      EXPECT_TRUE(p.ok()) << p.status();
+      if (!p.ok()) return std::string();
+      std::optional<int> status = (*p)->Wait(absl::Seconds(30));
+      EXPECT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+          << (*p)->Log();
+      std::string token = (*p)->Log();
+      while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) {
+        token.pop_back();
+      }
+      return token;
+    };
+    user_token_ = create("user");
+    join_token_ = create("join");
+    std::ofstream(dir_.File("join-token")) << join_token_ << "\n";
+  }
+
   void StartCoordinator(int port = 0, std::vector<std::string> extra = {}) {
+    EnsureTokens();
     std::string listen = absl::StrCat("127.0.0.1:", port);
     std::filesystem::remove(dir_.File("port"));
     std::vector<std::string> argv = {testing::BinDir() + "/tessera-coordinator",
@@ -54,13 +84,13 @@ class ClusterTest : public ::testing::Test {
         testing::WaitForPortFile(dir_.File("port"), absl::Seconds(30));
     ASSERT_TRUE(bound.ok()) << coordinator_->Log();
     port_ = *bound;
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_),
-                                   grpc::InsecureChannelCredentials());
+    channel_ = testing::ChannelWithToken(absl::StrCat("127.0.0.1:", port_), user_token_);
     jobs_ = v1::JobService::NewStub(channel_);
   }
 
   void StartWorker(const std::string& name, int port,
                    std::vector<std::string> extra = {}) {
+    EnsureTokens();  // a worker may start before its coordinator
     std::vector<std::string> argv = {testing::BinDir() + "/tessera-worker",
                                      "--coordinator",
                                      absl::StrCat("127.0.0.1:", port),
@@ -71,7 +101,9 @@ class ClusterTest : public ::testing::Test {
                                      "--work-dir",
                                      dir_.File("work-" + name),
                                      "--kill-grace-ms",
-                                     "3000"};
+                                     "3000",
+                                     "--join-token-file",
+                                     dir_.File("join-token")};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto w = ChildProcess::Start(argv, dir_.File(name + ".log"));
     ASSERT_TRUE(w.ok()) << w.status();
@@ -203,6 +235,8 @@ class ClusterTest : public ::testing::Test {
   std::unique_ptr<ChildProcess> coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   int port_ = 0;
+  std::string user_token_;  // for tessctl-side calls
+  std::string join_token_;  // in dir_/join-token, for workers
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
 };

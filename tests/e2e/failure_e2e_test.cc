@@ -197,8 +197,10 @@ TEST_F(FailureTest, FiftyConcurrentSubmitsWithRetriesMakeExactlyFiftyJobs) {
       // Each client has its own connection, like separate tessctl processes.
       grpc::ChannelArguments args;
       args.SetInt("tessera.test.client", i);
-      auto stub = v1::JobService::NewStub(grpc::CreateCustomChannel(
-          absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials(), args));
+      auto stub =
+          v1::JobService::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+              absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials(), args,
+              testing::BearerInterceptors(user_token_)));
       absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(LongJob(), SpecLimits{});
       v1::SubmitJobRequest req;
       *req.mutable_spec() = *spec;

@@ -50,6 +50,12 @@ GrpcCoordinatorClient::GrpcCoordinatorClient(std::shared_ptr<grpc::Channel> chan
       options_(options),
       stub_(tessera::v1::TrainerService::NewStub(std::move(channel))) {}
 
+void GrpcCoordinatorClient::Authorize(grpc::ClientContext* context) const {
+  if (!identity_.credential.empty()) {
+    context->AddMetadata("authorization", "Bearer " + identity_.credential);
+  }
+}
+
 absl::StatusOr<RendezvousResult> GrpcCoordinatorClient::Rendezvous(
     const std::string& bootstrap, const std::string& backend) {
   tessera::v1::RendezvousRequest request;
@@ -61,6 +67,7 @@ absl::StatusOr<RendezvousResult> GrpcCoordinatorClient::Rendezvous(
   tessera::v1::RendezvousResponse response;
   const grpc::Status status = CallWithRetry(
       options_, options_.rendezvous_deadline, [&](grpc::ClientContext* context) {
+        Authorize(context);
         return stub_->Rendezvous(context, request, &response);
       });
   if (!status.ok()) return ToAbsl(status, "Rendezvous");
@@ -92,6 +99,7 @@ absl::Status GrpcCoordinatorClient::ReportMetrics(
   tessera::v1::ReportMetricsResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_deadline));
+  Authorize(&context);
   return ToAbsl(stub_->ReportMetrics(&context, request, &response), "ReportMetrics");
 }
 
@@ -106,6 +114,7 @@ absl::Status GrpcCoordinatorClient::ReportResult(const TrainingResult& result) {
   tessera::v1::ReportResultResponse response;
   return ToAbsl(CallWithRetry(options_, options_.rpc_deadline,
                               [&](grpc::ClientContext* context) {
+                                Authorize(context);
                                 return stub_->ReportResult(context, request, &response);
                               }),
                 "ReportResult");

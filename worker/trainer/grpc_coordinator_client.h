@@ -41,6 +41,7 @@ struct TrainerIdentity {
   int64_t job_id = 0;
   int32_t attempt = 0;
   int32_t rank = 0;
+  std::string credential;  // sent as "authorization: Bearer ..." on every call
 };
 
 class GrpcCoordinatorClient final : public CoordinatorClient {
@@ -54,6 +55,8 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   absl::Status ReportResult(const TrainingResult& result) override;
 
  private:
+  void Authorize(grpc::ClientContext* context) const;
+
   const TrainerIdentity identity_;
   const GrpcCoordinatorClientOptions options_;
   const std::unique_ptr<tessera::v1::TrainerService::Stub> stub_;

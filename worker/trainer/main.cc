@@ -3,7 +3,9 @@
 // Wiring only: flags -> options, data, process group (rendezvous through the
 // coordinator, a static TCPStore, or standalone), reporter, training loop, result.
 // Exit codes: 0 success, 1 runtime failure, 2 usage error.
+#include <cstdio>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -63,6 +65,7 @@ std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(const LaunchOptions& la
   identity.job_id = launch.job_id;
   identity.attempt = launch.attempt;
   identity.rank = launch.rank;
+  identity.credential = launch.credential;
   return std::make_unique<GrpcCoordinatorClient>(
       grpc::CreateChannel(launch.coordinator, grpc::InsecureChannelCredentials()),
       identity);
@@ -85,6 +88,17 @@ int Run(int argc, char** argv) {
     return 0;
   }
   const TrainerOptions& options = flags->trainer;
+  if (!flags->launch.credential_file.empty()) {
+    // The credential never appears in argv, which every user can read.
+    std::ifstream in(flags->launch.credential_file);
+    std::getline(in, flags->launch.credential);
+    if (!in && flags->launch.credential.empty()) {
+      std::cerr << "tessera-train: cannot read --credential-file "
+                << flags->launch.credential_file << std::endl;
+      return kExitUsage;
+    }
+    std::remove(flags->launch.credential_file.c_str());
+  }
   const LaunchOptions& launch = flags->launch;
   for (const absl::Status& status :
        {ValidateTrainerOptions(options),

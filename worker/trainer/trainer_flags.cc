@@ -77,6 +77,9 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   app.add_option("--rank", l.rank, "this process's rank")->group(launch);
   app.add_option("--world-size", l.world_size, "number of ranks")->group(launch);
   app.add_option("--local-rank", l.local_rank, "rank within this machine")->group(launch);
+  app.add_option("--credential-file", l.credential_file,
+                 "file with this rank's coordinator credential; read once, then removed")
+      ->group(launch);
   app.add_option("--metrics-file", l.metrics_file,
                  "also write every metric point to this file as JSON lines")
       ->group(launch);

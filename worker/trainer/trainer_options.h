@@ -69,6 +69,10 @@ struct LaunchOptions {
   int32_t world_size = 1;
   int32_t local_rank = 0;    // rank within this machine
   std::string metrics_file;  // JSON lines of every metric point; empty: none
+  // File holding this rank's coordinator credential (0600, written by the
+  // worker); it is read once at start and removed. Empty: none.
+  std::string credential_file;
+  std::string credential;  // its contents, filled by the trainer's main
 };
 
 // Largest values accepted from the command line.
