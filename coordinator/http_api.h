@@ -63,7 +63,9 @@ class HttpApi {
     // Event streams served at once.
     int max_streams = 16;
     // A stream sends a keepalive comment after this long without an event.
-    absl::Duration keepalive = absl::Seconds(15);
+    // It is also how a stream notices that its client has gone (the write
+    // fails) and gives its slot back.
+    absl::Duration keepalive = absl::Seconds(5);
     // Views are recomputed at least this often even without a change, so that
     // time-derived fields (a worker's liveness) stay current.
     absl::Duration refresh = absl::Seconds(5);

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <string_view>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -12,6 +14,7 @@
 #include "coordinator/common/service_notify.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/sqlite_store.h"
+#include "web/assets.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -165,6 +168,21 @@ int main(int argc, char** argv) {
   if (notifier.watchdog_interval() < options.monitor_interval) {
     options.monitor_interval = notifier.watchdog_interval();
   }
+  // The dashboard, compiled into this binary.
+  options.static_files = [](std::string_view path) -> const tessera::StaticFile* {
+    // One StaticFile per embedded asset, built on first use.
+    static const auto* files = [] {
+      auto* map = new std::map<std::string_view, tessera::StaticFile>();
+      for (const tessera::web::Asset& a : tessera::web::AllAssets()) {
+        (*map)[a.path] = tessera::StaticFile{a.content_type, a.body};
+      }
+      return map;
+    }();
+    const tessera::web::Asset* asset = tessera::web::FindAsset(path);
+    if (asset == nullptr) return nullptr;
+    auto it = files->find(asset->path);
+    return it == files->end() ? nullptr : &it->second;
+  };
   auto server = tessera::CoordinatorServer::Start(options);
   if (!server.ok()) {
     std::cerr << "tessera-coordinator: " << server.status().message() << "\n";

@@ -9,7 +9,8 @@ PACKAGES=(
   libsqlite3-dev sqlite3 libgtest-dev libgmock-dev libtorch-dev libopenblas0-pthread
   libgloo-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libcpp-httplib-dev libsystemd-dev libsqlitecpp-dev libbenchmark-dev
-  dataset-fashion-mnist python3-torch clang-format iproute2 procps
+  dataset-fashion-mnist python3-torch clang-format iproute2 procps libssl-dev
+  nodejs chromium
 )
 
 missing=()
@@ -21,13 +22,31 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${#missing[@]} packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: packages done"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${#missing[@]} packages: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian's nodejs ships npm separately; NodeSource's nodejs includes it (and
+# conflicts with Debian's npm), so npm is installed only when it is missing.
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing npm"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null
+fi
+
+# The dashboard's JavaScript dependencies (chart.js, esbuild, playwright-core),
+# pinned by web/package-lock.json; reinstalled only when the lock file changes.
+WEB="$(dirname "$0")/../web"
+if ! cmp -s "$WEB/package-lock.json" "$WEB/node_modules/.package-lock.json.installed" 2>/dev/null; then
+  echo "setup: installing the dashboard's npm packages"
+  (cd "$WEB" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp "$WEB/package-lock.json" "$WEB/node_modules/.package-lock.json.installed"
+fi
 echo "setup: done"

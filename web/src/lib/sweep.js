@@ -1,0 +1,117 @@
+// Turns a SweepReport into the series of the paper-style figures. Pure.
+//
+// Series of the scaling figures are the rows that share (batch_size, scaling,
+// shape kind), drawn against world size; series of the batch-size figures
+// share (world_size, scaling). Rows without a successful run are left out.
+
+import { num } from './format.js';
+
+// "pack"/"spread"/"" stay; "2x4" (nodes x ranks per node) becomes "x4/node",
+// so 1x4, 2x4, 4x4 form one series over the number of nodes.
+export function shapeKind(shape) {
+  const s = String(shape ?? '');
+  const m = /^(\d+)x(\d+)$/.exec(s);
+  return m ? `x${m[2]}/node` : s;
+}
+
+function usable(rows) {
+  return (rows || []).filter((r) => num(r.runs) > 0);
+}
+
+function group(rows, keyOf) {
+  const groups = new Map();
+  for (const r of rows) {
+    const k = keyOf(r);
+    if (!groups.has(k)) groups.set(k, []);
+    groups.get(k).push(r);
+  }
+  return groups;
+}
+
+function scalingOf(r) {
+  return r.scaling || 'strong';
+}
+
+// Labels say only what differs between series: "bs 64 strong", or "bs 64"
+// when every row has the same scaling and shape.
+function scalingSeries(rows) {
+  const scalings = new Set(rows.map(scalingOf));
+  const shapes = new Set(rows.map((r) => shapeKind(r.shape)));
+  const groups = group(rows, (r) => `${num(r.batch_size)}|${scalingOf(r)}|${shapeKind(r.shape)}`);
+  return [...groups.values()]
+    .map((rs) => {
+      const r0 = rs[0];
+      const parts = [`bs ${num(r0.batch_size)}`];
+      if (scalings.size > 1) parts.push(scalingOf(r0));
+      if (shapes.size > 1 && shapeKind(r0.shape)) parts.push(shapeKind(r0.shape));
+      return {
+        label: parts.join(' '),
+        batchSize: num(r0.batch_size),
+        scaling: scalingOf(r0),
+        baseline: num(r0.baseline_world_size),
+        rows: [...rs].sort((a, b) => num(a.world_size) - num(b.world_size)),
+      };
+    })
+    .sort((a, b) => a.batchSize - b.batchSize || a.label.localeCompare(b.label));
+}
+
+function batchSeries(rows) {
+  const scalings = new Set(rows.map(scalingOf));
+  const groups = group(rows, (r) => `${num(r.world_size)}|${scalingOf(r)}`);
+  return [...groups.values()]
+    .map((rs) => {
+      const r0 = rs[0];
+      const n = num(r0.world_size);
+      return {
+        label: `${n} rank${n === 1 ? '' : 's'}${scalings.size > 1 ? ` ${scalingOf(r0)}` : ''}`,
+        worldSize: n,
+        rows: [...rs].sort((a, b) => num(a.batch_size) - num(b.batch_size)),
+      };
+    })
+    .sort((a, b) => a.worldSize - b.worldSize || a.label.localeCompare(b.label));
+}
+
+// Returns {epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy, worldSizes}
+// where each figure is a list of {label, points: [{x, y, lo?, hi?}]}.
+export function sweepFigures(report) {
+  const rows = usable(report?.rows);
+  const scaling = scalingSeries(rows);
+  const byBatch = batchSeries(rows);
+  const worldSizes = [...new Set(rows.map((r) => num(r.world_size)))].sort((a, b) => a - b);
+
+  const epochTime = scaling.map((s) => ({
+    label: s.label,
+    points: s.rows.map((r) => {
+      const y = num(r.epoch_time_mean_s);
+      const sd = num(r.epoch_time_std_s);
+      return { x: num(r.world_size), y, lo: Math.max(0, y - sd), hi: y + sd };
+    }),
+  }));
+  const speedup = scaling.map((s) => ({
+    label: s.label,
+    points: s.rows.filter((r) => num(r.speedup) > 0)
+      .map((r) => ({ x: num(r.world_size), y: num(r.speedup) })),
+  }));
+  const efficiency = scaling.map((s) => ({
+    label: s.label,
+    points: s.rows.filter((r) => num(r.efficiency) > 0)
+      .map((r) => ({ x: num(r.world_size), y: num(r.efficiency) })),
+  }));
+  // The ideal speedup n/n0, once per baseline world size n0.
+  const baselines = [...new Set(scaling.map((s) => s.baseline || s.rows[0]?.world_size || 1))]
+    .map(num).filter((n) => n > 0).sort((a, b) => a - b);
+  const idealSpeedup = baselines.map((n0) => ({
+    label: baselines.length > 1 ? `ideal (n0 = ${n0})` : 'ideal',
+    points: worldSizes.filter((n) => n >= n0).map((n) => ({ x: n, y: n / n0 })),
+  }));
+  const commShare = byBatch.map((s) => ({
+    label: s.label,
+    points: s.rows.map((r) => ({ x: num(r.batch_size), y: 100 * num(r.comm_share) })),
+  }));
+  const accuracy = byBatch.map((s) => ({
+    label: s.label,
+    points: s.rows.filter((r) => num(r.final_accuracy) > 0)
+      .map((r) => ({ x: num(r.batch_size), y: 100 * num(r.final_accuracy) })),
+  }));
+  return { epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy, worldSizes };
+}

@@ -1,0 +1,221 @@
+// Browser tests of the dashboard against the simulated API (mock_server.mjs):
+// what a real coordinator shows only under load or by chance: streams refused
+// with 503 (fallback to GET every 5 s), markup in every kind of server text,
+// theme switching, narrow layouts. Headless Debian Chromium via playwright-core.
+//
+//   node web/tests/mock_browser_test.mjs --dist BUILD/web/dist --out DIR
+import { join } from 'node:path';
+import {
+  StepFailed, Steps, assert, assertClean, ensureDir, launchBrowser, parseArgs, waitFor, watch,
+} from './browser_util.mjs';
+import { startMockServer } from './mock_server.mjs';
+
+const args = parseArgs(process.argv.slice(2), { dist: '', out: '' });
+if (!args.dist || !args.out) {
+  console.error('usage: mock_browser_test.mjs --dist DIR --out DIR');
+  process.exit(2);
+}
+const shots = ensureDir(join(args.out, 'screenshots'));
+const XSS = '<img src=x onerror=alert(1)>';
+const steps = new Steps();
+let browser;
+const servers = [];
+
+async function dataPoints(page, key) {
+  return Number(await page.getAttribute(`[data-chart="${key}"]`, 'data-points'));
+}
+
+try {
+  const mock = await startMockServer({ dist: args.dist, tickMs: 200 });
+  servers.push(mock);
+  const base = `http://127.0.0.1:${mock.port}`;
+  browser = await launchBrowser();
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: 'dark' });
+  const seen = await watch(context);
+  const page = await context.newPage();
+
+  await steps.run('jobs page lists every job live over SSE, names as text', async () => {
+    await page.goto(`${base}/#/jobs`);
+    await page.waitForSelector('#jobs-table tr[data-job-id="4"]');
+    assert(await page.locator('#jobs-table tbody tr').count() === 4, 'expected 4 job rows');
+    const name = await page.textContent('#jobs-table tr[data-job-id="4"] .job-name');
+    assert(name === XSS, `job 4 name shows as ${JSON.stringify(name)}`);
+    assert(await page.locator('img').count() === 0, 'an <img> element was created');
+    await waitFor('live indicator', async () => (await page.textContent('#live')) === 'live');
+  });
+
+  await steps.run('state filter and search narrow the table', async () => {
+    await page.selectOption('#job-state-filter', 'FAILED');
+    await waitFor('one FAILED row', async () => (await page.locator('#jobs-table tbody tr').count()) === 1);
+    assert(await page.locator('#jobs-table tr[data-job-id="3"]').count() === 1, 'job 3 not shown for FAILED');
+    await page.selectOption('#job-state-filter', '');
+    await page.fill('#job-search', 'FMNIST');
+    await waitFor('search result', async () => (await page.locator('#jobs-table tbody tr').count()) === 1);
+    assert(await page.locator('#jobs-table tr[data-job-id="2"]').count() === 1, 'search did not find job 2');
+    await page.fill('#job-search', 'onerror');
+    await waitFor('search by markup text', async () =>
+      (await page.locator('#jobs-table tr[data-job-id="4"]').count()) === 1);
+  });
+
+  await steps.run('job page draws loss, throughput, breakdown and heatmap live', async () => {
+    await page.goto(`${base}/#/jobs/1`);
+    await waitFor('loss points', async () => (await dataPoints(page, 'loss')) >= 5, { timeoutMs: 20000 });
+    const before = await dataPoints(page, 'loss');
+    await waitFor('more loss points', async () => (await dataPoints(page, 'loss')) > before, { timeoutMs: 10000 });
+    assert(await dataPoints(page, 'throughput') > 0, 'throughput chart is empty');
+    assert(await dataPoints(page, 'breakdown') === 4, 'breakdown should have one bar per rank (4)');
+    assert(await dataPoints(page, 'heatmap') > 0, 'heatmap is empty');
+    assert((await page.textContent('#live')) === 'live', 'job page is not on the stream');
+  });
+
+  await steps.run('log tail and reasons show markup as text', async () => {
+    await waitFor('log text', async () => (await page.textContent('#log-text')).includes('<script>x</script>'));
+    assert(await page.locator('#log-text script, #log-text *').count() === 0, 'log text produced elements');
+    const reasons = await page.locator('#events-table td.reason-full').allTextContents();
+    assert(reasons.includes('all 4 ranks joined <b>rendezvous</b>'), `events: ${JSON.stringify(reasons)}`);
+    assert(await page.locator('#events-table b').count() === 0, 'a <b> element was created in the events');
+    await page.selectOption('#log-rank', '1:3');
+    await waitFor('rank 3 log', async () => (await page.textContent('#log-text')).includes('rank 3'));
+  });
+
+  await steps.run('job page screenshots, dark and light', async () => {
+    await page.screenshot({ path: join(shots, 'mock-job-dark.png'), fullPage: true });
+    const bgDark = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    await page.click('#theme');
+    assert(await page.evaluate(() => document.documentElement.dataset.theme) === 'light', 'theme did not switch');
+    const bgLight = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    assert(bgDark !== bgLight, 'background colour did not change with the theme');
+    await page.screenshot({ path: join(shots, 'mock-job-light.png'), fullPage: true });
+    await page.reload();
+    await page.waitForSelector('#job-name');
+    assert(await page.evaluate(() => document.documentElement.dataset.theme) === 'light', 'theme choice not kept');
+  });
+
+  await steps.run('job page fits a narrow window', async () => {
+    await page.setViewportSize({ width: 760, height: 900 });
+    await page.waitForTimeout(300);
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert(overflow <= 1, `page is ${overflow}px wider than a 760px window`);
+    await page.screenshot({ path: join(shots, 'mock-job-narrow.png'), fullPage: true });
+    await page.setViewportSize({ width: 1280, height: 900 });
+  });
+
+  await steps.run('workers page: slots, heartbeat age, liveness; names as text', async () => {
+    await page.goto(`${base}/#/workers`);
+    await page.waitForSelector('#workers-table tr[data-worker="w1"]');
+    const dead = page.locator('#workers-table tr[data-worker="<b>w3</b>"]');
+    assert(await dead.count() === 1, 'worker <b>w3</b> not shown by its literal name');
+    assert((await dead.locator('.badge').textContent()) === 'dead', 'w3 should be dead');
+    assert((await page.textContent('#workers-table tr[data-worker="w1"] .badge')) === 'alive', 'w1 should be alive');
+    assert(/s ago$/.test(await page.textContent('#workers-table tr[data-worker="w1"] [data-ago]')), 'no "s ago"');
+    assert(await page.locator('#workers-table b').count() === 0, 'a <b> element was created');
+  });
+
+  await steps.run('sweep page draws the five figures and the report', async () => {
+    await page.goto(`${base}/#/sweeps/1`);
+    for (const key of ['epoch-time', 'speedup', 'efficiency', 'comm-share', 'final-accuracy']) {
+      await waitFor(`${key} points`, async () => (await dataPoints(page, key)) === 8);
+    }
+    assert(await page.locator('#report-table tbody tr').count() === 8, 'report should have 8 rows');
+    assert(await page.locator('#points-table tbody tr').count() === 16, 'points table should have 16 rows');
+    await page.screenshot({ path: join(shots, 'mock-sweep.png'), fullPage: true });
+  });
+
+  await steps.run('cancel asks first, sends the bearer token, and shows CANCELLED', async () => {
+    await page.goto(`${base}/#/jobs/1`);
+    await page.waitForSelector('#job-name');
+    const mounts = Number(await page.getAttribute('#main', 'data-mounts'));
+    await page.fill('#token', 's3cret');
+    await page.press('#token', 'Enter');
+    // A new token signs in again and rebuilds the page.
+    await waitFor('page rebuilt', async () => Number(await page.getAttribute('#main', 'data-mounts')) > mounts);
+    await page.waitForSelector('#cancel:not([disabled])');
+    const auth = [];
+    page.on('request', (r) => {
+      if (r.method() === 'POST') auth.push(r.headers().authorization);
+    });
+    await page.click('#cancel');
+    assert(await page.isVisible('#cancel-confirm'), 'no confirmation step');
+    await page.click('#cancel-abort');
+    assert(!(await page.isVisible('#cancel-confirm')), 'confirmation did not close');
+    assert(auth.length === 0, 'cancelled without confirmation');
+    await page.click('#cancel');
+    await page.click('#cancel-confirm');
+    await waitFor('CANCELLED badge', async () => (await page.textContent('#job-state')) === 'CANCELLED');
+    assert(auth.length === 1 && auth[0] === 'Bearer s3cret', `authorization headers sent: ${JSON.stringify(auth)}`);
+    assert(await page.isDisabled('#cancel'), 'Cancel stays enabled on a cancelled job');
+    assert(mock.world.jobs[0].state === 'JOB_STATE_CANCELLED', 'the server did not cancel job 1');
+  });
+
+  await steps.run('no console errors, CSP violations or dialogs', async () => assertClean(seen));
+  await context.close();
+
+  // A coordinator at its stream limit answers 503: pages fall back to GET.
+  const refusing = await startMockServer({ dist: args.dist, refuseStreams: true, tickMs: 200 });
+  servers.push(refusing);
+  const context2 = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const seen2 = await watch(context2);
+  const page2 = await context2.newPage();
+  await steps.run('with streams refused (503) the job page polls every 5 s', async () => {
+    await page2.goto(`http://127.0.0.1:${refusing.port}/#/jobs/1`);
+    await waitFor('polling indicator', async () => (await page2.textContent('#live')) === 'polling every 5 s');
+    await waitFor('loss points by GET', async () => (await dataPoints(page2, 'loss')) > 0, { timeoutMs: 15000 });
+    const first = await dataPoints(page2, 'loss');
+    await waitFor('a later poll', async () => (await dataPoints(page2, 'loss')) > first, { timeoutMs: 15000 });
+    await waitFor('log by GET', async () => (await page2.textContent('#log-text')).includes('step '));
+    await page2.goto(`http://127.0.0.1:${refusing.port}/#/workers`);
+    await page2.waitForSelector('#workers-table tr[data-worker="w1"]');
+  });
+  // The refused streams are logged by Chromium as failed loads; nothing else may be.
+  seen2.errors = seen2.errors.filter((e) => !/status of 503/.test(e));
+  await steps.run('fallback: no other console errors, CSP violations or dialogs', async () => assertClean(seen2));
+  await context2.close();
+
+  // A coordinator with authentication: reads need a user token.
+  const TOKEN = 'tsr_user_1_s3cret';
+  const locked = await startMockServer({ dist: args.dist, userToken: TOKEN, tickMs: 200 });
+  servers.push(locked);
+  const context3 = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const seen3 = await watch(context3);
+  const page3 = await context3.newPage();
+  const lockedBase = `http://127.0.0.1:${locked.port}`;
+  await steps.run('without a token the page asks to sign in', async () => {
+    await page3.goto(`${lockedBase}/#/jobs`);
+    await page3.waitForSelector('#signin', { state: 'visible' });
+    await waitFor('sign-in status', async () => (await page3.textContent('#live')) === 'sign-in needed');
+    assert(await page3.locator('#jobs-table tr[data-job-id]').count() === 0, 'jobs shown without a token');
+  });
+  await steps.run('a wrong token is refused, the right one loads the page live', async () => {
+    await page3.fill('#token', 'tsr_user_1_wrong');
+    await page3.press('#token', 'Enter');
+    await waitFor('refusal', async () => (await page3.textContent('#signin .signin-error')).includes('not accepted'));
+    await page3.fill('#token', TOKEN);
+    await page3.press('#token', 'Enter');
+    await page3.waitForSelector('#jobs-table tr[data-job-id="1"]', { timeout: 10000 });
+    assert(await page3.isHidden('#signin'), 'sign-in banner still shown');
+    await waitFor('live over the session cookie', async () => (await page3.textContent('#live')) === 'live');
+  });
+  await steps.run('the stored token signs in again after a reload; cancel sends it', async () => {
+    await page3.reload();
+    await page3.goto(`${lockedBase}/#/jobs/1`);
+    await waitFor('loss points', async () => (await dataPoints(page3, 'loss')) > 0, { timeoutMs: 15000 });
+    assert((await page3.textContent('#live')) === 'live', 'not live after reload');
+    await page3.click('#cancel');
+    await page3.click('#cancel-confirm');
+    await waitFor('CANCELLED', async () => (await page3.textContent('#job-state')) === 'CANCELLED');
+  });
+  // The refused requests before signing in are logged by Chromium as failed loads.
+  seen3.errors = seen3.errors.filter((e) => !/status of 401/.test(e));
+  await steps.run('sign-in: no other console errors, CSP violations or dialogs', async () => assertClean(seen3));
+  await context3.close();
+} catch (e) {
+  if (!(e instanceof StepFailed)) {
+    steps.failed++;
+    console.log(`not ok - ${e.stack || e}`);
+  }
+} finally {
+  if (browser) await browser.close().catch(() => {});
+  for (const s of servers) s.close();
+  steps.summary();
+}
+process.exit(steps.failed ? 1 : 0);
