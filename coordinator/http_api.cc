@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -266,7 +267,11 @@ HttpResponse HttpApi::HandleSession(const HttpRequest& request) const {
   if (request.method != "POST") return MethodNotAllowed("POST, DELETE");
   absl::Status allowed = Authorize(request, /*header_only=*/true);
   if (!allowed.ok()) return Error(allowed);
-  const std::string token = HeaderValue(request, "authorization").substr(7);
+  const std::string authorization = HeaderValue(request, "authorization");
+  absl::string_view token = authorization;
+  if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty()) {
+    return Error(absl::InvalidArgumentError("authorization: expected 'Bearer TOKEN'"));
+  }
   // Token text is [A-Za-z0-9_]; anything else could break the header.
   for (char c : token) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') {

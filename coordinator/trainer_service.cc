@@ -4,7 +4,6 @@
 
 namespace tessera {
 
-namespace v1 = ::tessera::v1;
 
 grpc::ServerUnaryReactor* TrainerServiceImpl::Rendezvous(
     grpc::CallbackServerContext* context, const v1::RendezvousRequest* request,

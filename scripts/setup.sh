@@ -10,7 +10,7 @@ PACKAGES=(
   libgloo-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libcpp-httplib-dev libsystemd-dev libsqlitecpp-dev libbenchmark-dev
   dataset-fashion-mnist python3-torch clang-format iproute2 procps libssl-dev
-  nodejs chromium
+  nodejs chromium clang libclang-rt-14-dev
 )
 
 missing=()

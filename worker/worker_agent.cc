@@ -18,8 +18,6 @@
 
 namespace tessera {
 
-namespace v1 = ::tessera::v1;
-
 namespace {
 
 void SetDeadline(grpc::ClientContext& ctx, absl::Duration timeout) {
@@ -40,6 +38,10 @@ WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> c
 
 void WorkerAgent::Prepare(grpc::ClientContext& ctx) const {
   SetDeadline(ctx, options_.rpc_timeout);
+  // Wait (up to the deadline) for the channel to reconnect instead of failing
+  // at once on a connection that broke while the coordinator was away: a
+  // restarted coordinator gives workers only worker_dead_after to come back.
+  ctx.set_wait_for_ready(true);
   if (!options_.join_token.empty()) {
     ctx.AddMetadata("authorization", "Bearer " + options_.join_token);
   }

@@ -45,7 +45,9 @@ struct WorkerOptions {
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Retry backoff while the coordinator is unreachable.
   absl::Duration initial_backoff = absl::Milliseconds(500);
-  absl::Duration max_backoff = absl::Seconds(10);
+  // Kept well below the coordinator's dead threshold (15 s by default), so a
+  // worker is back within it after the coordinator restarts.
+  absl::Duration max_backoff = absl::Seconds(3);
   // Most log bytes shipped per rank per heartbeat.
   int64_t log_chunk_bytes = 256 * 1024;
   // Time between SIGTERM and SIGKILL when stopping a rank.

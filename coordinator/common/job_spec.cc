@@ -76,10 +76,51 @@ absl::Status MalformedYaml(const YAML::Exception& e) {
                                                  e.mark.column + 1, ": ", e.msg));
 }
 
+// Offset of the first byte of `text` that is not part of well-formed UTF-8, or
+// npos. Spec strings end up in proto3 `string` fields, which protobuf refuses
+// to parse unless they are UTF-8 (the store's reads and gRPC would fail).
+size_t FirstInvalidUtf8(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    int extra = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + extra >= text.size()) return i;
+    for (int k = 1; k <= extra; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += extra + 1;
+  }
+  return absl::string_view::npos;
+}
+
 absl::StatusOr<YAML::Node> LoadYaml(const std::string& yaml_text) {
   if (yaml_text.size() > kMaxSpecYamlBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "spec: YAML text is ", yaml_text.size(), " bytes, limit ", kMaxSpecYamlBytes));
+  }
+  if (const size_t bad = FirstInvalidUtf8(yaml_text); bad != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: not UTF-8 text (invalid byte at offset ", bad, ")"));
   }
   try {
     return YAML::Load(yaml_text);
@@ -206,6 +247,12 @@ absl::Status ParseValue(const YAML::Node& node, const std::string& path,
       return absl::OkStatus();
     }
     case FieldDescriptor::CPPTYPE_STRING: {
+      // YAML escapes can spell bytes that are not UTF-8 ("\\xff" is U+00FF, but
+      // a lone surrogate is not a character).
+      if (field->type() == FieldDescriptor::TYPE_STRING &&
+          FirstInvalidUtf8(text) != absl::string_view::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": not valid UTF-8 text"));
+      }
       repeated ? refl->AddString(msg, field, text) : refl->SetString(msg, field, text);
       return absl::OkStatus();
     }

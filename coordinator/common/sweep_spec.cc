@@ -1,6 +1,7 @@
 #include "coordinator/common/sweep_spec.h"
 
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <string>
 #include <utility>
@@ -39,6 +40,12 @@ absl::StatusOr<Shape> ParseShape(const std::string& text, const std::string& pat
   if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &shape.nodes) &&
       absl::SimpleAtoi(parts[1], &shape.per_node) && shape.nodes > 0 &&
       shape.per_node > 0) {
+    // N*M is the point's world size: it must fit the int32 proto field.
+    if (int64_t{shape.nodes} * shape.per_node > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", text, " is ", int64_t{shape.nodes} * shape.per_node,
+                       " ranks, too many"));
+    }
     return shape;
   }
   return absl::InvalidArgumentError(absl::StrCat(

@@ -63,6 +63,14 @@ TEST(JobSpecTest, ExampleSpecParsesAndValidates) {
   EXPECT_FALSE(spec->trainer().has_allreduce());
 }
 
+TEST(JobSpecTest, TextThatIsNotUtf8IsRejected) {
+  // Protobuf cannot parse such strings back, so storing one would break reads.
+  absl::StatusOr<v1::JobSpec> bytes =
+      ParseJobSpec(std::string("name: a\xff\nworld_size: 1\n"));
+  EXPECT_TRUE(absl::IsInvalidArgument(bytes.status())) << bytes.status();
+  EXPECT_THAT(bytes.status().message(), HasSubstr("UTF-8"));
+}
+
 TEST(JobSpecTest, EveryExampleSpecParsesAndValidates) {
   std::filesystem::path root =
       std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();

@@ -112,6 +112,12 @@ TEST(SweepSpecTest, InvalidPointIsNamedWithItsCoordinates) {
   EXPECT_THAT(s.message(), HasSubstr("world_size: must be between 1 and 4"));
 }
 
+TEST(SweepSpecTest, HugeShapeIsRejectedInsteadOfOverflowing) {
+  auto points = Expand(std::string("name: s\ngrid:\n  shape: [65536x65536]\n") + kBase);
+  EXPECT_TRUE(absl::IsInvalidArgument(points.status()));
+  EXPECT_THAT(points.status().message(), HasSubstr("grid.shape"));
+}
+
 TEST(SweepSpecTest, TooManyPointsIsRejected) {
   std::string sizes;
   for (int i = 1; i <= 40; ++i) sizes += (i > 1 ? ", " : "") + std::to_string(i);
