@@ -93,8 +93,13 @@ TEST_F(ClusterTest, TwoRankJobSucceedsWithMatchingParameterHashes) {
 TEST_F(ClusterTest, WorkerKeepsRetryingUntilCoordinatorAppears) {
   const int port = testing::PickUnusedPort();
   StartWorker("early", port);
-  // Long enough for several failed registration attempts.
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  // Each attempt waits up to its 5 s deadline for a connection
+  // (wait_for_ready), then logs the failure and retries.
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < until &&
+         workers_[0]->Log().find("unreachable") == std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
   ASSERT_TRUE(workers_[0]->Running()) << workers_[0]->Log();
   EXPECT_THAT(workers_[0]->Log(), HasSubstr("unreachable"));
 
