@@ -128,11 +128,21 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
     }
   }
 
-  array.data.resize(static_cast<size_t>(payload));
-  ASSIGN_OR_RETURN(got, ReadFully(file.get(), path, array.data.data(), payload));
-  if (got < payload) {
+  // The buffer grows as data arrives, so a header that promises more than the
+  // file holds costs no more memory than the file's real contents.
+  constexpr int64_t kChunkBytes = int64_t{4} << 20;
+  int64_t have = 0;
+  while (have < payload) {
+    const int64_t want = std::min(kChunkBytes, payload - have);
+    array.data.resize(static_cast<size_t>(have + want));
+    ASSIGN_OR_RETURN(got, ReadFully(file.get(), path, array.data.data() + have, want));
+    have += got;
+    if (got < want) break;
+  }
+  if (have < payload) {
     return absl::DataLossError(absl::StrCat(path, ": truncated: header promises ",
-                                            payload, " bytes of data, file holds ", got));
+                                            payload, " bytes of data, file holds ",
+                                            have));
   }
   uint8_t extra;
   ASSIGN_OR_RETURN(got, ReadFully(file.get(), path, &extra, 1));
