@@ -343,6 +343,16 @@ void CheckGenericLimits(const Message& msg, const std::string& path,
             errors->push_back(absl::StrCat(elem_path, ": too long (", value.size(),
                                            " bytes, limit ", kMaxStringBytes, ")"));
           }
+          // Spec strings become argv entries and table cells: a NUL would cut
+          // an argument short, and no field needs other control characters.
+          for (char c : value) {
+            const auto u = static_cast<unsigned char>(c);
+            if (u < 0x20 || u == 0x7f) {
+              errors->push_back(
+                  absl::StrCat(elem_path, ": must not contain control characters"));
+              break;
+            }
+          }
           break;
         }
         case FieldDescriptor::CPPTYPE_DOUBLE:

@@ -71,6 +71,18 @@ TEST(JobSpecTest, TextThatIsNotUtf8IsRejected) {
   EXPECT_THAT(bytes.status().message(), HasSubstr("UTF-8"));
 }
 
+TEST(JobSpecTest, ControlCharactersInStringsAreRejected) {
+  // A NUL would cut the trainer's argv entry short.
+  absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(
+      "name: j\nworld_size: 1\ntrainer:\n  model: vit-micro\n  dataset: "
+      "\"syn\\0thetic\"\n"
+      "  batch_size: 8\n  epochs: 1\n",
+      SpecLimits{});
+  EXPECT_TRUE(absl::IsInvalidArgument(spec.status())) << spec.status();
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("trainer.dataset: must not contain control"));
+}
+
 TEST(JobSpecTest, EveryExampleSpecParsesAndValidates) {
   std::filesystem::path root =
       std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
