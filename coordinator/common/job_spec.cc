@@ -517,7 +517,16 @@ absl::StatusOr<std::string> ApplySpecOverrides(
       return absl::InvalidArgumentError(
           absl::StrCat("spec: cannot write YAML: ", emitter.GetLastError()));
     }
-    return std::string(emitter.c_str()) + "\n";
+    std::string out = std::string(emitter.c_str()) + "\n";
+    // The emitter cannot write every key back (control characters, very long
+    // keys): refuse rather than hand on text that no longer parses.
+    if (absl::Status reread = LoadYaml(out).status(); !reread.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec: --set cannot be applied to this text (its keys cannot be written "
+          "back as YAML): ",
+          reread.message()));
+    }
+    return out;
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec: cannot apply overrides: ", e.msg));
