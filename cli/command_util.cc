@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "coordinator/common/job_spec.h"
 
 namespace tessera::cli {
 
@@ -92,6 +93,22 @@ absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
   }
   text.resize(static_cast<size_t>(in.gcount()));
   return text;
+}
+
+std::optional<std::string> ReadSpecWithOverrides(
+    const std::string& path, const std::vector<std::string>& overrides,
+    std::ostream& err) {
+  absl::StatusOr<std::string> text = ReadSpecFile(path);
+  if (!text.ok()) {
+    err << "tessctl: " << text.status().message() << "\n";
+    return std::nullopt;
+  }
+  absl::StatusOr<std::string> yaml = ApplySpecOverrides(*text, overrides);
+  if (!yaml.ok()) {
+    err << "tessctl: " << path << ": " << yaml.status().message() << "\n";
+    return std::nullopt;
+  }
+  return *std::move(yaml);
 }
 
 }  // namespace tessera::cli

@@ -10,6 +10,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,6 +42,12 @@ std::string NewRequestId();
 
 // A spec file's text; NotFound if unreadable, InvalidArgument over 1 MiB.
 absl::StatusOr<std::string> ReadSpecFile(const std::string& path);
+
+// ReadSpecFile followed by ApplySpecOverrides; on failure writes the reason to
+// `err` and returns nullopt (a usage error for the caller).
+std::optional<std::string> ReadSpecWithOverrides(
+    const std::string& path, const std::vector<std::string>& overrides,
+    std::ostream& err);
 
 // Calls `call()` up to `max_attempts` times while it fails with a retryable
 // status, sleeping `backoff` (doubling) in between and saying so on `err`.

@@ -124,16 +124,9 @@ absl::StatusOr<std::vector<v1::MetricPoint>> FetchMetrics(CoordinatorClient& cli
 
 int RunSubmit(const SubmitOptions& options, CoordinatorClient& client, std::ostream& out,
               std::ostream& err) {
-  absl::StatusOr<std::string> text = ReadSpecFile(options.spec_path);
-  if (!text.ok()) {
-    err << "tessctl: " << text.status().message() << "\n";
-    return kExitUsage;
-  }
-  absl::StatusOr<std::string> yaml = ApplySpecOverrides(*text, options.overrides);
-  if (!yaml.ok()) {
-    err << "tessctl: " << options.spec_path << ": " << yaml.status().message() << "\n";
-    return kExitUsage;
-  }
+  std::optional<std::string> yaml =
+      ReadSpecWithOverrides(options.spec_path, options.overrides, err);
+  if (!yaml.has_value()) return kExitUsage;
   absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(*yaml, SpecLimits{});
   if (!spec.ok()) {
     err << "tessctl: invalid spec " << options.spec_path << ": "

@@ -4,7 +4,6 @@
 
 namespace tessera {
 
-
 grpc::Status JobServiceImpl::CheckUser(const grpc::ServerContext& context) {
   return ToGrpcStatus(auth_->Authenticate(AuthorizationOf(context), kUserToken).status());
 }

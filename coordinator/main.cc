@@ -6,17 +6,17 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <string_view>
 #include <string>
+#include <string_view>
 
 #include "CLI/CLI.hpp"
 #include "coordinator/auth.h"
 #include "coordinator/common/service_notify.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/sqlite_store.h"
-#include "web/assets.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "web/assets.h"
 
 int main(int argc, char** argv) {
   tessera::CoordinatorOptions options;

@@ -4,7 +4,6 @@
 
 namespace tessera {
 
-
 grpc::ServerUnaryReactor* TrainerServiceImpl::Rendezvous(
     grpc::CallbackServerContext* context, const v1::RendezvousRequest* request,
     v1::RendezvousResponse* response) {

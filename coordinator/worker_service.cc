@@ -4,7 +4,6 @@
 
 namespace tessera {
 
-
 grpc::Status WorkerServiceImpl::CheckWorker(const grpc::ServerContext& context) {
   return ToGrpcStatus(auth_->Authenticate(AuthorizationOf(context), kJoinToken).status());
 }

@@ -27,7 +27,8 @@ inline absl::Status FromGrpcStatus(const grpc::Status& s) {
 inline std::string AuthorizationOf(const grpc::ServerContextBase& context) {
   const auto& md = context.client_metadata();
   auto it = md.find("authorization");
-  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+  return it == md.end() ? std::string()
+                        : std::string(it->second.data(), it->second.size());
 }
 
 }  // namespace tessera
