@@ -4,8 +4,10 @@
 # same per-rank batch, synthetic data of the same size, AdamW, Gloo over loopback,
 # the same intra-op thread count, at world sizes 1 and 2. DDP runs at its
 # defaults (bucket_cap_mb=25, gradient copies into its buckets); tessera at its
-# own defaults (25 MiB buckets, 1 MiB first bucket, gradients living in the
-# buckets, all-reduce overlapping backward).
+# own defaults (25 MiB buckets, 1 MiB first bucket, but at least 8 buckets of at
+# least 64 KiB, so a small model's all-reduce overlaps backward too; gradients
+# living in the buckets; two ranks all-reduce by one pairwise exchange instead of
+# Gloo's two-round ring; AdamW fused into one pass per parameter).
 #
 # Both sides time only the training steps after a warmup: tessera from its
 # per-step breakdown (time_step_ms in --metrics-file, first interval dropped),
@@ -17,6 +19,9 @@
 #
 # Usage: bench/trainer_vs_ddp/run.sh            (BUILD=build dir, default build)
 #   MODELS="vit-micro vit-cifar-tiny" WORLDS="1 2" THREADS=1 REPEATS=2
+#   TESSERA_ARGS="..." adds tessera-train flags, e.g. for an ablation:
+#   TESSERA_ARGS="--min-buckets 1 --gloo-allreduce ring" (DDP's bucketing and
+#   Gloo's ring)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,6 +35,8 @@ WORLDS=${WORLDS:-"1 2"}
 THREADS=${THREADS:-1}
 REPEATS=${REPEATS:-2}
 TRAIN_SIZE=20000
+read -r -a EXTRA <<< "${TESSERA_ARGS:-}"
+CORES=$(nproc)  # before OMP_NUM_THREADS is set: nproc honours it
 
 [ -x "$TRAIN" ] || { echo "no tessera-train at $TRAIN (set BUILD=...)" >&2; exit 2; }
 "$TORCH_PYTHON" -c 'import torch' 2>/dev/null ||
@@ -60,7 +67,7 @@ run_tessera() {
                 --test-subset 256 --batch-size "$batch" --max-steps $((warmup + steps))
                 --metrics-every "$warmup" --threads "$THREADS" --data-workers 0
                 --world-size "$world" --rank "$rank" --local-rank "$rank"
-                --metrics-file "$WORK/tessera-$rank.jsonl")
+                --metrics-file "$WORK/tessera-$rank.jsonl" ${EXTRA[@]+"${EXTRA[@]}"})
     [ "$world" -gt 1 ] && args+=(--rendezvous-store "127.0.0.1:$port")
     [ "$rank" -eq 0 ] && echo "$TRAIN ${args[*]}" > "$WORK/tessera-command"
     "$TRAIN" "${args[@]}" > "$WORK/tessera-$rank.log" 2>&1 &
@@ -111,7 +118,7 @@ EOF
 
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
 
-echo "tessera-train vs PyTorch DDP: $(nproc) of $(nproc --all) cores usable, $THREADS intra-op thread(s) per rank," \
+echo "tessera-train vs PyTorch DDP: $CORES of $(nproc --all) cores usable, $THREADS intra-op thread(s) per rank," \
      "torch $("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)'), Gloo on loopback," \
      "best of $REPEATS"
 RESULTS=()

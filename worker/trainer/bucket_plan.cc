@@ -19,10 +19,18 @@ BucketPlan AssignBuckets(const std::vector<int64_t>& numels, int64_t element_siz
   plan.slot_of.assign(numels.size(), -1);
   if (count == 0) return plan;
 
-  auto cap = [&]() {
-    return plan.buckets.size() == 1 ? options.first_bucket_cap_bytes
-                                    : options.bucket_cap_bytes;
-  };
+  int64_t bucket_cap = options.bucket_cap_bytes;
+  int64_t first_cap = options.first_bucket_cap_bytes;
+  if (options.min_buckets > 1) {
+    int64_t total = 0;
+    for (const int64_t numel : numels) total += numel * element_size;
+    const int64_t share =
+        std::max((total + options.min_buckets - 1) / options.min_buckets,
+                 options.min_bucket_bytes);
+    bucket_cap = std::min(bucket_cap, share);
+    first_cap = std::min(first_cap, share);
+  }
+  auto cap = [&]() { return plan.buckets.size() == 1 ? first_cap : bucket_cap; };
   plan.buckets.emplace_back();
   for (int param = count - 1; param >= 0; --param) {
     const int64_t numel = numels[static_cast<size_t>(param)];

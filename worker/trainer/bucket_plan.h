@@ -7,7 +7,8 @@
 // first bucket capped at first_bucket_cap_bytes so communication starts early, the
 // others at bucket_cap_bytes. A bucket is closed before a parameter that would
 // push it past its cap, so only a parameter larger than the cap on its own makes a
-// bucket exceed it (and gets that bucket to itself).
+// bucket exceed it (and gets that bucket to itself). With min_buckets > 1, small
+// models get smaller caps so that they still split into several buckets.
 //
 // BucketLaunchSequencer decides when each bucket may be launched: once all its
 // parameters' gradients are ready AND every lower-numbered bucket has been
@@ -27,6 +28,12 @@ namespace tessera::trainer {
 struct BucketOptions {
   int64_t bucket_cap_bytes = int64_t{25} << 20;       // DDP's bucket_cap_mb = 25
   int64_t first_bucket_cap_bytes = int64_t{1} << 20;  // DDP's first bucket: 1 MiB
+  // At least this many buckets when the gradients allow it: both caps shrink to
+  // total / min_buckets (but not below min_bucket_bytes). With DDP's caps alone a
+  // model under 1 MiB is one bucket, launched when backward ends, so none of
+  // its communication overlaps. 1: the caps alone, as DDP.
+  int min_buckets = 1;
+  int64_t min_bucket_bytes = int64_t{64} << 10;
 };
 
 // Converts a size in MiB (as --bucket-cap-mb takes it) to bytes, at least 1.

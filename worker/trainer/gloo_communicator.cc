@@ -1,7 +1,9 @@
 #include "worker/trainer/gloo_communicator.h"
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -13,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/trainer/net_util.h"
 
 namespace tessera::trainer {
@@ -22,8 +25,55 @@ struct GlooStore::Impl {
   std::string host;
 };
 
+// Receive buffers of the pairwise exchange, kept by (dtype, element count) so
+// that the same gradient buckets reuse the same memory every step instead of
+// faulting in fresh pages. Bounded: a size seen more than kPerSize times at once
+// or beyond kSizes distinct sizes is allocated and freed per use.
+class ScratchPool {
+ public:
+  at::Tensor Acquire(const at::Tensor& like) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = free_.find(Key(like));
+      if (it != free_.end() && !it->second.empty()) {
+        at::Tensor buffer = std::move(it->second.back());
+        it->second.pop_back();
+        return buffer;
+      }
+    }
+    return at::empty_like(like, at::MemoryFormat::Contiguous);
+  }
+
+  void Release(at::Tensor buffer) {
+    absl::MutexLock lock(&mu_);
+    const auto key = Key(buffer);
+    auto it = free_.find(key);
+    if (it == free_.end()) {
+      if (free_.size() >= kSizes) return;
+      it = free_.emplace(key, std::vector<at::Tensor>()).first;
+    }
+    if (it->second.size() < kPerSize) it->second.push_back(std::move(buffer));
+  }
+
+ private:
+  static constexpr size_t kSizes = 64;
+  static constexpr size_t kPerSize = 2;
+  using KeyType = std::pair<int, int64_t>;
+  static KeyType Key(const at::Tensor& t) {
+    return {static_cast<int>(t.scalar_type()), t.numel()};
+  }
+
+  absl::Mutex mu_;
+  std::map<KeyType, std::vector<at::Tensor>> free_ ABSL_GUARDED_BY(mu_);
+};
+
 struct GlooCommunicator::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  bool pairwise_exchange = false;
+  // Send/receive tag of the next exchange. Every rank issues collectives in the
+  // same order, so the counters agree.
+  uint32_t next_tag = 0;
+  std::shared_ptr<ScratchPool> scratch = std::make_shared<ScratchPool>();
 };
 
 namespace {
@@ -157,6 +207,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
         c10d::ProcessGroupGloo::createDeviceForHostname(options.local_address));
     group_options->threads = options.threads;
     auto impl = std::make_unique<Impl>();
+    impl->pairwise_exchange = options.pairwise_exchange && world_size == 2;
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store->impl_->store, rank,
                                                               world_size, group_options);
     return std::unique_ptr<GlooCommunicator>(
@@ -187,12 +238,78 @@ class PendingGlooWork final : public PendingCollective {
   const c10::intrusive_ptr<c10d::Work> work_;  // holds the tensor until done
 };
 
+// One all-reduce of two ranks: the send of the local tensor and the receive of
+// the peer's are both under way; Wait adds the peer's into the local one.
+class PendingExchange final : public PendingCollective {
+ public:
+  PendingExchange(at::Tensor tensor, at::Tensor received,
+                  c10::intrusive_ptr<c10d::Work> send,
+                  c10::intrusive_ptr<c10d::Work> recv, std::shared_ptr<ScratchPool> pool)
+      : tensor_(std::move(tensor)),
+        received_(std::move(received)),
+        send_(std::move(send)),
+        recv_(std::move(recv)),
+        pool_(std::move(pool)) {}
+
+  ~PendingExchange() override {
+    // Not waited for: the transfers still use both tensors, so they are held
+    // until done and the buffer is not reused.
+    if (!done_) {
+      try {
+        recv_->wait();
+        send_->wait();
+      } catch (const std::exception&) {
+        return;
+      }
+    }
+  }
+
+  absl::Status Wait() override {
+    if (done_) return status_;
+    done_ = true;
+    try {
+      recv_->wait();
+      send_->wait();
+      tensor_.add_(received_);
+      pool_->Release(std::move(received_));
+    } catch (const std::exception& e) {
+      status_ = FromException(e, "Gloo all-reduce (pairwise exchange)");
+    }
+    return status_;
+  }
+
+ private:
+  at::Tensor tensor_;
+  at::Tensor received_;
+  const c10::intrusive_ptr<c10d::Work> send_;
+  const c10::intrusive_ptr<c10d::Work> recv_;
+  const std::shared_ptr<ScratchPool> pool_;
+  bool done_ = false;
+  absl::Status status_;
+};
+
 }  // namespace
 
 std::unique_ptr<PendingCollective> GlooCommunicator::AllReduceSumAsync(
     at::Tensor& tensor) {
   absl::Status valid = CheckCollectiveTensor(tensor);
   if (!valid.ok()) return FinishedCollective(std::move(valid));
+  if (impl_->pairwise_exchange) {
+    try {
+      const int peer = 1 - rank_;
+      const int tag = static_cast<int>(impl_->next_tag++ & 0x7fffffffu);
+      at::Tensor received = impl_->scratch->Acquire(tensor);
+      std::vector<at::Tensor> outgoing{tensor};
+      std::vector<at::Tensor> incoming{received};
+      // Receive first: the peer's send can land as soon as it is posted.
+      c10::intrusive_ptr<c10d::Work> recv = impl_->group->recv(incoming, peer, tag);
+      c10::intrusive_ptr<c10d::Work> send = impl_->group->send(outgoing, peer, tag);
+      return std::make_unique<PendingExchange>(
+          tensor, std::move(received), std::move(send), std::move(recv), impl_->scratch);
+    } catch (const std::exception& e) {
+      return FinishedCollective(FromException(e, "Gloo all-reduce (pairwise exchange)"));
+    }
+  }
   try {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
@@ -201,6 +318,10 @@ std::unique_ptr<PendingCollective> GlooCommunicator::AllReduceSumAsync(
   } catch (const std::exception& e) {
     return FinishedCollective(FromException(e, "Gloo all-reduce"));
   }
+}
+
+std::string GlooCommunicator::allreduce_algorithm() const {
+  return impl_->pairwise_exchange ? "pairwise-exchange" : "ring";
 }
 
 absl::Status GlooCommunicator::Broadcast(at::Tensor& tensor, int root) {

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinGloo(
   gloo.local_address = local_address;
   gloo.timeout = options.timeout;
   gloo.threads = options.gloo_threads;
+  gloo.pairwise_exchange = options.gloo_pairwise_exchange;
   ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> communicator,
                    GlooCommunicator::Create(std::move(store), rank, world_size, gloo));
   return std::unique_ptr<Communicator>(std::move(communicator));

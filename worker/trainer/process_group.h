@@ -36,6 +36,8 @@ struct ProcessGroupOptions {
   // Store connection and Gloo mesh timeout; also each collective's limit.
   absl::Duration timeout = absl::Minutes(5);
   int gloo_threads = 2;  // Gloo worker threads
+  // Two ranks all-reduce by one pairwise exchange (GlooOptions::pairwise_exchange).
+  bool gloo_pairwise_exchange = true;
   // "gloo" (CPU tensors) or "nccl" (CUDA tensors on cuda_device).
   std::string backend = "gloo";
   int cuda_device = 0;  // the NCCL backend's device

@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
   BucketOptions buckets;
   buckets.bucket_cap_bytes = MebibytesToBytes(options.bucket_cap_mb);
   buckets.first_bucket_cap_bytes = MebibytesToBytes(options.first_bucket_mb);
+  buckets.min_buckets = options.min_buckets;
   BucketPlan plan = AssignBuckets(numels, sizeof(float), buckets);
   try {
     return std::unique_ptr<Reducer>(

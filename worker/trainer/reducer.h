@@ -49,6 +49,7 @@ struct ReducerOptions {
   double bucket_cap_mb = 25.0;   // cap of every bucket but the first (DDP: 25)
   double first_bucket_mb = 1.0;  // cap of the first bucket (DDP: 1)
   bool overlap = true;           // launch buckets from backward's gradient hooks
+  int min_buckets = 1;           // BucketOptions::min_buckets (DDP: 1)
 };
 
 class Reducer {

@@ -24,6 +24,7 @@
 #include "worker/trainer/batch_prefetcher.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/distributed_sampler.h"
+#include "worker/trainer/fused_adamw.h"
 #include "worker/trainer/loss_scaler.h"
 #include "worker/trainer/param_hash.h"
 #include "worker/trainer/reducer.h"
@@ -94,7 +95,7 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& opt
   };
   groups.emplace_back(decayed, adamw(options.weight_decay));
   groups.emplace_back(not_decayed, adamw(0.0));
-  return std::make_unique<torch::optim::AdamW>(
+  return std::make_unique<FusedAdamW>(
       std::move(groups),
       torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
 }
@@ -327,6 +328,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     reducing.bucket_cap_mb = options_.bucket_cap_mb;
     reducing.first_bucket_mb = options_.first_bucket_mb;
     reducing.overlap = options_.overlap;
+    reducing.min_buckets = options_.min_buckets;
     ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
                      Reducer::Create(parameters, communicator_, reducing));
     // Rank 0's initial values become everyone's.

@@ -67,6 +67,15 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
          "size of the first gradient bucket in MiB (DDP: 1)");
   config("overlap", t.overlap, "start each bucket's allreduce during backward");
 
+  app.add_option("--gloo-allreduce", flags.gloo_allreduce,
+                 "two-rank Gloo all-reduce: exchange (one round) or ring (Gloo's)")
+      ->check(CLI::IsMember({"exchange", "ring"}))
+      ->group("Communication");
+  app.add_option("--min-buckets", flags.trainer.min_buckets,
+                 "split gradients into at least this many buckets (each >= 64 KiB) so "
+                 "a small model's all-reduce overlaps backward too (1: DDP's caps alone)")
+      ->group("Communication");
+
   LaunchOptions& l = flags.launch;
   const std::string launch = "Launch (set by tessera-worker)";
   app.add_option("--coordinator", l.coordinator,

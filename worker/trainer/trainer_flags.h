@@ -20,6 +20,10 @@ namespace tessera::trainer {
 struct TrainerFlags {
   TrainerOptions trainer;
   LaunchOptions launch;
+  // Two-rank Gloo all-reduce: "exchange" (one round: each rank sends its whole
+  // bucket and adds the peer's) or "ring" (Gloo's allreduce). Not a job field:
+  // for benchmarking the choice.
+  std::string gloo_allreduce = "exchange";
   // Non-empty when --help was given: print it and exit successfully.
   std::string help;
 };

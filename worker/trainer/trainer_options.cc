@@ -108,6 +108,7 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
                                       std::numeric_limits<int64_t>::max()));
   RETURN_IF_ERROR(CheckRange<int32_t>("image-size", o.image_size, 0, 4096));
   RETURN_IF_ERROR(CheckRange<int32_t>("data-workers", o.data_workers, 0, 64));
+  RETURN_IF_ERROR(CheckRange<int32_t>("min-buckets", o.min_buckets, 1, 4096));
   if (o.resume && o.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
   }

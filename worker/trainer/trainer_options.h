@@ -52,6 +52,9 @@ struct TrainerOptions {
   int32_t data_workers = 2;         // background data loading threads
   double first_bucket_mb = 1.0;     // first (last-layer) bucket size (MiB), as DDP
   bool overlap = true;              // allreduce buckets during backward
+  // Not a TrainerConfig field (set by flag only): split small models into at
+  // least this many buckets so their communication overlaps backward too.
+  int32_t min_buckets = 1;
 };
 
 // Where this process sits in the job. Set by the worker on the command line.

@@ -53,6 +53,39 @@ TEST(AssignBucketsTest, ClosesABucketRatherThanOverflowIt) {
   for (const Bucket& bucket : plan.buckets) EXPECT_LE(bucket.numel, 64);
 }
 
+TEST(AssignBucketsTest, MinBucketsSplitsAModelSmallerThanTheFirstCap) {
+  // 16 parameters of 100 floats (6400 bytes) all fit under the 1 MiB first cap:
+  // one bucket with DDP's caps alone, at least four with min_buckets = 4.
+  const std::vector<int64_t> numels(16, 100);
+  BucketOptions ddp;
+  EXPECT_EQ(AssignBuckets(numels, 4, ddp).buckets.size(), 1u);
+  BucketOptions split = ddp;
+  split.min_buckets = 4;
+  split.min_bucket_bytes = 1;
+  const BucketPlan plan = AssignBuckets(numels, 4, split);
+  EXPECT_EQ(plan.buckets.size(), 4u);
+  for (const Bucket& bucket : plan.buckets) EXPECT_LE(bucket.numel * 4, 1600);
+}
+
+TEST(AssignBucketsTest, MinBucketsNeverMakesBucketsSmallerThanMinBucketBytes) {
+  const std::vector<int64_t> numels(16, 100);
+  BucketOptions split;
+  split.min_buckets = 16;
+  split.min_bucket_bytes = 1600;  // four parameters' worth
+  const BucketPlan plan = AssignBuckets(numels, 4, split);
+  EXPECT_EQ(plan.buckets.size(), 4u);
+}
+
+TEST(AssignBucketsTest, MinBucketsLeavesLargeModelsAtTheirCaps) {
+  // 256 MiB of gradients: 256 / 8 = 32 MiB is above both caps, which stay.
+  const std::vector<int64_t> numels(256, int64_t{1} << 18);  // 1 MiB each
+  BucketOptions ddp;
+  BucketOptions split = ddp;
+  split.min_buckets = 8;
+  EXPECT_EQ(Members(AssignBuckets(numels, 4, split)),
+            Members(AssignBuckets(numels, 4, ddp)));
+}
+
 TEST(AssignBucketsTest, AParameterLargerThanTheCapGetsABucketToItself) {
   const BucketPlan plan = AssignBuckets({5, 1000, 5, 5}, 4, Caps(64, 64));
   EXPECT_THAT(Members(plan),

@@ -61,8 +61,60 @@ TEST(GlooCommunicatorTest, TwoRanksAverageTheirGradients) {
   });
 }
 
+// Eight buckets launched back to back and waited for in reverse, as the reducer
+// does during backward: every one is the exact sum, identical bit for bit on
+// both ranks, whichever way the two ranks combine.
+void ExpectManyInFlightSumsAgree(bool pairwise_exchange) {
+  constexpr int kBuckets = 8;
+  std::vector<std::vector<torch::Tensor>> results(2);
+  testing::RunGlooGroup(
+      2,
+      [&](int rank, Communicator& communicator) {
+        auto& gloo = dynamic_cast<GlooCommunicator&>(communicator);
+        EXPECT_EQ(gloo.allreduce_algorithm(),
+                  pairwise_exchange ? "pairwise-exchange" : "ring");
+        std::vector<torch::Tensor> buckets;
+        std::vector<std::unique_ptr<PendingCollective>> pending;
+        for (int b = 0; b < kBuckets; ++b) {
+          torch::manual_seed(static_cast<uint64_t>(100 * rank + b));
+          buckets.push_back(torch::randn({1000 + 37 * b}));
+        }
+        for (torch::Tensor& bucket : buckets) {
+          pending.push_back(communicator.AllReduceSumAsync(bucket));
+        }
+        for (int b = kBuckets - 1; b >= 0; --b) {
+          ASSERT_TRUE(pending[static_cast<size_t>(b)]->Wait().ok());
+        }
+        results[static_cast<size_t>(rank)] = buckets;
+      },
+      kTimeout, pairwise_exchange);
+  ASSERT_EQ(results[0].size(), static_cast<size_t>(kBuckets));
+  ASSERT_EQ(results[1].size(), static_cast<size_t>(kBuckets));
+  for (int b = 0; b < kBuckets; ++b) {
+    torch::manual_seed(static_cast<uint64_t>(b));
+    const torch::Tensor mine = torch::randn({1000 + 37 * b});
+    torch::manual_seed(static_cast<uint64_t>(100 + b));
+    const torch::Tensor theirs = torch::randn({1000 + 37 * b});
+    const torch::Tensor& r0 = results[0][static_cast<size_t>(b)];
+    const torch::Tensor& r1 = results[1][static_cast<size_t>(b)];
+    EXPECT_TRUE(torch::equal(r0, r1)) << "bucket " << b << " differs across ranks";
+    EXPECT_TRUE(torch::allclose(r0, mine + theirs, 1e-6, 1e-6)) << "bucket " << b;
+  }
+}
+
+TEST(GlooCommunicatorTest, TwoRanksAllReduceByOnePairwiseExchange) {
+  ExpectManyInFlightSumsAgree(/*pairwise_exchange=*/true);
+}
+
+TEST(GlooCommunicatorTest, TwoRanksCanUseGloosRingInstead) {
+  ExpectManyInFlightSumsAgree(/*pairwise_exchange=*/false);
+}
+
 TEST(GlooCommunicatorTest, FourRanksSumFloat64AndInt64) {
   RunGroup(4, [](int rank, Communicator& communicator) {
+    // Pairwise exchange is for two ranks only; four use Gloo's ring.
+    EXPECT_EQ(dynamic_cast<GlooCommunicator&>(communicator).allreduce_algorithm(),
+              "ring");
     torch::Tensor counts = torch::tensor({static_cast<int64_t>(rank), int64_t{1}});
     torch::Tensor sums = torch::tensor({0.5 * rank, 1.0}, torch::kDouble);
     ASSERT_TRUE(communicator.AllReduceSum(counts).ok());
