@@ -113,6 +113,18 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
          "--token", token,
          absl::StrCat("Bearer token sent with every request (default: $", kTokenEnv, ")"))
       ->envname(kTokenEnv);
+  std::string tls_ca;
+  std::string tls_pin;
+  app.add_option("--tls-ca", tls_ca,
+                 absl::StrCat("PEM roots that verify the coordinator's TLS certificate "
+                              "(default: $",
+                              kTlsCaEnv, ")"))
+      ->envname(kTlsCaEnv);
+  app.add_option("--tls-pin", tls_pin,
+                 absl::StrCat("SHA-256 of the coordinator's self-signed certificate "
+                              "(default: $",
+                              kTlsPinEnv, ", then the pin the token carries)"))
+      ->envname(kTlsPinEnv);
 
   // ---- jobs ----
   SubmitOptions submit;
@@ -371,8 +383,8 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
     follow->columns = terminal.columns;
   }
 
-  std::unique_ptr<CoordinatorClient> client =
-      make_client(ConnectionOptions{.address = coordinator, .token = token});
+  std::unique_ptr<CoordinatorClient> client = make_client(ConnectionOptions{
+      .address = coordinator, .token = token, .tls_ca_file = tls_ca, .tls_pin = tls_pin});
   if (submit_cmd->parsed()) return RunSubmit(submit, *client, out, err);
   if (jobs_cmd->parsed()) return RunJobs(jobs, *client, out, err);
   if (status_cmd->parsed()) return RunStatus(status, *client, out, err);

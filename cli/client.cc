@@ -1,9 +1,12 @@
 #include "cli/client.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "coordinator/common/tls.h"
 
 namespace tessera::cli {
 
@@ -13,6 +16,8 @@ namespace {
 
 // Tokens are short secrets; anything longer is a mistake (a file's contents).
 constexpr size_t kMaxTokenBytes = 4096;
+// Longest wait for the coordinator's certificate when checking a pin.
+constexpr absl::Duration kTlsFetchTimeout = absl::Seconds(10);
 
 }  // namespace
 
@@ -46,17 +51,22 @@ CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
                                      Options options)
     : options_(std::move(options)), stub_(v1::JobService::NewStub(channel)) {}
 
-void CoordinatorClient::Prepare(grpc::ClientContext& context) const {
+CoordinatorClient::CoordinatorClient(absl::Status unusable, Options options)
+    : options_(std::move(options)), unusable_(std::move(unusable)) {}
+
+absl::Status CoordinatorClient::Prepare(grpc::ClientContext& context) const {
+  if (!unusable_.ok()) return unusable_;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   if (!options_.token.empty()) {
     context.AddMetadata(kAuthorizationMetadata, absl::StrCat("Bearer ", options_.token));
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> CoordinatorClient::SubmitJob(
     const v1::SubmitJobRequest& request) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::SubmitJobResponse response;
   absl::Status status = FromGrpcStatus(stub_->SubmitJob(&context, request, &response));
   if (!status.ok()) return status;
@@ -66,7 +76,7 @@ absl::StatusOr<int64_t> CoordinatorClient::SubmitJob(
 absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
     const v1::ListJobsRequest& request) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::ListJobsResponse response;
   absl::Status status = FromGrpcStatus(stub_->ListJobs(&context, request, &response));
   if (!status.ok()) return status;
@@ -75,7 +85,7 @@ absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
 
 absl::StatusOr<v1::Job> CoordinatorClient::GetJob(int64_t job_id) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::GetJobRequest request;
   request.set_job_id(job_id);
   v1::GetJobResponse response;
@@ -86,7 +96,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(int64_t job_id) {
 
 absl::StatusOr<v1::JobState> CoordinatorClient::CancelJob(int64_t job_id) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   v1::CancelJobResponse response;
@@ -98,7 +108,7 @@ absl::StatusOr<v1::JobState> CoordinatorClient::CancelJob(int64_t job_id) {
 absl::StatusOr<v1::GetLogsResponse> CoordinatorClient::GetLogs(
     const v1::GetLogsRequest& request) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::GetLogsResponse response;
   absl::Status status = FromGrpcStatus(stub_->GetLogs(&context, request, &response));
   if (!status.ok()) return status;
@@ -108,7 +118,7 @@ absl::StatusOr<v1::GetLogsResponse> CoordinatorClient::GetLogs(
 absl::StatusOr<std::vector<v1::MetricPoint>> CoordinatorClient::GetMetrics(
     const v1::GetMetricsRequest& request) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::GetMetricsResponse response;
   absl::Status status = FromGrpcStatus(stub_->GetMetrics(&context, request, &response));
   if (!status.ok()) return status;
@@ -117,7 +127,7 @@ absl::StatusOr<std::vector<v1::MetricPoint>> CoordinatorClient::GetMetrics(
 
 absl::StatusOr<std::vector<v1::Worker>> CoordinatorClient::ListWorkers() {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::ListWorkersResponse response;
   absl::Status status =
       FromGrpcStatus(stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response));
@@ -128,7 +138,7 @@ absl::StatusOr<std::vector<v1::Worker>> CoordinatorClient::ListWorkers() {
 absl::StatusOr<v1::SubmitSweepResponse> CoordinatorClient::SubmitSweep(
     const v1::SubmitSweepRequest& request) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::SubmitSweepResponse response;
   absl::Status status = FromGrpcStatus(stub_->SubmitSweep(&context, request, &response));
   if (!status.ok()) return status;
@@ -137,7 +147,7 @@ absl::StatusOr<v1::SubmitSweepResponse> CoordinatorClient::SubmitSweep(
 
 absl::StatusOr<std::vector<v1::Sweep>> CoordinatorClient::ListSweeps() {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::ListSweepsResponse response;
   absl::Status status =
       FromGrpcStatus(stub_->ListSweeps(&context, v1::ListSweepsRequest(), &response));
@@ -147,7 +157,7 @@ absl::StatusOr<std::vector<v1::Sweep>> CoordinatorClient::ListSweeps() {
 
 absl::StatusOr<v1::Sweep> CoordinatorClient::GetSweep(int64_t sweep_id) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::GetSweepRequest request;
   request.set_sweep_id(sweep_id);
   v1::GetSweepResponse response;
@@ -158,7 +168,7 @@ absl::StatusOr<v1::Sweep> CoordinatorClient::GetSweep(int64_t sweep_id) {
 
 absl::StatusOr<v1::SweepReport> CoordinatorClient::GetSweepReport(int64_t sweep_id) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::GetSweepReportRequest request;
   request.set_sweep_id(sweep_id);
   v1::GetSweepReportResponse response;
@@ -170,7 +180,7 @@ absl::StatusOr<v1::SweepReport> CoordinatorClient::GetSweepReport(int64_t sweep_
 
 absl::StatusOr<v1::SweepState> CoordinatorClient::CancelSweep(int64_t sweep_id) {
   grpc::ClientContext context;
-  Prepare(context);
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::CancelSweepRequest request;
   request.set_sweep_id(sweep_id);
   v1::CancelSweepResponse response;
@@ -181,14 +191,39 @@ absl::StatusOr<v1::SweepState> CoordinatorClient::CancelSweep(int64_t sweep_id) 
 
 std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(
     const ConnectionOptions& connection, absl::Duration rpc_timeout) {
+  // A pinned token's pin is public and only for this side.
+  TokenParts token = SplitTokenPin(connection.token);
+  CoordinatorClient::Options options{
+      .rpc_timeout = rpc_timeout, .target = connection.address, .token = token.token};
+  auto from_env = [](const std::string& value, const char* name) {
+    if (!value.empty()) return value;
+    const char* env = std::getenv(name);
+    return std::string(env != nullptr ? env : "");
+  };
+  const std::string ca_file = from_env(connection.tls_ca_file, kTlsCaEnv);
+  std::string pin = from_env(connection.tls_pin, kTlsPinEnv);
+  if (pin.empty() && ca_file.empty()) pin = token.pin;
+  absl::StatusOr<ClientTls> tls = ResolveClientTls(
+      connection.address, ca_file, pin, std::min(rpc_timeout, kTlsFetchTimeout));
+  if (!tls.ok()) {
+    // Not retryable: a later call would meet the same certificate.
+    return std::make_unique<CoordinatorClient>(
+        absl::FailedPreconditionError(absl::StrCat("TLS: ", tls.status().message())),
+        std::move(options));
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReplyBytes);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      connection.address, grpc::InsecureChannelCredentials(), args);
-  return std::make_unique<CoordinatorClient>(
-      std::move(channel), CoordinatorClient::Options{.rpc_timeout = rpc_timeout,
-                                                     .target = connection.address,
-                                                     .token = connection.token});
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (tls->enabled) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = tls->root_pem;
+    credentials = grpc::SslCredentials(ssl);
+    if (!tls->server_name.empty()) args.SetSslTargetNameOverride(tls->server_name);
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(connection.address, credentials, args);
+  return std::make_unique<CoordinatorClient>(std::move(channel), std::move(options));
 }
 
 }  // namespace tessera::cli

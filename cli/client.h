@@ -6,7 +6,8 @@
 // "authorization: Bearer <token>". The token is never logged or printed.
 //
 // The client is built from a channel, so tests can hand it an in-process channel;
-// MakeCoordinatorClient() builds one over an insecure TCP channel to "host:port".
+// MakeCoordinatorClient() builds one over a TCP channel to "host:port": TLS when
+// given a CA file or a certificate pin (see ConnectionOptions), else plaintext.
 //
 // Thread-safety: all methods may be called concurrently (the generated stub is
 // thread-safe and the client holds no other mutable state).
@@ -53,6 +54,9 @@ class CoordinatorClient {
   };
 
   CoordinatorClient(std::shared_ptr<grpc::Channel> channel, Options options);
+  // A client whose every call fails with `unusable` (e.g. the coordinator's
+  // certificate did not match the pin).
+  CoordinatorClient(absl::Status unusable, Options options);
 
   CoordinatorClient(const CoordinatorClient&) = delete;
   CoordinatorClient& operator=(const CoordinatorClient&) = delete;
@@ -83,10 +87,11 @@ class CoordinatorClient {
   const std::string& target() const { return options_.target; }
 
  private:
-  // Sets the deadline and the authorization metadata.
-  void Prepare(grpc::ClientContext& context) const;
+  // Sets the deadline and the authorization metadata; the unusable status, if any.
+  absl::Status Prepare(grpc::ClientContext& context) const;
 
   const Options options_;
+  const absl::Status unusable_;
   std::unique_ptr<tessera::v1::JobService::Stub> stub_;
 };
 
@@ -97,10 +102,21 @@ inline constexpr int kMaxReplyBytes = 64 << 20;
 struct ConnectionOptions {
   std::string address;  // "host:port"
   std::string token;    // empty: send no authorization metadata
+  // TLS (see ResolveClientTls in coordinator/common/tls.h): the PEM roots that
+  // verify the coordinator (default: $TESSERA_TLS_CA), or the SHA-256 pin of its
+  // self-signed certificate (default: $TESSERA_TLS_PIN, then the pin the token
+  // carries). None: plaintext.
+  std::string tls_ca_file;
+  std::string tls_pin;
 };
 
-// A client over an insecure channel to `connection.address`. Connecting is lazy:
-// an unreachable address shows up as Unavailable from the first call.
+inline constexpr char kTlsCaEnv[] = "TESSERA_TLS_CA";
+inline constexpr char kTlsPinEnv[] = "TESSERA_TLS_PIN";
+
+// A client over a channel to `connection.address`. Connecting is lazy: an
+// unreachable address shows up as Unavailable from the first call. With a pin,
+// the certificate is fetched and checked here; when that fails, every call
+// answers FailedPrecondition ("TLS: ...").
 std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(
     const ConnectionOptions& connection, absl::Duration rpc_timeout = absl::Seconds(10));
 

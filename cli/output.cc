@@ -267,6 +267,7 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   Table fields({"JOB", absl::StrCat(job.id())});
   fields.AddRow({"NAME", job.name()});
   fields.AddRow({"STATE", JobStateName(job.state())});
+  if (!job.owner().empty()) fields.AddRow({"OWNER", job.owner()});
   if (!job.reason().empty()) fields.AddRow({"REASON", job.reason()});
   if (!job.pending_reason().empty()) fields.AddRow({"PENDING", job.pending_reason()});
   fields.AddRow({"ATTEMPT", absl::StrCat(job.attempt())});
@@ -401,6 +402,7 @@ json JobToJson(const v1::Job& job, bool include_spec_yaml) {
       {"id", job.id()},
       {"name", job.name()},
       {"state", JobStateName(job.state())},
+      {"owner", job.owner()},
       {"reason", job.reason()},
       {"pending_reason", job.pending_reason()},
       {"attempt", job.attempt()},

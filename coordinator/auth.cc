@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/common/status_macros.h"
+#include "coordinator/common/tls.h"
 
 namespace tessera {
 namespace {
@@ -95,7 +96,10 @@ absl::StatusOr<std::string> Authenticator::Authenticate(absl::string_view author
     return Reject(absl::StrCat("this call needs a ", kind,
                                " token: send 'authorization: Bearer TOKEN'"));
   }
-  const absl::string_view token = BearerToken(authorization);
+  absl::string_view token = BearerToken(authorization);
+  // A token may end in its coordinator's certificate pin (see tls.h), which is
+  // public; only the part before it authenticates.
+  token = token.substr(0, token.find(kTokenPinSeparator));
   // tsr_<kind>_<id>_<secret>
   std::vector<absl::string_view> parts = absl::StrSplit(token, '_');
   int64_t id = 0;

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/common/status_macros.h"
 #include "coordinator/sqlite_store.h"
+#include "coordinator/tls_identity.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -28,6 +29,22 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     spdlog::warn(
         "authentication is OFF (--insecure-no-auth): anyone who can reach this "
         "coordinator can run code on its workers");
+  }
+  TlsIdentity tls = options.tls;
+  if (!tls.enabled() && options.tls_self_signed) {
+    ASSIGN_OR_RETURN(
+        tls, LoadOrCreateSelfSignedIdentity(*s->store_, {HostOfAddress(options.listen),
+                                                         HostOfAddress(options.http)}));
+  }
+  if (tls.enabled()) {
+    ASSIGN_OR_RETURN(s->tls_fingerprint_, CertificateFingerprint(tls.cert_pem));
+    spdlog::info("TLS on for gRPC and HTTP; certificate SHA-256 {}{}",
+                 s->tls_fingerprint_,
+                 options.tls.enabled() ? "" : " (self-signed, pinned by join tokens)");
+  } else if (!options.listen.empty() || !options.http.empty()) {
+    spdlog::warn(
+        "gRPC and HTTP listeners are plaintext (no --tls-cert/--tls-key or "
+        "--tls-self-signed): tokens and job data cross the network unencrypted");
   }
   s->sweeps_ = std::make_unique<SweepManager>(s->store_.get(), s->manager_.get(), clock,
                                               options.manager.spec_limits);
@@ -55,8 +72,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   if (!options.listen.empty()) {
-    builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                             &s->port_);
+    std::shared_ptr<grpc::ServerCredentials> credentials =
+        grpc::InsecureServerCredentials();
+    if (tls.enabled()) {
+      grpc::SslServerCredentialsOptions ssl;
+      ssl.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
+      credentials = grpc::SslServerCredentials(ssl);
+    }
+    builder.AddListeningPort(options.listen, credentials, &s->port_);
   }
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->worker_service_.get());
@@ -75,15 +98,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     http_options.auth = s->auth_.get();
     s->http_api_ =
         std::make_unique<HttpApi>(s->manager_.get(), s->sweeps_.get(), http_options);
-    absl::StatusOr<std::unique_ptr<HttpServer>> http =
-        HttpServer::Start(options.http, s->http_api_.get(), options.http_max_streams);
+    absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
+        options.http, s->http_api_.get(), options.http_max_streams, tls);
     if (!http.ok()) {
       s->Shutdown();
       return http.status();
     }
     s->http_ = std::move(*http);
-    spdlog::info("coordinator serving HTTP on {} (port {})", options.http,
-                 s->http_->port());
+    spdlog::info("coordinator serving {} on {} (port {})",
+                 tls.enabled() ? "HTTPS" : "HTTP", options.http, s->http_->port());
   }
   JobManager* manager = s->manager_.get();
   SweepManager* sweeps = s->sweeps_.get();
@@ -107,8 +130,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       if (on_tick) on_tick();
     }
   });
-  spdlog::info("coordinator serving gRPC on {} (port {}), database {}", options.listen,
-               s->port_, options.db_path);
+  spdlog::info("coordinator serving gRPC{} on {} (port {}), database {}",
+               tls.enabled() ? " with TLS" : "", options.listen, s->port_,
+               options.db_path);
   return s;
 }
 

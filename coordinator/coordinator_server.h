@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "coordinator/auth.h"
 #include "coordinator/common/clock.h"
+#include "coordinator/common/tls.h"
 #include "coordinator/http_api.h"
 #include "coordinator/http_server.h"
 #include "coordinator/job_manager.h"
@@ -53,6 +54,12 @@ struct CoordinatorOptions {
   JobManagerOptions manager;
   // Authentication; on unless the operator turns it off (--insecure-no-auth).
   Authenticator::Options auth;
+  // TLS for the gRPC and HTTP listeners, from the operator's files
+  // (--tls-cert/--tls-key). Empty: see tls_self_signed.
+  TlsIdentity tls;
+  // With no `tls`: generate a self-signed identity on first start and keep it in
+  // the store (--tls-self-signed). Both off: the listeners are plaintext.
+  bool tls_self_signed = false;
   // Called by the monitor thread after each JobManager::Tick: proof that the
   // core is not stuck (main.cc pets the service manager's watchdog here).
   std::function<void()> on_tick;
@@ -70,6 +77,8 @@ class CoordinatorServer {
   int port() const { return port_; }
   // The HTTP port actually bound (0 without HTTP).
   int http_port() const { return http_ != nullptr ? http_->port() : 0; }
+  // SHA-256 of the certificate both listeners present; empty when plaintext.
+  const std::string& tls_fingerprint() const { return tls_fingerprint_; }
   std::shared_ptr<grpc::Channel> InProcessChannel();
   // An in-process channel whose calls pass through `interceptors` (tests use
   // one to attach a token).
@@ -100,6 +109,7 @@ class CoordinatorServer {
   std::unique_ptr<HttpApi> http_api_;
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
+  std::string tls_fingerprint_;
   bool shut_down_ = false;
   absl::Notification stop_monitor_;
   std::thread monitor_;  // runs JobManager::Tick until stop_monitor_

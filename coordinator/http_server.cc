@@ -1,5 +1,10 @@
 #include "coordinator/http_server.h"
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <algorithm>
 #include <string_view>
 
@@ -24,11 +29,46 @@ class ChunkSink : public EventSink {
   httplib::DataSink& sink_;
 };
 
+// Loads `tls` (certificate chain and key, PEM) into an httplib SSL context.
+bool SetUpSslContext(SSL_CTX& ctx, const TlsIdentity& tls) {
+  SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+  SSL_CTX_set_options(
+      &ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
+  BIO* certs =
+      BIO_new_mem_buf(tls.cert_pem.data(), static_cast<int>(tls.cert_pem.size()));
+  bool ok = certs != nullptr;
+  if (ok) {
+    X509* leaf = PEM_read_bio_X509(certs, nullptr, nullptr, nullptr);
+    ok = leaf != nullptr && SSL_CTX_use_certificate(&ctx, leaf) == 1;
+    X509_free(leaf);
+    // Intermediates, if the operator's file has them.
+    while (ok) {
+      X509* next = PEM_read_bio_X509(certs, nullptr, nullptr, nullptr);
+      if (next == nullptr) break;
+      ok = SSL_CTX_add0_chain_cert(&ctx, next) == 1;
+      if (!ok) X509_free(next);
+    }
+    BIO_free(certs);
+  }
+  BIO* key_bio =
+      BIO_new_mem_buf(tls.key_pem.data(), static_cast<int>(tls.key_pem.size()));
+  EVP_PKEY* key = key_bio != nullptr
+                      ? PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr)
+                      : nullptr;
+  ok = ok && key != nullptr && SSL_CTX_use_PrivateKey(&ctx, key) == 1 &&
+       SSL_CTX_check_private_key(&ctx) == 1;
+  EVP_PKEY_free(key);
+  BIO_free(key_bio);
+  ERR_clear_error();
+  return ok;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,
                                                               const HttpApi* api,
-                                                              int max_streams) {
+                                                              int max_streams,
+                                                              const TlsIdentity& tls) {
   size_t colon = address.rfind(':');
   int port = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
@@ -38,7 +78,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   }
   std::string host = address.substr(0, colon);
   std::unique_ptr<HttpServer> s(new HttpServer());
-  s->server_ = std::make_unique<httplib::Server>();
+  if (tls.enabled()) {
+    auto ssl = std::make_unique<httplib::SSLServer>(
+        [&tls](SSL_CTX& ctx) { return SetUpSslContext(ctx, tls); });
+    if (!ssl->is_valid()) {
+      return absl::InvalidArgumentError(
+          "HTTPS: OpenSSL refused the TLS certificate or key");
+    }
+    s->server_ = std::move(ssl);
+  } else {
+    s->server_ = std::make_unique<httplib::Server>();
+  }
   // Every open event stream holds a thread; the reserve serves plain requests.
   constexpr int kReserveThreads = 8;
   const int threads = std::max(1, max_streams) + kReserveThreads;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "coordinator/common/tls.h"
 #include "coordinator/http_api.h"
 
 namespace httplib {
@@ -23,10 +24,11 @@ class HttpServer {
  public:
   // `api` is not owned. `address` is HOST:PORT; port 0 picks a free port. The
   // thread pool has room for `max_streams` event streams plus a reserve for
-  // plain requests.
+  // plain requests. With `tls` enabled it serves HTTPS only.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& address,
                                                            const HttpApi* api,
-                                                           int max_streams);
+                                                           int max_streams,
+                                                           const TlsIdentity& tls = {});
   ~HttpServer();
   int port() const { return port_; }
   void Stop();

@@ -88,6 +88,22 @@ absl::Status JobManager::Recover() {
     if (job.record.attempt > 0) {
       ASSIGN_OR_RETURN(job.ranks, store_->GetRanks(job.record.id, job.record.attempt));
     }
+    // Trainers may have renewed their leases up to the moment the previous
+    // coordinator stopped: count their leases from now.
+    for (const RankRecord& r : job.ranks) {
+      job.last_contact[{r.attempt, r.rank}] = clock_->Now();
+    }
+    if (job.record.state == v1::JOB_STATE_QUEUED) {
+      // A job between attempts: ranks of the failed attempt that no worker
+      // confirmed stopped (still running when the coordinator stopped, or lost
+      // with a dead worker, exit code -1) may still run.
+      for (const RankRecord& r : job.ranks) {
+        if (r.state != kExited || (r.exit_code == -1 && r.signal == 0)) {
+          LoseRankLocked(job, r);
+        }
+      }
+      job.ranks.clear();
+    }
     job.kill_sent.assign(job.ranks.size(), false);
     job.queued_at = absl::FromUnixMillis(job.record.updated_unix_ms);
     ASSIGN_OR_RETURN(job.events, store_->ListEvents(job.record.id));
@@ -124,6 +140,7 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
   record.client_request_id = client_request_id;
   record.sweep_id = origin.sweep_id;
   record.sweep_point = origin.sweep_point;
+  record.owner = origin.owner;
   record.created_unix_ms = NowMs();
   record.updated_unix_ms = record.created_unix_ms;
   // Durable before acknowledged: the store commits before we answer.
@@ -173,6 +190,7 @@ tessera::v1::Job JobManager::ToProto(const JobRecord& record,
   job.set_updated_unix_ms(record.updated_unix_ms);
   job.set_sweep_id(record.sweep_id);
   job.set_sweep_point(record.sweep_point);
+  job.set_owner(record.owner);
   for (const auto& r : ranks) {
     v1::RankStatus* s = job.add_ranks();
     s->set_rank(r.rank);
@@ -376,6 +394,17 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
                      r.worker == request.name();
             });
             changed |= prev.size() != before;
+            auto& lost = jit->second.lost;
+            const size_t lost_before = lost.size();
+            std::erase_if(lost, [&](const LostRank& l) {
+              return l.rank.attempt == lr.attempt() && l.rank.rank == lr.rank() &&
+                     l.rank.worker == request.name();
+            });
+            if (lost.size() != lost_before) {
+              spdlog::info("job {}: lost rank {} of attempt {} on {} has exited",
+                           lr.job_id(), lr.rank(), lr.attempt(), request.name());
+              changed = true;
+            }
           }
           *response.add_acknowledged_exits() = key;
         } else {
@@ -395,7 +424,10 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
           rank.pid = lr.pid();
           rank.exit_code = lr.exit_code();
           rank.signal = lr.signal();
-          rank.exit_reason = ExitText(rank);
+          rank.exit_reason = lr.launch_error().empty()
+                                 ? ExitText(rank)
+                                 : absl::StrCat("could not be launched: ",
+                                                lr.launch_error().substr(0, 1024));
           if (job.kill_sent[lr.rank()])
             absl::StrAppend(&rank.exit_reason, " after a stop order");
           writer_->PutRanks({rank});
@@ -415,6 +447,27 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
       }
     }
 
+    // Ranks of earlier attempts that this worker no longer lists are not
+    // running there: it lists every rank it started until told the exit was seen.
+    std::set<std::tuple<int64_t, int32_t, int32_t>> listed;
+    for (const v1::LocalRank& lr : request.ranks()) {
+      listed.insert({lr.job_id(), lr.attempt(), lr.rank()});
+    }
+    for (auto& [id, job] : jobs_) {
+      auto gone = [&](const RankRecord& r) {
+        return r.worker == request.name() && !listed.contains({id, r.attempt, r.rank});
+      };
+      const size_t before = job.previous.size() + job.lost.size();
+      std::erase_if(job.previous, gone);
+      std::erase_if(job.lost, [&](const LostRank& l) {
+        if (!gone(l.rank)) return false;
+        spdlog::info("job {}: lost rank {} of attempt {} does not run on {}", id,
+                     l.rank.rank, l.rank.attempt, request.name());
+        return true;
+      });
+      changed |= job.previous.size() + job.lost.size() != before;
+    }
+
     // Orders for this worker: launches not yet seen running, stops not yet done.
     std::set<std::pair<int64_t, int32_t>> reported;
     for (const v1::LocalRank& lr : request.ranks())
@@ -431,6 +484,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
           k->set_rank(rank.rank);
         } else if (rank.state == kAssigned && !IsTerminal(job.record.state) &&
                    !reported.contains({id, rank.rank})) {
+          // The trainer's lease may count from any launch order sent.
+          job.last_contact[{job.record.attempt, rank.rank}] = clock_->Now();
           v1::LaunchOrder* l = response.add_launch();
           l->set_job_id(id);
           l->set_attempt(job.record.attempt);
@@ -442,6 +497,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
             if (peer.worker == rank.worker) l->add_local_slots(peer.slot);
           }
           *l->mutable_trainer() = job.record.spec.trainer();
+          l->set_run_as(job.record.owner);
+          *l->mutable_env() = job.record.spec.env();
           // A restarted attempt continues from the job's latest checkpoint.
           if (job.record.attempt > 1 &&
               !job.record.spec.trainer().checkpoint_dir().empty()) {
@@ -500,10 +557,12 @@ void JobManager::FailAttemptLocked(ActiveJob& job, const std::string& reason,
     }
     job.ranks.clear();
     job.kill_sent.clear();
+    const std::string hold =
+        job.lost.empty() ? "" : absl::StrCat("; ", HoldReasonLocked(job));
     Transition(job, v1::JOB_STATE_QUEUED,
                absl::StrCat("attempt ", job.record.attempt, " failed: ", reason,
                             "; restarting (restart ", restarts_used + 1, " of ",
-                            job.record.spec.max_restarts(), ")"));
+                            job.record.spec.max_restarts(), ")", hold));
     return;
   }
   Transition(job, v1::JOB_STATE_FAILED, reason);
@@ -522,11 +581,17 @@ void JobManager::DeclareDeadLocked(WorkerState& worker, Rendezvous::Releases* re
       ")");
   spdlog::warn("{}", why);
   for (auto& [id, job] : jobs_) {
+    // Whether the worker's ranks stopped is unknown from here on: behind a
+    // partition they may run on until their leases run out.
+    for (const RankRecord& r : job.previous) {
+      if (r.worker == worker.record.name) LoseRankLocked(job, r);
+    }
     std::erase_if(job.previous,
                   [&](const RankRecord& r) { return r.worker == worker.record.name; });
     bool lost = false;
     for (auto& r : job.ranks) {
       if (r.worker != worker.record.name || r.state == kExited) continue;
+      LoseRankLocked(job, r);
       r.state = kExited;
       r.exit_code = -1;
       r.signal = 0;
@@ -550,6 +615,18 @@ void JobManager::Tick() {
         DeclareDeadLocked(worker, &releases);
         changed = true;
       }
+    }
+    for (auto& [id, job] : jobs_) {
+      const size_t before = job.lost.size();
+      std::erase_if(job.lost, [&](const LostRank& l) {
+        if (l.deadline > now) return false;
+        spdlog::info(
+            "job {}: the lease of lost rank {} of attempt {} on {} has run out; the "
+            "rank has stopped itself",
+            id, l.rank.rank, l.rank.attempt, l.rank.worker);
+        return true;
+      });
+      changed |= job.lost.size() != before;
     }
     for (auto& [id, job] : jobs_) {
       if (job.record.state != v1::JOB_STATE_SCHEDULED ||
@@ -589,6 +666,80 @@ void JobManager::ReapLocked() {
   }
 }
 
+void JobManager::LoseRankLocked(ActiveJob& job, const RankRecord& rank) {
+  const absl::Time now = clock_->Now();
+  auto contact = job.last_contact.find({rank.attempt, rank.rank});
+  const absl::Time from = contact != job.last_contact.end() ? contact->second : now;
+  // Before its first renewal a trainer counts the first contact lease, so
+  // the longer of the two bounds how long it may run unrenewed.
+  const absl::Duration lease =
+      std::max(options_.trainer_lease, options_.trainer_first_contact_lease);
+  const absl::Time deadline = from + lease * (1 + options_.trainer_lease_margin_ratio) +
+                              options_.trainer_lease_margin;
+  spdlog::warn(
+      "job {} attempt {} rank {} on {} is lost: it may run until its lease runs out, "
+      "at most {} from now",
+      job.record.id, rank.attempt, rank.rank, rank.worker,
+      absl::FormatDuration(absl::Trunc(deadline - now, absl::Milliseconds(100))));
+  job.lost.push_back(LostRank{rank, now, deadline});
+}
+
+std::string JobManager::HoldReasonLocked(const ActiveJob& job) const {
+  const absl::Time now = clock_->Now();
+  std::string who;
+  int count = 0;
+  absl::Time since = absl::InfiniteFuture();
+  absl::Time until = now;
+  for (const LostRank& l : job.lost) {
+    if (l.deadline <= now) continue;
+    ++count;
+    absl::StrAppend(&who, who.empty() ? "" : ", ", "rank ", l.rank.rank, " of attempt ",
+                    l.rank.attempt, " on ", l.rank.worker);
+    since = std::min(since, l.lost_at);
+    until = std::max(until, l.deadline);
+  }
+  if (count > 0) {
+    // Counted from when the ranks were lost, so the text stays the same while
+    // the job waits.
+    return absl::StrCat(
+        "waiting up to ",
+        absl::ToInt64Seconds(absl::Ceil(until - since, absl::Seconds(1))),
+        "s for the lost rank", count == 1 ? "'s lease" : "s' leases", " to expire (", who,
+        ") unless ", count == 1 ? "its worker confirms it" : "their workers confirm they",
+        " stopped");
+  }
+  for (const RankRecord& r : job.previous) {
+    absl::StrAppend(&who, who.empty() ? "" : ", ", "rank ", r.rank, " of attempt ",
+                    r.attempt, " on ", r.worker);
+  }
+  if (who.empty()) return "";
+  return absl::StrCat("waiting for the failed attempt's ranks to stop (", who, ")");
+}
+
+absl::StatusOr<absl::Duration> JobManager::RenewLease(
+    const v1::RenewLeaseRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(request.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active"));
+  }
+  ActiveJob& job = it->second;
+  if (job.record.attempt != request.attempt() || request.rank() < 0 ||
+      request.rank() >= static_cast<int32_t>(job.ranks.size())) {
+    return absl::AbortedError(absl::StrCat("attempt ", request.attempt(), " rank ",
+                                           request.rank(), " of job ", request.job_id(),
+                                           " is no longer current"));
+  }
+  const RankRecord& rank = job.ranks[request.rank()];
+  if (rank.state == kExited) {
+    // Counted as gone (e.g. its worker was declared dead): it must not go on.
+    return absl::AbortedError(absl::StrCat("rank ", rank.rank, " of job ", job.record.id,
+                                           " counts as exited: ", rank.exit_reason));
+  }
+  job.last_contact[{request.attempt(), request.rank()}] = clock_->Now();
+  return options_.trainer_lease;
+}
+
 void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason) {
   spdlog::info("job {} {} -> {}: {}", job.record.id, StateName(job.record.state),
                StateName(to), reason);
@@ -607,8 +758,19 @@ void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason)
 
 void JobManager::ScheduleLocked() {
   std::vector<PendingJob> queue;
-  for (const auto& [id, job] : jobs_) {
+  for (auto& [id, job] : jobs_) {
     if (job.record.state == v1::JOB_STATE_QUEUED) {
+      // No next attempt while a rank of an earlier one may still run: the
+      // same (job, rank) would run twice.
+      const std::string hold = HoldReasonLocked(job);
+      if (!hold.empty()) {
+        if (job.record.pending_reason != hold) {
+          job.record.pending_reason = hold;
+          job.record.updated_unix_ms = NowMs();
+          writer_->UpdateJob(job.record);
+        }
+        continue;
+      }
       const v1::JobSpec& spec = job.record.spec;
       queue.push_back(PendingJob{.job_id = id,
                                  .world_size = spec.world_size(),
@@ -655,6 +817,9 @@ void JobManager::ScheduleLocked() {
     }
     job.kill_sent.assign(job.ranks.size(), false);
     job.placed_at = clock_->Now();
+    for (const RankRecord& r : job.ranks) {
+      job.last_contact[{r.attempt, r.rank}] = job.placed_at;
+    }
     rendezvous_.Open(placement.job_id, job.record.attempt, std::move(local_ranks));
     writer_->PutRanks(job.ranks);
     std::string where;

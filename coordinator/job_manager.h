@@ -54,12 +54,29 @@ struct JobManagerOptions {
   absl::Duration reserve_after = absl::Minutes(10);
   // Most metric points accepted in one report.
   int max_points_per_report = 10000;
+  // The trainer lease (RenewLeaseRequest in tessera.proto): a trainer that
+  // has not renewed it for this long stops itself, so a coordinator down for
+  // longer stops every running job (they restart from their checkpoints when
+  // allowed). A job whose ranks were lost with their worker restarts only
+  // once each lost rank is confirmed stopped by its worker or its lease has
+  // run out here, which after a partition takes about this long.
+  absl::Duration trainer_lease = absl::Seconds(90);
+  // The lease tessera-train assumes until its first renewal succeeds
+  // (kFirstContactLease in worker/trainer/lease.h).
+  absl::Duration trainer_first_contact_lease = absl::Seconds(15);
+  // A lost rank's lease has run out here `lease * (1 + ratio) + margin` after
+  // the last renewal received: room for clocks that run at different rates.
+  double trainer_lease_margin_ratio = 0.1;
+  absl::Duration trainer_lease_margin = absl::Seconds(1);
 };
 
-// Where a job comes from: a sweep point, or (all zero) a plain submit.
+// Where a job comes from: a sweep point, or (all zero) a plain submit, and who
+// submitted it.
 struct JobOrigin {
   int64_t sweep_id = 0;
   int32_t sweep_point = 0;
+  // Who submitted it: the user token's name (empty without authentication).
+  std::string owner;
 };
 
 class JobManager {
@@ -100,6 +117,11 @@ class JobManager {
   void ReportMetrics(const tessera::v1::ReportMetricsRequest& request,
                      std::function<void(absl::Status)> done);
   absl::Status ReportResult(const tessera::v1::ReportResultRequest& request);
+  // Renews the lease of a current rank and returns its duration. Aborted for
+  // a rank that is no longer current (the trainer then stops), NotFound for a
+  // job that is not active.
+  absl::StatusOr<absl::Duration> RenewLease(
+      const tessera::v1::RenewLeaseRequest& request);
 
   // Stops every rank of the job and records CANCELLED; returns the job's state
   // afterwards. FailedPrecondition when the job had already ended.
@@ -127,6 +149,11 @@ class JobManager {
   void Shutdown();
 
  private:
+  struct LostRank {
+    RankRecord rank;
+    absl::Time lost_at;
+    absl::Time deadline;
+  };
   struct ActiveJob {
     JobRecord record;
     std::vector<RankRecord> ranks;  // current attempt, indexed by rank
@@ -137,6 +164,15 @@ class JobManager {
     absl::Time placed_at;          // when the current attempt was placed
     absl::Time queued_at;          // when it last entered QUEUED
     std::vector<JobEvent> events;  // as stored, so status reads need no disk I/O
+    // Per (attempt, rank): the latest moment its trainer may have started or
+    // renewed its lease (placement, each launch order sent, each renewal
+    // received). A lost rank may run until its lease, counted from here, ends.
+    std::map<std::pair<int32_t, int32_t>, absl::Time> last_contact;
+    // Ranks of this job whose worker was declared dead (or that a restarted
+    // coordinator cannot account for): they may still run behind a partition.
+    // The next attempt waits until each is confirmed stopped by its worker or
+    // its lease has run out (`deadline`).
+    std::vector<LostRank> lost;
   };
   struct WorkerState {
     WorkerRecord record;
@@ -161,6 +197,13 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops finished jobs whose ranks have all exited.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `rank` as lost: it may run until its lease runs out.
+  void LoseRankLocked(ActiveJob& job, const RankRecord& rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a queued job may not start its next attempt yet (ranks of an earlier
+  // attempt may still run); empty when it may.
+  std::string HoldReasonLocked(const ActiveJob& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   tessera::v1::Job ToProto(const JobRecord& record,
                            const std::vector<RankRecord>& ranks) const;
   int64_t NowMs() const;

@@ -11,9 +11,15 @@ grpc::Status JobServiceImpl::CheckUser(const grpc::ServerContext& context) {
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<std::string> user =
+      auth_->Authenticate(AuthorizationOf(*context), kUserToken);
+  if (!user.ok()) return ToGrpcStatus(user.status());
+  // The job runs as its owner on workers that run as root; without
+  // authentication there is no one to name.
+  JobOrigin origin;
+  if (auth_->enabled()) origin.owner = *user;
   absl::StatusOr<int64_t> id = manager_->Submit(request->spec(), request->spec_yaml(),
-                                                request->client_request_id());
+                                                request->client_request_id(), origin);
   if (!id.ok()) return ToGrpcStatus(id.status());
   response->set_job_id(*id);
   return grpc::Status::OK;
@@ -84,9 +90,12 @@ grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::SubmitSweep(grpc::ServerContext* context,
                                          const v1::SubmitSweepRequest* request,
                                          v1::SubmitSweepResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::SubmitSweepResponse> submitted = sweeps_->Submit(
-      request->spec(), request->spec_yaml(), request->client_request_id());
+  absl::StatusOr<std::string> user =
+      auth_->Authenticate(AuthorizationOf(*context), kUserToken);
+  if (!user.ok()) return ToGrpcStatus(user.status());
+  absl::StatusOr<v1::SubmitSweepResponse> submitted =
+      sweeps_->Submit(request->spec(), request->spec_yaml(), request->client_request_id(),
+                      auth_->enabled() ? *user : std::string());
   if (!submitted.ok()) return ToGrpcStatus(submitted.status());
   *response = std::move(*submitted);
   return grpc::Status::OK;

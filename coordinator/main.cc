@@ -14,6 +14,7 @@
 #include "coordinator/common/service_notify.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/sqlite_store.h"
+#include "coordinator/tls_identity.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "web/assets.h"
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   int64_t dead_after_ms = 15000;
   int64_t suspect_after_ms = 3000;
   int64_t rendezvous_timeout_ms = 300000;
+  int64_t trainer_lease_ms = 90000;
 
   CLI::App app{"tessera-coordinator: schedules data-parallel training jobs onto workers"};
   app.footer(
@@ -72,6 +74,29 @@ int main(int argc, char** argv) {
                  "an attempt whose ranks have not all joined by then fails")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{86400000}));
+  app.add_option(
+         "--trainer-lease-ms", trainer_lease_ms,
+         "trainer lease: a rank that cannot reach the coordinator for this long stops "
+         "itself, so a coordinator down for longer stops running jobs (they restart "
+         "from their checkpoints when allowed); a job whose ranks were lost with a "
+         "partitioned worker restarts only once they are confirmed stopped or about "
+         "1.1x this long after their last renewal")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1000}, int64_t{86400000}));
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  bool tls_self_signed = false;
+  CLI::Option* tls_cert_opt = app.add_option(
+      "--tls-cert", tls_cert_file,
+      "PEM certificate (chain) for TLS on the gRPC and HTTP listeners; needs --tls-key");
+  CLI::Option* tls_key_opt =
+      app.add_option("--tls-key", tls_key_file, "PEM private key of --tls-cert");
+  tls_cert_opt->needs(tls_key_opt);
+  tls_key_opt->needs(tls_cert_opt);
+  app.add_flag("--tls-self-signed", tls_self_signed,
+               "TLS with a self-signed certificate made on first start and kept in --db; "
+               "join tokens created with this flag carry its SHA-256 for workers to pin")
+      ->excludes(tls_cert_opt);
   bool no_auth = false;
   app.add_flag("--insecure-no-auth", no_auth,
                "accept every call without a token (anyone who can reach the coordinator "
@@ -122,6 +147,19 @@ int main(int argc, char** argv) {
         std::cerr << "tessera-coordinator: " << token.status().message() << "\n";
         return 1;
       }
+      if (tls_self_signed) {
+        // Workers (and tessctl) pin the certificate this token carries.
+        auto identity = tessera::LoadOrCreateSelfSignedIdentity(
+            **store, {tessera::HostOfAddress(options.listen),
+                      tessera::HostOfAddress(options.http)});
+        auto pin = identity.ok() ? tessera::CertificateFingerprint(identity->cert_pem)
+                                 : absl::StatusOr<std::string>(identity.status());
+        if (!pin.ok()) {
+          std::cerr << "tessera-coordinator: " << pin.status().message() << "\n";
+          return 1;
+        }
+        *token = tessera::AddPinToToken(*token, *pin);
+      }
       std::cout << *token << "\n";
       return 0;
     }
@@ -148,10 +186,20 @@ int main(int argc, char** argv) {
               << "30 s\n";
     return 0;
   }
+  if (!tls_cert_file.empty()) {
+    auto identity = tessera::LoadTlsIdentityFiles(tls_cert_file, tls_key_file);
+    if (!identity.ok()) {
+      std::cerr << "tessera-coordinator: " << identity.status().message() << "\n";
+      return 2;
+    }
+    options.tls = std::move(*identity);
+  }
+  options.tls_self_signed = tls_self_signed;
   options.manager.worker_suspect_after = absl::Milliseconds(suspect_after_ms);
   options.manager.rendezvous_timeout = absl::Milliseconds(rendezvous_timeout_ms);
   options.manager.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   options.manager.worker_dead_after = absl::Milliseconds(dead_after_ms);
+  options.manager.trainer_lease = absl::Milliseconds(trainer_lease_ms);
 
   // Logs go to stderr; stdout stays free for output meant for programs.
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));

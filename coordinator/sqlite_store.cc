@@ -132,6 +132,11 @@ CREATE TABLE secrets (
   value BLOB NOT NULL
 );
 )sql"},
+    // Who submitted each job and sweep; rows from before have no owner.
+    {5, R"sql(
+ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE sweeps ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;
@@ -157,34 +162,35 @@ constexpr char kJournalMode[] = "PRAGMA journal_mode";
 constexpr char kFindJobByRequest[] = "SELECT id FROM jobs WHERE client_request_id = ?1";
 constexpr char kInsertJob[] =
     "INSERT INTO jobs (name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 // The three job queries select the columns ReadJob() reads, in its order.
 constexpr char kSelectJob[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point FROM jobs WHERE id "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner FROM jobs "
+    "WHERE id "
     "= ?1";
 constexpr char kListJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point FROM jobs "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner FROM jobs "
     "WHERE (?1 = '' OR state = ?1) AND (?2 = 0 OR sweep_id = ?2) ORDER BY id DESC "
     "LIMIT ?3";
 constexpr char kListActiveJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point FROM jobs "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner FROM jobs "
     "WHERE state IN ('QUEUED', 'SCHEDULED', 'RUNNING') ORDER BY id";
 constexpr char kFindSweepByRequest[] =
     "SELECT id FROM sweeps WHERE client_request_id = ?1";
 constexpr char kInsertSweep[] =
     "INSERT INTO sweeps (name, state, reason, spec, spec_yaml, client_request_id, "
-    "created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+    "created_ms, updated_ms, owner) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 // The two sweep queries select the columns ReadSweep() reads, in its order.
 constexpr char kSelectSweep[] =
     "SELECT id, name, state, reason, spec, spec_yaml, client_request_id, created_ms, "
-    "updated_ms FROM sweeps WHERE id = ?1";
+    "updated_ms, owner FROM sweeps WHERE id = ?1";
 constexpr char kListSweeps[] =
     "SELECT id, name, state, reason, spec, spec_yaml, client_request_id, created_ms, "
-    "updated_ms FROM sweeps ORDER BY id DESC";
+    "updated_ms, owner FROM sweeps ORDER BY id DESC";
 constexpr char kUpdateSweep[] =
     "UPDATE sweeps SET state = ?2, reason = ?3, updated_ms = ?4 WHERE id = ?1";
 constexpr char kInsertToken[] =
@@ -403,6 +409,7 @@ absl::StatusOr<JobRecord> ReadJob(const Statement& row) {
   job.updated_unix_ms = row.Int(10);
   job.sweep_id = row.Int(11);
   job.sweep_point = static_cast<int32_t>(row.Int(12));
+  job.owner = row.Bytes(13);
   return job;
 }
 
@@ -447,6 +454,7 @@ absl::StatusOr<SweepRecord> ReadSweep(const Statement& row) {
   sweep.client_request_id = row.Bytes(6);
   sweep.created_unix_ms = row.Int(7);
   sweep.updated_unix_ms = row.Int(8);
+  sweep.owner = row.Bytes(9);
   return sweep;
 }
 
@@ -725,6 +733,7 @@ absl::StatusOr<int64_t> SqliteStore::CreateJob(const JobRecord& job) {
                       .BindInt(10, job.updated_unix_ms)
                       .BindInt(11, job.sweep_id)
                       .BindInt(12, job.sweep_point)
+                      .BindText(13, job.owner)
                       .Run());
   int64_t id = sqlite3_last_insert_rowid(db);
   ASSIGN_OR_RETURN(sqlite3_stmt * event, Prepare(kInsertEvent));
@@ -792,6 +801,7 @@ absl::StatusOr<int64_t> SqliteStore::CreateSweep(const SweepRecord& sweep) {
                       .BindTextOrNull(6, sweep.client_request_id)
                       .BindInt(7, sweep.created_unix_ms)
                       .BindInt(8, sweep.updated_unix_ms)
+                      .BindText(9, sweep.owner)
                       .Run());
   const int64_t id = sqlite3_last_insert_rowid(db);
   RETURN_IF_ERROR(txn.Commit());

@@ -56,7 +56,7 @@ class SqliteStore : public Store {
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   // Opens (creating if needed) the database at `path`, or a private in-memory
   // database for ":memory:", and migrates it to kSchemaVersion.

@@ -35,6 +35,9 @@ struct JobRecord {
   int64_t updated_unix_ms = 0;
   int64_t sweep_id = 0;     // the sweep this job is a point of; 0: none
   int32_t sweep_point = 0;  // the point's index in that sweep
+  // Name of the user token that submitted it (for a sweep point: the sweep's);
+  // empty when submitted without authentication. Set by CreateJob only.
+  std::string owner;
 };
 
 // Which jobs ListJobs returns.
@@ -55,6 +58,7 @@ struct SweepRecord {
   std::string client_request_id;
   int64_t created_unix_ms = 0;
   int64_t updated_unix_ms = 0;
+  std::string owner;  // as JobRecord::owner; set by CreateSweep only
 };
 
 // A credential for the coordinator's APIs. Only a hash of its secret is kept.

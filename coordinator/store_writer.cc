@@ -1,7 +1,9 @@
 #include "coordinator/store_writer.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +12,8 @@
 
 namespace tessera {
 
-StoreWriter::StoreWriter(Store* store) : store_(store), thread_([this] { Run(); }) {}
+StoreWriter::StoreWriter(Store* store, Options options)
+    : store_(store), options_(options), thread_([this] { Run(); }) {}
 
 StoreWriter::~StoreWriter() {
   {
@@ -30,7 +33,19 @@ void StoreWriter::UpsertWorker(WorkerRecord worker, Done done) {
   Enqueue(std::move(worker), std::move(done));
 }
 void StoreWriter::AppendMetrics(std::vector<MetricRow> rows, Done done) {
-  Enqueue(std::move(rows), std::move(done));
+  {
+    absl::MutexLock lock(&mu_);
+    if (queue_.size() + in_flight_ < options_.max_backlog) {
+      queue_.push_back(Op{std::move(rows), std::move(done)});
+      return;
+    }
+    NoteBacklogLocked();
+  }
+  // Never acknowledged, so the sender keeps the points and retries.
+  if (done) {
+    done(absl::UnavailableError(
+        "store writer backlog full (the store is failing or slow); retry later"));
+  }
 }
 
 bool StoreWriter::Flush(absl::Duration timeout) {
@@ -49,6 +64,16 @@ bool StoreWriter::healthy() const {
   return healthy_;
 }
 
+size_t StoreWriter::backlog() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size() + in_flight_;
+}
+
+int64_t StoreWriter::coalesced_writes() const {
+  absl::MutexLock lock(&mu_);
+  return coalesced_;
+}
+
 namespace {
 
 // Failures of the store itself (full disk, I/O), as opposed to a bad write.
@@ -57,11 +82,63 @@ bool StoreFailure(const absl::Status& s) {
          absl::IsDataLoss(s);
 }
 
+// Runs both callbacks with the same status.
+StoreWriter::Done Chain(StoreWriter::Done first, StoreWriter::Done second) {
+  if (!first) return second;
+  if (!second) return first;
+  return [first = std::move(first), second = std::move(second)](absl::Status s) {
+    first(s);
+    second(std::move(s));
+  };
+}
+
 }  // namespace
 
 void StoreWriter::Enqueue(Payload payload, Done done) {
   absl::MutexLock lock(&mu_);
+  const bool worker = std::holds_alternative<WorkerRecord>(payload);
   queue_.push_back(Op{std::move(payload), std::move(done)});
+  if (worker && queue_.size() > 1) CoalesceLocked();
+  NoteBacklogLocked();
+}
+
+void StoreWriter::CoalesceLocked() {
+  std::map<std::string, size_t> oldest;  // worker name -> its first queued upsert
+  std::vector<bool> superseded(queue_.size(), false);
+  bool any = false;
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    auto* worker = std::get_if<WorkerRecord>(&queue_[i].payload);
+    if (worker == nullptr) continue;
+    auto [it, first] = oldest.emplace(worker->name, i);
+    if (first) continue;
+    Op& keep = queue_[it->second];
+    std::get<WorkerRecord>(keep.payload) = std::move(*worker);
+    keep.done = Chain(std::move(keep.done), std::move(queue_[i].done));
+    superseded[i] = true;
+    any = true;
+    ++coalesced_;
+  }
+  if (!any) return;
+  std::deque<Op> kept;
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    if (!superseded[i]) kept.push_back(std::move(queue_[i]));
+  }
+  queue_ = std::move(kept);
+}
+
+void StoreWriter::NoteBacklogLocked() {
+  const size_t backlog = queue_.size() + in_flight_;
+  if (!over_backlog_ && backlog >= options_.max_backlog) {
+    over_backlog_ = true;
+    spdlog::error(
+        "store writer backlog reached {} writes (cap {}): metric reports are refused "
+        "(their trainers retry) until it drains; state writes are kept, never dropped",
+        backlog, options_.max_backlog);
+  } else if (over_backlog_ && backlog < options_.max_backlog / 2) {
+    over_backlog_ = false;
+    spdlog::info("store writer backlog down to {} writes: metric reports accepted again",
+                 backlog);
+  }
 }
 
 void StoreWriter::Run() {
@@ -81,13 +158,16 @@ void StoreWriter::Run() {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      in_flight_ = batch.size();
     }
     std::vector<Op> retry = Apply(batch);
+    absl::MutexLock lock(&mu_);
+    in_flight_ = 0;
     if (retry.empty()) {
       backoff = absl::Milliseconds(100);
+      NoteBacklogLocked();
       continue;
     }
-    absl::MutexLock lock(&mu_);
     if (stop_ && ++retries_while_stopping > 20) {
       spdlog::error("store still failing at shutdown; {} state writes not stored",
                     retry.size());
@@ -99,6 +179,9 @@ void StoreWriter::Run() {
     // Back in front of anything newer, so writes keep their order.
     for (auto it = retry.rbegin(); it != retry.rend(); ++it)
       queue_.push_front(std::move(*it));
+    // Heartbeats queued meanwhile supersede the retried worker rows.
+    CoalesceLocked();
+    NoteBacklogLocked();
     mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff);
     backoff = std::min(backoff * 2, absl::Seconds(5));
   }
@@ -136,13 +219,15 @@ std::vector<StoreWriter::Op> StoreWriter::Apply(std::vector<Op>& batch) {
   }
   int64_t failures = 0;
   bool store_failed = false;
+  absl::Status first_failure;
   std::vector<Op> retry;
+  std::vector<std::pair<Done, absl::Status>> answers;
   for (size_t k = 0; k < batch.size(); ++k) {
     const absl::Status& s = results[k];
     if (!s.ok()) {
       ++failures;
       store_failed |= StoreFailure(s);
-      spdlog::error("store write failed: {}", s.ToString());
+      if (first_failure.ok()) first_failure = s;
     }
     const bool is_metrics =
         std::holds_alternative<std::vector<MetricRow>>(batch[k].payload);
@@ -152,16 +237,48 @@ std::vector<StoreWriter::Op> StoreWriter::Apply(std::vector<Op>& batch) {
       continue;
     }
     if (batch[k].done) {
-      batch[k].done(
+      answers.emplace_back(
+          std::move(batch[k].done),
           s.ok() || !StoreFailure(s)
               ? s
               : absl::UnavailableError(absl::StrCat("store unavailable: ", s.message())));
     }
   }
-  absl::MutexLock lock(&mu_);
-  failed_writes_ += failures;
-  healthy_ = !store_failed;
+  if (failures > 0) {
+    LogFailure(first_failure, failures, retry.size());
+  } else if (failed_rounds_ > 0) {
+    spdlog::info("store writes succeed again after {} failed round(s)", failed_rounds_);
+    failed_rounds_ = 0;
+    last_logged_error_.clear();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    failed_writes_ += failures;
+    healthy_ = !store_failed;
+    in_flight_ = retry.size();  // the rest is answered below
+  }
+  for (auto& [done, status] : answers) done(std::move(status));
   return retry;
+}
+
+void StoreWriter::LogFailure(const absl::Status& first, int64_t failures, size_t kept) {
+  ++failed_rounds_;
+  const absl::Time now = absl::Now();
+  const std::string error = first.ToString();
+  if (error == last_logged_error_ && now - last_logged_at_ < absl::Seconds(30)) return;
+  last_logged_error_ = error;
+  last_logged_at_ = now;
+  size_t queued = 0;
+  int64_t coalesced = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    queued = queue_.size();
+    coalesced = coalesced_;
+  }
+  spdlog::error(
+      "store write failed: {} ({} write(s) of this round; {} state write(s) kept for "
+      "retry, {} queued behind them; {} superseded worker update(s) coalesced so far)",
+      error, failures, kept, queued, coalesced);
 }
 
 }  // namespace tessera

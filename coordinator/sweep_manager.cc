@@ -78,7 +78,7 @@ absl::Status SweepManager::Recover() {
 
 absl::StatusOr<v1::SubmitSweepResponse> SweepManager::Submit(
     const v1::SweepSpec& spec, const std::string& spec_yaml,
-    const std::string& client_request_id) {
+    const std::string& client_request_id, const std::string& owner) {
   ASSIGN_OR_RETURN(std::vector<SweepJob> points, ExpandSweep(spec, limits_));
   if (client_request_id.size() > 128) {
     return absl::InvalidArgumentError("client_request_id: longer than 128 characters");
@@ -93,6 +93,7 @@ absl::StatusOr<v1::SubmitSweepResponse> SweepManager::Submit(
   record.spec = spec;
   record.spec_yaml = spec_yaml;
   record.client_request_id = client_request_id;
+  record.owner = owner;
   record.created_unix_ms = absl::ToUnixMillis(clock_->Now());
   record.updated_unix_ms = record.created_unix_ms;
   absl::StatusOr<int64_t> created = store_->CreateSweep(record);
@@ -149,6 +150,7 @@ absl::Status SweepManager::AdvanceLocked(SweepRecord& sweep) {
     JobOrigin origin;
     origin.sweep_id = sweep.id;
     origin.sweep_point = static_cast<int32_t>(i);
+    origin.owner = sweep.owner;
     ASSIGN_OR_RETURN(const int64_t job_id,
                      jobs_->Submit(points[i].job, /*spec_yaml=*/"",
                                    PointRequestId(sweep.id, origin.sweep_point), origin));

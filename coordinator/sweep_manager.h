@@ -46,9 +46,11 @@ class SweepManager {
 
   // Validates and stores the sweep, then submits its first points. A repeated
   // `client_request_id` returns the first sweep.
+  // `owner` (the submitting user token's name; empty without authentication)
+  // is stored with the sweep and becomes the owner of every point's job.
   absl::StatusOr<tessera::v1::SubmitSweepResponse> Submit(
       const tessera::v1::SweepSpec& spec, const std::string& spec_yaml,
-      const std::string& client_request_id);
+      const std::string& client_request_id, const std::string& owner = "");
   absl::StatusOr<tessera::v1::Sweep> Get(int64_t sweep_id);
   absl::StatusOr<std::vector<tessera::v1::Sweep>> List();
   absl::StatusOr<tessera::v1::SweepReport> Report(int64_t sweep_id);

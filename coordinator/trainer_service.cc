@@ -54,4 +54,20 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::ReportResult(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* TrainerServiceImpl::RenewLease(
+    grpc::CallbackServerContext* context, const v1::RenewLeaseRequest* request,
+    v1::RenewLeaseResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = auth_->CheckTrainer(AuthorizationOf(*context), request->job_id(),
+                                             request->attempt(), request->rank());
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
+  absl::StatusOr<absl::Duration> lease = manager_->RenewLease(*request);
+  if (lease.ok()) response->set_lease_ms(absl::ToInt64Milliseconds(*lease));
+  reactor->Finish(ToGrpcStatus(lease.status()));
+  return reactor;
+}
+
 }  // namespace tessera

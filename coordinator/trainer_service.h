@@ -2,7 +2,7 @@
 //
 // Uses the callback API: Rendezvous waits until every rank has joined and
 // ReportMetrics until its points are durable, and neither should pin a server
-// thread while waiting.
+// thread while waiting. ReportResult and RenewLease answer at once.
 //
 // Thread-safety: safe for concurrent calls.
 #ifndef TESSERA_COORDINATOR_TRAINER_SERVICE_H_
@@ -32,6 +32,9 @@ class TrainerServiceImpl final : public tessera::v1::TrainerService::CallbackSer
       grpc::CallbackServerContext* context,
       const tessera::v1::ReportResultRequest* request,
       tessera::v1::ReportResultResponse* response) override;
+  grpc::ServerUnaryReactor* RenewLease(
+      grpc::CallbackServerContext* context, const tessera::v1::RenewLeaseRequest* request,
+      tessera::v1::RenewLeaseResponse* response) override;
 
  private:
   JobManager* const manager_;  // Not owned.

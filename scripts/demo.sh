@@ -31,7 +31,10 @@ trap cleanup EXIT INT TERM
 
 # Tessera is closed by default: a user token for tessctl and the dashboard, a
 # join token for the workers (kept in a 0600 file, never on a command line).
-export TESSERA_TOKEN=$("$BIN/tessera-coordinator" --db "$RUN/tessera.db" token create --name demo)
+# Ranks run as the account the user token is named after, so name it after
+# whoever runs the demo.
+export TESSERA_TOKEN=$("$BIN/tessera-coordinator" --db "$RUN/tessera.db" token create \
+  --name "$(id -un)")
 (umask 077 && "$BIN/tessera-coordinator" --db "$RUN/tessera.db" token create --kind join \
   --name demo-workers >"$RUN/join-token")
 
@@ -50,9 +53,14 @@ echo "demo: coordinator on $TESSERA_COORDINATOR (log $RUN/coordinator.log, db $R
 echo "demo: dashboard on http://127.0.0.1:$(cat "$RUN/http-port")/ (token: \$TESSERA_TOKEN, also in $RUN/user-token)"
 (umask 077 && echo "$TESSERA_TOKEN" >"$RUN/user-token")
 
+# A root worker refuses to run jobs as root unless told it may: the demo runs
+# them as whoever started it.
+worker_flags=()
+[ "$(id -u)" = 0 ] && worker_flags+=(--allow-root-jobs)
 for w in worker-1 worker-2; do
   "$BIN/tessera-worker" --coordinator "$TESSERA_COORDINATOR" --name "$w" --cpu-slots 1 \
-    --work-dir "$RUN/$w" --join-token-file "$RUN/join-token" 2>"$RUN/$w.log" &
+    --work-dir "$RUN/$w" --join-token-file "$RUN/join-token" ${worker_flags[@]+"${worker_flags[@]}"} \
+    2>"$RUN/$w.log" &
   pids+=($!)
 done
 for _ in $(seq 100); do

@@ -1,8 +1,10 @@
 // tessera-worker: flags -> WorkerOptions, wiring, signals. No logic here.
 #include <limits.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +15,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "coordinator/common/tls.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -80,9 +84,30 @@ int main(int argc, char** argv) {
   app.add_option("--join-token-file", join_token_file,
                  "file holding the cluster join token (tessera-coordinator token create "
                  "--kind join); default: $TESSERA_JOIN_TOKEN");
+  std::string tls_ca_file;
+  app.add_option("--tls-ca", tls_ca_file,
+                 "PEM roots to verify the coordinator's TLS certificate with (operator "
+                 "PKI); without it, a join token that carries a certificate pin turns "
+                 "TLS on");
   app.add_flag("!--no-cgroups", use_cgroups,
                "do not put each job attempt in its own cgroup v2 group");
+  app.add_flag("--allow-root-jobs", options.allow_root_jobs,
+               "when running as root, let ranks run as root: jobs whose owner is root "
+               "here, and jobs without an owner when --job-user is not set");
+  app.add_option("--job-user", options.job_user,
+                 "when running as root, the account for jobs without an owner "
+                 "(coordinator with --insecure-no-auth), e.g. nobody");
+  std::vector<std::string> data_roots;
+  std::vector<std::string> checkpoint_roots;
+  app.add_option("--data-root", data_roots,
+                 "directory that trainer.data_dir must lie under (repeatable; default: "
+                 "/usr/share/datasets, /var/lib/tessera/data, /data)");
+  app.add_option("--checkpoint-root", checkpoint_roots,
+                 "directory that trainer.checkpoint_dir must lie under (repeatable; "
+                 "default: /var/lib/tessera/checkpoints, /shared/checkpoints)");
   CLI11_PARSE(app, argc, argv);
+  if (!data_roots.empty()) options.data_roots = data_roots;
+  if (!checkpoint_roots.empty()) options.checkpoint_roots = checkpoint_roots;
   options.kill_grace = absl::Milliseconds(grace_ms);
   // The token is secret: never a flag value, which every user can read in
   // /proc/PID/cmdline.
@@ -111,6 +136,15 @@ int main(int argc, char** argv) {
   // Logs go to stderr; stdout stays free for output meant for programs.
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ worker " + options.name + ": %v");
+  if (geteuid() == 0) {
+    spdlog::info(
+        "ranks run as their job's owner{}{}",
+        options.job_user.empty() ? "" : "; jobs without one as " + options.job_user,
+        options.allow_root_jobs ? "; root jobs allowed" : "; never as root");
+  } else {
+    spdlog::info("not running as root: every rank runs as uid {}, whoever submitted it",
+                 geteuid());
+  }
   if (access(options.trainer_path.c_str(), X_OK) != 0) {
     std::cerr << "tessera-worker: trainer " << options.trainer_path
               << " is not an executable file (set --trainer)\n";
@@ -122,6 +156,53 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-worker: cannot create --work-dir " << options.work_dir << ": "
               << ec.message() << "\n";
     return 2;
+  }
+
+  // Inherited values must not reach the trainers; the agent sets its own.
+  unsetenv("TESSERA_TRAINER_TLS_CA");
+  unsetenv("TESSERA_TRAINER_TLS_SERVER_NAME");
+  // TLS: --tls-ca, or the certificate pin the join token carries.
+  tessera::TokenParts token_parts = tessera::SplitTokenPin(options.join_token);
+  options.join_token = token_parts.token;
+  absl::StatusOr<tessera::ClientTls> tls;
+  for (absl::Duration backoff = absl::Milliseconds(500);;
+       backoff = std::min(2 * backoff, absl::Seconds(3))) {
+    tls = tessera::ResolveClientTls(options.coordinator, tls_ca_file, token_parts.pin);
+    if (!absl::IsUnavailable(tls.status())) break;
+    // Not up yet: keep trying, as the agent does.
+    spdlog::warn("cannot fetch the coordinator's certificate to check its pin: {}",
+                 tls.status().ToString());
+    absl::SleepFor(backoff);
+  }
+  if (!tls.ok()) {
+    std::cerr << "tessera-worker: " << tls.status().message() << "\n";
+    return 2;
+  }
+  if (tls->enabled) {
+    options.tls_server_name = tls->server_name;
+    if (!tls_ca_file.empty()) {
+      options.tls_ca_file = std::filesystem::absolute(tls_ca_file).string();
+    } else {
+      // The pinned certificate, for the trainers; not secret.
+      options.tls_ca_file =
+          std::filesystem::absolute(std::filesystem::path(options.work_dir) /
+                                    "coordinator-cert.pem")
+              .string();
+      const std::string tmp = options.tls_ca_file + ".tmp";
+      std::ofstream(tmp, std::ios::trunc) << tls->root_pem;
+      // Ranks run as their submitters' accounts and must read it.
+      if (::chmod(tmp.c_str(), 0644) != 0 ||
+          std::rename(tmp.c_str(), options.tls_ca_file.c_str()) != 0) {
+        std::cerr << "tessera-worker: cannot write " << options.tls_ca_file << "\n";
+        return 2;
+      }
+      spdlog::info("coordinator certificate matches the join token's pin {}",
+                   tls->pinned_fingerprint);
+    }
+  } else {
+    spdlog::warn(
+        "talking to the coordinator in plaintext (no --tls-ca, no pin in the "
+        "join token)");
   }
 
   sigset_t stop_signals;
@@ -136,8 +217,15 @@ int main(int argc, char** argv) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetMaxReceiveMessageSize(16 * 1024 * 1024);
-  auto channel = grpc::CreateCustomChannel(options.coordinator,
-                                           grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (tls->enabled) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = tls->root_pem;
+    credentials = grpc::SslCredentials(ssl);
+    if (!tls->server_name.empty()) args.SetSslTargetNameOverride(tls->server_name);
+  }
+  auto channel = grpc::CreateCustomChannel(options.coordinator, credentials, args);
   tessera::PosixLauncher launcher;
   std::unique_ptr<tessera::CgroupTree> cgroups;
   if (use_cgroups) {

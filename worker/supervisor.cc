@@ -2,12 +2,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +21,64 @@ extern char** environ;
 
 namespace tessera {
 
+namespace {
+
+// What the child reports through its error pipe when a step before exec fails.
+enum ChildStep : int { kJoinCgroup = 1, kSetGroups, kSetGid, kSetUid, kExec };
+
+struct ChildError {
+  int step = 0;
+  int err = 0;
+};
+
+// Writes the failed step and errno to the pipe, then exits. Async-signal-safe.
+[[noreturn]] void ChildFail(int fd, ChildStep step) {
+  ChildError e{step, errno};
+  ssize_t ignored = write(fd, &e, sizeof(e));
+  (void)ignored;
+  _exit(127);
+}
+
+std::string NameOf(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
+// Variables of the worker's own environment that a rank must never see.
+bool IsWorkerSecret(const std::string& name) { return name == "TESSERA_JOIN_TOKEN"; }
+
+}  // namespace
+
+absl::StatusOr<Account> LookUpAccount(const std::string& name) {
+  long size = sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::vector<char> buf(size > 0 ? static_cast<size_t>(size) : 16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  int rc = 0;
+  while ((rc = getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found)) == ERANGE &&
+         buf.size() < (1u << 20)) {
+    buf.resize(buf.size() * 2);
+  }
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot look up user ", name, ": ", std::strerror(rc)));
+  }
+  if (found == nullptr) return absl::NotFoundError(absl::StrCat("no user ", name));
+  Account account;
+  account.name = name;
+  account.uid = pw.pw_uid;
+  account.gid = pw.pw_gid;
+  account.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
+  int n = 64;
+  for (int tries = 0; tries < 8; ++tries) {
+    account.groups.resize(static_cast<size_t>(n));
+    int got = n;
+    if (getgrouplist(name.c_str(), pw.pw_gid, account.groups.data(), &got) >= 0) {
+      account.groups.resize(static_cast<size_t>(got));
+      return account;
+    }
+    n = std::max(got, n * 2);  // `got` holds the count needed
+  }
+  return absl::UnavailableError(absl::StrCat("cannot list the groups of user ", name));
+}
+
 absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty argv");
   // Everything the child needs is prepared before fork: after fork only
@@ -24,15 +86,26 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  std::vector<std::string> added = spec.env;
+  if (spec.run_as) {
+    added.push_back("HOME=" + spec.run_as->home);
+    added.push_back("USER=" + spec.run_as->name);
+    added.push_back("LOGNAME=" + spec.run_as->name);
+  }
+  std::set<std::string> replaced;
+  for (const auto& e : added) replaced.insert(NameOf(e));
   std::vector<std::string> env_storage;
-  for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
-  for (const auto& e : spec.env) env_storage.push_back(e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string name = NameOf(*e);
+    if (!replaced.contains(name) && !IsWorkerSecret(name)) env_storage.emplace_back(*e);
+  }
+  for (auto& e : added) env_storage.push_back(std::move(e));
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  int log_fd =
-      open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  int log_fd = open(spec.log_path.c_str(),
+                    O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
   if (log_fd < 0) {
     return absl::InternalError(
         absl::StrCat("cannot open log file ", spec.log_path, ": ", std::strerror(errno)));
@@ -52,23 +125,38 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   if (pipe2(err_pipe, O_CLOEXEC) != 0) {
     close(log_fd);
     if (null_fd >= 0) close(null_fd);
+    if (cgroup_fd >= 0) close(cgroup_fd);
     return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
   }
+  const bool switch_user = spec.run_as.has_value();
+  const uid_t uid = switch_user ? spec.run_as->uid : 0;
+  const gid_t gid = switch_user ? spec.run_as->gid : 0;
+  const std::vector<gid_t> groups =
+      switch_user ? spec.run_as->groups : std::vector<gid_t>();
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
-    // Die with the worker, even if it is SIGKILLed.
+    // Join the attempt's cgroup before exec (and while still root), so that
+    // everything the rank starts is inside it from the first instruction.
+    if (cgroup_fd >= 0 && write(cgroup_fd, "0", 1) != 1)
+      ChildFail(err_pipe[1], kJoinCgroup);
+    if (switch_user) {
+      // Groups first: once the uid is not root, they can no longer change.
+      if (setgroups(groups.size(), groups.data()) != 0)
+        ChildFail(err_pipe[1], kSetGroups);
+      if (setgid(gid) != 0) ChildFail(err_pipe[1], kSetGid);
+      if (setuid(uid) != 0) ChildFail(err_pipe[1], kSetUid);
+      // setuid from root drops the saved uid too; make sure of it.
+      if (uid != 0 && setuid(0) == 0) {
+        errno = EPERM;
+        ChildFail(err_pipe[1], kSetUid);
+      }
+    }
+    // Die with the worker, even if it is SIGKILLed. Asked for after the
+    // credential change, which clears it.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
-    // Join the attempt's cgroup before exec, so that everything the rank
-    // starts is inside it from the first instruction.
-    if (cgroup_fd >= 0 && write(cgroup_fd, "0", 1) != 1) {
-      int e = errno;
-      ssize_t ignored = write(err_pipe[1], &e, sizeof(e));
-      (void)ignored;
-      _exit(126);
-    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -77,10 +165,7 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     execve(argv[0], argv.data(), envp.data());
-    int e = errno;
-    ssize_t ignored = write(err_pipe[1], &e, sizeof(e));
-    (void)ignored;
-    _exit(127);
+    ChildFail(err_pipe[1], kExec);
   }
   int fork_errno = errno;
   close(err_pipe[1]);
@@ -92,21 +177,36 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
     return absl::InternalError(absl::StrCat("fork: ", std::strerror(fork_errno)));
   }
   setpgid(pid, pid);  // also in the parent, so signals sent right away reach the group
-  int child_errno = 0;
+  ChildError child;
   ssize_t n;
   do {
-    n = read(err_pipe[0], &child_errno, sizeof(child_errno));
+    n = read(err_pipe[0], &child, sizeof(child));
   } while (n < 0 && errno == EINTR);
   close(err_pipe[0]);
-  if (n == sizeof(child_errno)) {
+  if (n == sizeof(child)) {
     int status = 0;
     waitpid(pid, &status, 0);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 126) {
-      return absl::UnavailableError(absl::StrCat("cannot join cgroup ", spec.cgroup, ": ",
-                                                 std::strerror(child_errno)));
+    const char* why = std::strerror(child.err);
+    const std::string user = switch_user ? spec.run_as->name : "";
+    switch (child.step) {
+      case kJoinCgroup:
+        return absl::UnavailableError(
+            absl::StrCat("cannot join cgroup ", spec.cgroup, ": ", why));
+      case kSetGroups:
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot set the groups of user ", user, ": ", why));
+      case kSetGid:
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot switch to group ", gid, " of user ", user, ": ", why));
+      case kSetUid:
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot switch to user ", user, " (uid ", uid, "): ", why));
+      default:
+        break;
     }
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot execute ", spec.argv[0], ": ", std::strerror(child_errno)));
+        absl::StrCat("cannot execute ", spec.argv[0],
+                     switch_user ? " as user " + user : "", ": ", why));
   }
   return pid;
 }
@@ -158,10 +258,19 @@ absl::Status Supervisor::Start(const RankKey& key, const ProcessSpec& spec_in) {
   if (!pid.ok()) {
     proc.exited = true;
     proc.exit.exit_code = 127;
+    proc.launch_error = std::string(pid.status().message());
     return pid.status();
   }
   proc.pid = *pid;
   return absl::OkStatus();
+}
+
+void Supervisor::Refuse(const RankKey& key, const std::string& reason) {
+  RankProcess& proc = ranks_[key];
+  proc.key = key;
+  proc.exited = true;
+  proc.exit.exit_code = 127;
+  proc.launch_error = reason;
 }
 
 void Supervisor::Stop(const RankKey& key) {

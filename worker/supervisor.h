@@ -7,6 +7,11 @@
 // with SIGTERM to the whole process group and escalates to SIGKILL after a
 // grace period.
 //
+// A process may run as another unix account (ProcessSpec::run_as): everything
+// about the account is looked up before fork (LookUpAccount), and the child
+// joins its cgroup, then calls setgroups, setgid and setuid, and only then
+// asks for PR_SET_PDEATHSIG (a change of credentials clears it) and execs.
+//
 // Thread-safety: not thread-safe; the worker agent's loop thread owns it. Fork
 // happens on that thread, which lives as long as the ranks: PR_SET_PDEATHSIG
 // fires when the forking thread exits.
@@ -30,12 +35,29 @@
 
 namespace tessera {
 
+// A unix account a process can run as.
+struct Account {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;              // primary group
+  std::vector<gid_t> groups;  // every group of the account, the primary one included
+  std::string home;
+};
+
+// Looks `name` up in the passwd and group databases (getpwnam_r,
+// getgrouplist). NotFound when there is no such account.
+absl::StatusOr<Account> LookUpAccount(const std::string& name);
+
 struct ProcessSpec {
   std::vector<std::string> argv;  // argv[0] is the executable path; no shell
-  std::vector<std::string>
-      env;               // "NAME=value" entries added to the inherited environment
+  // "NAME=value" entries added to the inherited environment; an entry replaces
+  // an inherited variable of the same name.
+  std::vector<std::string> env;
   std::string log_path;  // stdout and stderr are appended here
   std::string cgroup;    // cgroup v2 directory the process starts in; empty: none
+  // Unset: the process runs as the worker does. Set: it runs as this account
+  // (needs root), with HOME, USER and LOGNAME set to the account's.
+  std::optional<Account> run_as;
 };
 
 struct ProcessExit {
@@ -74,6 +96,7 @@ struct RankProcess {
   pid_t pid = 0;
   bool exited = false;
   ProcessExit exit;
+  std::string launch_error;  // why it could not be started; empty if it was
   std::optional<absl::Time> kill_deadline;  // set once a stop was requested
   std::string cgroup;                       // the attempt's group, empty without cgroups
 };
@@ -88,8 +111,12 @@ class Supervisor {
 
   bool Has(const RankKey& key) const { return ranks_.contains(key); }
   // Starts a rank. If launching fails, the rank is recorded as exited with
-  // code 127 so the coordinator learns of it like any other failure.
+  // code 127 and the reason, so the coordinator learns of it like any other
+  // failure.
   absl::Status Start(const RankKey& key, const ProcessSpec& spec);
+  // Records a rank that is not started at all (e.g. its job's owner has no
+  // account here) as exited with code 127 and `reason`.
+  void Refuse(const RankKey& key, const std::string& reason);
   // Sends SIGTERM to the rank's process group; SIGKILL follows after the grace.
   void Stop(const RankKey& key);
   // Reaps exited ranks and escalates overdue stops. Returns true if a rank exited.

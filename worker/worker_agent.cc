@@ -1,18 +1,23 @@
 #include "worker/worker_agent.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "coordinator/common/grpc_status.h"
 #include "coordinator/common/job_spec.h"
+#include "coordinator/common/status_macros.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 
@@ -28,7 +33,181 @@ RankKey KeyOf(int64_t job, int32_t attempt, int32_t rank) {
   return RankKey{job, attempt, rank};
 }
 
+// Appends `line` to a rank's log, so that the reason a rank did not start
+// reaches its user through `tessctl logs` as well.
+void AppendLine(const std::string& path, const std::string& line) {
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
+  if (fd < 0) return;
+  const std::string text = line + "\n";
+  ssize_t ignored = ::write(fd, text.data(), text.size());
+  (void)ignored;
+  ::close(fd);
+}
+
+// Writes `credential` to `dir`/credential, mode 0600, in a fresh directory of
+// mode 0700; both belong to `owner` when set. Returns the file's path.
+absl::StatusOr<std::string> WriteCredentialFile(const std::filesystem::path& dir,
+                                                const std::string& credential,
+                                                const std::optional<Account>& owner) {
+  std::error_code ec;
+  // Left over from an earlier worker run: it may hold whatever its owner put
+  // there (remove_all does not follow symlinks).
+  std::filesystem::remove_all(dir, ec);
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", dir.string(), ": ", std::strerror(errno)));
+  }
+  const std::string path = (dir / "credential").string();
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  }
+  bool ok =
+      ::fchmod(fd, 0600) == 0 && ::write(fd, credential.data(), credential.size()) ==
+                                     static_cast<ssize_t>(credential.size());
+  if (ok && owner) ok = ::fchown(fd, owner->uid, owner->gid) == 0;
+  const int saved = errno;
+  ::close(fd);
+  if (ok && owner && ::chown(dir.c_str(), owner->uid, owner->gid) != 0) ok = false;
+  if (!ok) {
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ",
+                                            std::strerror(saved != 0 ? saved : errno)));
+  }
+  return path;
+}
+
+bool IsUnder(const std::string& path, const std::string& root) {
+  if (root == "/") return true;
+  return path == root || (path.size() > root.size() && path.starts_with(root) &&
+                          path[root.size()] == '/');
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> ResolvePath(const std::string& path) {
+  if (path.empty() || path.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not an absolute path"));
+  }
+  std::vector<std::string> parts;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat("'", path, "' contains '..'"));
+    }
+    if (part != ".") parts.emplace_back(part);
+  }
+  // The longest prefix that exists (as any kind of entry: a dangling symlink
+  // exists too, and must not be taken for a name still to be created).
+  size_t existing = parts.size();
+  std::string prefix;
+  for (;; --existing) {
+    prefix = "/" + absl::StrJoin(parts.begin(), parts.begin() + existing, "/");
+    struct stat st;
+    if (::lstat(prefix.c_str(), &st) == 0) break;
+    if (errno != ENOENT && errno != ENOTDIR) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot inspect ", prefix, ": ", std::strerror(errno)));
+    }
+    if (existing == 0) break;
+  }
+  char resolved[PATH_MAX];
+  if (::realpath(prefix.c_str(), resolved) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot resolve ", prefix, ": ", std::strerror(errno)));
+  }
+  std::string out = resolved;
+  for (size_t i = existing; i < parts.size(); ++i) {
+    if (out.back() != '/') out += '/';
+    out += parts[i];
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ResolveUnderRoots(const std::string& what,
+                                              const std::string& path,
+                                              const std::vector<std::string>& roots) {
+  absl::StatusOr<std::string> resolved = ResolvePath(path);
+  if (!resolved.ok()) {
+    return absl::Status(resolved.status().code(),
+                        absl::StrCat(what, ": ", resolved.status().message()));
+  }
+  for (const std::string& root : roots) {
+    absl::StatusOr<std::string> real_root = ResolvePath(root);
+    if (real_root.ok() && IsUnder(*resolved, *real_root)) return resolved;
+  }
+  std::string shown = *resolved == path ? path : absl::StrCat(path, " (", *resolved, ")");
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, " ", shown, " is outside the allowed roots [",
+                   absl::StrJoin(roots, ", "), "] of this worker"));
+}
+
+absl::StatusOr<v1::TrainerConfig> CheckTrainerPaths(const WorkerOptions& options,
+                                                    const v1::TrainerConfig& config) {
+  v1::TrainerConfig checked = config;
+  // The trainer gets the resolved paths: a symlink swapped after this check
+  // does not move it elsewhere.
+  if (!config.data_dir().empty()) {
+    ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots("data_dir", config.data_dir(),
+                                                        options.data_roots));
+    checked.set_data_dir(dir);
+  }
+  if (!config.checkpoint_dir().empty()) {
+    ASSIGN_OR_RETURN(std::string dir,
+                     ResolveUnderRoots("checkpoint_dir", config.checkpoint_dir(),
+                                       options.checkpoint_roots));
+    checked.set_checkpoint_dir(dir);
+  }
+  return checked;
+}
+
+absl::StatusOr<std::optional<Account>> AccountForRank(const WorkerOptions& options,
+                                                      const std::string& owner,
+                                                      bool worker_is_root) {
+  if (!worker_is_root) return std::nullopt;  // it cannot be anyone else
+  const std::string& name = owner.empty() ? options.job_user : owner;
+  if (name.empty()) {
+    if (options.allow_root_jobs) return std::nullopt;
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the job has no owner and worker ", options.name,
+        " runs as root: it does not run jobs as root without --allow-root-jobs "
+        "(or set --job-user for jobs without an owner)"));
+  }
+  absl::StatusOr<Account> account = LookUpAccount(name);
+  if (absl::IsNotFound(account.status())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("user ", name, " has no account on worker ", options.name));
+  }
+  if (!account.ok()) return account.status();
+  if (account->uid == 0) {
+    if (options.allow_root_jobs) return std::nullopt;
+    return absl::PermissionDeniedError(
+        absl::StrCat("user ", name, " is root (uid 0) on worker ", options.name,
+                     ", which does not run jobs as root without --allow-root-jobs"));
+  }
+  return *std::move(account);
+}
+
+absl::StatusOr<std::vector<std::string>> RankEnv(const v1::LaunchOrder& order) {
+  std::vector<std::string> out;
+  // Sorted, for a stable environment and messages.
+  std::map<std::string, std::string> env(order.env().begin(), order.env().end());
+  if (env.size() > static_cast<size_t>(kMaxEnvEntries)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("env: ", env.size(), " entries, limit ", kMaxEnvEntries));
+  }
+  for (const auto& [name, value] : env) {
+    RETURN_IF_ERROR(CheckEnvName(name));
+    if (value.size() > kMaxEnvValueBytes || value.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("env.", name, ": value too long or holds a NUL byte"));
+    }
+    out.push_back(absl::StrCat(name, "=", value));
+  }
+  return out;
+}
 
 WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> channel,
                          ProcessLauncher* launcher, CgroupTree* cgroups)
@@ -82,6 +261,7 @@ absl::Status WorkerAgent::HeartbeatOnce() {
     r->set_exited(p.exited);
     r->set_exit_code(p.exit.exit_code);
     r->set_signal(p.exit.signal);
+    r->set_launch_error(p.launch_error);
   }
   v1::HeartbeatResponse response;
   grpc::ClientContext ctx;
@@ -165,6 +345,31 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
   std::filesystem::create_directories(dir, ec);
   ProcessSpec spec;
   spec.log_path = (dir / absl::StrCat("rank-", order.rank(), ".log")).string();
+  // Who the rank runs as, what it may read and write, its environment: a rank
+  // that fails these checks never starts, and its log and the coordinator say why.
+  absl::StatusOr<std::optional<Account>> account =
+      AccountForRank(options_, order.run_as(), ::geteuid() == 0);
+  absl::StatusOr<v1::TrainerConfig> trainer =
+      CheckTrainerPaths(options_, order.trainer());
+  absl::StatusOr<std::vector<std::string>> rank_env = RankEnv(order);
+  absl::Status refused;
+  if (ec) {
+    refused = absl::InternalError(
+        absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  }
+  for (const absl::Status& s : {account.status(), trainer.status(), rank_env.status()}) {
+    if (refused.ok()) refused = s;
+  }
+  if (!refused.ok()) {
+    const std::string why(refused.message());
+    AppendLine(spec.log_path, absl::StrCat("tessera-worker: rank not launched: ", why));
+    supervisor_.Refuse(key, why);
+    logs_[key] = LogShipper{spec.log_path, 0};
+    spdlog::error("job {} attempt {} rank {}: not launched: {}", order.job_id(),
+                  order.attempt(), order.rank(), why);
+    return;
+  }
+  spec.run_as = *account;
   spec.argv = {options_.trainer_path,
                absl::StrCat("--coordinator=", options_.coordinator),
                absl::StrCat("--job-id=", order.job_id()),
@@ -175,19 +380,21 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
   if (!order.credential().empty()) {
     // argv is world-readable (/proc/PID/cmdline): the credential goes in a
     // file only this user can read, which the trainer removes once read.
-    const std::string path =
-        (dir / absl::StrCat("rank-", order.rank(), ".credential")).string();
-    const int fd =
-        ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    const std::string& cred = order.credential();
-    if (fd < 0 || ::fchmod(fd, 0600) != 0 ||
-        ::write(fd, cred.data(), cred.size()) != static_cast<ssize_t>(cred.size())) {
-      ec = std::error_code(errno, std::generic_category());
+    // It lies in a directory of its own that belongs to the rank's account,
+    // so that the trainer can remove it; the attempt's directory stays the
+    // worker's.
+    absl::StatusOr<std::string> path =
+        WriteCredentialFile(dir / absl::StrCat("rank-", order.rank(), ".private"),
+                            order.credential(), spec.run_as);
+    if (path.ok()) {
+      spec.argv.push_back(absl::StrCat("--credential-file=", *path));
+    } else {
+      ec = std::error_code(EIO, std::generic_category());
+      spdlog::error("job {} rank {}: {}", order.job_id(), order.rank(),
+                    path.status().ToString());
     }
-    if (fd >= 0) ::close(fd);
-    spec.argv.push_back(absl::StrCat("--credential-file=", path));
   }
-  for (std::string& flag : TrainerConfigToFlags(order.trainer())) {
+  for (std::string& flag : TrainerConfigToFlags(*trainer)) {
     spec.argv.push_back(std::move(flag));
   }
   spec.env = {absl::StrCat("RANK=", order.rank()),
@@ -195,6 +402,12 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
               absl::StrCat("LOCAL_RANK=", order.local_rank()),
               absl::StrCat("TESSERA_JOB_ID=", order.job_id()),
               absl::StrCat("TESSERA_ATTEMPT=", order.attempt())};
+  if (!options_.tls_ca_file.empty()) {
+    // The trainer's channel trusts what the worker's does (see trainer/main.cc).
+    spec.env.push_back(absl::StrCat("TESSERA_TRAINER_TLS_CA=", options_.tls_ca_file));
+    spec.env.push_back(
+        absl::StrCat("TESSERA_TRAINER_TLS_SERVER_NAME=", options_.tls_server_name));
+  }
   if (options_.gpus > 0) {
     // Local rank i sees its GPU as cuda:i.
     std::vector<int32_t> gpus(order.local_slots().begin(), order.local_slots().end());
@@ -204,9 +417,19 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
     // Never let a CPU slot's rank pick up a GPU by accident.
     spec.env.push_back("CUDA_VISIBLE_DEVICES=");
   }
-  absl::Status s = ec ? absl::InternalError(absl::StrCat("cannot create ", dir.string(),
-                                                         ": ", ec.message()))
-                      : supervisor_.Start(key, spec);
+  for (std::string& entry : *rank_env) spec.env.push_back(std::move(entry));
+  absl::Status s;
+  if (ec) {
+    s = absl::InternalError(absl::StrCat("cannot write the credential file of rank ",
+                                         order.rank(), " under ", dir.string()));
+    supervisor_.Refuse(key, std::string(s.message()));
+  } else {
+    s = supervisor_.Start(key, spec);
+  }
+  if (!s.ok()) {
+    AppendLine(spec.log_path,
+               absl::StrCat("tessera-worker: rank not launched: ", s.message()));
+  }
   logs_[key] = LogShipper{spec.log_path, 0};
   if (!s.ok()) {
     spdlog::error("job {} rank {}: launch failed: {}", order.job_id(), order.rank(),

@@ -7,6 +7,15 @@
 // backoff, logging each failure; it never gives up. When the coordinator has
 // forgotten the session (NOT_FOUND or ABORTED on heartbeat) it registers again.
 //
+// Launching a rank is where the worker protects its node from the jobs it
+// runs. A worker running as root runs each rank as the unix account named by
+// the job's owner (AccountForRank), never as root unless
+// WorkerOptions::allow_root_jobs; it refuses a rank whose data or checkpoint
+// directory resolves outside the operator's roots (CheckTrainerPaths), and puts
+// the spec's env entries in the trainer's environment (no shell is involved
+// anywhere). A refused rank is reported to the coordinator as exited with code
+// 127 and the reason. A worker not running as root runs every rank as itself.
+//
 // Thread-safety: Run() blocks on the calling thread until Stop(); Stop() may be
 // called from any thread.
 #ifndef TESSERA_WORKER_WORKER_AGENT_H_
@@ -14,7 +23,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
@@ -54,7 +65,56 @@ struct WorkerOptions {
   absl::Duration kill_grace = absl::Seconds(10);
   // The cluster join token, sent on every call ("authorization: Bearer ...").
   std::string join_token;
+  // When the worker runs as root: whether a rank may run as root too (a job
+  // whose owner is uid 0 here, or an ownerless job while job_user is empty).
+  bool allow_root_jobs = false;
+  // When the worker runs as root: the account for jobs without an owner
+  // (submitted to a coordinator with --insecure-no-auth), e.g. "nobody".
+  std::string job_user;
+  // trainer.data_dir must resolve (symlinks followed) to one of these
+  // directories or below.
+  std::vector<std::string> data_roots = {"/usr/share/datasets", "/var/lib/tessera/data",
+                                         "/data"};
+  // The same for trainer.checkpoint_dir.
+  std::vector<std::string> checkpoint_roots = {"/var/lib/tessera/checkpoints",
+                                               "/shared/checkpoints"};
+  // TLS to the coordinator, passed on to the trainers: a PEM file of the roots
+  // to trust, and the name to check in the coordinator's certificate instead of
+  // the dialled host (empty: the host). No file: plaintext.
+  std::string tls_ca_file;
+  std::string tls_server_name;
 };
+
+// `path` with symlinks resolved: the longest existing prefix through
+// realpath(3), the rest appended as written (a checkpoint directory need not
+// exist yet). InvalidArgument for a relative path or one with a ".."
+// component; FailedPrecondition when an existing prefix cannot be resolved
+// (e.g. a dangling symlink, which the trainer would follow).
+absl::StatusOr<std::string> ResolvePath(const std::string& path);
+
+// ResolvePath(path) if that is one of `roots` (themselves resolved) or lies
+// below one; otherwise PermissionDenied naming `what` and the roots.
+absl::StatusOr<std::string> ResolveUnderRoots(const std::string& what,
+                                              const std::string& path,
+                                              const std::vector<std::string>& roots);
+
+// `config` with data_dir and checkpoint_dir (where set) replaced by their
+// resolved paths, or the reason the rank is refused.
+absl::StatusOr<tessera::v1::TrainerConfig> CheckTrainerPaths(
+    const WorkerOptions& options, const tessera::v1::TrainerConfig& config);
+
+// The account a rank of a job owned by `owner` runs as: nullopt for "as the
+// worker" (always so when the worker is not root, and for ownerless or root
+// jobs when options.allow_root_jobs). An error is the reason the rank is
+// refused, e.g. "user alice has no account on worker w1". `worker_is_root` is
+// geteuid() == 0 in production.
+absl::StatusOr<std::optional<Account>> AccountForRank(const WorkerOptions& options,
+                                                      const std::string& owner,
+                                                      bool worker_is_root);
+
+// The spec's env entries as "NAME=value", each name checked again (the
+// coordinator checked them at submit): refused names are an error.
+absl::StatusOr<std::vector<std::string>> RankEnv(const tessera::v1::LaunchOrder& order);
 
 class WorkerAgent {
  public:

@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -262,14 +264,47 @@ absl::Status ParseValue(const YAML::Node& node, const std::string& path,
   return absl::InternalError(absl::StrCat(path, ": unsupported field type"));
 }
 
+// A proto map with scalar keys and values, written as a YAML map
+// (`env: {NAME: value}`). Each entry is stored as the map's entry message.
+absl::Status ParseMap(const YAML::Node& node, const std::string& path,
+                      const FieldDescriptor* field, Message* msg) {
+  if (!node.IsMap()) return TypeError(path, "a map", node);
+  if (node.size() > static_cast<size_t>(kMaxRepeatedElements)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": has ", node.size(), " entries, limit ", kMaxRepeatedElements));
+  }
+  const Descriptor* entry_desc = field->message_type();
+  const FieldDescriptor* key_field = entry_desc->map_key();
+  const FieldDescriptor* value_field = entry_desc->map_value();
+  if (value_field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": maps of messages are not supported in specs"));
+  }
+  std::set<std::string> seen;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": keys must be scalars, got ", DescribeNode(entry.first)));
+    }
+    const std::string& key = entry.first.Scalar();
+    const std::string entry_path = JoinPath(path, key);
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec: duplicate key '", entry_path, "'"));
+    }
+    if (entry.second.IsNull()) return TypeError(entry_path, "a value", entry.second);
+    Message* item = msg->GetReflection()->AddMessage(msg, field);
+    RETURN_IF_ERROR(ParseValue(entry.first, entry_path, key_field, item));
+    RETURN_IF_ERROR(ParseValue(entry.second, entry_path, value_field, item));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseField(const YAML::Node& node, const std::string& path,
                         const FieldDescriptor* field, Message* msg) {
   // `key:` with no value (or `~`) leaves the field unset.
   if (node.IsNull()) return absl::OkStatus();
-  if (field->is_map()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": map fields are not supported in specs"));
-  }
+  if (field->is_map()) return ParseMap(node, path, field, msg);
   if (!field->is_repeated()) return ParseValue(node, path, field, msg);
 
   if (!node.IsSequence()) return TypeError(path, "a list", node);
@@ -391,6 +426,47 @@ void CheckNonNegative(const std::string& path, T value,
   }
 }
 
+// Directories are resolved on each worker and must lie under the worker's
+// roots (worker_agent.h); a relative path or a ".." component can never be
+// meant, so it is refused here, where the user sees it at once.
+void CheckSpecPath(const std::string& path, const std::string& value,
+                   std::vector<std::string>* errors) {
+  // An overlong value is reported once, by the generic limits.
+  if (value.empty() || value.size() > kMaxStringBytes) return;
+  if (value.front() != '/') {
+    errors->push_back(
+        absl::StrCat(path, ": must be an absolute path, got '", value, "'"));
+    return;
+  }
+  for (absl::string_view part : absl::StrSplit(value, '/')) {
+    if (part == "..") {
+      errors->push_back(absl::StrCat(path, ": must not contain '..', got '", value, "'"));
+      return;
+    }
+  }
+}
+
+void CheckEnv(const tessera::v1::JobSpec& spec, std::vector<std::string>* errors) {
+  if (spec.env_size() > kMaxEnvEntries) {
+    errors->push_back(
+        absl::StrCat("env: has ", spec.env_size(), " entries, limit ", kMaxEnvEntries));
+  }
+  // Sorted, so that messages come in a stable order.
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  for (const auto& [name, value] : env) {
+    if (absl::Status s = CheckEnvName(name); !s.ok()) {
+      errors->push_back(std::string(s.message()));
+    }
+    if (value.size() > kMaxEnvValueBytes) {
+      errors->push_back(absl::StrCat("env.", name, ": value too long (", value.size(),
+                                     " bytes, limit ", kMaxEnvValueBytes, ")"));
+    }
+    if (value.find('\0') != std::string::npos) {
+      errors->push_back(absl::StrCat("env.", name, ": value must not contain NUL"));
+    }
+  }
+}
+
 // Shortest decimal form that reads back as the same double.
 std::string FormatDouble(double value) {
   char buf[64];
@@ -495,6 +571,38 @@ absl::Status ApplyOneOverride(YAML::Node& root, const std::string& override_text
 }
 
 }  // namespace
+
+absl::Status CheckEnvName(const std::string& name) {
+  // Shown cut short: the message names the problem, not the whole name.
+  const std::string shown = name.size() <= 64 ? name : name.substr(0, 64) + "...";
+  if (name.empty() || name.size() > kMaxEnvNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("env: name '", shown, "' must be 1-",
+                                                   kMaxEnvNameBytes, " characters"));
+  }
+  const auto upper_or_underscore = [](char c) {
+    return (c >= 'A' && c <= 'Z') || c == '_';
+  };
+  bool ok = upper_or_underscore(name[0]);
+  for (char c : name) ok = ok && (upper_or_underscore(c) || (c >= '0' && c <= '9'));
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("env: name '", shown, "' must match [A-Z_][A-Z0-9_]*"));
+  }
+  // Variables that change how the trainer is loaded, or that the worker sets
+  // for the rank itself, cannot come from a spec.
+  if (absl::StartsWith(name, "LD_") || absl::StartsWith(name, "TESSERA_")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "env: name '", shown, "' is reserved (LD_* and TESSERA_* cannot be set)"));
+  }
+  for (const char* reserved :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES"}) {
+    if (name == reserved) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("env: name '", name, "' is set by the worker for each rank"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> ApplySpecOverrides(
     const std::string& yaml_text, const std::vector<std::string>& overrides) {
@@ -644,6 +752,9 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   if (t.resume() && t.checkpoint_dir().empty()) {
     errors.push_back("trainer.resume: needs trainer.checkpoint_dir");
   }
+  CheckSpecPath("trainer.data_dir", t.data_dir(), &errors);
+  CheckSpecPath("trainer.checkpoint_dir", t.checkpoint_dir(), &errors);
+  CheckEnv(spec, &errors);
 
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));

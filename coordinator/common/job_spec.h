@@ -10,6 +10,7 @@
 #ifndef TESSERA_COORDINATOR_COMMON_JOB_SPEC_H_
 #define TESSERA_COORDINATOR_COMMON_JOB_SPEC_H_
 
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,11 @@
 #include "tessera/v1/tessera.pb.h"
 
 namespace tessera {
+
+// Limits on a spec's `env` map (besides the generic ones on every string).
+inline constexpr int kMaxEnvEntries = 64;
+inline constexpr size_t kMaxEnvNameBytes = 128;
+inline constexpr size_t kMaxEnvValueBytes = 4096;
 
 struct SpecLimits {
   int max_world_size = 1024;  // largest world size accepted at submit
@@ -42,7 +48,16 @@ absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text);
 
 // Checks presence and ranges: name, world_size in [1, limits.max_world_size],
 // trainer.model, trainer.dataset, positive batch size, non-negative counts.
+// Also sizes (every string at most 4096 bytes, lists at most 1024 elements,
+// env as CheckEnvName and kMaxEnv*), and that trainer.data_dir and
+// trainer.checkpoint_dir are absolute paths without ".." components.
 absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits& limits);
+
+// InvalidArgument unless `name` may be set through a spec's `env`: it matches
+// [A-Z_][A-Z0-9_]*, is at most kMaxEnvNameBytes long, does not start with LD_
+// or TESSERA_ and is not one the worker sets per rank (RANK, WORLD_SIZE,
+// LOCAL_RANK, CUDA_VISIBLE_DEVICES).
+absl::Status CheckEnvName(const std::string& name);
 
 // ParseJobSpec followed by ValidateJobSpec.
 absl::StatusOr<tessera::v1::JobSpec> ParseAndValidateJobSpec(const std::string& yaml_text,

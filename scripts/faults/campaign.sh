@@ -11,8 +11,8 @@
 #   --downtimes LIST  coordinator downtimes in seconds, comma-separated (default 0,20,60)
 #   --seed N          seed for the moments of the kills (default: random)
 #   --build DIR       build directory with bin/ and tests/fault_test (default: build)
-#   --only NAME       run only this experiment: crash, partition, restart or disk
-#                     (repeatable)
+#   --only NAME       run only this experiment: crash, partition, lease, restart or
+#                     disk (repeatable)
 #   --known-failures  also run the disabled tests that reproduce known bugs
 #                     (tests/faults/README.md, "Known failures")
 #
@@ -87,6 +87,8 @@ run() {
 total_start=$(date +%s)
 wanted crash && run crash 'FaultTest.CoordinatorKilledDuringMetricIngestion*'
 wanted partition && run partition 'PartitionTest.PartitionedWorker*'
+# The trainer lease: restarts wait for a cut-off rank (tests/faults/README.md).
+wanted lease && run lease 'PartitionTest.RestartWaits*:PartitionTest.CutOff*'
 wanted restart && run restart 'RestartTest.CoordinatorRestartedAfterDowntime*'
 wanted disk && run disk 'FaultTest.FullDisk*'
 if [ "$known_failures" -eq 1 ]; then

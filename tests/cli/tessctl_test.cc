@@ -151,6 +151,7 @@ class TessctlTest : public ::testing::Test {
         [this](const ConnectionOptions& connection) {
           addresses_.push_back(connection.address);
           tokens_.push_back(connection.token);
+          tls_.push_back(connection.tls_ca_file + "|" + connection.tls_pin);
           return MakeClient(connection.token);
         },
         out_, err_, terminal);
@@ -164,6 +165,7 @@ class TessctlTest : public ::testing::Test {
   std::ostringstream err_;
   std::vector<std::string> addresses_;
   std::vector<std::string> tokens_;
+  std::vector<std::string> tls_;  // "ca_file|pin" per connection
   int spec_counter_ = 0;
 };
 
@@ -372,6 +374,17 @@ TEST_F(TessctlTest, StatusTableShowsFieldsAndRankRows) {
   EXPECT_THAT(out,
               HasSubstr("0     node-0  0     exited  4000  0     9f1c2a      84.12%"));
   EXPECT_THAT(out, HasSubstr("1     node-1  1     exited  4001  3     -           -"));
+}
+
+TEST_F(TessctlTest, StatusShowsWhoseJobItIs) {
+  v1::Job job = MakeJob(8, "owned", v1::JOB_STATE_RUNNING);
+  job.set_owner("alice");
+  service_.AddJob(job);
+  ASSERT_EQ(RunStatus({.job_id = 8}, *client_, out_, err_), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), ::testing::ContainsRegex("OWNER +alice"));
+  out_.str("");
+  ASSERT_EQ(Cli({"status", "8", "-o", "json"}), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("\"owner\": \"alice\""));
 }
 
 TEST_F(TessctlTest, StatusOfUnknownJobExitsThreeWithMessage) {
@@ -858,6 +871,20 @@ TEST_F(TessctlTest, TokenComesFromTheEnvironmentAndTheFlagWins) {
                           FakeJobService::kNoAuthorization));
   EXPECT_THAT(out_.str(), HasSubstr("--token"));
   EXPECT_THAT(out_.str(), Not(HasSubstr("from-env")));
+}
+
+TEST_F(TessctlTest, TlsRootsAndPinComeFromFlagsOrTheEnvironment) {
+  EXPECT_EQ(Cli({"workers", "--tls-ca", "/etc/tessera/ca.pem"}), kExitOk);
+  EXPECT_EQ(Cli({"workers", "--tls-pin", "ab12"}), kExitOk);
+  setenv(kTlsPinEnv, "cd34", 1);
+  EXPECT_EQ(Cli({"workers"}), kExitOk);
+  EXPECT_EQ(Cli({"workers", "--tls-pin", "ef56"}), kExitOk);
+  unsetenv(kTlsPinEnv);
+  EXPECT_THAT(tls_, ElementsAre("/etc/tessera/ca.pem|", "|ab12", "|cd34", "|ef56"));
+  out_.str("");
+  EXPECT_EQ(Cli({"--help"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("--tls-ca"));
+  EXPECT_THAT(out_.str(), HasSubstr("--tls-pin"));
 }
 
 TEST_F(TessctlTest, TokenThatCannotBeAHeaderExitsTwoWithoutEchoingIt) {

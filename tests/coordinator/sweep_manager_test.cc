@@ -196,6 +196,25 @@ TEST_F(SweepManagerTest, SweepCarriesOnAfterCoordinatorRestartWithoutDuplicatePo
   EXPECT_EQ(jobs->size(), 4u);
 }
 
+TEST_F(SweepManagerTest, EveryPointBelongsToTheSweepsOwnerAcrossARestart) {
+  auto submitted = sweeps_->Submit(Spec(/*max_parallel=*/2), "", "", "alice");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const int64_t id = submitted->sweep_id();
+  writer_->Flush();
+  Start();  // the later points are submitted by a new coordinator
+  for (int round = 0; round < 4 && sweeps_->Get(id)->state() == v1::SWEEP_STATE_RUNNING;
+       ++round) {
+    RunLaunched([](int) { return 1.0; });
+    sweeps_->Tick();
+  }
+  JobFilter filter;
+  filter.sweep_id = id;
+  auto jobs = jobs_->ListJobs(filter);
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 4u);
+  for (const auto& job : *jobs) EXPECT_EQ(job.owner(), "alice") << "job " << job.id();
+}
+
 TEST_F(SweepManagerTest, CancelStopsActivePointsAndSubmitsNoMore) {
   auto submitted = sweeps_->Submit(Spec(), "", "");
   ASSERT_TRUE(submitted.ok());

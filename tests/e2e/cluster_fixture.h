@@ -4,8 +4,10 @@
 #ifndef TESSERA_TESTS_E2E_CLUSTER_FIXTURE_H_
 #define TESSERA_TESTS_E2E_CLUSTER_FIXTURE_H_
 
+#include <pwd.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -33,6 +35,13 @@ namespace v1 = ::tessera::v1;
 using ::tessera::testing::ChildProcess;
 using ::tessera::testing::TempDir;
 
+// The account this process runs as: workers that run as root run a job's
+// ranks as the account named by its owner, the submitting token's name.
+inline std::string CurrentUserName() {
+  const passwd* pw = getpwuid(geteuid());
+  return pw != nullptr ? pw->pw_name : "root";
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   // Creates a user and a join token in the cluster's database, once; the
@@ -43,7 +52,8 @@ class ClusterTest : public ::testing::Test {
       const std::string log = dir_.File("token-" + kind + ".out");
       auto p = ChildProcess::Start(
           {testing::BinDir() + "/tessera-coordinator", "--db", dir_.File("tessera.db"),
-           "token", "create", "--kind", kind, "--name", "e2e-" + kind},
+           "token", "create", "--kind", kind, "--name",
+           kind == "user" ? CurrentUserName() : "e2e-" + kind},
           log);
       EXPECT_TRUE(p.ok()) << p.status();
       if (!p.ok()) return std::string();
@@ -104,6 +114,12 @@ class ClusterTest : public ::testing::Test {
                                      "3000",
                                      "--join-token-file",
                                      dir_.File("join-token")};
+    // Tests run as root in CI: their jobs, owned by root (the user token is
+    // named after this process's account), may run as root. Specs read and
+    // write under the test's directory.
+    argv.insert(argv.end(),
+                {"--allow-root-jobs", "--data-root", "/usr/share/datasets", "--data-root",
+                 dir_.path(), "--checkpoint-root", dir_.path()});
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto w = ChildProcess::Start(argv, dir_.File(name + ".log"));
     ASSERT_TRUE(w.ok()) << w.status();

@@ -194,7 +194,10 @@ class FaultTest : public ::testing::Test {
     auto create = [this](const std::string& kind) -> absl::StatusOr<std::string> {
       absl::StatusOr<std::string> out =
           RunCommand({testing::BinDir() + "/tessera-coordinator", "--db", db_path_,
-                      "token", "create", "--kind", kind, "--name", "faults-" + kind},
+                      "token", "create", "--kind", kind, "--name",
+                      // Jobs run as the account their token names; these
+                      // tests run as root, with --allow-root-jobs workers.
+                      kind == "user" ? std::string("root") : "faults-" + kind},
                      dir_.path());
       if (!out.ok()) return out.status();
       return std::string(absl::StripAsciiWhitespace(*out));
@@ -237,6 +240,7 @@ class FaultTest : public ::testing::Test {
                                      absl::StrCat(suspect_ms_),
                                      "--worker-dead-after-ms",
                                      absl::StrCat(dead_ms_)};
+    argv.insert(argv.end(), coordinator_flags_.begin(), coordinator_flags_.end());
     auto c = ChildProcess::Start(net_->InNode("c", argv), CoordinatorLog());
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
@@ -274,7 +278,14 @@ class FaultTest : public ::testing::Test {
                                      absl::StrCat(kKillGraceMs),
                                      "--join-token-file",
                                      dir_.File("join-token"),
-                                     "--no-cgroups"};
+                                     "--no-cgroups",
+                                     "--allow-root-jobs",
+                                     "--data-root",
+                                     "/usr/share/datasets",
+                                     "--data-root",
+                                     dir_.path(),
+                                     "--checkpoint-root",
+                                     dir_.path()};
     auto w = ChildProcess::Start(net_->InNode(name, argv), WorkerLog(name));
     ASSERT_TRUE(w.ok()) << w.status();
     workers_[name] = std::move(*w);
@@ -480,6 +491,8 @@ class FaultTest : public ::testing::Test {
   // The coordinator's thresholds; a test may change them before starting it.
   int suspect_ms_ = kSuspectMs;
   int dead_ms_ = kDeadMs;
+  // More coordinator flags (e.g. --trainer-lease-ms); set before starting it.
+  std::vector<std::string> coordinator_flags_;
   TempDir dir_;
   std::string sqlite3_;
   std::unique_ptr<NetnsCluster> net_;

@@ -266,9 +266,10 @@ TEST_F(PartitionTest, PartitionedWorkerIsDeclaredDeadFencedAndNoRankRunsTwice) {
 
 // A 1-rank job that may restart, on a worker that is cut off: the restart must
 // not start a second copy of the rank while the first may still be running
-// behind the partition. Disabled: today the coordinator places the new attempt
-// on the other worker at once (see tests/faults/README.md, "Known failures").
-TEST_F(PartitionTest, DISABLED_RestartWaitsWhileTheLostRankMayRunBehindAPartition) {
+// behind the partition. With the default lease (90 s) the cut is healed long
+// before it runs out: the coordinator waits, the healed worker stops the old
+// rank as ordered and reports its exit, and only that releases the restart.
+TEST_F(PartitionTest, RestartWaitsWhileTheLostRankMayRunBehindAPartition) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(/*slots_per_worker=*/1));
   RankSampler sampler(net_.get(), CoordinatorAddress());
   JobOptions single;
@@ -286,16 +287,124 @@ TEST_F(PartitionTest, DISABLED_RestartWaitsWhileTheLostRankMayRunBehindAPartitio
   ASSERT_TRUE(net_->Cut(procs[0].node).ok());
   ASSERT_TRUE(
       WaitUntil([&] { return EventWith(GetJob(*id), "declared dead") != nullptr; },
-                absl::Seconds(30)));
+                absl::Seconds(30)))
+      << DumpLogs();
+  // The restart waits, and says why.
+  const v1::Job queued = GetJob(*id);
+  const v1::JobEvent* waiting = EventWith(queued, "lease to expire");
+  ASSERT_NE(waiting, nullptr) << "no event says why the restart waits\n" << DumpLogs();
+  EXPECT_TRUE(absl::StrContains(waiting->reason(), "waiting up to")) << waiting->reason();
   absl::SleepFor(absl::Seconds(5));
+  v1::Job job = GetJob(*id);
+  EXPECT_EQ(job.attempt(), 1) << "restarted while the lost rank may still run";
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  ASSERT_TRUE(Contains(sampler.Fresh(*id), procs[0].pid))
+      << "the cut-off rank stopped before its lease ran out\n"
+      << DumpLogs();
+
+  const absl::Time heal = absl::Now();
   ASSERT_TRUE(net_->Heal(procs[0].node).ok());
   ASSERT_TRUE(WaitUntil([&] { return !Contains(sampler.Fresh(*id), procs[0].pid); },
                         absl::Seconds(30)));
+  // The worker's report of the exit releases the restart long before the
+  // 90 s lease would have.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        job = GetJob(*id);
+        return job.attempt() == 2 && job.state() == v1::JOB_STATE_RUNNING;
+      },
+      absl::Seconds(60)))
+      << "attempt 2 did not start after the old rank was confirmed stopped\n"
+      << DumpLogs();
+  const double restart_ms = absl::ToDoubleMilliseconds(absl::Now() - heal);
   EXPECT_EQ(sampler.overlap_samples(), 0)
       << "a (job, rank) ran as two processes at once (first samples shown):\n"
       << Describe(sampler.Overlaps());
+  ExpectSightingsMatchStore(sampler.Sightings());
+  Figure("heal_to_attempt2_running_ms", restart_ms);
   Figure("double_run_samples", sampler.overlap_samples());
   Figure("double_run_ms", absl::ToDoubleMilliseconds(sampler.overlap_time()));
+  EXPECT_TRUE(Cancel(*id));
+}
+
+// The same with a cut that outlasts a short lease (4 s): the cut-off trainer
+// stops itself (exit code 3) while nothing can reach it, and the coordinator
+// restarts the job on the other worker once the lease has run out by its own
+// clock (first contact lease 15 s * 1.1 + 1 s after the last renewal), before
+// the cut heals.
+TEST_F(PartitionTest,
+       CutOffRankStopsItselfWhenItsLeaseRunsOutAndTheJobRestartsElsewhere) {
+  coordinator_flags_ = {"--trainer-lease-ms", "4000"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(/*slots_per_worker=*/1));
+  RankSampler sampler(net_.get(), CoordinatorAddress());
+  JobOptions single;
+  single.name = "partition-lease";
+  single.world_size = 1;
+  single.max_restarts = 1;
+  single.max_steps = 100000000;
+  single.checkpoint_dir = dir_.File("ckpt");
+  single.checkpoint_every = 20;
+  absl::StatusOr<int64_t> id = Submit(single);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_NO_FATAL_FAILURE(WaitForTraining(*id, 1, absl::Minutes(2)));
+  const std::vector<TrainerProcess> procs = sampler.Fresh(*id);
+  ASSERT_EQ(procs.size(), 1u);
+  const std::string victim = procs[0].node;
+  const std::string other = victim == "w1" ? "w2" : "w1";
+
+  const absl::Time cut = absl::Now();
+  ASSERT_TRUE(net_->Cut(victim).ok());
+  // The trainer stops itself about 4 s after its last renewal.
+  ASSERT_TRUE(WaitUntil([&] { return !Contains(sampler.Fresh(*id), procs[0].pid); },
+                        absl::Seconds(20)))
+      << "the cut-off rank did not stop itself\n"
+      << DumpLogs();
+  const double fenced_ms = absl::ToDoubleMilliseconds(absl::Now() - cut);
+  EXPECT_LE(fenced_ms, 4000 + 2000);
+  const std::string rank_log = testing::ReadFile(
+      dir_.File(absl::StrCat("work-", victim, "/job-", *id, "/attempt-1/rank-0.log")));
+  EXPECT_TRUE(absl::StrContains(rank_log, "stopping so the rank cannot run twice"))
+      << rank_log;
+
+  // Attempt 2 runs on the other worker while the cut still holds.
+  v1::Job job;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        job = GetJob(*id);
+        return job.attempt() == 2 && job.state() == v1::JOB_STATE_RUNNING;
+      },
+      absl::Seconds(60)))
+      << "no restart after the lease ran out\n"
+      << DumpLogs();
+  const double restart_ms = absl::ToDoubleMilliseconds(absl::Now() - cut);
+  ASSERT_EQ(job.ranks_size(), 1);
+  EXPECT_EQ(job.ranks(0).worker(), other);
+  // Not before the coordinator's deadline: 15 s * 1.1 + 1 s after the last
+  // renewal, which came at most 1 s before the cut.
+  EXPECT_GE(restart_ms, 16500);
+
+  ASSERT_TRUE(net_->Heal(victim).ok());
+  // The healed worker comes back; it has nothing left to stop.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const v1::Worker& w : Workers()) {
+          if (w.name() == victim) return w.alive();
+        }
+        return false;
+      },
+      absl::Seconds(40)))
+      << victim << " did not register again after the partition healed\n"
+      << DumpLogs();
+  EXPECT_FALSE(absl::StrContains(testing::ReadFile(WorkerLog(victim)),
+                                 absl::StrCat("stopping job ", *id, " attempt 1 ")))
+      << "the cut-off rank was still running when the partition healed";
+  EXPECT_EQ(sampler.overlap_samples(), 0)
+      << "a (job, rank) ran as two processes at once (first samples shown):\n"
+      << Describe(sampler.Overlaps());
+  ExpectSightingsMatchStore(sampler.Sightings());
+  Figure("cut_to_fenced_ms", fenced_ms);
+  Figure("cut_to_attempt2_running_ms", restart_ms);
+  Figure("double_run_samples", sampler.overlap_samples());
   EXPECT_TRUE(Cancel(*id));
 }
 

@@ -19,6 +19,7 @@ import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request } from 'node:http';
 import { extname, join } from 'node:path';
+import { userInfo } from 'node:os';
 import {
   Processes, StepFailed, Steps, assert, assertClean, ensureDir, launchBrowser, parseArgs, waitFor,
   watch,
@@ -133,8 +134,10 @@ try {
       const joinFile = join(work, 'join-token');
       writeFileSync(joinFile, `${join1.stdout.trim().split('\n').pop()}\n`, { mode: 0o600 });
       joinArgs.push('--join-token-file', joinFile);
-      const user = await run(bin('tessera-coordinator'), ['--db', db, 'token', 'create', '--name', 'browser-e2e']);
-      assert(user.code === 0, `token create --name browser-e2e exited ${user.code}: ${user.stderr}`);
+      // Ranks run as the account the user token is named after: this one.
+      const account = userInfo().username;
+      const user = await run(bin('tessera-coordinator'), ['--db', db, 'token', 'create', '--name', account]);
+      assert(user.code === 0, `token create --name ${account} exited ${user.code}: ${user.stderr}`);
       userToken = user.stdout.trim().split('\n').pop();
     } else {
       console.log('    (no token command: running without authentication)');
@@ -151,7 +154,9 @@ try {
     apiToken = userToken;
     worker = procs.start('worker', bin('tessera-worker'), [
       '--coordinator', grpc, '--name', 'w1', '--cpu-slots', '2', '--work-dir', join(work, 'w1'),
-      '--trainer', bin('tessera-train'), '--no-cgroups', ...joinArgs], { log: join(work, 'worker.log') });
+      '--trainer', bin('tessera-train'), '--no-cgroups', ...joinArgs,
+      // A root worker runs jobs as root only when allowed to.
+      ...(process.getuid() === 0 ? ['--allow-root-jobs'] : [])], { log: join(work, 'worker.log') });
     await waitFor('worker w1 registered', async () => {
       if (worker.exited) throw new Error(`worker exited (${worker.code}):\n${tail(worker.log)}`);
       const body = await api('/api/v1/workers');
@@ -345,8 +350,10 @@ try {
       page.on('request', onRequest);
       await page.goto(`${base}/#/jobs`);
       await page.goto(`${base}/#/jobs/${shortId}`);
-      await waitFor('metrics fetched by GET', async () => gets.length > 0, { timeoutMs: 15000 });
-      await waitFor('loss points by GET', async () => (await points('[data-chart="loss"]')) > 0, { timeoutMs: 15000 });
+      // Generous: under a parallel test run the page's fallback poll and the
+      // coordinator's remaining threads share two busy cores.
+      await waitFor('metrics fetched by GET', async () => gets.length > 0, { timeoutMs: 45000 });
+      await waitFor('loss points by GET', async () => (await points('[data-chart="loss"]')) > 0, { timeoutMs: 45000 });
       page.off('request', onRequest);
     } finally {
       for (const h of hogs) h.abort();

@@ -48,7 +48,8 @@ GrpcCoordinatorClient::GrpcCoordinatorClient(std::shared_ptr<grpc::Channel> chan
                                              GrpcCoordinatorClientOptions options)
     : identity_(identity),
       options_(options),
-      stub_(tessera::v1::TrainerService::NewStub(std::move(channel))) {}
+      channel_(std::move(channel)),
+      stub_(tessera::v1::TrainerService::NewStub(channel_)) {}
 
 void GrpcCoordinatorClient::Authorize(grpc::ClientContext* context) const {
   if (!identity_.credential.empty()) {
@@ -118,6 +119,25 @@ absl::Status GrpcCoordinatorClient::ReportResult(const TrainingResult& result) {
                                 return stub_->ReportResult(context, request, &response);
                               }),
                 "ReportResult");
+}
+
+absl::StatusOr<absl::Duration> GrpcCoordinatorClient::RenewLease(
+    absl::Duration deadline) {
+  tessera::v1::RenewLeaseRequest request;
+  request.set_job_id(identity_.job_id);
+  request.set_attempt(identity_.attempt);
+  request.set_rank(identity_.rank);
+  tessera::v1::RenewLeaseResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  context.set_wait_for_ready(true);
+  Authorize(&context);
+  const grpc::Status status = stub_->RenewLease(&context, request, &response);
+  if (!status.ok()) {
+    grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
+    return ToAbsl(status, "RenewLease");
+  }
+  return absl::Milliseconds(response.lease_ms());
 }
 
 }  // namespace tessera::trainer

@@ -4,7 +4,8 @@
 // Every call has a deadline. Rendezvous blocks on the server until all ranks have
 // joined, so it gets a long deadline and is retried while the coordinator is
 // UNAVAILABLE (e.g. still starting) for a bounded window. ReportResult retries the
-// same way; ReportMetrics makes one attempt (the reporter retries).
+// same way; ReportMetrics makes one attempt (the reporter retries), and so
+// does RenewLease (the lease keeper retries, see lease.h).
 //
 // This file and its .cc are the only trainer code that includes gRPC; they are
 // left out of TESSERA_TRAINER_ONLY builds. Thread-safe: state is constant after
@@ -54,11 +55,18 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   absl::Status ReportMetrics(const std::vector<MetricSample>& points) override;
   absl::Status ReportResult(const TrainingResult& result) override;
 
+  // One renewal of this rank's lease: the coordinator's lease duration.
+  // Waits for the channel to connect, up to `deadline`. After a failure it
+  // resets the channel's reconnect backoff, so that the next renewal reaches a
+  // restarted coordinator at once rather than after a backoff of minutes.
+  absl::StatusOr<absl::Duration> RenewLease(absl::Duration deadline);
+
  private:
   void Authorize(grpc::ClientContext* context) const;
 
   const TrainerIdentity identity_;
   const GrpcCoordinatorClientOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<tessera::v1::TrainerService::Stub> stub_;
 };
 

@@ -2,12 +2,15 @@
 //
 // Wiring only: flags -> options, data, process group (rendezvous through the
 // coordinator, a static TCPStore, or standalone), reporter, training loop, result.
-// Exit codes: 0 success, 1 runtime failure, 2 usage error.
+// Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 lost the
+// coordinator's lease (lease.h).
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,7 @@
 #include "absl/time/time.h"
 #include "worker/trainer/coordinator_client.h"
 #include "worker/trainer/image_dataset.h"
+#include "worker/trainer/lease.h"
 #include "worker/trainer/metrics_reporter.h"
 #include "worker/trainer/process_group.h"
 #include "worker/trainer/trainer.h"
@@ -40,8 +44,11 @@ constexpr bool kCoordinatorSupported = true;
 #else
 constexpr bool kCoordinatorSupported = false;
 #endif
-// Time allowed at exit for queued metric points to reach the coordinator.
-constexpr absl::Duration kFinalFlushTimeout = absl::Seconds(10);
+// Time allowed at exit for queued metric points to reach the coordinator. A
+// coordinator that is down when training ends may come back within the lease
+// (--trainer-lease-ms, 90 s by default) without losing a point; past the lease
+// the trainer stops itself anyway (lease.h).
+constexpr absl::Duration kFinalFlushTimeout = absl::Seconds(120);
 
 int Fail(const std::string& context, const absl::Status& status) {
   std::cerr << "tessera-train: " << context << ": " << status << std::endl;
@@ -66,11 +73,57 @@ std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(const LaunchOptions& la
   identity.attempt = launch.attempt;
   identity.rank = launch.rank;
   identity.credential = launch.credential;
+  // TLS as the worker that launched this rank has it: the roots it trusts (the
+  // pinned coordinator certificate, or the operator's CA) and the name to check.
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments args;
+  // As the coordinator's and the worker's limit: answers are small, but a
+  // corrupt or hostile one must not make the trainer buffer without bound.
+  args.SetMaxReceiveMessageSize(16 << 20);
+  const char* ca_file = std::getenv("TESSERA_TRAINER_TLS_CA");
+  if (ca_file != nullptr && *ca_file != '\0') {
+    std::ifstream in(ca_file);
+    std::stringstream roots;
+    roots << in.rdbuf();
+    if (!in || roots.str().empty()) {
+      // The channel would fail its handshakes; say why once, up front.
+      std::cerr << "tessera-train: cannot read the coordinator's TLS roots from "
+                << ca_file << std::endl;
+    }
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = roots.str();
+    credentials = grpc::SslCredentials(ssl);
+    const char* server_name = std::getenv("TESSERA_TRAINER_TLS_SERVER_NAME");
+    if (server_name != nullptr && *server_name != '\0') {
+      args.SetSslTargetNameOverride(server_name);
+    }
+  }
   return std::make_unique<GrpcCoordinatorClient>(
-      grpc::CreateChannel(launch.coordinator, grpc::InsecureChannelCredentials()),
-      identity);
+      grpc::CreateCustomChannel(launch.coordinator, credentials, args), identity);
 #else
   (void)launch;
+  return nullptr;
+#endif
+}
+
+// Keeps this rank's lease with the coordinator (lease.h) from a background
+// thread; a rank that loses it stops itself. Null without a coordinator.
+std::unique_ptr<LeaseKeeper> StartLease(CoordinatorClient* coordinator) {
+#if TESSERA_TRAINER_WITH_GRPC
+  auto* client = dynamic_cast<GrpcCoordinatorClient*>(coordinator);
+  if (client == nullptr) return nullptr;
+  auto keeper = std::make_unique<LeaseKeeper>(
+      [client](absl::Duration deadline) { return client->RenewLease(deadline); },
+      FenceProcess,
+      [](const std::string& line) {
+        std::cerr << "tessera-train: " << line << std::endl;
+      },
+      MonotonicNow, MonotonicNow() - ProcessAge());
+  keeper->Start();
+  return keeper;
+#else
+  (void)coordinator;
   return nullptr;
 #endif
 }
@@ -118,6 +171,11 @@ int Run(int argc, char** argv) {
                                                                            : kExitFailure;
   }
 
+  // The lease first: it counts from the process start, and loading data may
+  // take a while.
+  const std::unique_ptr<CoordinatorClient> coordinator = MakeCoordinatorClient(launch);
+  const std::unique_ptr<LeaseKeeper> lease = StartLease(coordinator.get());
+
   ConfigureHostAllocator();
 
   // Data first: a bad data directory fails fast, before any peer waits on us.
@@ -126,8 +184,8 @@ int Run(int argc, char** argv) {
   absl::StatusOr<ImageDataset> test = LoadSplit(options, Split::kTest);
   if (!test.ok()) return Fail("loading the test split", test.status());
 
-  const std::unique_ptr<CoordinatorClient> coordinator = MakeCoordinatorClient(launch);
   ProcessGroupOptions group_options;
+  group_options.gloo_pairwise_exchange = flags->gloo_allreduce == "exchange";
   if (placement->cuda) {
     if (!NcclBackendAvailable()) {
       return Fail("forming the process group",

@@ -128,6 +128,7 @@ export function mountJob(root, { id }, ctx) {
     setChildren(factsSlot, facts([
       ['Attempt', `${num(job.attempt)}${num(job.spec?.max_restarts) ? ` of ${num(job.spec.max_restarts) + 1}` : ''}`],
       ['Ranks', String(num(job.spec?.world_size))],
+      job.owner ? ['Owner', job.owner] : null,
       ['Model', `${tr.model || '–'} · ${tr.dataset || '–'}`],
       ['Batch', `${num(tr.batch_size)}/rank`],
       ['Created', h('span', { title: fmtTime(created) }, fmtShortTime(created))],
