@@ -6,11 +6,14 @@
 #include <openssl/x509.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "httplib.h"
 
 namespace tessera {
@@ -140,15 +143,28 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
         "cannot listen on ", address, " (HTTP): the address is in use or not available"));
   }
   httplib::Server* raw = s->server_.get();
-  s->thread_ = std::thread([raw] { raw->listen_after_bind(); });
+  std::atomic<bool>* done = &s->listen_done_;
+  s->thread_ = std::thread([raw, done] {
+    raw->listen_after_bind();
+    done->store(true);
+  });
   return s;
 }
 
 void HttpServer::Stop() {
-  if (thread_.joinable()) {
-    server_->stop();
-    thread_.join();
+  if (!thread_.joinable()) return;
+  // httplib's stop() does nothing until the listening thread has marked the
+  // server running; that thread would then block in accept() for good (a Stop
+  // right after Start hung). So wait for it to run (or to have ended), then
+  // stop it once.
+  while (!listen_done_.load()) {
+    if (server_->is_running()) {
+      server_->stop();
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(1));
   }
+  thread_.join();
 }
 
 HttpServer::~HttpServer() { Stop(); }

@@ -6,6 +6,7 @@
 #ifndef TESSERA_COORDINATOR_HTTP_SERVER_H_
 #define TESSERA_COORDINATOR_HTTP_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +37,7 @@ class HttpServer {
  private:
   HttpServer() = default;
   std::unique_ptr<httplib::Server> server_;
+  std::atomic<bool> listen_done_{false};  // set by thread_ once listening ended
   std::thread thread_;
   int port_ = 0;
 };
