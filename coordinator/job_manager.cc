@@ -453,7 +453,9 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     for (const v1::LocalRank& lr : request.ranks()) {
       listed.insert({lr.job_id(), lr.attempt(), lr.rank()});
     }
-    for (auto& [id, job] : jobs_) {
+    for (auto& [job_id, job] : jobs_) {
+      const int64_t id =
+          job_id;  // lambdas cannot capture a structured binding (clang 14)
       auto gone = [&](const RankRecord& r) {
         return r.worker == request.name() && !listed.contains({id, r.attempt, r.rank});
       };
@@ -616,7 +618,9 @@ void JobManager::Tick() {
         changed = true;
       }
     }
-    for (auto& [id, job] : jobs_) {
+    for (auto& [job_id, job] : jobs_) {
+      const int64_t id =
+          job_id;  // lambdas cannot capture a structured binding (clang 14)
       const size_t before = job.lost.size();
       std::erase_if(job.lost, [&](const LostRank& l) {
         if (l.deadline > now) return false;
