@@ -46,15 +46,20 @@ class ClusterTest : public ::testing::Test {
  protected:
   // Creates a user and a join token in the cluster's database, once; the
   // database outlives coordinator restarts, and so do the tokens.
-  void EnsureTokens() {
+  // `coordinator_flags` go before `token create` (e.g. --tls-self-signed).
+  void EnsureTokens(const std::vector<std::string>& coordinator_flags = {}) {
     if (!user_token_.empty()) return;
-    auto create = [this](const std::string& kind) {
+    auto create = [this, &coordinator_flags](const std::string& kind) {
       const std::string log = dir_.File("token-" + kind + ".out");
-      auto p = ChildProcess::Start(
-          {testing::BinDir() + "/tessera-coordinator", "--db", dir_.File("tessera.db"),
-           "token", "create", "--kind", kind, "--name",
-           kind == "user" ? CurrentUserName() : "e2e-" + kind},
-          log);
+      std::vector<std::string> argv = {testing::BinDir() + "/tessera-coordinator", "--db",
+                                       dir_.File("tessera.db")};
+      argv.insert(argv.end(), coordinator_flags.begin(), coordinator_flags.end());
+      for (const std::string& arg :
+           {std::string("token"), std::string("create"), std::string("--kind"), kind,
+            std::string("--name"), kind == "user" ? CurrentUserName() : "e2e-" + kind}) {
+        argv.push_back(arg);
+      }
+      auto p = ChildProcess::Start(argv, log);
       EXPECT_TRUE(p.ok()) << p.status();
       if (!p.ok()) return std::string();
       std::optional<int> status = (*p)->Wait(absl::Seconds(30));

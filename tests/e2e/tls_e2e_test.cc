@@ -1,7 +1,6 @@
 // End to end over TLS: a real tessera-coordinator with --tls-self-signed,
 // tessera-worker daemons that pin its certificate from their join token, and
 // real tessera-train ranks whose channel trusts the same certificate.
-#include <pwd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,13 +20,6 @@ namespace tessera {
 namespace {
 
 using ::testing::HasSubstr;
-
-// This process's account: a job is owned by the submitting token's name, and
-// a worker runs its ranks as that account.
-std::string AccountName() {
-  const passwd* pw = getpwuid(geteuid());
-  return pw != nullptr ? pw->pw_name : "root";
-}
 
 std::string TinyJob() {
   return R"(name: e2e-tls
@@ -49,27 +41,7 @@ class TlsClusterTest : public ClusterTest {
   // Tokens made with --tls-self-signed: they carry the certificate's pin, and
   // the first one creates the certificate in the database.
   void MakePinnedTokens() {
-    auto create = [this](const std::string& kind) {
-      const std::string log = dir_.File("token-" + kind + ".out");
-      auto p = ChildProcess::Start(
-          {testing::BinDir() + "/tessera-coordinator", "--db", dir_.File("tessera.db"),
-           "--tls-self-signed", "token", "create", "--kind", kind, "--name",
-           kind == "user" ? AccountName() : "e2e-" + kind},
-          log);
-      EXPECT_TRUE(p.ok()) << p.status();
-      if (!p.ok()) return std::string();
-      std::optional<int> status = (*p)->Wait(absl::Seconds(30));
-      EXPECT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-          << (*p)->Log();
-      std::string token = (*p)->Log();
-      while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) {
-        token.pop_back();
-      }
-      return token;
-    };
-    user_token_ = create("user");
-    join_token_ = create("join");
-    std::ofstream(dir_.File("join-token")) << join_token_ << "\n";
+    EnsureTokens({"--tls-self-signed"});
     pin_ = SplitTokenPin(join_token_).pin;
   }
 
