@@ -254,6 +254,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                    ResolveViTConfig(options_.model, train_.channels, train_.num_classes,
                                     options_.image_size));
   config.dropout = options_.dropout;
+  config.cpu_kernels = options_.cpu_kernels;
   if (test_.channels != train_.channels || test_.num_classes != train_.num_classes) {
     return absl::InvalidArgumentError("train and test splits differ in shape");
   }

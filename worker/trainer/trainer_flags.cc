@@ -76,6 +76,16 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
                  "a small model's all-reduce overlaps backward too (1: DDP's caps alone)")
       ->group("Communication");
 
+  app.add_option_function<std::string>(
+         "--cpu-kernels",
+         [&flags](const std::string& kernels) {
+           flags.trainer.cpu_kernels = kernels == "tessera";
+         },
+         "LayerNorm and GELU on CPU: tessera (one vectorised pass, the default) or aten "
+         "(LibTorch's kernels, for comparison)")
+      ->check(CLI::IsMember({"tessera", "aten"}))
+      ->group("Performance");
+
   LaunchOptions& l = flags.launch;
   const std::string launch = "Launch (set by tessera-worker)";
   app.add_option("--coordinator", l.coordinator,

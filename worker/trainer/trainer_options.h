@@ -55,6 +55,9 @@ struct TrainerOptions {
   // Not a TrainerConfig field (set by flag only): split small models into at
   // least this many buckets so their communication overlaps backward too.
   int32_t min_buckets = 1;
+  // Not a TrainerConfig field either: LayerNorm and GELU on tessera's CPU
+  // kernels (true) or LibTorch's (false); see fused_layers.h.
+  bool cpu_kernels = true;
 };
 
 // Where this process sits in the job. Set by the worker on the command line.

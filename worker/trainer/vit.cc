@@ -5,12 +5,21 @@
 #include <cmath>
 #include <string>
 
+#include "worker/trainer/fused_layers.h"
+
 namespace tessera::trainer {
 namespace {
 
 torch::nn::LayerNorm MakeLayerNorm(const ViTConfig& config) {
   return torch::nn::LayerNorm(
       torch::nn::LayerNormOptions({config.dim}).eps(config.layer_norm_eps));
+}
+
+// The module's own forward, or the same LayerNorm on tessera's CPU kernels.
+torch::Tensor ApplyLayerNorm(torch::nn::LayerNorm& norm, const torch::Tensor& x,
+                             bool cpu_kernels) {
+  if (!cpu_kernels) return norm->forward(x);
+  return LayerNorm(x, norm->weight, norm->bias, norm->options.eps());
 }
 
 // Xavier-uniform weights and zero biases, as torchvision initialises the
@@ -67,7 +76,8 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   return proj_->forward(context.transpose(1, 2).reshape({batch, tokens, dim}));
 }
 
-EncoderBlockImpl::EncoderBlockImpl(const ViTConfig& config) {
+EncoderBlockImpl::EncoderBlockImpl(const ViTConfig& config)
+    : cpu_kernels_(config.cpu_kernels) {
   norm1_ = register_module("norm1", MakeLayerNorm(config));
   attention_ = register_module("attention",
                                SelfAttention(config.dim, config.heads, config.dropout));
@@ -78,8 +88,11 @@ EncoderBlockImpl::EncoderBlockImpl(const ViTConfig& config) {
 }
 
 torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = x + dropout_->forward(attention_->forward(norm1_->forward(x)));
-  torch::Tensor hidden = torch::gelu(fc1_->forward(norm2_->forward(y)));
+  torch::Tensor y =
+      x + dropout_->forward(attention_->forward(ApplyLayerNorm(norm1_, x, cpu_kernels_)));
+  torch::Tensor pre_activation = fc1_->forward(ApplyLayerNorm(norm2_, y, cpu_kernels_));
+  torch::Tensor hidden =
+      cpu_kernels_ ? Gelu(pre_activation) : torch::gelu(pre_activation);
   hidden = fc2_->forward(dropout_->forward(hidden));
   return y + dropout_->forward(hidden);
 }
@@ -118,7 +131,7 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
   x = torch::cat({class_token_.expand({batch, -1, -1}), x}, 1) + position_embedding_;
   x = dropout_->forward(x);
   x = blocks_->forward(x);
-  x = norm_->forward(x);
+  x = ApplyLayerNorm(norm_, x, config_.cpu_kernels);
   return head_->forward(x.select(1, 0));
 }
 

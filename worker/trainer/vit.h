@@ -51,6 +51,7 @@ class EncoderBlockImpl : public torch::nn::Module {
   torch::nn::Linear fc1_{nullptr};
   torch::nn::Linear fc2_{nullptr};
   torch::nn::Dropout dropout_{nullptr};
+  bool cpu_kernels_;  // ViTConfig::cpu_kernels
 };
 TORCH_MODULE(EncoderBlock);
 

@@ -186,6 +186,15 @@ TEST(TrainerFlagsTest, AcceptsSpaceSeparatedValuesAndBooleanWords) {
   EXPECT_TRUE(ParseTrainerFlags({"--allreduce=true"})->trainer.allreduce);
 }
 
+TEST(TrainerFlagsTest, CpuKernelsChooseTesseraByDefaultOrAtenAndRejectOthers) {
+  EXPECT_TRUE(ParseTrainerFlags({})->trainer.cpu_kernels);
+  EXPECT_TRUE(ParseTrainerFlags({"--cpu-kernels", "tessera"})->trainer.cpu_kernels);
+  EXPECT_FALSE(ParseTrainerFlags({"--cpu-kernels=aten"})->trainer.cpu_kernels);
+  const absl::StatusOr<TrainerFlags> bad = ParseTrainerFlags({"--cpu-kernels=fast"});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("--cpu-kernels"));
+}
+
 TEST(TrainerFlagsTest, RejectsUnknownFlagsAndMalformedValues) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--no-such-flag=1"},
