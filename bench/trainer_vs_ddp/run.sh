@@ -4,10 +4,12 @@
 # same per-rank batch, synthetic data of the same size, AdamW, Gloo over loopback,
 # the same intra-op thread count, at world sizes 1 and 2. DDP runs at its
 # defaults (bucket_cap_mb=25, gradient copies into its buckets); tessera at its
-# own defaults (25 MiB buckets, 1 MiB first bucket, but at least 8 buckets of at
-# least 64 KiB, so a small model's all-reduce overlaps backward too; gradients
-# living in the buckets; two ranks all-reduce by one pairwise exchange instead of
-# Gloo's two-round ring; AdamW fused into one pass per parameter).
+# own defaults (25 MiB buckets, 1 MiB first bucket; gradients living in the
+# buckets; two ranks all-reduce by one pairwise exchange instead of Gloo's
+# two-round ring; AdamW fused into one pass per parameter; LayerNorm, GELU and
+# the Linear layers on tessera's CPU kernels (one vectorised pass for LayerNorm
+# and GELU, oneDNN's sgemm for the Linear products). Attention is the same op on
+# both sides: baddbmm (scale as alpha), softmax, bmm, on LibTorch's kernels.
 #
 # Both sides time only the training steps after a warmup: tessera from its
 # per-step breakdown (time_step_ms in --metrics-file, first interval dropped),
@@ -20,8 +22,8 @@
 # Usage: bench/trainer_vs_ddp/run.sh            (BUILD=build dir, default build)
 #   MODELS="vit-micro vit-cifar-tiny" WORLDS="1 2" THREADS=1 REPEATS=2
 #   TESSERA_ARGS="..." adds tessera-train flags, e.g. for an ablation:
-#   TESSERA_ARGS="--min-buckets 1 --gloo-allreduce ring" (DDP's bucketing and
-#   Gloo's ring)
+#   TESSERA_ARGS="--cpu-kernels aten" (LibTorch's LayerNorm, GELU and Linear)
+#   TESSERA_ARGS="--gloo-allreduce ring" (Gloo's ring at two ranks)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

@@ -12,6 +12,13 @@
 
 #include "worker/trainer/cpu_kernels.h"
 
+#ifndef TESSERA_HAVE_DNNL
+#define TESSERA_HAVE_DNNL 0
+#endif
+#if TESSERA_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
 namespace tessera::trainer {
 namespace {
 
@@ -129,6 +136,67 @@ class GeluFunction : public torch::autograd::Function<GeluFunction> {
   }
 };
 
+#if TESSERA_HAVE_DNNL
+// Row-major C[m, n] = op(A) op(B) (+ C when accumulate) on oneDNN's sgemm.
+void Gemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+          int64_t lda, const float* b, int64_t ldb, bool accumulate, float* c,
+          int64_t ldc) {
+  const dnnl_status_t status = dnnl_sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb,
+                                          accumulate ? 1.0f : 0.0f, c, ldc);
+  TORCH_CHECK(status == dnnl_success, "oneDNN sgemm failed with status ",
+              static_cast<int>(status), " (", m, "x", n, "x", k, ")");
+}
+
+// y = x weight^T + bias over x's last dimension, as torch::nn::Linear; x is
+// viewed as [rows, in]. Backward: dx = dy weight, dweight = dy^T x, dbias = the
+// column sums of dy.
+class LinearFunction : public torch::autograd::Function<LinearFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    const int64_t in = weight.size(1);
+    const int64_t out = weight.size(0);
+    const torch::Tensor x = input.reshape({-1, in}).contiguous();
+    const torch::Tensor w = weight.contiguous();
+    const int64_t rows = x.size(0);
+    torch::Tensor y = torch::empty({rows, out}, x.options());
+    y.copy_(bias.reshape({1, out}).expand({rows, out}));
+    if (rows > 0) {
+      Gemm('N', 'T', rows, out, in, x.data_ptr<float>(), in, w.data_ptr<float>(), in,
+           /*accumulate=*/true, y.data_ptr<float>(), out);
+    }
+    ctx->save_for_backward({x, w});
+    std::vector<int64_t> shape = input.sizes().vec();
+    shape.back() = out;
+    return y.view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& w = saved[1];
+    const int64_t rows = x.size(0);
+    const int64_t in = w.size(1);
+    const int64_t out = w.size(0);
+    const torch::Tensor dy = grad_outputs[0].reshape({rows, out}).contiguous();
+    torch::Tensor dx = torch::empty({rows, in}, x.options());
+    torch::Tensor dweight = torch::empty({out, in}, x.options());
+    if (rows > 0) {
+      Gemm('N', 'N', rows, in, out, dy.data_ptr<float>(), out, w.data_ptr<float>(), in,
+           false, dx.data_ptr<float>(), in);
+      Gemm('T', 'N', out, in, rows, dy.data_ptr<float>(), out, x.data_ptr<float>(), in,
+           false, dweight.data_ptr<float>(), in);
+    } else {
+      dx.zero_();
+      dweight.zero_();
+    }
+    std::vector<int64_t> input_shape = grad_outputs[0].sizes().vec();
+    input_shape.back() = in;
+    return {dx.view(input_shape), dweight, dy.sum(0)};
+  }
+};
+#endif
+
 }  // namespace
 
 bool CpuKernelsApply(const torch::Tensor& x) {
@@ -143,6 +211,21 @@ torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
   TORCH_CHECK(weight.numel() == x.size(-1) && bias.numel() == x.size(-1),
               "LayerNorm: weight and bias need ", x.size(-1), " entries");
   return LayerNormFunction::apply(x, weight, bias, eps);
+}
+
+bool CpuLinearAvailable() { return TESSERA_HAVE_DNNL != 0; }
+
+torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
+                     const torch::Tensor& bias) {
+#if TESSERA_HAVE_DNNL
+  // Autograd functions take no undefined inputs: bias-free layers (none in the
+  // ViT) take the stock op.
+  if (CpuKernelsApply(x) && IsCpuFloat(weight) && IsCpuFloat(bias) && x.dim() >= 1 &&
+      weight.dim() == 2 && x.size(-1) == weight.size(1)) {
+    return LinearFunction::apply(x, weight, bias);
+  }
+#endif
+  return torch::nn::functional::linear(x, weight, bias);
 }
 
 torch::Tensor Gelu(const torch::Tensor& x) {

@@ -25,6 +25,7 @@
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/distributed_sampler.h"
 #include "worker/trainer/fused_adamw.h"
+#include "worker/trainer/fused_layers.h"
 #include "worker/trainer/loss_scaler.h"
 #include "worker/trainer/param_hash.h"
 #include "worker/trainer/reducer.h"
@@ -402,6 +403,12 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                  << (outcome.resumed_from > 0
                          ? absl::StrCat(", resumed at step ", outcome.resumed_from)
                          : "")
+                 << ", CPU kernels "
+                 << (!config.cpu_kernels || placement.cuda
+                         ? "LibTorch's"
+                         : (CpuLinearAvailable()
+                                ? "tessera (LayerNorm, GELU; Linear on oneDNN)"
+                                : "tessera (LayerNorm, GELU)"))
                  << std::endl;
     }
 

@@ -22,6 +22,13 @@ torch::Tensor ApplyLayerNorm(torch::nn::LayerNorm& norm, const torch::Tensor& x,
   return LayerNorm(x, norm->weight, norm->bias, norm->options.eps());
 }
 
+// The module's own forward, or the same product on tessera's CPU path.
+torch::Tensor ApplyLinear(torch::nn::Linear& linear, const torch::Tensor& x,
+                          bool cpu_kernels) {
+  if (!cpu_kernels) return linear->forward(x);
+  return Linear(x, linear->weight, linear->bias);
+}
+
 // Xavier-uniform weights and zero biases, as torchvision initialises the
 // transformer's linear layers.
 torch::nn::Linear MakeLinear(int in, int out) {
@@ -34,10 +41,11 @@ torch::nn::Linear MakeLinear(int in, int out) {
 
 }  // namespace
 
-SelfAttentionImpl::SelfAttentionImpl(int dim, int heads, double dropout)
+SelfAttentionImpl::SelfAttentionImpl(int dim, int heads, double dropout, bool cpu_kernels)
     : heads_(heads),
       scale_(1.0 / std::sqrt(static_cast<double>(dim / heads))),
-      attention_dropout_(dropout) {
+      attention_dropout_(dropout),
+      cpu_kernels_(cpu_kernels) {
   qkv_ = register_module("qkv", MakeLinear(dim, 3 * dim));
   proj_ = register_module("proj", MakeLinear(dim, dim));
   attn_dropout_ = register_module("attn_dropout", torch::nn::Dropout(dropout));
@@ -48,7 +56,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t tokens = x.size(1);
   const int64_t dim = x.size(2);
   // [3, batch, heads, tokens, head_dim]
-  const torch::Tensor qkv = qkv_->forward(x)
+  const torch::Tensor qkv = ApplyLinear(qkv_, x, cpu_kernels_)
                                 .reshape({batch, tokens, 3, heads_, dim / heads_})
                                 .permute({2, 0, 3, 1, 4});
   const torch::Tensor q = qkv[0];
@@ -73,14 +81,16 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
       torch::bmm(attention, v.reshape({batch * heads_, tokens, head_dim}))
           .view({batch, heads_, tokens, head_dim});
 #endif
-  return proj_->forward(context.transpose(1, 2).reshape({batch, tokens, dim}));
+  return ApplyLinear(proj_, context.transpose(1, 2).reshape({batch, tokens, dim}),
+                     cpu_kernels_);
 }
 
 EncoderBlockImpl::EncoderBlockImpl(const ViTConfig& config)
     : cpu_kernels_(config.cpu_kernels) {
   norm1_ = register_module("norm1", MakeLayerNorm(config));
-  attention_ = register_module("attention",
-                               SelfAttention(config.dim, config.heads, config.dropout));
+  attention_ = register_module(
+      "attention",
+      SelfAttention(config.dim, config.heads, config.dropout, config.cpu_kernels));
   norm2_ = register_module("norm2", MakeLayerNorm(config));
   fc1_ = register_module("fc1", MakeLinear(config.dim, config.mlp_dim));
   fc2_ = register_module("fc2", MakeLinear(config.mlp_dim, config.dim));
@@ -90,10 +100,11 @@ EncoderBlockImpl::EncoderBlockImpl(const ViTConfig& config)
 torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x) {
   torch::Tensor y =
       x + dropout_->forward(attention_->forward(ApplyLayerNorm(norm1_, x, cpu_kernels_)));
-  torch::Tensor pre_activation = fc1_->forward(ApplyLayerNorm(norm2_, y, cpu_kernels_));
+  torch::Tensor pre_activation =
+      ApplyLinear(fc1_, ApplyLayerNorm(norm2_, y, cpu_kernels_), cpu_kernels_);
   torch::Tensor hidden =
       cpu_kernels_ ? Gelu(pre_activation) : torch::gelu(pre_activation);
-  hidden = fc2_->forward(dropout_->forward(hidden));
+  hidden = ApplyLinear(fc2_, dropout_->forward(hidden), cpu_kernels_);
   return y + dropout_->forward(hidden);
 }
 
@@ -132,7 +143,7 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
   x = dropout_->forward(x);
   x = blocks_->forward(x);
   x = ApplyLayerNorm(norm_, x, config_.cpu_kernels);
-  return head_->forward(x.select(1, 0));
+  return ApplyLinear(head_, x.select(1, 0), config_.cpu_kernels);
 }
 
 }  // namespace tessera::trainer

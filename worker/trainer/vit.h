@@ -25,7 +25,8 @@ namespace tessera::trainer {
 
 class SelfAttentionImpl : public torch::nn::Module {
  public:
-  SelfAttentionImpl(int dim, int heads, double dropout);
+  // cpu_kernels: ViTConfig::cpu_kernels.
+  SelfAttentionImpl(int dim, int heads, double dropout, bool cpu_kernels = true);
   // [batch, tokens, dim] -> [batch, tokens, dim]
   torch::Tensor forward(const torch::Tensor& x);
 
@@ -33,6 +34,7 @@ class SelfAttentionImpl : public torch::nn::Module {
   int heads_;
   double scale_;              // 1 / sqrt(head_dim)
   double attention_dropout_;  // on the attention weights while training
+  bool cpu_kernels_;
   torch::nn::Linear qkv_{nullptr};
   torch::nn::Linear proj_{nullptr};
   torch::nn::Dropout attn_dropout_{nullptr};
@@ -51,7 +53,7 @@ class EncoderBlockImpl : public torch::nn::Module {
   torch::nn::Linear fc1_{nullptr};
   torch::nn::Linear fc2_{nullptr};
   torch::nn::Dropout dropout_{nullptr};
-  bool cpu_kernels_;  // ViTConfig::cpu_kernels
+  bool cpu_kernels_;  // ViTConfig::cpu_kernels (LayerNorm, GELU and Linear)
 };
 TORCH_MODULE(EncoderBlock);
 

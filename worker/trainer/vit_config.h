@@ -27,8 +27,8 @@ struct ViTConfig {
   int mlp_dim = 128;     // hidden width of each block's MLP
   double dropout = 0.0;  // after embeddings, attention output and MLP
   double layer_norm_eps = 1e-6;
-  // Not part of the shape: run LayerNorm and GELU on tessera's CPU kernels
-  // (fused_layers.h) where they apply; false keeps LibTorch's (--cpu-kernels).
+  // Not part of the shape: run LayerNorm, GELU and the Linear layers on tessera's CPU
+  // kernels (fused_layers.h) where they apply; false keeps LibTorch's (--cpu-kernels).
   bool cpu_kernels = true;
 
   int num_patches() const {

@@ -127,6 +127,56 @@ TEST(FusedLayersTest, GeluForwardAndBackwardMatchLibTorch) {
   EXPECT_LT(MaxError(x.grad(), x_ref.grad()), 2e-6);
 }
 
+struct LinearResult {
+  torch::Tensor y, dx, dweight, dbias;
+};
+
+LinearResult RunLinear(const torch::Tensor& x0, const torch::Tensor& w0,
+                       const torch::Tensor& b0, bool ours) {
+  torch::Tensor x = x0.clone().requires_grad_(true);
+  torch::Tensor w = w0.clone().requires_grad_(true);
+  torch::Tensor b = b0.defined() ? b0.clone().requires_grad_(true) : torch::Tensor();
+  // A strided view of x, as the ViT's head gets (the class token of each row).
+  torch::Tensor input = x.dim() == 3 ? x.select(1, 0) : x;
+  torch::Tensor y =
+      ours ? Linear(input, w, b) : torch::nn::functional::linear(input, w, b);
+  torch::manual_seed(99);
+  y.backward(torch::randn(y.sizes()));
+  return {y.detach(), x.grad(), w.grad(), b.defined() ? b.grad() : torch::Tensor()};
+}
+
+TEST(FusedLayersTest, LinearForwardAndBackwardMatchLibTorch) {
+  if (!CpuLinearAvailable()) GTEST_SKIP() << "built without oneDNN";
+  torch::set_num_threads(1);
+  torch::manual_seed(13);
+  struct Case {
+    std::vector<int64_t> x;
+    int64_t out;
+    bool bias;
+  };
+  for (const Case& c :
+       std::vector<Case>{{{4, 50, 64}, 192, true},  // qkv of vit-micro
+                         {{3200, 128}, 64, true},   // rows as fc2 sees them
+                         {{5, 7, 33}, 10, false},   // strided rows, no bias
+                         {{0, 64}, 16, true}}) {    // no rows
+    const torch::Tensor x = torch::randn(c.x);
+    const torch::Tensor w = torch::randn({c.out, c.x.back()}) * 0.1;
+    const torch::Tensor b = c.bias ? torch::randn({c.out}) : torch::Tensor();
+    const LinearResult ours = RunLinear(x, w, b, true);
+    const LinearResult stock = RunLinear(x, w, b, false);
+    ASSERT_EQ(ours.y.sizes(), stock.y.sizes());
+    if (ours.y.numel() == 0) {
+      EXPECT_TRUE(torch::equal(ours.dweight, torch::zeros_like(w)));
+      continue;
+    }
+    const double scale = stock.dweight.abs().max().item<double>();
+    EXPECT_LT(MaxError(ours.y, stock.y), 1e-5) << c.x.back();
+    EXPECT_LT(MaxError(ours.dx, stock.dx), 1e-5) << c.x.back();
+    EXPECT_LT(MaxError(ours.dweight / scale, stock.dweight / scale), 1e-5) << c.x.back();
+    if (c.bias) EXPECT_LT(MaxError(ours.dbias / scale, stock.dbias / scale), 1e-5);
+  }
+}
+
 TEST(FusedLayersTest, FloatCpuTensorsRunTesseraKernelsAndOtherTypesTheStockOps) {
   torch::Tensor x = torch::randn({8, 16}).requires_grad_(true);
   torch::Tensor w = torch::ones({16}, torch::requires_grad());
@@ -135,6 +185,12 @@ TEST(FusedLayersTest, FloatCpuTensorsRunTesseraKernelsAndOtherTypesTheStockOps) 
   EXPECT_TRUE(AnyNameContains(GraphNodeNames(Gelu(x)), "GeluFunction"));
   EXPECT_TRUE(
       AnyNameContains(GraphNodeNames(LayerNorm(x, w, b, 1e-6)), "LayerNormFunction"));
+  const torch::Tensor weight = torch::randn({4, 16}, torch::requires_grad());
+  const torch::Tensor bias = torch::randn({4}, torch::requires_grad());
+  EXPECT_EQ(AnyNameContains(GraphNodeNames(Linear(x, weight, bias)), "LinearFunction"),
+            CpuLinearAvailable());
+  // Without a bias, the stock op.
+  EXPECT_FALSE(AnyNameContains(GraphNodeNames(Linear(x, weight, {})), "LinearFunction"));
 
   torch::Tensor xd = torch::randn({8, 16}, torch::kFloat64).requires_grad_(true);
   EXPECT_FALSE(CpuKernelsApply(xd));
@@ -184,9 +240,11 @@ TEST(FusedLayersTest, ViTWithTesseraKernelsMatchesTheStockOps) {
   const Run stock = run(false);
   EXPECT_TRUE(AnyNameContains(ours.nodes, "LayerNormFunction"));
   EXPECT_TRUE(AnyNameContains(ours.nodes, "GeluFunction"));
+  EXPECT_EQ(AnyNameContains(ours.nodes, "LinearFunction"), CpuLinearAvailable());
   EXPECT_FALSE(AnyNameContains(ours.nodes, "NativeLayerNormBackward"));
   EXPECT_TRUE(AnyNameContains(stock.nodes, "NativeLayerNormBackward"));
   EXPECT_FALSE(AnyNameContains(stock.nodes, "GeluFunction"));
+  EXPECT_FALSE(AnyNameContains(stock.nodes, "LinearFunction"));
 
   EXPECT_LT(MaxError(ours.logits, stock.logits), 1e-5);
   ASSERT_EQ(ours.grads.size(), stock.grads.size());
