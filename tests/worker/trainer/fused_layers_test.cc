@@ -80,6 +80,24 @@ void ExpectLayerNormMatchesLibTorch(const std::vector<int64_t>& shape, double of
   EXPECT_LT(MaxError(ours.dbias / scale, stock.dbias / scale), 1e-5) << "dim " << dim;
 }
 
+struct LinearResult {
+  torch::Tensor y, dx, dweight, dbias;
+};
+
+LinearResult RunLinear(const torch::Tensor& x0, const torch::Tensor& w0,
+                       const torch::Tensor& b0, bool ours) {
+  torch::Tensor x = x0.clone().requires_grad_(true);
+  torch::Tensor w = w0.clone().requires_grad_(true);
+  torch::Tensor b = b0.defined() ? b0.clone().requires_grad_(true) : torch::Tensor();
+  // A strided view of x, as the ViT's head gets (the class token of each row).
+  torch::Tensor input = x.dim() == 3 ? x.select(1, 0) : x;
+  torch::Tensor y =
+      ours ? Linear(input, w, b) : torch::nn::functional::linear(input, w, b);
+  torch::manual_seed(99);
+  y.backward(torch::randn(y.sizes()));
+  return {y.detach(), x.grad(), w.grad(), b.defined() ? b.grad() : torch::Tensor()};
+}
+
 TEST(FusedLayersTest, LayerNormForwardAndBackwardMatchLibTorch) {
   torch::set_num_threads(1);
   ExpectLayerNormMatchesLibTorch({4, 50, 64}, 0.0);   // vit-micro's rows
@@ -110,6 +128,27 @@ TEST(FusedLayersTest, LayerNormSplitAcrossThreadsSumsEveryRangesWeightGradient) 
   torch::set_num_threads(previous);
 }
 
+// GELU split over threads, and the Linear products on oneDNN's own threads.
+TEST(FusedLayersTest, GeluAndLinearSplitAcrossThreadsMatchLibTorch) {
+  const int previous = torch::get_num_threads();
+  torch::set_num_threads(2);
+  torch::manual_seed(17);
+  const torch::Tensor h = torch::randn({64, 50, 128});
+  EXPECT_LT(MaxError(Gelu(h), torch::gelu(h)), 2e-6);
+  if (CpuLinearAvailable()) {
+    const torch::Tensor x = torch::randn({3200, 64});  // vit-micro's token rows
+    const torch::Tensor w = torch::randn({192, 64}) * 0.1;
+    const torch::Tensor b = torch::randn({192});
+    const LinearResult ours = RunLinear(x, w, b, true);
+    const LinearResult stock = RunLinear(x, w, b, false);
+    const double scale = stock.dweight.abs().max().item<double>();
+    EXPECT_LT(MaxError(ours.y, stock.y), 1e-5);
+    EXPECT_LT(MaxError(ours.dx, stock.dx), 1e-5);
+    EXPECT_LT(MaxError(ours.dweight / scale, stock.dweight / scale), 1e-5);
+  }
+  torch::set_num_threads(previous);
+}
+
 TEST(FusedLayersTest, GeluForwardAndBackwardMatchLibTorch) {
   torch::set_num_threads(1);
   torch::manual_seed(5);
@@ -125,24 +164,6 @@ TEST(FusedLayersTest, GeluForwardAndBackwardMatchLibTorch) {
   y_ref.backward(dy);
   EXPECT_LT(MaxError(y, y_ref), 2e-6);
   EXPECT_LT(MaxError(x.grad(), x_ref.grad()), 2e-6);
-}
-
-struct LinearResult {
-  torch::Tensor y, dx, dweight, dbias;
-};
-
-LinearResult RunLinear(const torch::Tensor& x0, const torch::Tensor& w0,
-                       const torch::Tensor& b0, bool ours) {
-  torch::Tensor x = x0.clone().requires_grad_(true);
-  torch::Tensor w = w0.clone().requires_grad_(true);
-  torch::Tensor b = b0.defined() ? b0.clone().requires_grad_(true) : torch::Tensor();
-  // A strided view of x, as the ViT's head gets (the class token of each row).
-  torch::Tensor input = x.dim() == 3 ? x.select(1, 0) : x;
-  torch::Tensor y =
-      ours ? Linear(input, w, b) : torch::nn::functional::linear(input, w, b);
-  torch::manual_seed(99);
-  y.backward(torch::randn(y.sizes()));
-  return {y.detach(), x.grad(), w.grad(), b.defined() ? b.grad() : torch::Tensor()};
 }
 
 TEST(FusedLayersTest, LinearForwardAndBackwardMatchLibTorch) {
