@@ -319,17 +319,22 @@ try {
   });
 
   await steps.run('with every stream slot taken (503) the job page loads by GET', async () => {
-    // Hold streams open until the coordinator refuses one.
+    // Hold streams open until the coordinator refuses one. Streams the page
+    // closed earlier still hold their slots until the coordinator's next write
+    // to them fails (a keepalive every 5 s; up to two writes). Were one of them
+    // freed while the job page below opens its stream, the page would get the
+    // slot and go live instead of polling. So top up until two rounds 6 s apart
+    // gain no slot, and keep topping up while the page loads.
     const hogs = [];
-    try {
-      for (let i = 0; i < 64; i++) {
+    const topUp = async () => {
+      for (let gained = 0; hogs.length < 64; gained++) {
         const abort = new AbortController();
         const timer = setTimeout(() => abort.abort(), 10000);
         let r;
         try {
           r = await fetch(`${http}/api/v1/stream/workers`, { signal: abort.signal, headers: authHeader() });
         } catch (e) {
-          throw new Error(`stream request ${i + 1} got no answer in 10 s (${e.name}) after ${hogs.length} ` +
+          throw new Error(`stream request ${hogs.length + 1} got no answer in 10 s (${e.name}) after ${hogs.length} ` +
             'streams were accepted: docs/api.md says a stream over --http-max-streams gets 503 ' +
             'and plain requests keep being served');
         } finally {
@@ -337,12 +342,32 @@ try {
         }
         if (r.status === 503) {
           abort.abort();
-          break;
+          return gained;
         }
         assert(r.status === 200, `stream answered ${r.status}`);
-        hogs.push(abort);
+        // Keep the response: fetch closes the connection of a response that is
+        // garbage collected with its body unread, which gave the slot back.
+        hogs.push({ abort, response: r });
       }
+      return 0;
+    };
+    let keepToppingUp = true;
+    let toppingUp = null;
+    try {
+      const rounds = [await topUp()];
+      for (let quiet = 0; quiet < 2 && rounds.length < 9;) {
+        await new Promise((resolve) => setTimeout(resolve, 6000));
+        rounds.push(await topUp());
+        quiet = rounds.at(-1) === 0 ? quiet + 1 : 0;
+      }
+      console.log(`    stream slots taken per round: ${rounds.join(', ')}`);
       assert(hogs.length > 0 && hogs.length < 64, `held ${hogs.length} streams without a 503`);
+      toppingUp = (async () => {
+        while (keepToppingUp) {
+          await topUp();
+          await new Promise((resolve) => setTimeout(resolve, 200));
+        }
+      })();
       const gets = [];
       const onRequest = (r) => {
         if (r.url().includes(`/api/v1/jobs/${shortId}/metrics`)) gets.push(r.url());
@@ -356,10 +381,12 @@ try {
       await waitFor('loss points by GET', async () => (await points('[data-chart="loss"]')) > 0, { timeoutMs: 45000 });
       page.off('request', onRequest);
     } finally {
-      for (const h of hogs) h.abort();
+      keepToppingUp = false;
+      await toppingUp?.catch(() => {});
+      for (const h of hogs) h.abort.abort();
     }
     // The coordinator notices a closed stream at its next write (an event or
-    // the 15 s keepalive); wait until streams are served again, so the next
+    // the 5 s keepalive); wait until streams are served again, so the next
     // pages are live rather than polling.
     await waitFor('stream slots given back', async () => {
       const abort = new AbortController();
