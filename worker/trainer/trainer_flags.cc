@@ -81,8 +81,8 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
          [&flags](const std::string& kernels) {
            flags.trainer.cpu_kernels = kernels == "tessera";
          },
-         "LayerNorm and GELU on CPU: tessera (one vectorised pass, the default) or aten "
-         "(LibTorch's kernels, for comparison)")
+         "LayerNorm, GELU and Linear on CPU: tessera (vectorised loops; Linear on "
+         "oneDNN; the default) or aten (LibTorch's kernels, for comparison)")
       ->check(CLI::IsMember({"tessera", "aten"}))
       ->group("Performance");
 
