@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "coordinator/common/grpc_tls.h"
 #include "coordinator/common/tls.h"
 
 namespace tessera::cli {
@@ -214,13 +215,7 @@ std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReplyBytes);
   std::shared_ptr<grpc::ChannelCredentials> credentials =
-      grpc::InsecureChannelCredentials();
-  if (tls->enabled) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = tls->root_pem;
-    credentials = grpc::SslCredentials(ssl);
-    if (!tls->server_name.empty()) args.SetSslTargetNameOverride(tls->server_name);
-  }
+      ChannelCredentialsFor(*tls, args);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(connection.address, credentials, args);
   return std::make_unique<CoordinatorClient>(std::move(channel), std::move(options));

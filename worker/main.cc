@@ -16,6 +16,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "coordinator/common/grpc_tls.h"
 #include "coordinator/common/tls.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -217,15 +218,8 @@ int main(int argc, char** argv) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetMaxReceiveMessageSize(16 * 1024 * 1024);
-  std::shared_ptr<grpc::ChannelCredentials> credentials =
-      grpc::InsecureChannelCredentials();
-  if (tls->enabled) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = tls->root_pem;
-    credentials = grpc::SslCredentials(ssl);
-    if (!tls->server_name.empty()) args.SetSslTargetNameOverride(tls->server_name);
-  }
-  auto channel = grpc::CreateCustomChannel(options.coordinator, credentials, args);
+  auto channel = grpc::CreateCustomChannel(
+      options.coordinator, tessera::ChannelCredentialsFor(*tls, args), args);
   tessera::PosixLauncher launcher;
   std::unique_ptr<tessera::CgroupTree> cgroups;
   if (use_cgroups) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/client.h"
 #include "coordinator/auth.h"
+#include "coordinator/common/grpc_tls.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/sqlite_store.h"
 #include "coordinator/tls_identity.h"
@@ -158,11 +159,8 @@ class TlsServerTest : public ::testing::Test {
 
   static std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address,
                                                    const ClientTls& tls) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = tls.root_pem;
     grpc::ChannelArguments args;
-    if (!tls.server_name.empty()) args.SetSslTargetNameOverride(tls.server_name);
-    return grpc::CreateCustomChannel(address, grpc::SslCredentials(ssl), args);
+    return grpc::CreateCustomChannel(address, ChannelCredentialsFor(tls, args), args);
   }
 
   TempDir dir_;

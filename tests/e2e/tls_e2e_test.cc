@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/common/grpc_tls.h"
 #include "coordinator/common/tls.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -52,12 +53,9 @@ class TlsClusterTest : public ClusterTest {
     const std::string address = absl::StrCat("127.0.0.1:", port_);
     absl::StatusOr<ClientTls> tls = ResolveClientTls(address, "", pin_);
     ASSERT_TRUE(tls.ok()) << tls.status() << "\n" << coordinator_->Log();
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = tls->root_pem;
     grpc::ChannelArguments args;
-    args.SetSslTargetNameOverride(tls->server_name);
     channel_ = grpc::experimental::CreateCustomChannelWithInterceptors(
-        address, grpc::SslCredentials(ssl), args,
+        address, ChannelCredentialsFor(*tls, args), args,
         testing::BearerInterceptors(SplitTokenPin(user_token_).token));
     jobs_ = v1::JobService::NewStub(channel_);
   }

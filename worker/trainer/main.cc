@@ -31,6 +31,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include "coordinator/common/grpc_tls.h"
 #include "worker/trainer/grpc_coordinator_client.h"
 #endif
 
@@ -91,13 +92,12 @@ std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(const LaunchOptions& la
       std::cerr << "tessera-train: cannot read the coordinator's TLS roots from "
                 << ca_file << std::endl;
     }
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = roots.str();
-    credentials = grpc::SslCredentials(ssl);
+    ClientTls tls;
+    tls.enabled = true;
+    tls.root_pem = roots.str();
     const char* server_name = std::getenv("TESSERA_TRAINER_TLS_SERVER_NAME");
-    if (server_name != nullptr && *server_name != '\0') {
-      args.SetSslTargetNameOverride(server_name);
-    }
+    if (server_name != nullptr) tls.server_name = server_name;
+    credentials = ChannelCredentialsFor(tls, args);
   }
   return std::make_unique<GrpcCoordinatorClient>(
       grpc::CreateCustomChannel(launch.coordinator, credentials, args), identity);
