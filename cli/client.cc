@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "coordinator/common/grpc_tls.h"
-#include "coordinator/common/tls.h"
+#include "common/grpc_tls.h"
+#include "common/tls.h"
 
 namespace tessera::cli {
 

@@ -102,7 +102,7 @@ inline constexpr int kMaxReplyBytes = 64 << 20;
 struct ConnectionOptions {
   std::string address;  // "host:port"
   std::string token;    // empty: send no authorization metadata
-  // TLS (see ResolveClientTls in coordinator/common/tls.h): the PEM roots that
+  // TLS (see ResolveClientTls in common/tls.h): the PEM roots that
   // verify the coordinator (default: $TESSERA_TLS_CA), or the SHA-256 pin of its
   // self-signed certificate (default: $TESSERA_TLS_PIN, then the pin the token
   // carries). None: plaintext.

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/common/job_spec.h"
+#include "common/job_spec.h"
 
 namespace tessera::cli {
 

@@ -9,7 +9,7 @@
 #include "absl/time/clock.h"
 #include "cli/command_util.h"
 #include "cli/progress.h"
-#include "coordinator/common/job_spec.h"
+#include "common/job_spec.h"
 
 namespace tessera::cli {
 

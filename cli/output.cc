@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/common/job_spec.h"
+#include "common/job_spec.h"
 #include "google/protobuf/descriptor.h"
 
 namespace tessera::cli {
@@ -150,41 +150,6 @@ std::string LocalTime(int64_t unix_ms, const FormatContext& ctx) {
   return absl::StrCat(
       absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", FromUnixMs(unix_ms), ctx.tz), " (",
       Ago(unix_ms, ctx), " ago)");
-}
-
-std::string JobStateName(v1::JobState state) {
-  std::string name = v1::JobState_Name(state);
-  constexpr absl::string_view kPrefix = "JOB_STATE_";
-  if (absl::StartsWith(name, kPrefix)) name.erase(0, kPrefix.size());
-  return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
-}
-
-bool IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_CANCELLED;
-}
-
-std::vector<std::string> JobStateNames() {
-  std::vector<std::string> names;
-  const google::protobuf::EnumDescriptor* desc = v1::JobState_descriptor();
-  for (int i = 0; i < desc->value_count(); ++i) {
-    const auto state = static_cast<v1::JobState>(desc->value(i)->number());
-    if (state != v1::JOB_STATE_UNSPECIFIED) names.push_back(JobStateName(state));
-  }
-  return names;
-}
-
-absl::StatusOr<v1::JobState> ParseJobState(absl::string_view name) {
-  std::string upper = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name));
-  constexpr absl::string_view kPrefix = "JOB_STATE_";
-  if (!absl::StartsWith(upper, kPrefix)) upper = absl::StrCat(kPrefix, upper);
-  v1::JobState state;
-  if (v1::JobState_Parse(upper, &state) && state != v1::JOB_STATE_UNSPECIFIED) {
-    return state;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown job state '", Sanitize(std::string(name)), "'; expected one of ",
-      absl::StrJoin(JobStateNames(), ", "), " (any case, JOB_STATE_ prefix optional)"));
 }
 
 std::string HumanDuration(absl::Duration d) {

@@ -58,6 +58,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/job_state.h"
 #include "google/protobuf/message.h"
 #include "tessera/v1/tessera.pb.h"
 
@@ -70,17 +71,6 @@ struct FormatContext {
   absl::Time now = absl::UnixEpoch();
   absl::TimeZone tz = absl::UTCTimeZone();
 };
-
-// "SUCCEEDED" for JOB_STATE_SUCCEEDED.
-std::string JobStateName(tessera::v1::JobState state);
-// SUCCEEDED, FAILED or CANCELLED.
-bool IsTerminal(tessera::v1::JobState state);
-// The states a job can be listed by, as JobStateName writes them.
-std::vector<std::string> JobStateNames();
-// A state named as JobStateName writes it or as the proto does, in any case:
-// "running", "RUNNING" and "job_state_running" all give JOB_STATE_RUNNING.
-// InvalidArgument (listing the names) for anything else, UNSPECIFIED included.
-absl::StatusOr<tessera::v1::JobState> ParseJobState(absl::string_view name);
 
 // Control characters become spaces, so that a value stays on one line.
 std::string Sanitize(std::string text);

@@ -10,8 +10,8 @@
 #include "cli/command_util.h"
 #include "cli/progress.h"
 #include "cli/sweep_output.h"
-#include "coordinator/common/job_spec.h"
-#include "coordinator/common/sweep_spec.h"
+#include "common/job_spec.h"
+#include "common/sweep_spec.h"
 
 namespace tessera::cli {
 

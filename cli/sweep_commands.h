@@ -1,4 +1,4 @@
-// The tessctl sweep subcommands: submit a sweep spec (coordinator/common/
+// The tessctl sweep subcommands: submit a sweep spec (common/
 // sweep_spec.h), follow it, list sweeps, show one sweep's points, print its
 // scaling report, cancel it. Same contract as commands.h: options in, exit code
 // out, results on `out`, diagnostics on `err`.

@@ -1,9 +1,9 @@
 #include "coordinator/coordinator_server.h"
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/common/status_macros.h"
-#include "coordinator/sqlite_store.h"
-#include "coordinator/tls_identity.h"
+#include "common/status_macros.h"
+#include "coordinator/core/tls_identity.h"
+#include "coordinator/store/sqlite_store.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"

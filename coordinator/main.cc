@@ -10,11 +10,11 @@
 #include <string_view>
 
 #include "CLI/CLI.hpp"
-#include "coordinator/auth.h"
-#include "coordinator/common/service_notify.h"
+#include "common/service_notify.h"
 #include "coordinator/coordinator_server.h"
-#include "coordinator/sqlite_store.h"
-#include "coordinator/tls_identity.h"
+#include "coordinator/core/auth.h"
+#include "coordinator/core/tls_identity.h"
+#include "coordinator/store/sqlite_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "web/assets.h"

@@ -30,7 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/common/clock.h"
+#include "common/clock.h"
 #include "worker/cgroup.h"
 
 namespace tessera {

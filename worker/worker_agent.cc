@@ -15,9 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/common/grpc_status.h"
-#include "coordinator/common/job_spec.h"
-#include "coordinator/common/status_macros.h"
+#include "common/grpc_status.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 

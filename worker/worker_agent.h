@@ -30,7 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "coordinator/common/service_notify.h"
+#include "common/service_notify.h"
 #include "grpcpp/channel.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 #include "worker/supervisor.h"

@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/common/sweep_spec.h"
+#include "common/sweep_spec.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 
 namespace tessera::cli::fakes {

@@ -29,8 +29,8 @@
 #include "cli/progress.h"
 #include "cli/sweep_commands.h"
 #include "cli/sweep_output.h"
-#include "coordinator/common/job_spec.h"
-#include "coordinator/common/sweep_spec.h"
+#include "common/job_spec.h"
+#include "common/sweep_spec.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -955,18 +955,6 @@ TEST_F(TessctlTest, UnknownJobStateExitsTwoListingTheStatesBeforeAnyCall) {
   EXPECT_EQ(Cli({"jobs", "--state", "unspecified"}), kExitUsage);
   EXPECT_EQ(Cli({"jobs", "--limit", "-1"}), kExitUsage);
   EXPECT_TRUE(service_.list_requests().empty());
-}
-
-TEST(OutputTest, ParseJobStateAcceptsAnyCaseWithOrWithoutPrefix) {
-  EXPECT_EQ(*ParseJobState("running"), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(*ParseJobState("CANCELLED"), v1::JOB_STATE_CANCELLED);
-  EXPECT_EQ(*ParseJobState("job_state_Succeeded"), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_EQ(*ParseJobState("JOB_STATE_QUEUED"), v1::JOB_STATE_QUEUED);
-  EXPECT_FALSE(ParseJobState("").ok());
-  EXPECT_FALSE(ParseJobState("JOB_STATE_UNSPECIFIED").ok());
-  EXPECT_FALSE(ParseJobState("run").ok());
-  EXPECT_THAT(JobStateNames(), ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "SUCCEEDED",
-                                           "FAILED", "CANCELLED"));
 }
 
 TEST_F(TessctlTest, WorkersAndMetricsCsvFromTheCommandLine) {

@@ -1,6 +1,6 @@
 // Authentication: tokens in the store, trainer credentials, and the gRPC and
 // HTTP edges of a coordinator with authentication on (the default).
-#include "coordinator/auth.h"
+#include "coordinator/core/auth.h"
 
 #include <chrono>
 #include <future>
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_server.h"
-#include "coordinator/sqlite_store.h"
+#include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/generic/generic_stub.h"

@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/common/job_spec.h"
+#include "common/job_spec.h"
 #include "coordinator/coordinator_server.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"

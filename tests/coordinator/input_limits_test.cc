@@ -7,10 +7,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/auth.h"
-#include "coordinator/common/job_spec.h"
+#include "common/job_spec.h"
 #include "coordinator/coordinator_server.h"
-#include "coordinator/sqlite_store.h"
+#include "coordinator/core/auth.h"
+#include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"

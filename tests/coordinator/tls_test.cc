@@ -1,7 +1,7 @@
 // TLS on the coordinator's listeners: self-signed identities kept in the store,
 // certificate pins in tokens, pinned and CA-verified gRPC clients, HTTPS, and
 // plaintext clients refused. A real CoordinatorServer on 127.0.0.1.
-#include "coordinator/common/tls.h"
+#include "common/tls.h"
 
 #include <fstream>
 #include <memory>
@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/client.h"
-#include "coordinator/auth.h"
-#include "coordinator/common/grpc_tls.h"
+#include "common/grpc_tls.h"
 #include "coordinator/coordinator_server.h"
-#include "coordinator/sqlite_store.h"
-#include "coordinator/tls_identity.h"
+#include "coordinator/core/auth.h"
+#include "coordinator/core/tls_identity.h"
+#include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"

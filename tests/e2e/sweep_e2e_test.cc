@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "coordinator/common/job_spec.h"
-#include "coordinator/common/sweep_spec.h"
+#include "common/job_spec.h"
+#include "common/sweep_spec.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/testing/test_util.h"

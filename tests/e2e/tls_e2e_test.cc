@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/common/grpc_tls.h"
-#include "coordinator/common/tls.h"
+#include "common/grpc_tls.h"
+#include "common/tls.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_fixture.h"

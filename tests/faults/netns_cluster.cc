@@ -19,7 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "coordinator/common/status_macros.h"
+#include "common/status_macros.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::faults {

@@ -1,4 +1,4 @@
-// Fuzzes job spec handling (coordinator/common/job_spec.h): the YAML parser and
+// Fuzzes job spec handling (common/job_spec.h): the YAML parser and
 // validator, `tessctl submit --set` overrides, and the trainer flags built from
 // a valid spec.
 //
@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/common/job_spec.h"
+#include "common/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tessera/v1/tessera.pb.h"

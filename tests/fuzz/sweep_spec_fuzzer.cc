@@ -1,4 +1,4 @@
-// Fuzzes sweep spec handling (coordinator/common/sweep_spec.h): the YAML parser,
+// Fuzzes sweep spec handling (common/sweep_spec.h): the YAML parser,
 // the validator and the expansion of the grid into job specs.
 //
 // Input: the sweep spec's YAML text.
@@ -19,8 +19,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "coordinator/common/job_spec.h"
-#include "coordinator/common/sweep_spec.h"
+#include "common/job_spec.h"
+#include "common/sweep_spec.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tessera/v1/tessera.pb.h"

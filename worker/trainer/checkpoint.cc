@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "coordinator/common/status_macros.h"
+#include "common/status_macros.h"
 
 #if TESSERA_TORCH_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>

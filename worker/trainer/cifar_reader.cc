@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/common/status_macros.h"
+#include "common/status_macros.h"
 
 namespace tessera::trainer {
 namespace {

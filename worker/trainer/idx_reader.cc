@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/common/status_macros.h"
+#include "common/status_macros.h"
 
 namespace tessera::trainer {
 namespace {

@@ -31,7 +31,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include "coordinator/common/grpc_tls.h"
+#include "common/grpc_tls.h"
 #include "worker/trainer/grpc_coordinator_client.h"
 #endif
 

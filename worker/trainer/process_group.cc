@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/common/status_macros.h"
+#include "common/status_macros.h"
 #include "worker/trainer/gloo_communicator.h"
 #include "worker/trainer/net_util.h"
 

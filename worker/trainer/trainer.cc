@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/common/status_macros.h"
+#include "common/status_macros.h"
 #include "worker/trainer/batch_loader.h"
 #include "worker/trainer/batch_prefetcher.h"
 #include "worker/trainer/checkpoint.h"

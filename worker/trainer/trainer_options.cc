@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/common/status_macros.h"
+#include "common/status_macros.h"
 #include "worker/trainer/image_dataset.h"
 #include "worker/trainer/net_util.h"
 #include "worker/trainer/vit_config.h"

@@ -1,0 +1,791 @@
+#include "common/job_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+
+namespace tessera {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumValueDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Specs are small; anything larger is a mistake or an attack on the parser.
+constexpr size_t kMaxSpecYamlBytes = 1 << 20;
+// Every string field of a spec ends up in argv, the database or a table.
+constexpr size_t kMaxStringBytes = 4096;
+constexpr size_t kMaxNameBytes = 128;
+// Upper bound on the elements of any repeated field.
+constexpr int kMaxRepeatedElements = 1024;
+
+std::string JoinPath(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+}
+
+// "spec" names the document itself in messages about the top level.
+std::string PathOrSpec(const std::string& path) { return path.empty() ? "spec" : path; }
+
+std::string DescribeNode(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar: {
+      // Long values are cut: the message names the field, not the whole value.
+      constexpr size_t kMaxShown = 64;
+      const std::string& text = node.Scalar();
+      if (text.size() <= kMaxShown) return absl::StrCat("'", text, "'");
+      return absl::StrCat("'", text.substr(0, kMaxShown), "...' (", text.size(),
+                          " bytes)");
+    }
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+absl::Status MalformedYaml(const YAML::Exception& e) {
+  if (e.mark.is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: malformed YAML: ", e.msg));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("spec: malformed YAML at line ",
+                                                 e.mark.line + 1, ", column ",
+                                                 e.mark.column + 1, ": ", e.msg));
+}
+
+// Offset of the first byte of `text` that is not part of well-formed UTF-8, or
+// npos. Spec strings end up in proto3 `string` fields, which protobuf refuses
+// to parse unless they are UTF-8 (the store's reads and gRPC would fail).
+size_t FirstInvalidUtf8(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    int extra = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + extra >= text.size()) return i;
+    for (int k = 1; k <= extra; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += extra + 1;
+  }
+  return absl::string_view::npos;
+}
+
+absl::StatusOr<YAML::Node> LoadYaml(const std::string& yaml_text) {
+  if (yaml_text.size() > kMaxSpecYamlBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec: YAML text is ", yaml_text.size(), " bytes, limit ", kMaxSpecYamlBytes));
+  }
+  if (const size_t bad = FirstInvalidUtf8(yaml_text); bad != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: not UTF-8 text (invalid byte at offset ", bad, ")"));
+  }
+  try {
+    return YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return MalformedYaml(e);
+  }
+}
+
+absl::Status TypeError(const std::string& path, absl::string_view expected,
+                       const YAML::Node& node) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": expected ", expected, ", got ", DescribeNode(node)));
+}
+
+absl::Status ParseMessage(const YAML::Node& node, const std::string& path, Message* msg);
+
+// Parses one scalar-or-message value of `field` from `node`. For a repeated field
+// the value is appended; otherwise it is set.
+absl::Status ParseValue(const YAML::Node& node, const std::string& path,
+                        const FieldDescriptor* field, Message* msg) {
+  const Reflection* refl = msg->GetReflection();
+  const bool repeated = field->is_repeated();
+
+  if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    Message* sub =
+        repeated ? refl->AddMessage(msg, field) : refl->MutableMessage(msg, field);
+    return ParseMessage(node, path, sub);
+  }
+
+  if (!node.IsScalar()) {
+    absl::string_view expected = "a scalar";
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        expected = "a string";
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        expected = "true or false";
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        expected = "a number";
+        break;
+      default:
+        expected = "an integer";
+        break;
+    }
+    return TypeError(path, expected, node);
+  }
+  const std::string& text = node.Scalar();
+
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32: {
+      int64_t wide = 0;
+      if (!absl::SimpleAtoi(text, &wide)) return TypeError(path, "an integer", node);
+      if (wide < INT32_MIN || wide > INT32_MAX) {
+        return TypeError(path, "a 32-bit integer", node);
+      }
+      const auto value = static_cast<int32_t>(wide);
+      repeated ? refl->AddInt32(msg, field, value) : refl->SetInt32(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(text, &value)) return TypeError(path, "an integer", node);
+      repeated ? refl->AddInt64(msg, field, value) : refl->SetInt64(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_UINT32: {
+      uint32_t value = 0;
+      if (!absl::SimpleAtoi(text, &value)) {
+        return TypeError(path, "a non-negative 32-bit integer", node);
+      }
+      repeated ? refl->AddUInt32(msg, field, value) : refl->SetUInt32(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t value = 0;
+      if (!absl::SimpleAtoi(text, &value)) {
+        return TypeError(path, "a non-negative integer", node);
+      }
+      repeated ? refl->AddUInt64(msg, field, value) : refl->SetUInt64(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      double value = 0;
+      if (!absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
+        return TypeError(path, "a finite number", node);
+      }
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+        repeated ? refl->AddDouble(msg, field, value)
+                 : refl->SetDouble(msg, field, value);
+      } else {
+        const auto narrow = static_cast<float>(value);
+        repeated ? refl->AddFloat(msg, field, narrow)
+                 : refl->SetFloat(msg, field, narrow);
+      }
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      // YAML 1.1 spellings, as yaml-cpp itself accepts them.
+      const std::string lower = absl::AsciiStrToLower(text);
+      bool value = false;
+      if (lower == "true" || lower == "yes" || lower == "on") {
+        value = true;
+      } else if (lower == "false" || lower == "no" || lower == "off") {
+        value = false;
+      } else {
+        return TypeError(path, "true or false", node);
+      }
+      repeated ? refl->AddBool(msg, field, value) : refl->SetBool(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const EnumValueDescriptor* value = field->enum_type()->FindValueByName(text);
+      if (value == nullptr) {
+        std::vector<std::string> names;
+        for (int i = 0; i < field->enum_type()->value_count(); ++i) {
+          names.push_back(field->enum_type()->value(i)->name());
+        }
+        return TypeError(path, absl::StrCat("one of ", absl::StrJoin(names, ", ")), node);
+      }
+      repeated ? refl->AddEnum(msg, field, value) : refl->SetEnum(msg, field, value);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_STRING: {
+      // YAML escapes can spell bytes that are not UTF-8 ("\\xff" is U+00FF, but
+      // a lone surrogate is not a character).
+      if (field->type() == FieldDescriptor::TYPE_STRING &&
+          FirstInvalidUtf8(text) != absl::string_view::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": not valid UTF-8 text"));
+      }
+      repeated ? refl->AddString(msg, field, text) : refl->SetString(msg, field, text);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;  // handled above
+  }
+  return absl::InternalError(absl::StrCat(path, ": unsupported field type"));
+}
+
+// A proto map with scalar keys and values, written as a YAML map
+// (`env: {NAME: value}`). Each entry is stored as the map's entry message.
+absl::Status ParseMap(const YAML::Node& node, const std::string& path,
+                      const FieldDescriptor* field, Message* msg) {
+  if (!node.IsMap()) return TypeError(path, "a map", node);
+  if (node.size() > static_cast<size_t>(kMaxRepeatedElements)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": has ", node.size(), " entries, limit ", kMaxRepeatedElements));
+  }
+  const Descriptor* entry_desc = field->message_type();
+  const FieldDescriptor* key_field = entry_desc->map_key();
+  const FieldDescriptor* value_field = entry_desc->map_value();
+  if (value_field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": maps of messages are not supported in specs"));
+  }
+  std::set<std::string> seen;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": keys must be scalars, got ", DescribeNode(entry.first)));
+    }
+    const std::string& key = entry.first.Scalar();
+    const std::string entry_path = JoinPath(path, key);
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec: duplicate key '", entry_path, "'"));
+    }
+    if (entry.second.IsNull()) return TypeError(entry_path, "a value", entry.second);
+    Message* item = msg->GetReflection()->AddMessage(msg, field);
+    RETURN_IF_ERROR(ParseValue(entry.first, entry_path, key_field, item));
+    RETURN_IF_ERROR(ParseValue(entry.second, entry_path, value_field, item));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseField(const YAML::Node& node, const std::string& path,
+                        const FieldDescriptor* field, Message* msg) {
+  // `key:` with no value (or `~`) leaves the field unset.
+  if (node.IsNull()) return absl::OkStatus();
+  if (field->is_map()) return ParseMap(node, path, field, msg);
+  if (!field->is_repeated()) return ParseValue(node, path, field, msg);
+
+  if (!node.IsSequence()) return TypeError(path, "a list", node);
+  if (node.size() > static_cast<size_t>(kMaxRepeatedElements)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": has ", node.size(), " elements, limit ", kMaxRepeatedElements));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    RETURN_IF_ERROR(ParseValue(node[i], absl::StrCat(path, "[", i, "]"), field, msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessage(const YAML::Node& node, const std::string& path, Message* msg) {
+  if (!node.IsMap()) {
+    if (path.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec: expected a map of fields at the top level, got ", DescribeNode(node)));
+    }
+    return TypeError(path, "a map", node);
+  }
+  const Descriptor* desc = msg->GetDescriptor();
+  std::set<std::string> seen;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(PathOrSpec(path), ": field names must be strings, got ",
+                       DescribeNode(entry.first)));
+    }
+    const std::string& key = entry.first.Scalar();
+    const std::string field_path = JoinPath(path, key);
+    const FieldDescriptor* field = desc->FindFieldByName(key);
+    if (field == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec: unknown field '", field_path, "'"));
+    }
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec: duplicate field '", field_path, "'"));
+    }
+    RETURN_IF_ERROR(ParseField(entry.second, field_path, field, msg));
+  }
+  return absl::OkStatus();
+}
+
+// Appends a message for every string field (at any depth) longer than the limit,
+// and for every non-finite floating-point value; these rules hold for fields
+// added to the proto later as well.
+void CheckGenericLimits(const Message& msg, const std::string& path,
+                        std::vector<std::string>* errors) {
+  const Reflection* refl = msg.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  refl->ListFields(msg, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string field_path = JoinPath(path, field->name());
+    const int count = field->is_repeated() ? refl->FieldSize(msg, field) : 1;
+    if (field->is_repeated() && count > kMaxRepeatedElements) {
+      errors->push_back(absl::StrCat(field_path, ": has ", count, " elements, limit ",
+                                     kMaxRepeatedElements));
+      continue;
+    }
+    for (int i = 0; i < count; ++i) {
+      const std::string elem_path =
+          field->is_repeated() ? absl::StrCat(field_path, "[", i, "]") : field_path;
+      switch (field->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_STRING: {
+          const std::string value = field->is_repeated()
+                                        ? refl->GetRepeatedString(msg, field, i)
+                                        : refl->GetString(msg, field);
+          if (value.size() > kMaxStringBytes) {
+            errors->push_back(absl::StrCat(elem_path, ": too long (", value.size(),
+                                           " bytes, limit ", kMaxStringBytes, ")"));
+          }
+          // Spec strings become argv entries and table cells: a NUL would cut
+          // an argument short, and no field needs other control characters.
+          for (char c : value) {
+            const auto u = static_cast<unsigned char>(c);
+            if (u < 0x20 || u == 0x7f) {
+              errors->push_back(
+                  absl::StrCat(elem_path, ": must not contain control characters"));
+              break;
+            }
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+        case FieldDescriptor::CPPTYPE_FLOAT: {
+          double value = 0;
+          if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+            value = field->is_repeated() ? refl->GetRepeatedDouble(msg, field, i)
+                                         : refl->GetDouble(msg, field);
+          } else {
+            value = field->is_repeated() ? refl->GetRepeatedFloat(msg, field, i)
+                                         : refl->GetFloat(msg, field);
+          }
+          if (!std::isfinite(value)) {
+            errors->push_back(absl::StrCat(elem_path, ": must be finite, got ", value));
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          CheckGenericLimits(field->is_repeated()
+                                 ? refl->GetRepeatedMessage(msg, field, i)
+                                 : refl->GetMessage(msg, field),
+                             elem_path, errors);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+template <typename T>
+void CheckNonNegative(const std::string& path, T value,
+                      std::vector<std::string>* errors) {
+  if (value < 0) {
+    errors->push_back(absl::StrCat(path, ": must be non-negative, got ", value));
+  }
+}
+
+// Directories are resolved on each worker and must lie under the worker's
+// roots (worker_agent.h); a relative path or a ".." component can never be
+// meant, so it is refused here, where the user sees it at once.
+void CheckSpecPath(const std::string& path, const std::string& value,
+                   std::vector<std::string>* errors) {
+  // An overlong value is reported once, by the generic limits.
+  if (value.empty() || value.size() > kMaxStringBytes) return;
+  if (value.front() != '/') {
+    errors->push_back(
+        absl::StrCat(path, ": must be an absolute path, got '", value, "'"));
+    return;
+  }
+  for (absl::string_view part : absl::StrSplit(value, '/')) {
+    if (part == "..") {
+      errors->push_back(absl::StrCat(path, ": must not contain '..', got '", value, "'"));
+      return;
+    }
+  }
+}
+
+void CheckEnv(const tessera::v1::JobSpec& spec, std::vector<std::string>* errors) {
+  if (spec.env_size() > kMaxEnvEntries) {
+    errors->push_back(
+        absl::StrCat("env: has ", spec.env_size(), " entries, limit ", kMaxEnvEntries));
+  }
+  // Sorted, so that messages come in a stable order.
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  for (const auto& [name, value] : env) {
+    if (absl::Status s = CheckEnvName(name); !s.ok()) {
+      errors->push_back(std::string(s.message()));
+    }
+    if (value.size() > kMaxEnvValueBytes) {
+      errors->push_back(absl::StrCat("env.", name, ": value too long (", value.size(),
+                                     " bytes, limit ", kMaxEnvValueBytes, ")"));
+    }
+    if (value.find('\0') != std::string::npos) {
+      errors->push_back(absl::StrCat("env.", name, ": value must not contain NUL"));
+    }
+  }
+}
+
+// Shortest decimal form that reads back as the same double.
+std::string FormatDouble(double value) {
+  char buf[64];
+  for (int precision = 15; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  return buf;
+}
+
+std::string FormatScalar(const Message& msg, const FieldDescriptor* field, int index) {
+  const Reflection* refl = msg.GetReflection();
+  const bool rep = field->is_repeated();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return absl::StrCat(rep ? refl->GetRepeatedInt32(msg, field, index)
+                              : refl->GetInt32(msg, field));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return absl::StrCat(rep ? refl->GetRepeatedInt64(msg, field, index)
+                              : refl->GetInt64(msg, field));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return absl::StrCat(rep ? refl->GetRepeatedUInt32(msg, field, index)
+                              : refl->GetUInt32(msg, field));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return absl::StrCat(rep ? refl->GetRepeatedUInt64(msg, field, index)
+                              : refl->GetUInt64(msg, field));
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return FormatDouble(rep ? refl->GetRepeatedDouble(msg, field, index)
+                              : refl->GetDouble(msg, field));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return FormatDouble(rep ? refl->GetRepeatedFloat(msg, field, index)
+                              : refl->GetFloat(msg, field));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return (rep ? refl->GetRepeatedBool(msg, field, index) : refl->GetBool(msg, field))
+                 ? "true"
+                 : "false";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return (rep ? refl->GetRepeatedEnum(msg, field, index) : refl->GetEnum(msg, field))
+          ->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return rep ? refl->GetRepeatedString(msg, field, index)
+                 : refl->GetString(msg, field);
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  return "";
+}
+
+// Sets `key.path` in `root` to the scalar `value`, creating maps on the way.
+absl::Status ApplyOneOverride(YAML::Node& root, const std::string& override_text) {
+  const size_t eq = override_text.find('=');
+  if (eq == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("override '", override_text, "': expected key=value"));
+  }
+  const std::string key = override_text.substr(0, eq);
+  const std::string value_text = override_text.substr(eq + 1);
+  if (key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("override '", override_text, "': empty key"));
+  }
+  const std::vector<std::string> parts = absl::StrSplit(key, '.');
+  for (const std::string& part : parts) {
+    if (part.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "override '", override_text, "': key '", key, "' has an empty component"));
+    }
+  }
+
+  YAML::Node value;
+  try {
+    value = YAML::Load(value_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "override '", override_text, "': value is not a YAML scalar: ", e.msg));
+  }
+  if (!value.IsScalar() && !value.IsNull()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("override '", override_text, "': value must be a scalar, got ",
+                     DescribeNode(value), " (quote it to pass a string)"));
+  }
+
+  // yaml-cpp nodes are handles: reset() rebinds `current`, whereas assignment
+  // would overwrite the node it refers to.
+  YAML::Node current;
+  current.reset(root);
+  std::string walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked = JoinPath(walked, parts[i]);
+    YAML::Node child = current[parts[i]];
+    if (!child.IsDefined() || child.IsNull()) {
+      current[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      child.reset(current[parts[i]]);
+    } else if (!child.IsMap()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "override '", override_text, "': '", walked, "' is not a map in the spec"));
+    }
+    current.reset(child);
+  }
+  current[parts.back()] = value;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckEnvName(const std::string& name) {
+  // Shown cut short: the message names the problem, not the whole name.
+  const std::string shown = name.size() <= 64 ? name : name.substr(0, 64) + "...";
+  if (name.empty() || name.size() > kMaxEnvNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("env: name '", shown, "' must be 1-",
+                                                   kMaxEnvNameBytes, " characters"));
+  }
+  const auto upper_or_underscore = [](char c) {
+    return (c >= 'A' && c <= 'Z') || c == '_';
+  };
+  bool ok = upper_or_underscore(name[0]);
+  for (char c : name) ok = ok && (upper_or_underscore(c) || (c >= '0' && c <= '9'));
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("env: name '", shown, "' must match [A-Z_][A-Z0-9_]*"));
+  }
+  // Variables that change how the trainer is loaded, or that the worker sets
+  // for the rank itself, cannot come from a spec.
+  if (absl::StartsWith(name, "LD_") || absl::StartsWith(name, "TESSERA_")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "env: name '", shown, "' is reserved (LD_* and TESSERA_* cannot be set)"));
+  }
+  for (const char* reserved :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES"}) {
+    if (name == reserved) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("env: name '", name, "' is set by the worker for each rank"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ApplySpecOverrides(
+    const std::string& yaml_text, const std::vector<std::string>& overrides) {
+  // Returning the text untouched keeps its comments for the record.
+  if (overrides.empty()) return yaml_text;
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(yaml_text));
+  if (root.IsNull()) {
+    root = YAML::Node(YAML::NodeType::Map);
+  } else if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec: expected a map of fields at the top level, got ", DescribeNode(root)));
+  }
+  try {
+    for (const std::string& override_text : overrides) {
+      RETURN_IF_ERROR(ApplyOneOverride(root, override_text));
+    }
+    YAML::Emitter emitter;
+    emitter << root;
+    if (!emitter.good()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec: cannot write YAML: ", emitter.GetLastError()));
+    }
+    std::string out = std::string(emitter.c_str()) + "\n";
+    // The emitter cannot write every key back (control characters, very long
+    // keys): refuse rather than hand on text that no longer parses.
+    if (absl::Status reread = LoadYaml(out).status(); !reread.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec: --set cannot be applied to this text (its keys cannot be written "
+          "back as YAML): ",
+          reread.message()));
+    }
+    return out;
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: cannot apply overrides: ", e.msg));
+  }
+}
+
+absl::Status ParseSpecMessage(const std::string& yaml_text,
+                              google::protobuf::Message* message) {
+  ASSIGN_OR_RETURN(YAML::Node root, LoadYaml(yaml_text));
+  try {
+    return ParseMessage(root, "", message);
+  } catch (const YAML::Exception& e) {
+    return MalformedYaml(e);
+  }
+}
+
+absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text) {
+  tessera::v1::JobSpec spec;
+  RETURN_IF_ERROR(ParseSpecMessage(yaml_text, &spec));
+  return spec;
+}
+
+absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits& limits) {
+  std::vector<std::string> errors;
+  CheckGenericLimits(spec, "", &errors);
+
+  if (spec.name().empty()) {
+    errors.push_back("name: missing");
+  } else if (spec.name().size() > kMaxNameBytes) {
+    errors.push_back(absl::StrCat("name: too long (", spec.name().size(),
+                                  " bytes, limit ", kMaxNameBytes, ")"));
+  }
+  if (spec.world_size() < 1 || spec.world_size() > limits.max_world_size) {
+    errors.push_back(absl::StrCat("world_size: must be between 1 and ",
+                                  limits.max_world_size, ", got ", spec.world_size()));
+  }
+
+  CheckNonNegative("max_restarts", spec.max_restarts(), &errors);
+  CheckNonNegative("nodes", spec.nodes(), &errors);
+  CheckNonNegative("per_node", spec.per_node(), &errors);
+  if (!spec.placement().empty() && spec.placement() != "pack" &&
+      spec.placement() != "spread") {
+    errors.push_back(absl::StrCat("placement: must be one of pack, spread; got '",
+                                  spec.placement(), "'"));
+  }
+  if (spec.world_size() > 0 && spec.nodes() > 0 &&
+      spec.world_size() % spec.nodes() != 0) {
+    errors.push_back(absl::StrCat("nodes: world_size ", spec.world_size(),
+                                  " does not divide into ", spec.nodes(), " nodes"));
+  }
+  if (spec.world_size() > 0 && spec.per_node() > 0 &&
+      spec.world_size() % spec.per_node() != 0) {
+    errors.push_back(absl::StrCat("per_node: world_size ", spec.world_size(),
+                                  " is not a multiple of ", spec.per_node()));
+  }
+  if (spec.nodes() > 0 && spec.per_node() > 0 &&
+      static_cast<int64_t>(spec.nodes()) * spec.per_node() != spec.world_size()) {
+    errors.push_back("per_node: nodes x per_node must equal world_size");
+  }
+
+  const tessera::v1::TrainerConfig& t = spec.trainer();
+  if (t.model().empty()) errors.push_back("trainer.model: missing");
+  if (t.dataset().empty()) errors.push_back("trainer.dataset: missing");
+  if (t.batch_size() <= 0) {
+    errors.push_back(
+        absl::StrCat("trainer.batch_size: must be positive, got ", t.batch_size()));
+  }
+  CheckNonNegative("trainer.epochs", t.epochs(), &errors);
+  CheckNonNegative("trainer.max_steps", t.max_steps(), &errors);
+  if (t.epochs() == 0 && t.max_steps() == 0) {
+    errors.push_back(
+        "trainer.epochs: one of trainer.epochs and trainer.max_steps must be positive");
+  }
+  // lr 0 means "trainer default"; a set value must be a usable rate.
+  if (t.lr() < 0) {
+    errors.push_back(absl::StrCat("trainer.lr: must be positive, got ", t.lr()));
+  }
+  CheckNonNegative("trainer.weight_decay", t.weight_decay(), &errors);
+  CheckNonNegative("trainer.train_subset", t.train_subset(), &errors);
+  CheckNonNegative("trainer.test_subset", t.test_subset(), &errors);
+  CheckNonNegative("trainer.metrics_every", t.metrics_every(), &errors);
+  CheckNonNegative("trainer.threads", t.threads(), &errors);
+  CheckNonNegative("trainer.grad_accum", t.grad_accum(), &errors);
+  CheckNonNegative("trainer.checkpoint_every", t.checkpoint_every(), &errors);
+  CheckNonNegative("trainer.clip_grad_norm", t.clip_grad_norm(), &errors);
+  CheckNonNegative("trainer.bucket_cap_mb", t.bucket_cap_mb(), &errors);
+  CheckNonNegative("trainer.first_bucket_mb", t.first_bucket_mb(), &errors);
+  CheckNonNegative("trainer.image_size", t.image_size(), &errors);
+  CheckNonNegative("trainer.data_workers", t.data_workers(), &errors);
+  if (t.has_warmup_steps())
+    CheckNonNegative("trainer.warmup_steps", t.warmup_steps(), &errors);
+  auto fraction = [&errors](const char* field, double v, bool one_allowed) {
+    if (v < 0 || v > 1 || (!one_allowed && v == 1)) {
+      errors.push_back(absl::StrCat(field, ": must be in [0, 1", one_allowed ? "]" : ")",
+                                    ", got ", v));
+    }
+  };
+  fraction("trainer.momentum", t.momentum(), false);
+  fraction("trainer.label_smoothing", t.label_smoothing(), false);
+  fraction("trainer.dropout", t.dropout(), false);
+  fraction("trainer.weak_fraction", t.weak_fraction(), true);
+  auto one_of = [&errors](const char* field, const std::string& v,
+                          std::initializer_list<const char*> allowed) {
+    if (v.empty()) return;  // the trainer's default
+    for (const char* a : allowed) {
+      if (v == a) return;
+    }
+    errors.push_back(absl::StrCat(field, ": must be one of ",
+                                  absl::StrJoin(allowed, ", "), "; got '", v, "'"));
+  };
+  one_of("trainer.optimizer", t.optimizer(), {"adamw", "sgd"});
+  one_of("trainer.precision", t.precision(), {"fp32", "bf16", "fp16"});
+  one_of("trainer.scaling", t.scaling(), {"strong", "weak"});
+  one_of("trainer.device", t.device(), {"auto", "cpu", "cuda"});
+  if (t.resume() && t.checkpoint_dir().empty()) {
+    errors.push_back("trainer.resume: needs trainer.checkpoint_dir");
+  }
+  CheckSpecPath("trainer.data_dir", t.data_dir(), &errors);
+  CheckSpecPath("trainer.checkpoint_dir", t.checkpoint_dir(), &errors);
+  CheckEnv(spec, &errors);
+
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+}
+
+absl::StatusOr<tessera::v1::JobSpec> ParseAndValidateJobSpec(const std::string& yaml_text,
+                                                             const SpecLimits& limits) {
+  ASSIGN_OR_RETURN(tessera::v1::JobSpec spec, ParseJobSpec(yaml_text));
+  RETURN_IF_ERROR(ValidateJobSpec(spec, limits));
+  return spec;
+}
+
+std::vector<std::string> TrainerConfigToFlags(const tessera::v1::TrainerConfig& config) {
+  // ListFields yields exactly the set fields in field-number order: proto3
+  // scalars when non-default, `optional` fields when present.
+  std::vector<const FieldDescriptor*> fields;
+  config.GetReflection()->ListFields(config, &fields);
+  std::vector<std::string> flags;
+  for (const FieldDescriptor* field : fields) {
+    // TrainerConfig is flat by contract (one field, one flag); a nested message
+    // has no flag spelling.
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    const std::string flag =
+        absl::StrCat("--", absl::StrReplaceAll(field->name(), {{"_", "-"}}));
+    const int count =
+        field->is_repeated() ? config.GetReflection()->FieldSize(config, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      flags.push_back(absl::StrCat(flag, "=", FormatScalar(config, field, i)));
+    }
+  }
+  return flags;
+}
+
+}  // namespace tessera

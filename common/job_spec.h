@@ -1,0 +1,72 @@
+// Job spec parsing and validation, shared by tessctl (which validates before
+// sending) and the coordinator (which validates again before storing).
+//
+// A spec is YAML whose keys mirror tessera.v1.JobSpec field names. Parsing is
+// strict: unknown fields, wrong scalar types and malformed YAML are rejected with
+// an InvalidArgument status whose message names the field path and the reason,
+// e.g. "trainer.batch_size: must be positive, got -4".
+//
+// Thread-safe: free functions without shared state.
+#ifndef TESSERA_COMMON_JOB_SPEC_H_
+#define TESSERA_COMMON_JOB_SPEC_H_
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "tessera/v1/tessera.pb.h"
+
+namespace tessera {
+
+// Limits on a spec's `env` map (besides the generic ones on every string).
+inline constexpr int kMaxEnvEntries = 64;
+inline constexpr size_t kMaxEnvNameBytes = 128;
+inline constexpr size_t kMaxEnvValueBytes = 4096;
+
+struct SpecLimits {
+  int max_world_size = 1024;  // largest world size accepted at submit
+};
+
+// Applies "a.b.c=value" overrides (as given to `tessctl submit --set`) to the YAML
+// text and returns the new YAML text. Each override must name a path of the form
+// key(.key)*; values are YAML scalars.
+absl::StatusOr<std::string> ApplySpecOverrides(const std::string& yaml_text,
+                                               const std::vector<std::string>& overrides);
+
+// Parses YAML text into any message whose fields the keys name (the same
+// strict rules as job specs), without range checks.
+absl::Status ParseSpecMessage(const std::string& yaml_text,
+                              google::protobuf::Message* message);
+
+// Parses YAML text into a JobSpec without range checks. Rejects malformed YAML,
+// unknown fields and values of the wrong type.
+absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text);
+
+// Checks presence and ranges: name, world_size in [1, limits.max_world_size],
+// trainer.model, trainer.dataset, positive batch size, non-negative counts.
+// Also sizes (every string at most 4096 bytes, lists at most 1024 elements,
+// env as CheckEnvName and kMaxEnv*), and that trainer.data_dir and
+// trainer.checkpoint_dir are absolute paths without ".." components.
+absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits& limits);
+
+// InvalidArgument unless `name` may be set through a spec's `env`: it matches
+// [A-Z_][A-Z0-9_]*, is at most kMaxEnvNameBytes long, does not start with LD_
+// or TESSERA_ and is not one the worker sets per rank (RANK, WORLD_SIZE,
+// LOCAL_RANK, CUDA_VISIBLE_DEVICES).
+absl::Status CheckEnvName(const std::string& name);
+
+// ParseJobSpec followed by ValidateJobSpec.
+absl::StatusOr<tessera::v1::JobSpec> ParseAndValidateJobSpec(const std::string& yaml_text,
+                                                             const SpecLimits& limits);
+
+// Builds the tessera-train flags for the fields set in `config`, in field order:
+// each field `foo_bar` becomes "--foo-bar=<value>" (bools as true/false).
+std::vector<std::string> TrainerConfigToFlags(const tessera::v1::TrainerConfig& config);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_JOB_SPEC_H_

@@ -1,0 +1,251 @@
+#include "common/sweep_spec.h"
+
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+
+constexpr size_t kMaxNameBytes = 128;
+constexpr int kMaxRepeats = 100;
+
+// A parsed "shape" grid value.
+struct Shape {
+  std::string label;  // as written: "pack", "spread" or "NxM"
+  std::string placement;
+  int nodes = 0;
+  int per_node = 0;
+};
+
+absl::StatusOr<Shape> ParseShape(const std::string& text, const std::string& path) {
+  Shape shape;
+  shape.label = text;
+  if (text == "pack" || text == "spread") {
+    shape.placement = text;
+    return shape;
+  }
+  std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &shape.nodes) &&
+      absl::SimpleAtoi(parts[1], &shape.per_node) && shape.nodes > 0 &&
+      shape.per_node > 0) {
+    // N*M is the point's world size: it must fit the int32 proto field.
+    if (int64_t{shape.nodes} * shape.per_node > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", text, " is ", int64_t{shape.nodes} * shape.per_node,
+                       " ranks, too many"));
+    }
+    return shape;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": must be pack, spread or NxM (N workers x M ranks each), got '", text,
+      "'"));
+}
+
+std::string Describe(const v1::SweepPoint& p) {
+  return absl::StrCat("world_size=", p.world_size(), " batch_size=", p.batch_size(), " ",
+                      p.scaling(), " ", p.shape());
+}
+
+// Shorter job names: "<sweep>/n2-b64-strong-pack-r0".
+std::string PointJobName(const std::string& sweep, const v1::SweepPoint& p) {
+  return absl::StrCat(sweep, "/n", p.world_size(), "-b", p.batch_size(), "-", p.scaling(),
+                      "-", p.shape(), "-r", p.repeat());
+}
+
+// Checks the sweep's own fields (not the expanded jobs).
+absl::Status CheckSweepFields(const v1::SweepSpec& spec) {
+  std::vector<std::string> errors;
+  if (spec.name().empty()) {
+    errors.push_back("name: missing");
+  } else if (spec.name().size() > kMaxNameBytes) {
+    errors.push_back(absl::StrCat("name: too long (", spec.name().size(),
+                                  " bytes, limit ", kMaxNameBytes, ")"));
+  }
+  if (spec.repeats() < 0 || spec.repeats() > kMaxRepeats) {
+    errors.push_back(absl::StrCat("repeats: must be between 1 and ", kMaxRepeats,
+                                  ", got ", spec.repeats()));
+  }
+  if (spec.max_parallel() < 0) {
+    errors.push_back(
+        absl::StrCat("max_parallel: must be non-negative, got ", spec.max_parallel()));
+  }
+  if (!spec.has_base())
+    errors.push_back("base: missing (the job spec every point starts from)");
+  const v1::SweepGrid& grid = spec.grid();
+  for (int i = 0; i < grid.world_size_size(); ++i) {
+    if (grid.world_size(i) < 1) {
+      errors.push_back(absl::StrCat("grid.world_size[", i, "]: must be positive, got ",
+                                    grid.world_size(i)));
+    }
+  }
+  for (int i = 0; i < grid.batch_size_size(); ++i) {
+    if (grid.batch_size(i) < 1) {
+      errors.push_back(absl::StrCat("grid.batch_size[", i, "]: must be positive, got ",
+                                    grid.batch_size(i)));
+    }
+  }
+  for (int i = 0; i < grid.scaling_size(); ++i) {
+    if (grid.scaling(i) != "strong" && grid.scaling(i) != "weak") {
+      errors.push_back(absl::StrCat(
+          "grid.scaling[", i, "]: must be strong or weak, got '", grid.scaling(i), "'"));
+    }
+  }
+  bool any_fixed_shape = false;
+  for (int i = 0; i < grid.shape_size(); ++i) {
+    absl::StatusOr<Shape> shape =
+        ParseShape(grid.shape(i), absl::StrCat("grid.shape[", i, "]"));
+    if (!shape.ok()) {
+      errors.push_back(std::string(shape.status().message()));
+    } else if (shape->nodes > 0) {
+      any_fixed_shape = true;
+    }
+  }
+  if (any_fixed_shape && grid.world_size_size() > 0) {
+    errors.push_back(
+        "grid.shape: an NxM shape fixes the world size to N*M; leave grid.world_size "
+        "out, or use pack/spread shapes");
+  }
+  auto unique = [&errors](const char* path, const auto& values) {
+    std::set<std::string> seen;
+    for (const auto& v : values) {
+      if (!seen.insert(absl::StrCat(v)).second) {
+        errors.push_back(absl::StrCat(path, ": value ", v, " is listed twice"));
+        return;
+      }
+    }
+  };
+  unique("grid.world_size", grid.world_size());
+  unique("grid.batch_size", grid.batch_size());
+  unique("grid.scaling", grid.scaling());
+  unique("grid.shape", grid.shape());
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SweepSpec> ParseSweepSpec(const std::string& yaml_text) {
+  v1::SweepSpec spec;
+  RETURN_IF_ERROR(ParseSpecMessage(yaml_text, &spec));
+  return spec;
+}
+
+absl::StatusOr<std::vector<SweepJob>> ExpandSweep(const v1::SweepSpec& spec,
+                                                  const SpecLimits& limits) {
+  RETURN_IF_ERROR(CheckSweepFields(spec));
+  const v1::JobSpec& base = spec.base();
+  const v1::SweepGrid& grid = spec.grid();
+
+  // Empty lists take the base job's value.
+  std::vector<Shape> shapes;
+  for (const std::string& s : grid.shape()) {
+    ASSIGN_OR_RETURN(Shape shape, ParseShape(s, "grid.shape"));
+    shapes.push_back(std::move(shape));
+  }
+  if (shapes.empty()) {
+    Shape shape;
+    if (base.nodes() > 0 && base.per_node() > 0) {
+      shape.label = absl::StrCat(base.nodes(), "x", base.per_node());
+      shape.nodes = base.nodes();
+      shape.per_node = base.per_node();
+    } else {
+      shape.placement = base.placement().empty() ? "pack" : base.placement();
+      shape.label = shape.placement;
+    }
+    shapes.push_back(shape);
+  }
+  std::vector<std::string> scalings(grid.scaling().begin(), grid.scaling().end());
+  if (scalings.empty()) {
+    scalings.push_back(base.trainer().scaling().empty() ? "strong"
+                                                        : base.trainer().scaling());
+  }
+  std::vector<int> batches(grid.batch_size().begin(), grid.batch_size().end());
+  if (batches.empty()) batches.push_back(base.trainer().batch_size());
+  const std::vector<int> listed_sizes(grid.world_size().begin(), grid.world_size().end());
+  const int repeats = spec.repeats() > 0 ? spec.repeats() : 1;
+
+  int64_t total = 0;
+  for (const Shape& shape : shapes) {
+    const int64_t sizes = shape.nodes > 0 ? 1
+                          : listed_sizes.empty()
+                              ? 1
+                              : static_cast<int64_t>(listed_sizes.size());
+    total += sizes * static_cast<int64_t>(scalings.size()) *
+             static_cast<int64_t>(batches.size()) * repeats;
+  }
+  if (total > kMaxSweepPoints) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grid: expands to ", total, " points, limit ", kMaxSweepPoints));
+  }
+
+  std::vector<SweepJob> out;
+  for (const Shape& shape : shapes) {
+    std::vector<int> sizes;
+    if (shape.nodes > 0) {
+      sizes.push_back(shape.nodes * shape.per_node);
+    } else if (!listed_sizes.empty()) {
+      sizes = listed_sizes;
+    } else {
+      sizes.push_back(base.world_size());
+    }
+    for (const std::string& scaling : scalings) {
+      for (int batch : batches) {
+        for (int world : sizes) {
+          for (int r = 0; r < repeats; ++r) {
+            SweepJob point;
+            v1::SweepPoint& p = point.point;
+            p.set_index(static_cast<int32_t>(out.size()));
+            p.set_world_size(world);
+            p.set_batch_size(batch);
+            p.set_scaling(scaling);
+            p.set_shape(shape.label);
+            p.set_repeat(r);
+            v1::JobSpec& job = point.job;
+            job = base;
+            job.set_world_size(world);
+            job.mutable_trainer()->set_batch_size(batch);
+            job.mutable_trainer()->set_scaling(scaling);
+            job.set_nodes(shape.nodes);
+            job.set_per_node(shape.per_node);
+            job.set_placement(shape.placement);
+            job.set_name(PointJobName(spec.name(), p));
+            if (job.name().size() > kMaxNameBytes)
+              job.set_name(job.name().substr(0, kMaxNameBytes));
+            absl::Status valid = ValidateJobSpec(job, limits);
+            if (!valid.ok()) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "point ", p.index(), " (", Describe(p), "): ", valid.message()));
+            }
+            out.push_back(std::move(point));
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status ValidateSweepSpec(const v1::SweepSpec& spec, const SpecLimits& limits) {
+  return ExpandSweep(spec, limits).status();
+}
+
+absl::StatusOr<v1::SweepSpec> ParseAndValidateSweepSpec(const std::string& yaml_text,
+                                                        const SpecLimits& limits) {
+  ASSIGN_OR_RETURN(v1::SweepSpec spec, ParseSweepSpec(yaml_text));
+  RETURN_IF_ERROR(ValidateSweepSpec(spec, limits));
+  return spec;
+}
+
+}  // namespace tessera

@@ -1,0 +1,650 @@
+#include "coordinator/api/http_api.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/job_state.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+
+// Most points the first `metrics` event of a job stream carries.
+constexpr int kStreamMetricLimit = 200000;
+// Log bytes the first `log` event of a rank carries, and the most per event.
+constexpr int kStreamLogTail = 64 * 1024;
+// Jobs a job-list stream shows without a `limit`.
+constexpr int kStreamJobLimit = 500;
+// A change often comes in a burst (a report, then its heartbeat); views wait
+// this long after a change before recomputing.
+constexpr absl::Duration kCoalesce = absl::Milliseconds(200);
+
+HttpResponse Error(const absl::Status& s) {
+  HttpResponse r;
+  switch (s.code()) {
+    case absl::StatusCode::kNotFound:
+      r.status = 404;
+      break;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      r.status = 400;
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      r.status = 401;
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      r.status = 403;
+      break;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kAlreadyExists:
+      r.status = 409;
+      break;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kResourceExhausted:
+      r.status = 503;
+      break;
+    default:
+      r.status = 500;
+  }
+  r.body = nlohmann::json{{"error", std::string(s.message())},
+                          {"code", absl::StatusCodeToString(s.code())}}
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
+HttpResponse MethodNotAllowed(absl::string_view allowed) {
+  HttpResponse r = Error(
+      absl::InvalidArgumentError(absl::StrCat("method not allowed; use ", allowed)));
+  r.status = 405;
+  r.headers["Allow"] = std::string(allowed);
+  return r;
+}
+
+HttpResponse NoRoute(const std::string& path) {
+  return Error(absl::NotFoundError(absl::StrCat("no route for ", path)));
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  std::string out;
+  // Messages built here always convert; an error would leave `out` empty.
+  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
+  return out;
+}
+
+HttpResponse Json(const google::protobuf::Message& m) {
+  HttpResponse r;
+  r.body = ToJson(m);
+  return r;
+}
+
+bool ParseId(absl::string_view text, int64_t* id) {
+  return absl::SimpleAtoi(text, id) && *id > 0;
+}
+
+const std::string* QueryParam(const HttpRequest& request, const std::string& key) {
+  auto it = request.query.find(key);
+  return it == request.query.end() ? nullptr : &it->second;
+}
+
+// Parses an integer query parameter in [lo, hi]; absent leaves `out` alone.
+absl::Status IntParam(const HttpRequest& request, const std::string& key, int64_t lo,
+                      int64_t hi, int64_t* out) {
+  const std::string* text = QueryParam(request, key);
+  if (text == nullptr) return absl::OkStatus();
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(*text, &v) || v < lo || v > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": must be an integer in [", lo,
+                                                   ", ", hi, "], got '",
+                                                   text->substr(0, 32), "'"));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobFilter> ParseJobFilter(const HttpRequest& request, int default_limit) {
+  JobFilter filter;
+  if (const std::string* state = QueryParam(request, "state")) {
+    if (!state->empty()) {
+      absl::StatusOr<v1::JobState> parsed = ParseJobState(*state);
+      if (!parsed.ok()) return parsed.status();
+      filter.state = *parsed;
+    }
+  }
+  int64_t limit = default_limit;
+  int64_t sweep = 0;
+  absl::Status s = IntParam(request, "limit", 0, 100000, &limit);
+  if (!s.ok()) return s;
+  s = IntParam(request, "sweep", 0, INT64_MAX, &sweep);
+  if (!s.ok()) return s;
+  filter.limit = static_cast<int32_t>(limit);
+  filter.sweep_id = sweep;
+  return filter;
+}
+
+constexpr char kSessionCookie[] = "tessera_token";
+
+std::string HeaderValue(const HttpRequest& request, const std::string& name) {
+  auto it = request.headers.find(name);
+  return it == request.headers.end() ? std::string() : it->second;
+}
+
+// The value of cookie `name` in the Cookie header; empty when absent.
+std::string CookieValue(const HttpRequest& request, absl::string_view name) {
+  for (absl::string_view part : absl::StrSplit(HeaderValue(request, "cookie"), ';')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (absl::StartsWith(part, name) && part.size() > name.size() &&
+        part[name.size()] == '=') {
+      return std::string(part.substr(name.size() + 1));
+    }
+  }
+  return {};
+}
+
+std::string Event(absl::string_view name, absl::string_view json) {
+  return absl::StrCat("event: ", name, "\ndata: ", json, "\n\n");
+}
+
+// Sends `json` as event `name` when it differs from what `last` holds; a
+// keepalive comment when nothing was sent for `keepalive`. False once the
+// client has gone.
+class StreamWriter {
+ public:
+  StreamWriter(EventSink& sink, absl::Duration keepalive)
+      : sink_(sink), keepalive_(keepalive), last_write_(absl::Now()) {}
+
+  bool SendIfChanged(absl::string_view name, const std::string& json, std::string& last) {
+    if (json == last) return true;
+    last = json;
+    return Send(name, json);
+  }
+  bool Send(absl::string_view name, absl::string_view json) {
+    last_write_ = absl::Now();
+    return sink_.Write(Event(name, json));
+  }
+  bool KeepAliveIfIdle() {
+    if (absl::Now() - last_write_ < keepalive_) return true;
+    last_write_ = absl::Now();
+    return sink_.Write(": keepalive\n\n");
+  }
+
+ private:
+  EventSink& sink_;
+  const absl::Duration keepalive_;
+  absl::Time last_write_;
+};
+
+}  // namespace
+
+HttpApi::HttpApi(JobManager* manager, SweepManager* sweeps, Options options)
+    : manager_(manager), sweeps_(sweeps), options_(std::move(options)) {}
+
+HttpResponse HttpApi::Handle(const HttpRequest& request) const {
+  if (request.path == "/healthz") {
+    return HttpResponse{200, "text/plain", "ok\n", {}, nullptr};
+  }
+  if (absl::StartsWith(request.path, "/api/")) return HandleApi(request);
+  if (request.method != "GET" && request.method != "HEAD") return MethodNotAllowed("GET");
+  if (options_.static_files) {
+    if (const StaticFile* file = options_.static_files(request.path)) {
+      HttpResponse r;
+      r.content_type = std::string(file->content_type);
+      r.body = std::string(file->body);
+      // The index names the bundle, whose contents change with each build.
+      r.headers["Cache-Control"] = "no-cache";
+      return r;
+    }
+  }
+  return NoRoute(request.path);
+}
+
+absl::Status HttpApi::Authorize(const HttpRequest& request, bool header_only) const {
+  std::string authorization = HeaderValue(request, "authorization");
+  if (options_.auth == nullptr || !options_.auth->enabled()) {
+    // Without authentication a change still needs the header: cross-site
+    // forms cannot send it.
+    if (header_only && authorization.empty()) {
+      return absl::UnauthenticatedError(
+          "this request changes state and needs an 'Authorization: Bearer TOKEN' header");
+    }
+    return absl::OkStatus();
+  }
+  if (authorization.empty() && !header_only) {
+    const std::string cookie = CookieValue(request, kSessionCookie);
+    if (!cookie.empty()) authorization = "Bearer " + cookie;
+  }
+  if (authorization.empty()) {
+    return absl::UnauthenticatedError(
+        header_only ? "this request changes state and needs an 'Authorization: Bearer "
+                      "TOKEN' header with a user token"
+                    : "sign in: send 'Authorization: Bearer TOKEN' with a user token "
+                      "(tessera-coordinator token create --kind user)");
+  }
+  return options_.auth->Authenticate(authorization, kUserToken).status();
+}
+
+HttpResponse HttpApi::HandleSession(const HttpRequest& request) const {
+  if (request.method == "DELETE") {
+    HttpResponse r;
+    r.body = "{}";
+    r.headers["Set-Cookie"] = absl::StrCat(
+        kSessionCookie, "=; Path=/api/; HttpOnly; SameSite=Strict; Max-Age=0");
+    return r;
+  }
+  if (request.method != "POST") return MethodNotAllowed("POST, DELETE");
+  absl::Status allowed = Authorize(request, /*header_only=*/true);
+  if (!allowed.ok()) return Error(allowed);
+  const std::string authorization = HeaderValue(request, "authorization");
+  absl::string_view token = authorization;
+  if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty()) {
+    return Error(absl::InvalidArgumentError("authorization: expected 'Bearer TOKEN'"));
+  }
+  // Token text is [A-Za-z0-9_]; anything else could break the header.
+  for (char c : token) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') {
+      return Error(absl::InvalidArgumentError("token: unexpected character"));
+    }
+  }
+  HttpResponse r;
+  r.body = "{}";
+  // The page's event streams cannot send headers, so reads may use this
+  // cookie; changes still need the header.
+  r.headers["Set-Cookie"] =
+      absl::StrCat(kSessionCookie, "=", token, "; Path=/api/; HttpOnly; SameSite=Strict");
+  return r;
+}
+
+HttpResponse HttpApi::HandleApi(const HttpRequest& request) const {
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(request.path, '/', absl::SkipEmpty());
+  if (parts.size() < 3 || parts[0] != "api" || parts[1] != "v1") {
+    return NoRoute(request.path);
+  }
+  if (parts.size() == 3 && parts[2] == "session") return HandleSession(request);
+  if (absl::Status allowed = Authorize(request, /*header_only=*/request.method != "GET");
+      !allowed.ok()) {
+    return Error(allowed);
+  }
+  if (parts[2] == "stream") return HandleStream(request);
+  if (parts[2] == "sweeps") return HandleSweeps(request);
+  if (parts[2] == "workers" && parts.size() == 3) {
+    if (request.method != "GET") return MethodNotAllowed("GET");
+    v1::ListWorkersResponse resp;
+    for (auto& w : manager_->ListWorkers()) *resp.add_workers() = std::move(w);
+    return Json(resp);
+  }
+  if (parts[2] != "jobs") return NoRoute(request.path);
+  if (parts.size() == 3) {
+    if (request.method != "GET") return MethodNotAllowed("GET");
+    absl::StatusOr<JobFilter> filter = ParseJobFilter(request, 0);
+    if (!filter.ok()) return Error(filter.status());
+    absl::StatusOr<std::vector<v1::Job>> jobs = manager_->ListJobs(*filter);
+    if (!jobs.ok()) return Error(jobs.status());
+    v1::ListJobsResponse resp;
+    for (auto& j : *jobs) *resp.add_jobs() = std::move(j);
+    return Json(resp);
+  }
+  int64_t id = 0;
+  if (!ParseId(parts[3], &id)) {
+    return Error(absl::InvalidArgumentError(
+        absl::StrCat("bad job id '", parts[3].substr(0, 32), "'")));
+  }
+  if (parts.size() == 4) return HandleJob(request, id, "");
+  if (parts.size() == 5) {
+    return HandleJob(request, id, std::string_view(parts[4].data(), parts[4].size()));
+  }
+  return NoRoute(request.path);
+}
+
+HttpResponse HttpApi::HandleJob(const HttpRequest& request, int64_t id,
+                                std::string_view action) const {
+  if (action == "cancel") {
+    if (request.method != "POST") return MethodNotAllowed("POST");
+    absl::StatusOr<v1::JobState> state = manager_->CancelJob(id);
+    if (!state.ok()) return Error(state.status());
+    v1::CancelJobResponse resp;
+    resp.set_state(*state);
+    return Json(resp);
+  }
+  if (request.method != "GET") return MethodNotAllowed("GET");
+  if (action.empty()) {
+    absl::StatusOr<v1::Job> job = manager_->GetJob(id);
+    if (!job.ok()) return Error(job.status());
+    return Json(*job);
+  }
+  if (action == "metrics") {
+    v1::GetMetricsRequest q;
+    q.set_job_id(id);
+    if (const std::string* name = QueryParam(request, "name")) q.set_name(*name);
+    int64_t after = 0;
+    int64_t limit = 0;
+    absl::Status s = IntParam(request, "after_step", -1, INT64_MAX, &after);
+    if (s.ok()) s = IntParam(request, "limit", 0, 100000, &limit);
+    if (!s.ok()) return Error(s);
+    q.set_after_step(after);
+    q.set_limit(static_cast<int32_t>(limit));
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(q);
+    if (!points.ok()) return Error(points.status());
+    v1::GetMetricsResponse resp;
+    for (auto& p : *points) *resp.add_points() = std::move(p);
+    return Json(resp);
+  }
+  if (action == "logs") {
+    v1::GetLogsRequest q;
+    q.set_job_id(id);
+    int64_t rank = 0, attempt = 0, offset = 0, max_bytes = 0, tail = 0;
+    absl::Status s = IntParam(request, "rank", 0, 1 << 20, &rank);
+    if (s.ok()) s = IntParam(request, "attempt", 0, 1 << 20, &attempt);
+    if (s.ok()) s = IntParam(request, "offset", 0, INT64_MAX, &offset);
+    if (s.ok()) s = IntParam(request, "max_bytes", 0, 4 << 20, &max_bytes);
+    if (s.ok()) s = IntParam(request, "tail_bytes", 0, 4 << 20, &tail);
+    if (!s.ok()) return Error(s);
+    q.set_rank(static_cast<int32_t>(rank));
+    q.set_attempt(static_cast<int32_t>(attempt));
+    q.set_offset(offset);
+    q.set_max_bytes(static_cast<int32_t>(max_bytes));
+    q.set_tail_bytes(tail);
+    absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(q);
+    if (!logs.ok()) return Error(logs.status());
+    // Log bytes are shown as text: invalid UTF-8 is replaced, not rejected.
+    nlohmann::json out = {{"data", logs->data()},
+                          {"offset", std::to_string(logs->offset())},
+                          {"next_offset", std::to_string(logs->next_offset())},
+                          {"attempt", logs->attempt()},
+                          {"complete", logs->complete()}};
+    HttpResponse r;
+    r.body = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return r;
+  }
+  return NoRoute(request.path);
+}
+
+HttpResponse HttpApi::HandleSweeps(const HttpRequest& request) const {
+  if (sweeps_ == nullptr) return NoRoute(request.path);
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(request.path, '/', absl::SkipEmpty());
+  if (parts.size() == 3) {
+    if (request.method != "GET") return MethodNotAllowed("GET");
+    absl::StatusOr<std::vector<v1::Sweep>> sweeps = sweeps_->List();
+    if (!sweeps.ok()) return Error(sweeps.status());
+    v1::ListSweepsResponse resp;
+    for (auto& s : *sweeps) *resp.add_sweeps() = std::move(s);
+    return Json(resp);
+  }
+  int64_t id = 0;
+  if (!ParseId(parts[3], &id)) {
+    return Error(absl::InvalidArgumentError(
+        absl::StrCat("bad sweep id '", parts[3].substr(0, 32), "'")));
+  }
+  if (parts.size() == 5 && parts[4] == "cancel") {
+    if (request.method != "POST") return MethodNotAllowed("POST");
+    absl::StatusOr<v1::SweepState> state = sweeps_->Cancel(id);
+    if (!state.ok()) return Error(state.status());
+    v1::CancelSweepResponse resp;
+    resp.set_state(*state);
+    return Json(resp);
+  }
+  if (request.method != "GET") return MethodNotAllowed("GET");
+  if (parts.size() == 4) {
+    absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(id);
+    if (!sweep.ok()) return Error(sweep.status());
+    return Json(*sweep);
+  }
+  if (parts.size() == 5 && parts[4] == "report") {
+    absl::StatusOr<v1::SweepReport> report = sweeps_->Report(id);
+    if (!report.ok()) return Error(report.status());
+    return Json(*report);
+  }
+  return NoRoute(request.path);
+}
+
+HttpResponse HttpApi::StartStream(std::function<void(EventSink&)> body) const {
+  if (active_streams_.fetch_add(1) >= options_.max_streams) {
+    active_streams_.fetch_sub(1);
+    return Error(absl::UnavailableError(
+        absl::StrCat("too many event streams open (", options_.max_streams,
+                     "); close some dashboard tabs or reload this one later")));
+  }
+  // The slot is taken now, so that a burst of requests cannot overshoot the
+  // limit before their streams start; the stream gives it back when it ends.
+  std::atomic<int>* count = &active_streams_;
+  std::shared_ptr<void> slot(nullptr, [count](void*) { count->fetch_sub(1); });
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  r.headers["Cache-Control"] = "no-cache";
+  r.headers["X-Accel-Buffering"] = "no";
+  r.stream = [slot, body = std::move(body)](EventSink& sink) { body(sink); };
+  return r;
+}
+
+HttpResponse HttpApi::HandleStream(const HttpRequest& request) const {
+  if (request.method != "GET") return MethodNotAllowed("GET");
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(request.path, '/', absl::SkipEmpty());
+  // parts: api v1 stream <what> [id]
+  if (parts.size() == 4 && parts[3] == "jobs") {
+    absl::StatusOr<JobFilter> filter = ParseJobFilter(request, kStreamJobLimit);
+    if (!filter.ok()) return Error(filter.status());
+    JobFilter f = *filter;
+    return StartStream([this, f](EventSink& sink) { StreamJobs(sink, f); });
+  }
+  if (parts.size() == 4 && parts[3] == "workers") {
+    return StartStream([this](EventSink& sink) { StreamWorkers(sink); });
+  }
+  if (parts.size() == 5 && (parts[3] == "jobs" || parts[3] == "sweeps")) {
+    int64_t id = 0;
+    if (!ParseId(parts[4], &id)) {
+      return Error(absl::InvalidArgumentError(
+          absl::StrCat("bad id '", parts[4].substr(0, 32), "'")));
+    }
+    if (parts[3] == "jobs") {
+      // Unknown ids are 404 before the stream starts.
+      absl::Status exists = manager_->GetJob(id).status();
+      if (!exists.ok()) return Error(exists);
+      return StartStream([this, id](EventSink& sink) { StreamJob(sink, id); });
+    }
+    if (sweeps_ == nullptr) return NoRoute(request.path);
+    absl::Status exists = sweeps_->Get(id).status();
+    if (!exists.ok()) return Error(exists);
+    return StartStream([this, id](EventSink& sink) { StreamSweep(sink, id); });
+  }
+  return NoRoute(request.path);
+}
+
+void HttpApi::StreamJobs(EventSink& sink, JobFilter filter) const {
+  ChangeNotifier& changes = manager_->changes();
+  StreamWriter out(sink, options_.keepalive);
+  std::string last;
+  uint64_t seen = changes.version();
+  while (!changes.closed()) {
+    absl::StatusOr<std::vector<v1::Job>> jobs = manager_->ListJobs(filter);
+    if (jobs.ok()) {
+      v1::ListJobsResponse resp;
+      for (auto& j : *jobs) {
+        j.clear_spec_yaml();  // the list needs no spec text
+        *resp.add_jobs() = std::move(j);
+      }
+      if (!out.SendIfChanged("jobs", ToJson(resp), last)) return;
+    }
+    if (!out.KeepAliveIfIdle()) return;
+    seen = changes.WaitForChange(seen, options_.refresh);
+    absl::SleepFor(kCoalesce);
+  }
+}
+
+void HttpApi::StreamWorkers(EventSink& sink) const {
+  ChangeNotifier& changes = manager_->changes();
+  StreamWriter out(sink, options_.keepalive);
+  std::string last;
+  uint64_t seen = changes.version();
+  while (!changes.closed()) {
+    v1::ListWorkersResponse resp;
+    for (auto& w : manager_->ListWorkers()) *resp.add_workers() = std::move(w);
+    if (!out.SendIfChanged("workers", ToJson(resp), last)) return;
+    if (!out.KeepAliveIfIdle()) return;
+    seen = changes.WaitForChange(seen, options_.refresh);
+    absl::SleepFor(kCoalesce);
+  }
+}
+
+void HttpApi::StreamSweep(EventSink& sink, int64_t sweep_id) const {
+  ChangeNotifier& changes = manager_->changes();
+  StreamWriter out(sink, options_.keepalive);
+  std::string last_sweep;
+  std::string last_report;
+  uint64_t seen = changes.version();
+  while (!changes.closed()) {
+    absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(sweep_id);
+    if (sweep.ok()) {
+      const std::string json = ToJson(*sweep);
+      // The report changes only when a point does, and costs metric queries.
+      if (json != last_sweep) {
+        if (!out.SendIfChanged("sweep", json, last_sweep)) return;
+        absl::StatusOr<v1::SweepReport> report = sweeps_->Report(sweep_id);
+        if (report.ok() && !out.SendIfChanged("report", ToJson(*report), last_report)) {
+          return;
+        }
+      }
+    }
+    if (!out.KeepAliveIfIdle()) return;
+    seen = changes.WaitForChange(seen, options_.refresh);
+    absl::SleepFor(kCoalesce);
+  }
+}
+
+void HttpApi::StreamJob(EventSink& sink, int64_t job_id) const {
+  ChangeNotifier& changes = manager_->changes();
+  StreamWriter out(sink, options_.keepalive);
+  std::string last_job;
+  uint64_t seen = changes.version();
+
+  // Metrics: points of the current attempt arrive in step order per rank, so
+  // each query asks only for steps at or above the lowest step the ranks have
+  // reached, and `sent` drops what an earlier event already carried.
+  using Key = std::tuple<int32_t, int32_t, int64_t, std::string>;
+  std::set<Key> sent;
+  std::map<int32_t, int64_t> last_step;  // rank -> highest step sent, current attempt
+  int32_t metrics_attempt = -1;
+  bool first_metrics = true;
+  // Logs: next offset per (attempt, rank); complete per (attempt, rank).
+  std::map<std::pair<int32_t, int32_t>, int64_t> log_offset;
+  std::set<std::pair<int32_t, int32_t>> log_done;
+  std::optional<absl::Time> ended_at;
+
+  while (!changes.closed()) {
+    absl::StatusOr<v1::Job> job = manager_->GetJob(job_id);
+    if (!job.ok()) return;
+    if (!out.SendIfChanged("job", ToJson(*job), last_job)) return;
+
+    if (job->attempt() != metrics_attempt) {
+      metrics_attempt = job->attempt();
+      last_step.clear();
+    }
+    int64_t floor = -1;
+    if (!last_step.empty()) {
+      floor = INT64_MAX;
+      for (const auto& [rank, step] : last_step) floor = std::min(floor, step);
+      if (static_cast<int>(last_step.size()) < job->spec().world_size()) floor = -1;
+    }
+    v1::GetMetricsRequest q;
+    q.set_job_id(job_id);
+    q.set_after_step(floor > 0 ? floor - 1 : -1);
+    q.set_limit(kStreamMetricLimit);
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(q);
+    if (points.ok()) {
+      v1::GetMetricsResponse fresh;
+      for (v1::MetricPoint& p : *points) {
+        Key key{p.attempt(), p.rank(), p.step(), p.name()};
+        if (!sent.insert(key).second) continue;
+        if (p.attempt() == metrics_attempt) {
+          int64_t& s = last_step[p.rank()];
+          s = std::max(s, p.step());
+        }
+        *fresh.add_points() = std::move(p);
+      }
+      // Keys below the floor can no longer come back from a query.
+      if (floor > 0) {
+        for (auto it = sent.begin(); it != sent.end();) {
+          it = std::get<2>(*it) < floor ? sent.erase(it) : std::next(it);
+        }
+      }
+      if (fresh.points_size() > 0 || first_metrics) {
+        nlohmann::json body = nlohmann::json::parse(ToJson(fresh));
+        body["reset"] = first_metrics;
+        first_metrics = false;
+        if (!out.Send("metrics", body.dump())) return;
+      }
+    }
+
+    // Log text of each rank of the current attempt.
+    bool logs_complete = true;
+    for (const v1::RankStatus& rank : job->ranks()) {
+      const std::pair<int32_t, int32_t> key{job->attempt(), rank.rank()};
+      if (log_done.contains(key)) continue;
+      v1::GetLogsRequest lq;
+      lq.set_job_id(job_id);
+      lq.set_attempt(job->attempt());
+      lq.set_rank(rank.rank());
+      lq.set_max_bytes(kStreamLogTail);
+      auto it = log_offset.find(key);
+      if (it == log_offset.end()) {
+        lq.set_tail_bytes(kStreamLogTail);
+      } else {
+        lq.set_offset(it->second);
+      }
+      absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(lq);
+      if (!logs.ok()) {
+        logs_complete = false;
+        continue;
+      }
+      log_offset[key] = logs->next_offset();
+      if (logs->complete()) {
+        log_done.insert(key);
+      } else {
+        logs_complete = false;
+      }
+      if (logs->data().empty()) continue;
+      nlohmann::json event = {{"rank", rank.rank()},
+                              {"attempt", job->attempt()},
+                              {"offset", std::to_string(logs->offset())},
+                              {"data", logs->data()}};
+      if (!out.Send("log", event.dump(-1, ' ', false,
+                                      nlohmann::json::error_handler_t::replace))) {
+        return;
+      }
+      // More may be waiting than one event carries: look again at once.
+      if (logs->next_offset() - logs->offset() >= kStreamLogTail) logs_complete = false;
+    }
+
+    if (IsTerminal(job->state())) {
+      if (!ended_at.has_value()) ended_at = absl::Now();
+      // Everything is sent once the logs are; a worker that vanished never
+      // sends the end of its logs, so give up waiting after a while.
+      if (logs_complete || absl::Now() - *ended_at > absl::Seconds(10)) {
+        out.Send("end", "{}");
+        return;
+      }
+    }
+    if (!out.KeepAliveIfIdle()) return;
+    seen = changes.WaitForChange(seen, options_.refresh);
+    absl::SleepFor(kCoalesce);
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,114 @@
+// HttpApi: the coordinator's JSON API under /api/v1/ and the dashboard's static
+// files, as a router that is independent of the HTTP library, so it can be
+// tested and fuzzed directly. HttpServer (http_server.h) feeds it requests from
+// cpp-httplib. docs/api.md documents every route, the JSON shapes and the
+// Server-Sent Events streams.
+//
+// Streams: a route under /api/v1/stream/ answers with a `stream` function that
+// the server runs on its connection's thread; it writes events to an
+// EventSink until the client goes away, the view ends, or the coordinator
+// stops (ChangeNotifier::Close). At most Options::max_streams run at once;
+// more get 503, so open pages cannot take every HTTP thread.
+//
+// Thread-safety: Handle() is safe from any thread (the managers are).
+#ifndef TESSERA_COORDINATOR_API_HTTP_API_H_
+#define TESSERA_COORDINATOR_API_HTTP_API_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "absl/time/time.h"
+#include "coordinator/core/auth.h"
+#include "coordinator/core/job_manager.h"
+#include "coordinator/core/sweep_manager.h"
+
+namespace tessera {
+
+struct HttpRequest {
+  std::string method;
+  std::string path;
+  std::map<std::string, std::string> query;
+  std::map<std::string, std::string> headers;  // names in lower case
+  std::string body;
+};
+
+// Where a stream writes. Write() returns false once the client has gone.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual bool Write(std::string_view data) = 0;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::map<std::string, std::string> headers;  // added to the defaults
+  // Set for event streams: run after the headers are sent; `body` is unused.
+  std::function<void(EventSink&)> stream;
+};
+
+// A file of the dashboard bundle.
+struct StaticFile {
+  std::string_view content_type;
+  std::string_view body;
+};
+
+class HttpApi {
+ public:
+  struct Options {
+    // Event streams served at once.
+    int max_streams = 16;
+    // A stream sends a keepalive comment after this long without an event.
+    // It is also how a stream notices that its client has gone (the write
+    // fails) and gives its slot back.
+    absl::Duration keepalive = absl::Seconds(5);
+    // Views are recomputed at least this often even without a change, so that
+    // time-derived fields (a worker's liveness) stay current.
+    absl::Duration refresh = absl::Seconds(5);
+    // Checks user tokens on /api/ requests; nullptr (or a disabled one): open.
+    Authenticator* auth = nullptr;
+    // Dashboard files by path ("/" is the index); nullptr when none are served.
+    std::function<const StaticFile*(std::string_view path)> static_files;
+  };
+
+  // Neither manager is owned; `sweeps` may be null (no sweep routes).
+  HttpApi(JobManager* manager, SweepManager* sweeps, Options options);
+  HttpApi(JobManager* manager, SweepManager* sweeps)
+      : HttpApi(manager, sweeps, Options()) {}
+
+  HttpResponse Handle(const HttpRequest& request) const;
+
+  int active_streams() const { return active_streams_.load(); }
+
+ private:
+  HttpResponse HandleApi(const HttpRequest& request) const;
+  // Reads need a user token in the Authorization header or the session cookie;
+  // changes (`header_only`) need it in the header, which other sites' pages
+  // cannot send.
+  absl::Status Authorize(const HttpRequest& request, bool header_only) const;
+  HttpResponse HandleSession(const HttpRequest& request) const;
+  HttpResponse HandleStream(const HttpRequest& request) const;
+  HttpResponse HandleJob(const HttpRequest& request, int64_t id,
+                         std::string_view action) const;
+  HttpResponse HandleSweeps(const HttpRequest& request) const;
+  // Wraps `body` so that it counts against max_streams while it runs.
+  HttpResponse StartStream(std::function<void(EventSink&)> body) const;
+
+  void StreamJobs(EventSink& sink, JobFilter filter) const;
+  void StreamJob(EventSink& sink, int64_t job_id) const;
+  void StreamWorkers(EventSink& sink) const;
+  void StreamSweep(EventSink& sink, int64_t sweep_id) const;
+
+  JobManager* const manager_;   // Not owned.
+  SweepManager* const sweeps_;  // Not owned; may be null.
+  const Options options_;
+  mutable std::atomic<int> active_streams_{0};
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_API_HTTP_API_H_

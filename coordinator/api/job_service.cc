@@ -1,0 +1,144 @@
+#include "coordinator/api/job_service.h"
+
+#include "common/grpc_status.h"
+
+namespace tessera {
+
+grpc::Status JobServiceImpl::CheckUser(const grpc::ServerContext& context) {
+  return ToGrpcStatus(auth_->Authenticate(AuthorizationOf(context), kUserToken).status());
+}
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
+                                       const v1::SubmitJobRequest* request,
+                                       v1::SubmitJobResponse* response) {
+  absl::StatusOr<std::string> user =
+      auth_->Authenticate(AuthorizationOf(*context), kUserToken);
+  if (!user.ok()) return ToGrpcStatus(user.status());
+  // The job runs as its owner on workers that run as root; without
+  // authentication there is no one to name.
+  JobOrigin origin;
+  if (auth_->enabled()) origin.owner = *user;
+  absl::StatusOr<int64_t> id = manager_->Submit(request->spec(), request->spec_yaml(),
+                                                request->client_request_id(), origin);
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  response->set_job_id(*id);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
+                                      const v1::ListJobsRequest* request,
+                                      v1::ListJobsResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  JobFilter filter;
+  filter.state = request->state();
+  filter.limit = request->limit();
+  filter.sweep_id = request->sweep_id();
+  absl::StatusOr<std::vector<v1::Job>> jobs = manager_->ListJobs(filter);
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  for (auto& job : *jobs) *response->add_jobs() = std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
+                                    const v1::GetJobRequest* request,
+                                    v1::GetJobResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<v1::Job> job = manager_->GetJob(request->job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response->mutable_job() = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetMetrics(grpc::ServerContext* context,
+                                        const v1::GetMetricsRequest* request,
+                                        v1::GetMetricsResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(*request);
+  if (!points.ok()) return ToGrpcStatus(points.status());
+  for (auto& p : *points) *response->add_points() = std::move(p);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* context,
+                                         const v1::ListWorkersRequest*,
+                                         v1::ListWorkersResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  for (auto& w : manager_->ListWorkers()) *response->add_workers() = std::move(w);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
+                                       const v1::CancelJobRequest* request,
+                                       v1::CancelJobResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<v1::JobState> state = manager_->CancelJob(request->job_id());
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  response->set_state(*state);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* context,
+                                     const v1::GetLogsRequest* request,
+                                     v1::GetLogsResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(*request);
+  if (!logs.ok()) return ToGrpcStatus(logs.status());
+  *response = std::move(*logs);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::SubmitSweep(grpc::ServerContext* context,
+                                         const v1::SubmitSweepRequest* request,
+                                         v1::SubmitSweepResponse* response) {
+  absl::StatusOr<std::string> user =
+      auth_->Authenticate(AuthorizationOf(*context), kUserToken);
+  if (!user.ok()) return ToGrpcStatus(user.status());
+  absl::StatusOr<v1::SubmitSweepResponse> submitted =
+      sweeps_->Submit(request->spec(), request->spec_yaml(), request->client_request_id(),
+                      auth_->enabled() ? *user : std::string());
+  if (!submitted.ok()) return ToGrpcStatus(submitted.status());
+  *response = std::move(*submitted);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListSweeps(grpc::ServerContext* context,
+                                        const v1::ListSweepsRequest*,
+                                        v1::ListSweepsResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<std::vector<v1::Sweep>> sweeps = sweeps_->List();
+  if (!sweeps.ok()) return ToGrpcStatus(sweeps.status());
+  for (auto& s : *sweeps) *response->add_sweeps() = std::move(s);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetSweep(grpc::ServerContext* context,
+                                      const v1::GetSweepRequest* request,
+                                      v1::GetSweepResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(request->sweep_id());
+  if (!sweep.ok()) return ToGrpcStatus(sweep.status());
+  *response->mutable_sweep() = std::move(*sweep);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetSweepReport(grpc::ServerContext* context,
+                                            const v1::GetSweepReportRequest* request,
+                                            v1::GetSweepReportResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<v1::SweepReport> report = sweeps_->Report(request->sweep_id());
+  if (!report.ok()) return ToGrpcStatus(report.status());
+  *response->mutable_report() = std::move(*report);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelSweep(grpc::ServerContext* context,
+                                         const v1::CancelSweepRequest* request,
+                                         v1::CancelSweepResponse* response) {
+  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<v1::SweepState> state = sweeps_->Cancel(request->sweep_id());
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  response->set_state(*state);
+  return grpc::Status::OK;
+}
+
+}  // namespace tessera

@@ -1,0 +1,68 @@
+// JobServiceImpl: the gRPC adapter for tessctl's JobService over JobManager.
+// Plain synchronous handlers; no logic beyond converting types and statuses.
+//
+// Thread-safety: safe for concurrent calls (JobManager is thread-safe).
+#ifndef TESSERA_COORDINATOR_API_JOB_SERVICE_H_
+#define TESSERA_COORDINATOR_API_JOB_SERVICE_H_
+
+#include "coordinator/core/auth.h"
+#include "coordinator/core/job_manager.h"
+#include "coordinator/core/sweep_manager.h"
+#include "tessera/v1/tessera.grpc.pb.h"
+
+namespace tessera {
+
+class JobServiceImpl final : public tessera::v1::JobService::Service {
+ public:
+  // None is owned. Every call needs a user token (see auth.h).
+  JobServiceImpl(JobManager* manager, SweepManager* sweeps, Authenticator* auth)
+      : manager_(manager), sweeps_(sweeps), auth_(auth) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* context,
+                         const tessera::v1::SubmitJobRequest* request,
+                         tessera::v1::SubmitJobResponse* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context,
+                        const tessera::v1::ListJobsRequest* request,
+                        tessera::v1::ListJobsResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context,
+                      const tessera::v1::GetJobRequest* request,
+                      tessera::v1::GetJobResponse* response) override;
+  grpc::Status GetMetrics(grpc::ServerContext* context,
+                          const tessera::v1::GetMetricsRequest* request,
+                          tessera::v1::GetMetricsResponse* response) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context,
+                           const tessera::v1::ListWorkersRequest* request,
+                           tessera::v1::ListWorkersResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context,
+                         const tessera::v1::CancelJobRequest* request,
+                         tessera::v1::CancelJobResponse* response) override;
+  grpc::Status GetLogs(grpc::ServerContext* context,
+                       const tessera::v1::GetLogsRequest* request,
+                       tessera::v1::GetLogsResponse* response) override;
+  grpc::Status SubmitSweep(grpc::ServerContext* context,
+                           const tessera::v1::SubmitSweepRequest* request,
+                           tessera::v1::SubmitSweepResponse* response) override;
+  grpc::Status ListSweeps(grpc::ServerContext* context,
+                          const tessera::v1::ListSweepsRequest* request,
+                          tessera::v1::ListSweepsResponse* response) override;
+  grpc::Status GetSweep(grpc::ServerContext* context,
+                        const tessera::v1::GetSweepRequest* request,
+                        tessera::v1::GetSweepResponse* response) override;
+  grpc::Status GetSweepReport(grpc::ServerContext* context,
+                              const tessera::v1::GetSweepReportRequest* request,
+                              tessera::v1::GetSweepReportResponse* response) override;
+  grpc::Status CancelSweep(grpc::ServerContext* context,
+                           const tessera::v1::CancelSweepRequest* request,
+                           tessera::v1::CancelSweepResponse* response) override;
+
+ private:
+  grpc::Status CheckUser(const grpc::ServerContext& context);
+
+  JobManager* const manager_;   // Not owned.
+  SweepManager* const sweeps_;  // Not owned.
+  Authenticator* const auth_;   // Not owned.
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_API_JOB_SERVICE_H_

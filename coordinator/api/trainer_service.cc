@@ -1,0 +1,73 @@
+#include "coordinator/api/trainer_service.h"
+
+#include "common/grpc_status.h"
+
+namespace tessera {
+
+grpc::ServerUnaryReactor* TrainerServiceImpl::Rendezvous(
+    grpc::CallbackServerContext* context, const v1::RendezvousRequest* request,
+    v1::RendezvousResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = auth_->CheckTrainer(AuthorizationOf(*context), request->job_id(),
+                                             request->attempt(), request->rank());
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
+  // The reactor stays valid until Finish, so the callback may outlive this frame.
+  manager_->Rendezvous(
+      *request, [reactor, response](absl::StatusOr<v1::RendezvousResponse> result) {
+        if (!result.ok()) {
+          reactor->Finish(ToGrpcStatus(result.status()));
+          return;
+        }
+        *response = std::move(*result);
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TrainerServiceImpl::ReportMetrics(
+    grpc::CallbackServerContext* context, const v1::ReportMetricsRequest* request,
+    v1::ReportMetricsResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = auth_->CheckTrainer(AuthorizationOf(*context), request->job_id(),
+                                             request->attempt(), request->rank());
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
+  manager_->ReportMetrics(*request, [reactor](absl::Status status) {
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TrainerServiceImpl::ReportResult(
+    grpc::CallbackServerContext* context, const v1::ReportResultRequest* request,
+    v1::ReportResultResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = auth_->CheckTrainer(AuthorizationOf(*context), request->job_id(),
+                                             request->attempt(), request->rank());
+  reactor->Finish(
+      ToGrpcStatus(allowed.ok() ? manager_->ReportResult(*request) : allowed));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TrainerServiceImpl::RenewLease(
+    grpc::CallbackServerContext* context, const v1::RenewLeaseRequest* request,
+    v1::RenewLeaseResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = auth_->CheckTrainer(AuthorizationOf(*context), request->job_id(),
+                                             request->attempt(), request->rank());
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
+  absl::StatusOr<absl::Duration> lease = manager_->RenewLease(*request);
+  if (lease.ok()) response->set_lease_ms(absl::ToInt64Milliseconds(*lease));
+  reactor->Finish(ToGrpcStatus(lease.status()));
+  return reactor;
+}
+
+}  // namespace tessera

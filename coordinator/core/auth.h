@@ -1,0 +1,101 @@
+// Authentication for the coordinator's APIs. Tessera is closed by default:
+// every gRPC call and every /api/ request must carry a credential.
+//
+//  - User tokens ("tsr_user_<id>_<secret>") for tessctl and the web API.
+//  - Join tokens ("tsr_join_<id>_<secret>") for workers, on every worker RPC.
+//  - Trainer credentials ("tsr_trainer_<job>_<attempt>_<rank>_<expiry>_<mac>"),
+//    issued by the coordinator with each launch order and valid only for that
+//    (job, attempt, rank) until they expire. They are an HMAC-SHA256 under a
+//    key kept in the store, so they survive a coordinator restart.
+//
+// Tokens are created with `tessera-coordinator token create` and stored as the
+// SHA-256 of their secret; a presented secret is hashed and compared in
+// constant time. Verified tokens are cached briefly, so a revoked token stops
+// working within Options::cache_ttl.
+//
+// Thread-safety: safe from any thread.
+#ifndef TESSERA_COORDINATOR_CORE_AUTH_H_
+#define TESSERA_COORDINATOR_CORE_AUTH_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/store/store.h"
+
+namespace tessera {
+
+inline constexpr char kUserToken[] = "user";
+inline constexpr char kJoinToken[] = "join";
+
+// Creates and stores a token of `kind` ("user" or "join") and returns its text,
+// which is shown once and never stored.
+absl::StatusOr<std::string> CreateToken(Store& store, const Clock& clock,
+                                        const std::string& kind, const std::string& name);
+
+class Authenticator {
+ public:
+  struct Options {
+    // Off only with --insecure-no-auth: every call is let through.
+    bool enabled = true;
+    // How long a trainer credential stays valid.
+    absl::Duration credential_lifetime = absl::Hours(72);
+    // How long a verified token is trusted without reading the store again.
+    absl::Duration cache_ttl = absl::Seconds(30);
+  };
+
+  // Loads (or creates, on first start) the credential key from `store`.
+  // `store` and `clock` are not owned.
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Create(Store* store,
+                                                               const Clock* clock,
+                                                               Options options);
+
+  bool enabled() const { return options_.enabled; }
+
+  // Checks an "authorization" value ("Bearer TOKEN") for a token of `kind`.
+  // Returns the token's name; Unauthenticated when missing, malformed, unknown,
+  // revoked or of another kind.
+  absl::StatusOr<std::string> Authenticate(absl::string_view authorization,
+                                           absl::string_view kind);
+
+  // A credential for one rank of one attempt.
+  std::string IssueTrainerCredential(int64_t job_id, int32_t attempt, int32_t rank) const;
+  // Unauthenticated unless `authorization` carries a valid, unexpired trainer
+  // credential; PermissionDenied when it is valid for another (job, attempt, rank).
+  absl::Status CheckTrainer(absl::string_view authorization, int64_t job_id,
+                            int32_t attempt, int32_t rank);
+
+  // Calls refused so far, for the operator's figures.
+  int64_t rejected() const { return rejected_.load(); }
+
+ private:
+  Authenticator(Store* store, const Clock* clock, Options options, std::string key);
+  absl::Status Reject(absl::string_view why);
+  std::string Mac(absl::string_view message) const;
+
+  Store* const store_;        // Not owned.
+  const Clock* const clock_;  // Not owned.
+  const Options options_;
+  const std::string key_;  // HMAC key for trainer credentials
+
+  absl::Mutex mu_;
+  struct Cached {
+    TokenRecord token;
+    absl::Time fetched;
+  };
+  std::map<int64_t, Cached> cache_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> rejected_{0};
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_CORE_AUTH_H_

@@ -1,0 +1,229 @@
+// JobManager: the coordinator's core. It owns the in-memory view of active jobs
+// and registered workers, runs the scheduler, drives the job state machine, and
+// coordinates rendezvous. The gRPC services are thin adapters over it.
+//
+// Durability: a job is written to the store before Submit returns. Later
+// changes are enqueued on the StoreWriter while the lock is held (so they
+// reach disk in the order they happened) and written by its thread, so no
+// method holds the lock across disk I/O. Reads of jobs that are no longer
+// active flush the writer first.
+//
+// Thread-safety: every public method is safe from any thread; all state is
+// guarded by one mutex. Callbacks passed in are run without the lock held.
+#ifndef TESSERA_COORDINATOR_CORE_JOB_MANAGER_H_
+#define TESSERA_COORDINATOR_CORE_JOB_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/job_spec.h"
+#include "coordinator/core/change_notifier.h"
+#include "coordinator/core/rendezvous.h"
+#include "coordinator/store/store.h"
+#include "coordinator/store/store_writer.h"
+#include "tessera/v1/tessera.pb.h"
+
+namespace tessera {
+
+struct JobManagerOptions {
+  // Limits applied to submitted specs.
+  SpecLimits spec_limits;
+  // How often workers are asked to heartbeat.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A worker silent for longer than this is suspect: it gets no new ranks.
+  absl::Duration worker_suspect_after = absl::Seconds(3);
+  // A worker silent for longer than this is declared dead: its ranks count as
+  // lost (their jobs fail or restart) and its session epoch is fenced, so when
+  // it comes back it must register again and stops what it still runs.
+  absl::Duration worker_dead_after = absl::Seconds(15);
+  // An attempt whose ranks have not all joined the rendezvous this long after
+  // placement fails, naming the missing ranks.
+  absl::Duration rendezvous_timeout = absl::Minutes(5);
+  // How long a blocked job lets later jobs backfill before it holds the queue.
+  absl::Duration reserve_after = absl::Minutes(10);
+  // Most metric points accepted in one report.
+  int max_points_per_report = 10000;
+  // The trainer lease (RenewLeaseRequest in tessera.proto): a trainer that
+  // has not renewed it for this long stops itself, so a coordinator down for
+  // longer stops every running job (they restart from their checkpoints when
+  // allowed). A job whose ranks were lost with their worker restarts only
+  // once each lost rank is confirmed stopped by its worker or its lease has
+  // run out here, which after a partition takes about this long.
+  absl::Duration trainer_lease = absl::Seconds(90);
+  // The lease tessera-train assumes until its first renewal succeeds
+  // (kFirstContactLease in worker/trainer/lease.h).
+  absl::Duration trainer_first_contact_lease = absl::Seconds(15);
+  // A lost rank's lease has run out here `lease * (1 + ratio) + margin` after
+  // the last renewal received: room for clocks that run at different rates.
+  double trainer_lease_margin_ratio = 0.1;
+  absl::Duration trainer_lease_margin = absl::Seconds(1);
+};
+
+// Where a job comes from: a sweep point, or (all zero) a plain submit, and who
+// submitted it.
+struct JobOrigin {
+  int64_t sweep_id = 0;
+  int32_t sweep_point = 0;
+  // Who submitted it: the user token's name (empty without authentication).
+  std::string owner;
+};
+
+class JobManager {
+ public:
+  // `store`, `writer` and `clock` are not owned and must outlive the manager.
+  JobManager(Store* store, StoreWriter* writer, const Clock* clock,
+             JobManagerOptions options);
+
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Loads workers and non-terminal jobs from the store. Call once, before serving.
+  absl::Status Recover();
+
+  // Validates and stores a job, then tries to place it. Returns the job id; a
+  // repeated `client_request_id` returns the first job's id.
+  absl::StatusOr<int64_t> Submit(const tessera::v1::JobSpec& spec,
+                                 const std::string& spec_yaml,
+                                 const std::string& client_request_id,
+                                 const JobOrigin& origin = JobOrigin());
+  absl::StatusOr<tessera::v1::Job> GetJob(int64_t job_id);
+  absl::StatusOr<std::vector<tessera::v1::Job>> ListJobs(const JobFilter& filter = {});
+  std::vector<tessera::v1::Worker> ListWorkers();
+  absl::StatusOr<std::vector<tessera::v1::MetricPoint>> GetMetrics(
+      const tessera::v1::GetMetricsRequest& request);
+
+  absl::StatusOr<tessera::v1::RegisterWorkerResponse> RegisterWorker(
+      const tessera::v1::RegisterWorkerRequest& request);
+  absl::StatusOr<tessera::v1::HeartbeatResponse> Heartbeat(
+      const tessera::v1::HeartbeatRequest& request);
+
+  // Answers through `done` once every rank of the attempt has joined, or at
+  // once with an error for a bad request.
+  void Rendezvous(
+      const tessera::v1::RendezvousRequest& request,
+      std::function<void(absl::StatusOr<tessera::v1::RendezvousResponse>)> done);
+  // Calls `done` once the points are durable (or with the error).
+  void ReportMetrics(const tessera::v1::ReportMetricsRequest& request,
+                     std::function<void(absl::Status)> done);
+  absl::Status ReportResult(const tessera::v1::ReportResultRequest& request);
+  // Renews the lease of a current rank and returns its duration. Aborted for
+  // a rank that is no longer current (the trainer then stops), NotFound for a
+  // job that is not active.
+  absl::StatusOr<absl::Duration> RenewLease(
+      const tessera::v1::RenewLeaseRequest& request);
+
+  // Stops every rank of the job and records CANCELLED; returns the job's state
+  // afterwards. FailedPrecondition when the job had already ended.
+  absl::StatusOr<tessera::v1::JobState> CancelJob(int64_t job_id);
+
+  // Stores a piece of a rank's log shipped by its worker.
+  absl::StatusOr<tessera::v1::ShipLogsResponse> ShipLogs(
+      const tessera::v1::ShipLogsRequest& request);
+  absl::StatusOr<tessera::v1::GetLogsResponse> GetLogs(
+      const tessera::v1::GetLogsRequest& request);
+
+  // Periodic checks, run by the coordinator's monitor thread (and by tests with
+  // a fake clock): declares silent workers dead and fails attempts whose
+  // rendezvous timed out.
+  void Tick();
+
+  // Bumped whenever a job, worker, metric or log changes; live views wait on it.
+  ChangeNotifier& changes() { return changes_; }
+
+  // Whether the store takes writes (false while the disk is full or failing).
+  bool StoreHealthy() const { return writer_->healthy(); }
+
+  // Fails every waiting rendezvous with Unavailable so that the RPC server can
+  // shut down; trainers retry against the restarted coordinator.
+  void Shutdown();
+
+ private:
+  struct LostRank {
+    RankRecord rank;
+    absl::Time lost_at;
+    absl::Time deadline;
+  };
+  struct ActiveJob {
+    JobRecord record;
+    std::vector<RankRecord> ranks;  // current attempt, indexed by rank
+    std::vector<bool> kill_sent;    // per rank: stop ordered
+    // Ranks of earlier attempts still running (being stopped); their slots stay
+    // taken until their workers report them gone.
+    std::vector<RankRecord> previous;
+    absl::Time placed_at;          // when the current attempt was placed
+    absl::Time queued_at;          // when it last entered QUEUED
+    std::vector<JobEvent> events;  // as stored, so status reads need no disk I/O
+    // Per (attempt, rank): the latest moment its trainer may have started or
+    // renewed its lease (placement, each launch order sent, each renewal
+    // received). A lost rank may run until its lease, counted from here, ends.
+    std::map<std::pair<int32_t, int32_t>, absl::Time> last_contact;
+    // Ranks of this job whose worker was declared dead (or that a restarted
+    // coordinator cannot account for): they may still run behind a partition.
+    // The next attempt waits until each is confirmed stopped by its worker or
+    // its lease has run out (`deadline`).
+    std::vector<LostRank> lost;
+  };
+  struct WorkerState {
+    WorkerRecord record;
+    bool dead = false;  // declared dead; cleared when it registers again
+  };
+
+  bool WorkerAlive(const WorkerRecord& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Transition(ActiveJob& job, tessera::v1::JobState to, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the scheduler over queued jobs and applies its placements.
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides a job's outcome after a rank exit; may order the other ranks stopped.
+  void EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current attempt: stops its ranks, then restarts the job (back to
+  // QUEUED for a new attempt) if restarts are left, else marks it FAILED.
+  void FailAttemptLocked(ActiveJob& job, const std::string& reason,
+                         Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeclareDeadLocked(WorkerState& worker, Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops finished jobs whose ranks have all exited.
+  void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `rank` as lost: it may run until its lease runs out.
+  void LoseRankLocked(ActiveJob& job, const RankRecord& rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a queued job may not start its next attempt yet (ranks of an earlier
+  // attempt may still run); empty when it may.
+  std::string HoldReasonLocked(const ActiveJob& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  tessera::v1::Job ToProto(const JobRecord& record,
+                           const std::vector<RankRecord>& ranks) const;
+  int64_t NowMs() const;
+
+  Store* const store_;         // Not owned.
+  StoreWriter* const writer_;  // Not owned.
+  const Clock* const clock_;   // Not owned.
+  const JobManagerOptions options_;
+
+  ChangeNotifier changes_;
+  absl::Mutex mu_;
+  std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
+  tessera::Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
+  // (job, attempt, rank) whose whole log has been shipped.
+  std::set<std::tuple<int64_t, int32_t, int32_t>> logs_complete_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs released rendezvous callbacks; call without locks held.
+void RunReleases(Rendezvous::Releases& releases);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_CORE_JOB_MANAGER_H_

@@ -1,0 +1,84 @@
+// Scheduler: a pure function from (queue, inventory, now) to gang placements.
+//
+// Jobs are considered by priority (higher first), then by how long they have
+// been queued, then in the order given. A job is placed only when every one of
+// its ranks gets a free slot (all-or-nothing), possibly spanning workers, and
+// the slots it takes are no longer free for later jobs in the same pass.
+//
+// Placement policies: "pack" puts the gang on as few workers as possible (a
+// single worker when one fits, choosing the one with the fewest free slots that
+// still fits); "spread" deals ranks round-robin over the workers with the most
+// free slots. `nodes` / `per_node` fix the shape: 4 ranks as 1x4, 2x2 or 4x1.
+// Ranks are numbered contiguously within each worker.
+//
+// Backfill: a job that does not fit lets later, smaller jobs start, until it has
+// waited `reserve_after`; from then on nothing behind it starts, so running
+// jobs drain and it cannot starve.
+//
+// A job that cannot be placed gets a human-readable pending reason, e.g.
+// "needs 4 slots; 2 registered" when the cluster is too small, or
+// "needs 4 slots; 1 free" when it must wait for others.
+//
+// Thread-safety: stateless; safe from any thread.
+#ifndef TESSERA_COORDINATOR_CORE_SCHEDULER_H_
+#define TESSERA_COORDINATOR_CORE_SCHEDULER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace tessera {
+
+enum class PlacementPolicy { kPack, kSpread };
+
+struct PendingJob {
+  int64_t job_id = 0;
+  int32_t world_size = 0;
+  int32_t priority = 0;                            // higher runs first
+  absl::Time queued_since = absl::InfinitePast();  // FIFO within a priority
+  PlacementPolicy policy = PlacementPolicy::kPack;
+  int32_t nodes = 0;     // exact number of workers; 0: any
+  int32_t per_node = 0;  // ranks on each worker; 0: any
+};
+
+struct SchedulerOptions {
+  // How long a blocked job lets later jobs backfill before it holds the queue.
+  absl::Duration reserve_after = absl::Minutes(10);
+};
+
+struct WorkerInventory {
+  std::string worker;
+  int32_t slots = 0;                // slots 0..slots-1
+  std::vector<int32_t> used_slots;  // slots taken by running ranks
+  bool alive = true;                // dead workers take no new ranks
+};
+
+struct RankPlacement {
+  int32_t rank = 0;
+  std::string worker;
+  int32_t slot = 0;
+  int32_t local_rank = 0;  // index of this rank among the job's ranks on its worker
+};
+
+struct Placement {
+  int64_t job_id = 0;
+  std::vector<RankPlacement> ranks;  // ordered by rank
+};
+
+struct ScheduleResult {
+  std::vector<Placement> placements;
+  std::map<int64_t, std::string> pending_reasons;  // job id -> reason
+};
+
+// `inventory` in worker-name order. Without `now`, no job ever holds the queue.
+ScheduleResult Schedule(const std::vector<PendingJob>& queue,
+                        const std::vector<WorkerInventory>& inventory,
+                        absl::Time now = absl::InfinitePast(),
+                        const SchedulerOptions& options = {});
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_CORE_SCHEDULER_H_

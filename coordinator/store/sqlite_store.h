@@ -1,0 +1,155 @@
+// SqliteStore: the Store kept in one SQLite database, the coordinator's durable
+// state. Open() takes a file path, or ":memory:" for a private in-memory
+// database (tests). A file database runs in WAL mode with synchronous=NORMAL, so
+// a commit costs no fsync and readers never block the writer; a crash may lose
+// the last few commits but never corrupts the file.
+//
+// Schema: numbered migrations, applied in one transaction when the database is
+// opened and recorded in the schema_version table, bring any older database to
+// kSchemaVersion; a database newer than this binary is refused. Job states are
+// stored as text, the JobState enum name without its "JOB_STATE_" prefix
+// ("QUEUED", "RUNNING", ...), so the file reads well in the sqlite3 shell. Metric
+// and rank values that are NaN are stored as NULL and read back as NaN.
+//
+// Errors: NotFound for a missing job (including rows that refer to one),
+// ResourceExhausted when the disk (or Options::max_size_bytes) is full,
+// Unavailable when another connection holds the database locked past the busy
+// timeout, DataLoss for a corrupt file, Internal for any other SQLite failure;
+// messages carry SQLite's own text. A failed call leaves the database as it was.
+//
+// Thread-safety: safe from any thread. One connection guarded by one mutex;
+// every call is one transaction, and calls are serialised.
+#ifndef TESSERA_COORDINATOR_STORE_SQLITE_STORE_H_
+#define TESSERA_COORDINATOR_STORE_SQLITE_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/store/store.h"
+
+// SQLite's handle types, declared here so that only sqlite_store.cc includes
+// sqlite3.h.
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace tessera {
+
+class SqliteStore : public Store {
+ public:
+  struct Options {
+    // How long a call waits for a lock held by another connection (another
+    // process opening the same file) before failing with Unavailable.
+    int busy_timeout_ms = 5000;
+    // Largest size in bytes the database may grow to; a write past it fails with
+    // ResourceExhausted exactly as on a full disk. 0: no limit.
+    int64_t max_size_bytes = 0;
+    // Apply migrations only up to this version; 0: all. Lets tests create a
+    // database with an older schema and check the upgrade.
+    int migrate_to_version = 0;
+  };
+
+  // The schema version this binary creates and understands.
+  static constexpr int kSchemaVersion = 5;
+
+  // Opens (creating if needed) the database at `path`, or a private in-memory
+  // database for ":memory:", and migrates it to kSchemaVersion.
+  // FailedPrecondition if the database's schema is newer than kSchemaVersion.
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
+                                                           const Options& options);
+
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+  ~SqliteStore() override;
+
+  absl::StatusOr<int64_t> CreateJob(const JobRecord& job) override;
+  absl::StatusOr<JobRecord> GetJob(int64_t id) override;
+  using Store::ListJobs;
+  absl::StatusOr<std::vector<JobRecord>> ListJobs(const JobFilter& filter) override;
+  absl::StatusOr<std::vector<JobRecord>> ListActiveJobs() override;
+  absl::Status UpdateJob(const JobRecord& job) override;
+  absl::StatusOr<std::vector<JobEvent>> ListEvents(int64_t job_id) override;
+
+  absl::Status UpsertWorker(const WorkerRecord& worker) override;
+  absl::StatusOr<std::vector<WorkerRecord>> ListWorkers() override;
+
+  absl::Status PutRanks(const std::vector<RankRecord>& ranks) override;
+  absl::StatusOr<std::vector<RankRecord>> GetRanks(int64_t job_id,
+                                                   int32_t attempt) override;
+
+  absl::Status AppendLog(const LogChunk& chunk) override;
+  absl::StatusOr<int64_t> LogEnd(int64_t job_id, int32_t attempt, int32_t rank) override;
+  absl::StatusOr<std::string> ReadLog(int64_t job_id, int32_t attempt, int32_t rank,
+                                      int64_t from_offset, int64_t max_bytes) override;
+  absl::Status AppendMetrics(const std::vector<MetricRow>& rows) override;
+  absl::StatusOr<std::vector<MetricRow>> QueryMetrics(const MetricQuery& query) override;
+
+  absl::StatusOr<int64_t> CreateSweep(const SweepRecord& sweep) override;
+  absl::StatusOr<SweepRecord> GetSweep(int64_t id) override;
+  absl::StatusOr<std::vector<SweepRecord>> ListSweeps() override;
+  absl::Status UpdateSweep(const SweepRecord& sweep) override;
+
+  absl::StatusOr<int64_t> CreateToken(const TokenRecord& token) override;
+  absl::StatusOr<TokenRecord> GetToken(int64_t id) override;
+  absl::StatusOr<std::vector<TokenRecord>> ListTokens() override;
+  absl::Status RevokeToken(int64_t id) override;
+  absl::StatusOr<std::string> GetOrCreateSecret(const std::string& name,
+                                                const std::string& value_if_new) override;
+
+  // The highest schema version recorded in the database's schema_version table.
+  absl::StatusOr<int> SchemaVersion();
+  // SQLite's journal mode for the database: "wal" for a file, "memory" for
+  // ":memory:".
+  absl::StatusOr<std::string> JournalMode();
+  // PRAGMA synchronous as it stands after the last write: 2 (FULL) after job
+  // state, 1 (NORMAL) after metrics or logs.
+  absl::StatusOr<int> SynchronousLevel();
+
+ private:
+  struct DbCloser {
+    void operator()(sqlite3* db) const;
+  };
+  struct StatementFinalizer {
+    void operator()(sqlite3_stmt* stmt) const;
+  };
+  using DbHandle = std::unique_ptr<sqlite3, DbCloser>;
+  using StatementHandle = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
+  class Transaction;  // defined in sqlite_store.cc
+
+  explicit SqliteStore(DbHandle db);
+
+  absl::Status Configure(const std::string& path, const Options& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies every migration newer than the database's version, all in one
+  // transaction.
+  absl::Status Migrate(int up_to_version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Job state (jobs, events, ranks, workers) commits with synchronous=FULL, so
+  // an acknowledged job survives power loss; metrics and logs with NORMAL, which
+  // in WAL mode can lose only the last commits on power loss, never corrupt.
+  absl::Status SetDurability(bool full) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Begins a transaction: a write transaction takes the database's write lock up
+  // front (BEGIN IMMEDIATE) so it never fails half-way on a lock upgrade.
+  absl::StatusOr<Transaction> Begin(bool write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cached prepared statement for `sql`, prepared on first use. `sql` must
+  // have static storage (a string constant): its address is the cache key.
+  absl::StatusOr<sqlite3_stmt*> Prepare(const char* sql)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  DbHandle db_ ABSL_GUARDED_BY(mu_);
+  // Declared after db_ so that statements are finalized before it closes.
+  std::map<const char*, StatementHandle> statements_ ABSL_GUARDED_BY(mu_);
+  bool is_file_ ABSL_GUARDED_BY(mu_) = false;    // WAL file database (not :memory:)
+  bool sync_full_ ABSL_GUARDED_BY(mu_) = false;  // current PRAGMA synchronous is FULL
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_STORE_SQLITE_STORE_H_

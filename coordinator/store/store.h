@@ -1,0 +1,217 @@
+// Store: the coordinator's durable state. The only interface through which the
+// coordinator touches SQL; SqliteStore (sqlite_store.h) is the implementation,
+// and ":memory:" gives a private in-memory database for tests.
+//
+// Records are plain structs. Job specs are kept as serialized tessera.v1.JobSpec
+// plus the YAML text as submitted.
+//
+// Thread-safety: implementations are safe to call from any thread; each call is
+// atomic (one transaction).
+#ifndef TESSERA_COORDINATOR_STORE_STORE_H_
+#define TESSERA_COORDINATOR_STORE_STORE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/job_state.h"
+#include "tessera/v1/tessera.pb.h"
+
+namespace tessera {
+
+struct JobRecord {
+  int64_t id = 0;  // assigned by CreateJob
+  std::string name;
+  tessera::v1::JobState state = tessera::v1::JOB_STATE_QUEUED;
+  std::string reason;
+  std::string pending_reason;
+  int32_t attempt = 0;
+  tessera::v1::JobSpec spec;
+  std::string spec_yaml;
+  std::string client_request_id;  // empty when the client sent none
+  int64_t created_unix_ms = 0;
+  int64_t updated_unix_ms = 0;
+  int64_t sweep_id = 0;     // the sweep this job is a point of; 0: none
+  int32_t sweep_point = 0;  // the point's index in that sweep
+  // Name of the user token that submitted it (for a sweep point: the sweep's);
+  // empty when submitted without authentication. Set by CreateJob only.
+  std::string owner;
+};
+
+// Which jobs ListJobs returns.
+struct JobFilter {
+  tessera::v1::JobState state = tessera::v1::JOB_STATE_UNSPECIFIED;  // any
+  int64_t sweep_id = 0;                                              // 0: any
+  int32_t limit = 0;  // newest first; 0: all
+};
+
+// A scaling study: its spec; the points are jobs whose sweep_id names it.
+struct SweepRecord {
+  int64_t id = 0;  // assigned by CreateSweep
+  std::string name;
+  tessera::v1::SweepState state = tessera::v1::SWEEP_STATE_RUNNING;
+  std::string reason;
+  tessera::v1::SweepSpec spec;
+  std::string spec_yaml;
+  std::string client_request_id;
+  int64_t created_unix_ms = 0;
+  int64_t updated_unix_ms = 0;
+  std::string owner;  // as JobRecord::owner; set by CreateSweep only
+};
+
+// A credential for the coordinator's APIs. Only a hash of its secret is kept.
+struct TokenRecord {
+  int64_t id = 0;    // assigned by CreateToken; part of the token text
+  std::string kind;  // "user" (tessctl, web API) | "join" (workers)
+  std::string name;  // who it is for, e.g. "alice" or "rack-3"
+  std::string hash;  // SHA-256 of the token's secret
+  int64_t created_unix_ms = 0;
+  bool revoked = false;
+};
+
+struct WorkerRecord {
+  std::string name;  // primary key
+  std::string hostname;
+  int32_t slots = 0;
+  std::string device_kind;  // "cpu" | "cuda"
+  int64_t epoch = 0;
+  int64_t last_seen_unix_ms = 0;
+};
+
+// One rank of one attempt of a job.
+struct RankRecord {
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  int32_t rank = 0;
+  std::string worker;
+  int32_t slot = 0;
+  RankState state = RankState::kAssigned;
+  int32_t pid = 0;
+  int32_t exit_code = 0;
+  int32_t signal = 0;
+  bool has_result = false;
+  std::string param_hash;
+  double test_accuracy = 0;
+  double test_loss = 0;
+  std::string exit_reason;  // why the rank ended, e.g. "worker w1 declared dead"
+};
+
+// A piece of one rank's output (stdout and stderr interleaved), at a byte offset.
+struct LogChunk {
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  int32_t rank = 0;
+  int64_t offset = 0;
+  std::string data;
+};
+
+struct MetricRow {
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  int32_t rank = 0;
+  int64_t step = 0;
+  std::string name;
+  double value = 0;
+  int64_t unix_ms = 0;
+};
+
+// One stored state transition of a job. The event written when the job is
+// created has from_state JOB_STATE_UNSPECIFIED.
+struct JobEvent {
+  int64_t job_id = 0;
+  int64_t unix_ms = 0;
+  tessera::v1::JobState from_state = tessera::v1::JOB_STATE_UNSPECIFIED;
+  tessera::v1::JobState to_state = tessera::v1::JOB_STATE_UNSPECIFIED;
+  std::string reason;
+};
+
+struct MetricQuery {
+  int64_t job_id = 0;
+  int64_t after_step = -1;  // rows with step > after_step
+  std::string name;         // empty: any name
+  int32_t limit = 10000;    // at most this many rows, ordered by (step, rank, name)
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Stores a new job and returns its id. If `job.client_request_id` is non-empty
+  // and a job with that request id exists, returns the existing job's id instead
+  // and stores nothing.
+  virtual absl::StatusOr<int64_t> CreateJob(const JobRecord& job) = 0;
+  // NotFound if no such job.
+  virtual absl::StatusOr<JobRecord> GetJob(int64_t id) = 0;
+  // Jobs that pass the filter, newest first.
+  virtual absl::StatusOr<std::vector<JobRecord>> ListJobs(const JobFilter& filter) = 0;
+  // All jobs, newest first.
+  absl::StatusOr<std::vector<JobRecord>> ListJobs() { return ListJobs(JobFilter()); }
+  // Non-terminal jobs (QUEUED, SCHEDULED, RUNNING), oldest first.
+  virtual absl::StatusOr<std::vector<JobRecord>> ListActiveJobs() = 0;
+  // Replaces the mutable fields (state, reason, pending_reason, attempt,
+  // updated_unix_ms) of an existing job; when the state changes, also appends
+  // a row to the events table. NotFound if no such job.
+  virtual absl::Status UpdateJob(const JobRecord& job) = 0;
+  // The job's state transitions, oldest first, starting with the one recorded
+  // by CreateJob (time created_unix_ms, reason job.reason); UpdateJob records
+  // its updated_unix_ms and reason. NotFound if no such job.
+  virtual absl::StatusOr<std::vector<JobEvent>> ListEvents(int64_t job_id) = 0;
+
+  // Inserts or replaces the worker with this name.
+  virtual absl::Status UpsertWorker(const WorkerRecord& worker) = 0;
+  virtual absl::StatusOr<std::vector<WorkerRecord>> ListWorkers() = 0;
+
+  // Inserts or replaces ranks, keyed by (job_id, attempt, rank).
+  virtual absl::Status PutRanks(const std::vector<RankRecord>& ranks) = 0;
+  // Ranks of one attempt ordered by rank.
+  virtual absl::StatusOr<std::vector<RankRecord>> GetRanks(int64_t job_id,
+                                                           int32_t attempt) = 0;
+
+  // Appends a rank's log bytes at `chunk.offset`. Bytes already stored (a
+  // retried chunk) are skipped; FailedPrecondition if the chunk starts past the
+  // stored end, which would leave a gap.
+  virtual absl::Status AppendLog(const LogChunk& chunk) = 0;
+  // The stored length of a rank's log (0 when none).
+  virtual absl::StatusOr<int64_t> LogEnd(int64_t job_id, int32_t attempt,
+                                         int32_t rank) = 0;
+  // Up to `max_bytes` of a rank's log starting at `from_offset`.
+  virtual absl::StatusOr<std::string> ReadLog(int64_t job_id, int32_t attempt,
+                                              int32_t rank, int64_t from_offset,
+                                              int64_t max_bytes) = 0;
+
+  // Appends metric rows in one transaction. Rows with a (job, attempt, rank,
+  // step, name) key already stored are ignored, so a retried report never
+  // duplicates a point.
+  virtual absl::Status AppendMetrics(const std::vector<MetricRow>& rows) = 0;
+  virtual absl::StatusOr<std::vector<MetricRow>> QueryMetrics(
+      const MetricQuery& query) = 0;
+
+  // Stores a new sweep and returns its id; like CreateJob, a repeated non-empty
+  // client_request_id returns the existing sweep's id and stores nothing.
+  virtual absl::StatusOr<int64_t> CreateSweep(const SweepRecord& sweep) = 0;
+  // NotFound if no such sweep.
+  virtual absl::StatusOr<SweepRecord> GetSweep(int64_t id) = 0;
+  // All sweeps, newest first.
+  virtual absl::StatusOr<std::vector<SweepRecord>> ListSweeps() = 0;
+  // Replaces state, reason and updated_unix_ms. NotFound if no such sweep.
+  virtual absl::Status UpdateSweep(const SweepRecord& sweep) = 0;
+
+  // Stores a token and returns its id.
+  virtual absl::StatusOr<int64_t> CreateToken(const TokenRecord& token) = 0;
+  // NotFound if no such token.
+  virtual absl::StatusOr<TokenRecord> GetToken(int64_t id) = 0;
+  virtual absl::StatusOr<std::vector<TokenRecord>> ListTokens() = 0;
+  // Marks the token revoked; NotFound if no such token.
+  virtual absl::Status RevokeToken(int64_t id) = 0;
+  // The secret stored under `name`; stores `value_if_new` first if there is
+  // none, atomically, so that concurrent callers agree on one value.
+  virtual absl::StatusOr<std::string> GetOrCreateSecret(
+      const std::string& name, const std::string& value_if_new) = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_STORE_STORE_H_

@@ -1,0 +1,265 @@
+// SweepManager over a JobManager with a fake clock and an in-memory store: a
+// simulated worker runs each point's ranks and reports their metrics.
+#include "coordinator/core/sweep_manager.h"
+
+#include <future>
+
+#include "common/sweep_spec.h"
+#include "coordinator/store/sqlite_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+using ::testing::DoubleNear;
+using ::testing::HasSubstr;
+
+class SweepManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = SqliteStore::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    Start();
+  }
+
+  // (Re)creates the managers over the same store, as a coordinator restart does.
+  void Start() {
+    sweeps_.reset();
+    jobs_.reset();
+    writer_ = std::make_unique<StoreWriter>(store_.get());
+    jobs_ = std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_,
+                                         JobManagerOptions());
+    ASSERT_TRUE(jobs_->Recover().ok());
+    sweeps_ =
+        std::make_unique<SweepManager>(store_.get(), jobs_.get(), &clock_, SpecLimits());
+    ASSERT_TRUE(sweeps_->Recover().ok());
+    v1::RegisterWorkerRequest req;
+    req.set_name("w");
+    req.set_slots(4);
+    auto resp = jobs_->RegisterWorker(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    epoch_ = resp->epoch();
+  }
+
+  v1::SweepSpec Spec(int max_parallel = 1) {
+    auto spec = ParseSweepSpec(
+        "name: study\n"
+        "max_parallel: " +
+        std::to_string(max_parallel) +
+        "\n"
+        "grid:\n  world_size: [1, 2]\n  batch_size: [16, 32]\n"
+        "base:\n  trainer:\n    model: vit-micro\n    dataset: synthetic\n"
+        "    epochs: 1\n    batch_size: 8\n");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return *spec;
+  }
+
+  void Report(const v1::LaunchOrder& o,
+              const std::vector<std::pair<std::string, double>>& values, int64_t step) {
+    v1::ReportMetricsRequest req;
+    req.set_job_id(o.job_id());
+    req.set_attempt(o.attempt());
+    req.set_rank(o.rank());
+    for (const auto& [name, value] : values) {
+      v1::MetricPoint* p = req.add_points();
+      p->set_step(step);
+      p->set_name(name);
+      p->set_value(value);
+    }
+    std::promise<absl::Status> done;
+    jobs_->ReportMetrics(req, [&done](absl::Status s) { done.set_value(s); });
+    ASSERT_TRUE(done.get_future().get().ok());
+  }
+
+  // Runs every launched rank to a clean exit; each rank reports an epoch time
+  // of `epoch_seconds(world_size)`. Returns the number of jobs finished.
+  int RunLaunched(const std::function<double(int)>& epoch_seconds) {
+    v1::HeartbeatRequest beat;
+    beat.set_name("w");
+    beat.set_epoch(epoch_);
+    auto orders = jobs_->Heartbeat(beat);
+    EXPECT_TRUE(orders.ok()) << orders.status();
+    std::set<int64_t> finished;
+    for (const v1::LaunchOrder& o : orders->launch()) {
+      const double t = epoch_seconds(o.world_size());
+      Report(o, {{"steps_per_epoch", 10}}, 0);
+      Report(o, {{"time_comm_ms", 25}, {"time_step_ms", 100}, {"images_per_sec", 50}},
+             10);
+      Report(o, {{"epoch_seconds", t}, {"test_accuracy", 0.5 + 0.01 * o.world_size()}},
+             10);
+      v1::LocalRank* r = beat.add_ranks();
+      r->set_job_id(o.job_id());
+      r->set_attempt(o.attempt());
+      r->set_rank(o.rank());
+      r->set_pid(100 + o.rank());
+      r->set_exited(true);
+      finished.insert(o.job_id());
+    }
+    EXPECT_TRUE(jobs_->Heartbeat(beat).ok());
+    return static_cast<int>(finished.size());
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<StoreWriter> writer_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<SweepManager> sweeps_;
+  int64_t epoch_ = 0;
+};
+
+TEST_F(SweepManagerTest, PointsRunOneAtATimeAndReportComputesSpeedupFromStoredTimes) {
+  auto submitted = sweeps_->Submit(Spec(), "", "req-1");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_EQ(submitted->points(), 4);
+  const int64_t id = submitted->sweep_id();
+
+  // Epoch time 10 s on one rank, 6 s on two.
+  auto times = [](int world) { return world == 1 ? 10.0 : 6.0; };
+  for (int point = 0; point < 4; ++point) {
+    auto sweep = sweeps_->Get(id);
+    ASSERT_TRUE(sweep.ok()) << sweep.status();
+    int submitted_points = 0;
+    for (const auto& p : sweep->points()) submitted_points += p.job_id() != 0;
+    EXPECT_EQ(submitted_points, point + 1) << "max_parallel 1 keeps one point active";
+    EXPECT_EQ(RunLaunched(times), 1);
+    sweeps_->Tick();
+  }
+  auto sweep = sweeps_->Get(id);
+  ASSERT_TRUE(sweep.ok());
+  EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_SUCCEEDED);
+  for (const auto& p : sweep->points()) {
+    EXPECT_EQ(p.state(), v1::JOB_STATE_SUCCEEDED);
+    auto job = jobs_->GetJob(p.job_id());
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ(job->sweep_id(), id);
+    EXPECT_EQ(job->sweep_point(), p.index());
+  }
+
+  auto report = sweeps_->Report(id);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->rows_size(), 4);
+  for (const v1::SweepReportRow& row : report->rows()) {
+    EXPECT_EQ(row.runs(), 1);
+    EXPECT_EQ(row.baseline_world_size(), 1);
+    EXPECT_NEAR(row.comm_share(), 0.25, 1e-9);
+    if (row.world_size() == 1) {
+      EXPECT_NEAR(row.epoch_time_mean_s(), 10.0, 1e-9);
+      EXPECT_NEAR(row.speedup(), 1.0, 1e-9);
+      EXPECT_NEAR(row.efficiency(), 1.0, 1e-9);
+    } else {
+      EXPECT_NEAR(row.epoch_time_mean_s(), 6.0, 1e-9);
+      EXPECT_NEAR(row.speedup(), 10.0 / 6.0, 1e-9);
+      EXPECT_NEAR(row.efficiency(), 10.0 / 12.0, 1e-9);
+      EXPECT_NEAR(row.images_per_sec(), 100.0, 1e-9);
+    }
+    EXPECT_NEAR(row.final_accuracy(), 0.5 + 0.01 * row.world_size(), 1e-9);
+  }
+}
+
+TEST_F(SweepManagerTest, RetriedSubmitReturnsTheSameSweep) {
+  auto first = sweeps_->Submit(Spec(), "", "same");
+  auto second = sweeps_->Submit(Spec(), "", "same");
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->sweep_id(), second->sweep_id());
+  auto list = sweeps_->List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 1u);
+}
+
+TEST_F(SweepManagerTest, SweepCarriesOnAfterCoordinatorRestartWithoutDuplicatePoints) {
+  auto submitted = sweeps_->Submit(Spec(/*max_parallel=*/2), "", "");
+  ASSERT_TRUE(submitted.ok());
+  const int64_t id = submitted->sweep_id();
+  writer_->Flush();
+  Start();  // a new coordinator over the same database
+  sweeps_->Tick();
+  auto sweep = sweeps_->Get(id);
+  ASSERT_TRUE(sweep.ok());
+  EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_RUNNING);
+  JobFilter filter;
+  filter.sweep_id = id;
+  auto jobs = jobs_->ListJobs(filter);
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ(jobs->size(), 2u) << "the restart must not submit the first points again";
+
+  auto times = [](int world) { return 5.0 / world; };
+  for (int round = 0; round < 4 && sweeps_->Get(id)->state() == v1::SWEEP_STATE_RUNNING;
+       ++round) {
+    RunLaunched(times);
+    sweeps_->Tick();
+  }
+  EXPECT_EQ(sweeps_->Get(id)->state(), v1::SWEEP_STATE_SUCCEEDED);
+  jobs = jobs_->ListJobs(filter);
+  EXPECT_EQ(jobs->size(), 4u);
+}
+
+TEST_F(SweepManagerTest, EveryPointBelongsToTheSweepsOwnerAcrossARestart) {
+  auto submitted = sweeps_->Submit(Spec(/*max_parallel=*/2), "", "", "alice");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const int64_t id = submitted->sweep_id();
+  writer_->Flush();
+  Start();  // the later points are submitted by a new coordinator
+  for (int round = 0; round < 4 && sweeps_->Get(id)->state() == v1::SWEEP_STATE_RUNNING;
+       ++round) {
+    RunLaunched([](int) { return 1.0; });
+    sweeps_->Tick();
+  }
+  JobFilter filter;
+  filter.sweep_id = id;
+  auto jobs = jobs_->ListJobs(filter);
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 4u);
+  for (const auto& job : *jobs) EXPECT_EQ(job.owner(), "alice") << "job " << job.id();
+}
+
+TEST_F(SweepManagerTest, CancelStopsActivePointsAndSubmitsNoMore) {
+  auto submitted = sweeps_->Submit(Spec(), "", "");
+  ASSERT_TRUE(submitted.ok());
+  const int64_t id = submitted->sweep_id();
+  auto state = sweeps_->Cancel(id);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(*state, v1::SWEEP_STATE_CANCELLED);
+  sweeps_->Tick();
+  auto sweep = sweeps_->Get(id);
+  ASSERT_TRUE(sweep.ok());
+  EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_CANCELLED);
+  int submitted_points = 0;
+  for (const auto& p : sweep->points()) {
+    if (p.job_id() == 0) continue;
+    ++submitted_points;
+    EXPECT_EQ(p.state(), v1::JOB_STATE_CANCELLED);
+  }
+  EXPECT_EQ(submitted_points, 1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(sweeps_->Cancel(id).status()));
+}
+
+TEST_F(SweepManagerTest, FailedPointMakesTheSweepFailWithCount) {
+  auto submitted = sweeps_->Submit(Spec(/*max_parallel=*/4), "", "");
+  ASSERT_TRUE(submitted.ok());
+  const int64_t id = submitted->sweep_id();
+  auto sweep = sweeps_->Get(id);
+  ASSERT_TRUE(sweep.ok());
+  ASSERT_TRUE(jobs_->CancelJob(sweep->points(0).job_id()).ok());
+  // Four slots cannot hold every point at once: run them in rounds.
+  for (int round = 0; round < 4; ++round) {
+    RunLaunched([](int) { return 1.0; });
+    sweeps_->Tick();
+  }
+  sweep = sweeps_->Get(id);
+  EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_FAILED);
+  EXPECT_THAT(sweep->reason(), HasSubstr("1 of 4 points did not succeed"));
+}
+
+TEST_F(SweepManagerTest, InvalidSpecIsRejectedAndNothingStored) {
+  v1::SweepSpec spec = Spec();
+  spec.mutable_grid()->add_scaling("sideways");
+  auto submitted = sweeps_->Submit(spec, "", "");
+  EXPECT_TRUE(absl::IsInvalidArgument(submitted.status()));
+  EXPECT_TRUE(sweeps_->List()->empty());
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,274 @@
+// StoreWriter over a store whose writes fail on demand, as on a full disk:
+// heartbeat writes are coalesced so the backlog does not grow with the outage,
+// state writes are never dropped, and metric batches are never acknowledged
+// unless stored (refused at once past the backlog cap).
+#include "coordinator/store/store_writer.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "coordinator/store/sqlite_store.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+
+// An in-memory SQLite store whose job, worker, rank and metric writes fail with
+// ResourceExhausted (as SqliteStore on a full disk) while `full` is set.
+class FullableStore final : public Store {
+ public:
+  explicit FullableStore(std::unique_ptr<SqliteStore> inner) : inner_(std::move(inner)) {}
+
+  std::atomic<bool> full{false};
+  std::atomic<int> worker_writes{0};  // UpsertWorker calls that reached the store
+
+  absl::StatusOr<int64_t> CreateJob(const JobRecord& job) override {
+    return inner_->CreateJob(job);
+  }
+  absl::StatusOr<JobRecord> GetJob(int64_t id) override { return inner_->GetJob(id); }
+  absl::StatusOr<std::vector<JobRecord>> ListJobs(const JobFilter& filter) override {
+    return inner_->ListJobs(filter);
+  }
+  absl::StatusOr<std::vector<JobRecord>> ListActiveJobs() override {
+    return inner_->ListActiveJobs();
+  }
+  absl::Status UpdateJob(const JobRecord& job) override {
+    return full ? Full() : inner_->UpdateJob(job);
+  }
+  absl::StatusOr<std::vector<JobEvent>> ListEvents(int64_t job_id) override {
+    return inner_->ListEvents(job_id);
+  }
+  absl::Status UpsertWorker(const WorkerRecord& worker) override {
+    ++worker_writes;
+    return full ? Full() : inner_->UpsertWorker(worker);
+  }
+  absl::StatusOr<std::vector<WorkerRecord>> ListWorkers() override {
+    return inner_->ListWorkers();
+  }
+  absl::Status PutRanks(const std::vector<RankRecord>& ranks) override {
+    return full ? Full() : inner_->PutRanks(ranks);
+  }
+  absl::StatusOr<std::vector<RankRecord>> GetRanks(int64_t job_id,
+                                                   int32_t attempt) override {
+    return inner_->GetRanks(job_id, attempt);
+  }
+  absl::Status AppendLog(const LogChunk& chunk) override {
+    return inner_->AppendLog(chunk);
+  }
+  absl::StatusOr<int64_t> LogEnd(int64_t job_id, int32_t attempt, int32_t rank) override {
+    return inner_->LogEnd(job_id, attempt, rank);
+  }
+  absl::StatusOr<std::string> ReadLog(int64_t job_id, int32_t attempt, int32_t rank,
+                                      int64_t from_offset, int64_t max_bytes) override {
+    return inner_->ReadLog(job_id, attempt, rank, from_offset, max_bytes);
+  }
+  absl::Status AppendMetrics(const std::vector<MetricRow>& rows) override {
+    return full ? Full() : inner_->AppendMetrics(rows);
+  }
+  absl::StatusOr<std::vector<MetricRow>> QueryMetrics(const MetricQuery& query) override {
+    return inner_->QueryMetrics(query);
+  }
+  absl::StatusOr<int64_t> CreateSweep(const SweepRecord& sweep) override {
+    return inner_->CreateSweep(sweep);
+  }
+  absl::StatusOr<SweepRecord> GetSweep(int64_t id) override {
+    return inner_->GetSweep(id);
+  }
+  absl::StatusOr<std::vector<SweepRecord>> ListSweeps() override {
+    return inner_->ListSweeps();
+  }
+  absl::Status UpdateSweep(const SweepRecord& sweep) override {
+    return inner_->UpdateSweep(sweep);
+  }
+  absl::StatusOr<int64_t> CreateToken(const TokenRecord& token) override {
+    return inner_->CreateToken(token);
+  }
+  absl::StatusOr<TokenRecord> GetToken(int64_t id) override {
+    return inner_->GetToken(id);
+  }
+  absl::StatusOr<std::vector<TokenRecord>> ListTokens() override {
+    return inner_->ListTokens();
+  }
+  absl::Status RevokeToken(int64_t id) override { return inner_->RevokeToken(id); }
+  absl::StatusOr<std::string> GetOrCreateSecret(
+      const std::string& name, const std::string& value_if_new) override {
+    return inner_->GetOrCreateSecret(name, value_if_new);
+  }
+
+ private:
+  static absl::Status Full() {
+    return absl::ResourceExhaustedError("database or disk is full");
+  }
+  std::unique_ptr<SqliteStore> inner_;
+};
+
+class StoreWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto inner = SqliteStore::Open(":memory:");
+    ASSERT_TRUE(inner.ok()) << inner.status();
+    store_ = std::make_unique<FullableStore>(std::move(*inner));
+  }
+
+  void MakeWriter(StoreWriter::Options options = {}) {
+    writer_ = std::make_unique<StoreWriter>(store_.get(), options);
+  }
+
+  int64_t CreateJob() {
+    JobRecord job;
+    job.name = "job";
+    job.state = v1::JOB_STATE_QUEUED;
+    job.reason = "submitted";
+    job.spec.set_world_size(1);
+    absl::StatusOr<int64_t> id = store_->CreateJob(job);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or(0);
+  }
+
+  static RankRecord Rank(int64_t job, int32_t rank, RankState state) {
+    RankRecord r;
+    r.job_id = job;
+    r.attempt = 1;
+    r.rank = rank;
+    r.worker = "w1";
+    r.state = state;
+    return r;
+  }
+
+  static WorkerRecord Worker(const std::string& name, int64_t seen) {
+    WorkerRecord w;
+    w.name = name;
+    w.slots = 2;
+    w.epoch = 1;
+    w.last_seen_unix_ms = seen;
+    return w;
+  }
+
+  std::unique_ptr<FullableStore> store_;
+  std::unique_ptr<StoreWriter> writer_;  // after store_: stopped before it goes
+};
+
+TEST_F(StoreWriterTest, RepeatedWorkerUpdatesWhileTheDiskIsFullDoNotGrowTheBacklog) {
+  MakeWriter();
+  store_->full = true;
+  for (int64_t beat = 1; beat <= 2000; ++beat) {
+    writer_->UpsertWorker(Worker("w1", beat));
+    writer_->UpsertWorker(Worker("w2", beat));
+    // At most one queued and one being retried per worker.
+    ASSERT_LE(writer_->backlog(), 4u) << "after heartbeat " << beat;
+  }
+  EXPECT_GE(writer_->coalesced_writes(), 2 * 2000 - 4);
+
+  store_->full = false;
+  ASSERT_TRUE(writer_->Flush(absl::Seconds(30)));
+  EXPECT_TRUE(writer_->healthy());
+  EXPECT_EQ(writer_->backlog(), 0u);
+  // The newest row of each worker is stored.
+  absl::StatusOr<std::vector<WorkerRecord>> workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 2u);
+  for (const WorkerRecord& w : *workers) EXPECT_EQ(w.last_seen_unix_ms, 2000) << w.name;
+  // Far fewer store calls than heartbeats: retries applied the newest row only.
+  EXPECT_LT(store_->worker_writes.load(), 1000);
+}
+
+TEST_F(StoreWriterTest, StateWritesQueuedWhileFullAreAllStoredInOrderAfterwards) {
+  MakeWriter();
+  const int64_t id = CreateJob();
+  store_->full = true;
+  JobRecord job;
+  ASSERT_TRUE(store_->GetJob(id).ok());
+  job = *store_->GetJob(id);
+  for (v1::JobState state : {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING}) {
+    job.state = state;
+    job.reason = v1::JobState_Name(state);
+    writer_->UpdateJob(job);
+    writer_->UpsertWorker(Worker("w1", state));
+  }
+  writer_->PutRanks({Rank(id, 0, RankState::kRunning)});
+  writer_->PutRanks({Rank(id, 0, RankState::kExited)});
+  EXPECT_EQ(store_->GetJob(id)->state, v1::JOB_STATE_QUEUED) << "stored on a full disk";
+
+  store_->full = false;
+  ASSERT_TRUE(writer_->Flush(absl::Seconds(30)));
+  absl::StatusOr<JobRecord> stored = store_->GetJob(id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state, v1::JOB_STATE_RUNNING);
+  // Both transitions were written, not only the last.
+  absl::StatusOr<std::vector<JobEvent>> events = store_->ListEvents(id);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[1].to_state, v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ((*events)[2].to_state, v1::JOB_STATE_RUNNING);
+  absl::StatusOr<std::vector<RankRecord>> ranks = store_->GetRanks(id, 1);
+  ASSERT_TRUE(ranks.ok());
+  ASSERT_EQ(ranks->size(), 1u);
+  EXPECT_EQ((*ranks)[0].state, RankState::kExited);
+}
+
+TEST_F(StoreWriterTest, MetricsAreRefusedNotAcknowledgedPastTheBacklogCap) {
+  MakeWriter(StoreWriter::Options{.max_backlog = 4});
+  const int64_t id = CreateJob();
+  store_->full = true;
+  for (int32_t r = 0; r < 4; ++r) writer_->PutRanks({Rank(id, r, RankState::kRunning)});
+  ASSERT_EQ(writer_->backlog(), 4u);
+
+  // Answered at once, in this thread, and never with OK.
+  std::optional<absl::Status> answer;
+  writer_->AppendMetrics({MetricRow{id, 1, 0, 5, "loss", 1.0, 0}},
+                         [&answer](absl::Status s) { answer = s; });
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_TRUE(absl::IsUnavailable(*answer)) << *answer;
+  // State writes are still taken past the cap.
+  writer_->PutRanks({Rank(id, 4, RankState::kRunning)});
+  EXPECT_EQ(writer_->backlog(), 5u);
+
+  store_->full = false;
+  ASSERT_TRUE(writer_->Flush(absl::Seconds(30)));
+  absl::StatusOr<std::vector<RankRecord>> ranks = store_->GetRanks(id, 1);
+  ASSERT_TRUE(ranks.ok());
+  EXPECT_EQ(ranks->size(), 5u);
+  // The refused point was not stored behind the sender's back.
+  MetricQuery query;
+  query.job_id = id;
+  absl::StatusOr<std::vector<MetricRow>> rows = store_->QueryMetrics(query);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->empty());
+
+  // Once drained, metrics are taken and acknowledged after they are stored.
+  absl::Notification stored;
+  absl::Status status = absl::UnknownError("not called");
+  writer_->AppendMetrics({MetricRow{id, 1, 0, 5, "loss", 1.0, 0}}, [&](absl::Status s) {
+    status = s;
+    stored.Notify();
+  });
+  ASSERT_TRUE(stored.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(status.ok()) << status;
+  rows = store_->QueryMetrics(query);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->size(), 1u);
+}
+
+TEST_F(StoreWriterTest, MetricsFailBackWhileTheDiskIsFull) {
+  MakeWriter();
+  const int64_t id = CreateJob();
+  store_->full = true;
+  absl::Notification answered;
+  absl::Status status;
+  writer_->AppendMetrics({MetricRow{id, 1, 0, 5, "loss", 1.0, 0}}, [&](absl::Status s) {
+    status = s;
+    answered.Notify();
+  });
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+  EXPECT_EQ(writer_->backlog(), 0u) << "a failed metric batch was kept";
+}
+
+}  // namespace
+}  // namespace tessera
