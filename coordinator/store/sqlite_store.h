@@ -34,13 +34,16 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/store/store.h"
 
-// SQLite's handle types, declared here so that only sqlite_store.cc includes
-// sqlite3.h.
+// SQLite's handle types, declared here so that only the store's own sources
+// (sqlite_util.h and the files that include it) include sqlite3.h.
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace tessera {
 
+// The implementation is split by concern: sqlite_store.cc (opening, statement
+// cache, transactions), sqlite_schema.cc (migrations), and one sqlite_store_*.cc
+// per table family (jobs, workers, metrics_logs, sweeps, credentials).
 class SqliteStore : public Store {
  public:
   struct Options {
@@ -121,7 +124,7 @@ class SqliteStore : public Store {
   };
   using DbHandle = std::unique_ptr<sqlite3, DbCloser>;
   using StatementHandle = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
-  class Transaction;  // defined in sqlite_store.cc
+  class Transaction;  // defined in sqlite_util.h
 
   explicit SqliteStore(DbHandle db);
 

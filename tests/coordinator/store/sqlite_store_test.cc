@@ -1,5 +1,6 @@
 // Store contract suite, run against every Store backend listed in
-// INSTANTIATE_TEST_SUITE_P below (SQLite in memory and in a file), followed by
+// INSTANTIATE_TEST_SUITE_P below (SQLite in memory and in a file, and a
+// StoreWrapper over SQLite in memory), followed by
 // tests of what only the SQLite file backend promises: persistence, WAL, schema
 // versioning, disk-full handling.
 #include "coordinator/store/sqlite_store.h"
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/store/store.h"
+#include "coordinator/store/store_wrapper.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -98,6 +100,18 @@ Backend SqliteFileBackend() {
             if (!store.ok()) return store.status();
             return std::unique_ptr<Store>(std::move(*store));
           }};
+}
+
+// StoreWrapper over SQLite in memory: checks that the wrapper forwards every
+// call unchanged.
+Backend WrappedSqliteMemoryBackend() {
+  return {
+      "WrappedSqliteMemory",
+      [](const std::string&) -> absl::StatusOr<std::unique_ptr<Store>> {
+        auto store = SqliteStore::Open(":memory:");
+        if (!store.ok()) return store.status();
+        return std::unique_ptr<Store>(std::make_unique<StoreWrapper>(std::move(*store)));
+      }};
 }
 
 v1::JobSpec MakeSpec(const std::string& name, int world_size) {
@@ -697,7 +711,8 @@ TEST_P(StoreContractTest, RankExitReasonRoundTrips) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreContractTest,
-                         ::testing::Values(SqliteMemoryBackend(), SqliteFileBackend()),
+                         ::testing::Values(SqliteMemoryBackend(), SqliteFileBackend(),
+                                           WrappedSqliteMemoryBackend()),
                          [](const ::testing::TestParamInfo<Backend>& info) {
                            return info.param.name;
                          });

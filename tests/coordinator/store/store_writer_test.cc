@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "coordinator/store/sqlite_store.h"
+#include "coordinator/store/store_wrapper.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -21,91 +22,31 @@ namespace v1 = ::tessera::v1;
 
 // An in-memory SQLite store whose job, worker, rank and metric writes fail with
 // ResourceExhausted (as SqliteStore on a full disk) while `full` is set.
-class FullableStore final : public Store {
+class FullableStore final : public StoreWrapper {
  public:
-  explicit FullableStore(std::unique_ptr<SqliteStore> inner) : inner_(std::move(inner)) {}
+  using StoreWrapper::StoreWrapper;
 
   std::atomic<bool> full{false};
   std::atomic<int> worker_writes{0};  // UpsertWorker calls that reached the store
 
-  absl::StatusOr<int64_t> CreateJob(const JobRecord& job) override {
-    return inner_->CreateJob(job);
-  }
-  absl::StatusOr<JobRecord> GetJob(int64_t id) override { return inner_->GetJob(id); }
-  absl::StatusOr<std::vector<JobRecord>> ListJobs(const JobFilter& filter) override {
-    return inner_->ListJobs(filter);
-  }
-  absl::StatusOr<std::vector<JobRecord>> ListActiveJobs() override {
-    return inner_->ListActiveJobs();
-  }
   absl::Status UpdateJob(const JobRecord& job) override {
-    return full ? Full() : inner_->UpdateJob(job);
-  }
-  absl::StatusOr<std::vector<JobEvent>> ListEvents(int64_t job_id) override {
-    return inner_->ListEvents(job_id);
+    return full ? Full() : StoreWrapper::UpdateJob(job);
   }
   absl::Status UpsertWorker(const WorkerRecord& worker) override {
     ++worker_writes;
-    return full ? Full() : inner_->UpsertWorker(worker);
-  }
-  absl::StatusOr<std::vector<WorkerRecord>> ListWorkers() override {
-    return inner_->ListWorkers();
+    return full ? Full() : StoreWrapper::UpsertWorker(worker);
   }
   absl::Status PutRanks(const std::vector<RankRecord>& ranks) override {
-    return full ? Full() : inner_->PutRanks(ranks);
-  }
-  absl::StatusOr<std::vector<RankRecord>> GetRanks(int64_t job_id,
-                                                   int32_t attempt) override {
-    return inner_->GetRanks(job_id, attempt);
-  }
-  absl::Status AppendLog(const LogChunk& chunk) override {
-    return inner_->AppendLog(chunk);
-  }
-  absl::StatusOr<int64_t> LogEnd(int64_t job_id, int32_t attempt, int32_t rank) override {
-    return inner_->LogEnd(job_id, attempt, rank);
-  }
-  absl::StatusOr<std::string> ReadLog(int64_t job_id, int32_t attempt, int32_t rank,
-                                      int64_t from_offset, int64_t max_bytes) override {
-    return inner_->ReadLog(job_id, attempt, rank, from_offset, max_bytes);
+    return full ? Full() : StoreWrapper::PutRanks(ranks);
   }
   absl::Status AppendMetrics(const std::vector<MetricRow>& rows) override {
-    return full ? Full() : inner_->AppendMetrics(rows);
-  }
-  absl::StatusOr<std::vector<MetricRow>> QueryMetrics(const MetricQuery& query) override {
-    return inner_->QueryMetrics(query);
-  }
-  absl::StatusOr<int64_t> CreateSweep(const SweepRecord& sweep) override {
-    return inner_->CreateSweep(sweep);
-  }
-  absl::StatusOr<SweepRecord> GetSweep(int64_t id) override {
-    return inner_->GetSweep(id);
-  }
-  absl::StatusOr<std::vector<SweepRecord>> ListSweeps() override {
-    return inner_->ListSweeps();
-  }
-  absl::Status UpdateSweep(const SweepRecord& sweep) override {
-    return inner_->UpdateSweep(sweep);
-  }
-  absl::StatusOr<int64_t> CreateToken(const TokenRecord& token) override {
-    return inner_->CreateToken(token);
-  }
-  absl::StatusOr<TokenRecord> GetToken(int64_t id) override {
-    return inner_->GetToken(id);
-  }
-  absl::StatusOr<std::vector<TokenRecord>> ListTokens() override {
-    return inner_->ListTokens();
-  }
-  absl::Status RevokeToken(int64_t id) override { return inner_->RevokeToken(id); }
-  absl::StatusOr<std::string> GetOrCreateSecret(
-      const std::string& name, const std::string& value_if_new) override {
-    return inner_->GetOrCreateSecret(name, value_if_new);
+    return full ? Full() : StoreWrapper::AppendMetrics(rows);
   }
 
  private:
   static absl::Status Full() {
     return absl::ResourceExhaustedError("database or disk is full");
   }
-  std::unique_ptr<SqliteStore> inner_;
 };
 
 class StoreWriterTest : public ::testing::Test {

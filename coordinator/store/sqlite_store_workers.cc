@@ -1,0 +1,65 @@
+// SqliteStore's workers table: one row per worker daemon, replaced on every
+// registration and heartbeat. Commits with synchronous=FULL.
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "coordinator/store/sqlite_store.h"
+#include "coordinator/store/sqlite_util.h"
+
+namespace tessera {
+namespace {
+
+using sqlite_internal::ReadAll;
+using sqlite_internal::Statement;
+
+// Statement texts. Each has static storage: its address keys the statement
+// cache.
+constexpr char kUpsertWorker[] =
+    "INSERT OR REPLACE INTO workers (name, hostname, slots, device_kind, epoch, "
+    "last_seen_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+constexpr char kListWorkers[] =
+    "SELECT name, hostname, slots, device_kind, epoch, last_seen_ms FROM workers "
+    "ORDER BY name";
+
+absl::StatusOr<WorkerRecord> ReadWorker(const Statement& row) {
+  WorkerRecord worker;
+  worker.name = row.Bytes(0);
+  worker.hostname = row.Bytes(1);
+  worker.slots = static_cast<int32_t>(row.Int(2));
+  worker.device_kind = row.Bytes(3);
+  worker.epoch = row.Int(4);
+  worker.last_seen_unix_ms = row.Int(5);
+  return worker;
+}
+
+}  // namespace
+
+absl::Status SqliteStore::UpsertWorker(const WorkerRecord& worker) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/true));
+  ASSIGN_OR_RETURN(sqlite3_stmt * upsert, Prepare(kUpsertWorker));
+  // One statement: SQLite's implicit transaction makes it atomic.
+  return Statement(db_.get(), upsert)
+      .BindText(1, worker.name)
+      .BindText(2, worker.hostname)
+      .BindInt(3, worker.slots)
+      .BindText(4, worker.device_kind)
+      .BindInt(5, worker.epoch)
+      .BindInt(6, worker.last_seen_unix_ms)
+      .Run();
+}
+
+absl::StatusOr<std::vector<WorkerRecord>> SqliteStore::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kListWorkers));
+  Statement rows(db_.get(), select);
+  return ReadAll(rows, &ReadWorker);
+}
+
+}  // namespace tessera
