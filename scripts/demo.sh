@@ -11,7 +11,10 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 scripts/setup.sh
-scripts/build.sh
+# Only what the demo runs: the four binaries (the coordinator embeds the web
+# dashboard). README command 2 (scripts/test.sh) builds everything.
+scripts/build.sh --target tessera-coordinator --target tessera-worker --target tessctl \
+  --target tessera-train
 
 BIN=$ROOT/build/bin
 RUN=$ROOT/build/demo
