@@ -1,6 +1,16 @@
-// JobManager: the coordinator's core. It owns the in-memory view of active jobs
-// and registered workers, runs the scheduler, drives the job state machine, and
+// JobManager: the coordinator's core. It owns the in-memory view of active
+// jobs (ActiveJob) and drives the job state machine: it places queued jobs
+// with the scheduler, turns worker heartbeats into rank state changes and
+// launch/stop orders, decides each attempt's outcome (restart or end), and
 // coordinates rendezvous. The gRPC services are thin adapters over it.
+//
+// It delegates by concern: WorkerRegistry keeps the workers (sessions,
+// liveness) and the rules that reconcile a heartbeat with the coordinator's
+// beliefs; RankOutputs stores and reads ranks' logs and metrics; Schedule()
+// places ranks; Rendezvous gathers an attempt's ranks.
+//
+// Use: construct, Recover() once before serving, then call the RPC methods
+// from any thread, and Tick() periodically (the coordinator's monitor thread).
 //
 // Durability: a job is written to the store before Submit returns. Later
 // changes are enqueued on the StoreWriter while the lock is held (so they
@@ -8,17 +18,17 @@
 // method holds the lock across disk I/O. Reads of jobs that are no longer
 // active flush the writer first.
 //
-// Thread-safety: every public method is safe from any thread; all state is
-// guarded by one mutex. Callbacks passed in are run without the lock held.
+// Thread-safety: every public method is safe from any thread. One mutex guards
+// the jobs, the worker registry and the rendezvous together (a heartbeat
+// changes workers and jobs in one step); RankOutputs has its own leaf lock.
+// Callbacks passed in are run without the lock held.
 #ifndef TESSERA_COORDINATOR_CORE_JOB_MANAGER_H_
 #define TESSERA_COORDINATOR_CORE_JOB_MANAGER_H_
 
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -28,8 +38,12 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/job_spec.h"
+#include "coordinator/core/active_job.h"
 #include "coordinator/core/change_notifier.h"
+#include "coordinator/core/rank_outputs.h"
 #include "coordinator/core/rendezvous.h"
+#include "coordinator/core/scheduler.h"
+#include "coordinator/core/worker_registry.h"
 #include "coordinator/store/store.h"
 #include "coordinator/store/store_writer.h"
 #include "tessera/v1/tessera.pb.h"
@@ -149,41 +163,54 @@ class JobManager {
   void Shutdown();
 
  private:
-  struct LostRank {
-    RankRecord rank;
-    absl::Time lost_at;
-    absl::Time deadline;
-  };
-  struct ActiveJob {
-    JobRecord record;
-    std::vector<RankRecord> ranks;  // current attempt, indexed by rank
-    std::vector<bool> kill_sent;    // per rank: stop ordered
-    // Ranks of earlier attempts still running (being stopped); their slots stay
-    // taken until their workers report them gone.
-    std::vector<RankRecord> previous;
-    absl::Time placed_at;          // when the current attempt was placed
-    absl::Time queued_at;          // when it last entered QUEUED
-    std::vector<JobEvent> events;  // as stored, so status reads need no disk I/O
-    // Per (attempt, rank): the latest moment its trainer may have started or
-    // renewed its lease (placement, each launch order sent, each renewal
-    // received). A lost rank may run until its lease, counted from here, ends.
-    std::map<std::pair<int32_t, int32_t>, absl::Time> last_contact;
-    // Ranks of this job whose worker was declared dead (or that a restarted
-    // coordinator cannot account for): they may still run behind a partition.
-    // The next attempt waits until each is confirmed stopped by its worker or
-    // its lease has run out (`deadline`).
-    std::vector<LostRank> lost;
-  };
-  struct WorkerState {
-    WorkerRecord record;
-    bool dead = false;  // declared dead; cleared when it registers again
-  };
-
-  bool WorkerAlive(const WorkerRecord& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recover: adds one stored active job.
+  absl::Status RecoverJobLocked(JobRecord record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Transition(ActiveJob& job, tessera::v1::JobState to, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Runs the scheduler over queued jobs and applies its placements.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The queued jobs that may start their next attempt; records why the others
+  // are held.
+  std::vector<PendingJob> QueueLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Slots that ranks hold, per worker.
+  std::map<std::string, std::vector<int32_t>> UsedSlotsLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts a new attempt of the job on the placement's slots.
+  void PlaceLocked(const Placement& placement) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetPendingReasonLocked(ActiveJob& job, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Heartbeat steps, in order. The two Reconcile steps return whether a job
+  // changed (then finished jobs are reaped and queued ones placed).
+  //
+  // Applies the verdict on each rank the worker lists; stop orders and
+  // acknowledged exits go into `response`.
+  bool ReconcileReportedRanksLocked(const HeartbeatReport& report,
+                                    tessera::v1::HeartbeatResponse& response,
+                                    Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the exit of the current rank of `job` that `reported` names, and
+  // decides the job's outcome.
+  void RecordExitLocked(ActiveJob& job, const tessera::v1::LocalRank& reported,
+                        Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the verdict on each rank of an earlier attempt the worker no
+  // longer lists: it stopped, so its slot is free and no restart waits for it.
+  bool ReconcileUnlistedRanksLocked(const HeartbeatReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Orders for the worker: launches not yet seen running, stops not yet done.
+  void AddOrdersLocked(const HeartbeatReport& report,
+                       tessera::v1::HeartbeatResponse& response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Tick steps; each returns whether a job changed.
+  bool DeclareSilentWorkersDeadLocked(Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ExpireLostRanksLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FailTimedOutRendezvousLocked(absl::Time now, Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Decides a job's outcome after a rank exit; may order the other ranks stopped.
   void EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -192,19 +219,15 @@ class JobManager {
   void FailAttemptLocked(ActiveJob& job, const std::string& reason,
                          Rendezvous::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DeclareDeadLocked(WorkerState& worker, Rendezvous::Releases* releases)
+  // Counts every rank on a worker declared dead (for `why`) as lost.
+  void LoseWorkerRanksLocked(const std::string& worker, const std::string& why,
+                             Rendezvous::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops finished jobs whose ranks have all exited.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts `rank` as lost: it may run until its lease runs out.
   void LoseRankLocked(ActiveJob& job, const RankRecord& rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Why a queued job may not start its next attempt yet (ranks of an earlier
-  // attempt may still run); empty when it may.
-  std::string HoldReasonLocked(const ActiveJob& job) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  tessera::v1::Job ToProto(const JobRecord& record,
-                           const std::vector<RankRecord>& ranks) const;
   int64_t NowMs() const;
 
   Store* const store_;         // Not owned.
@@ -213,12 +236,11 @@ class JobManager {
   const JobManagerOptions options_;
 
   ChangeNotifier changes_;
+  RankOutputs outputs_;
   absl::Mutex mu_;
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   tessera::Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
-  // (job, attempt, rank) whose whole log has been shipped.
-  std::set<std::tuple<int64_t, int32_t, int32_t>> logs_complete_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs released rendezvous callbacks; call without locks held.

@@ -1,15 +1,13 @@
 #include "coordinator/core/sweep_manager.h"
 
 #include <algorithm>
-#include <cmath>
-#include <map>
-#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
 #include "common/status_macros.h"
 #include "common/sweep_spec.h"
+#include "coordinator/core/sweep_report.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -29,32 +27,6 @@ absl::Status Retryable(const absl::Status& s, absl::string_view what) {
   }
   return s;
 }
-
-double Mean(const std::vector<double>& v) {
-  if (v.empty()) return 0;
-  double sum = 0;
-  for (double x : v) sum += x;
-  return sum / static_cast<double>(v.size());
-}
-
-// Sample standard deviation; 0 for fewer than two values.
-double StdDev(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  const double m = Mean(v);
-  double sq = 0;
-  for (double x : v) sq += (x - m) * (x - m);
-  return std::sqrt(sq / static_cast<double>(v.size() - 1));
-}
-
-// Figures of one finished run (one job), from its final attempt's metrics.
-struct RunFigures {
-  double epoch_seconds = 0;
-  double train_seconds = 0;
-  double images_per_sec = 0;  // all ranks together
-  double comm_share = 0;
-  double accuracy = 0;
-  bool has_time = false;
-};
 
 }  // namespace
 
@@ -272,141 +244,7 @@ absl::StatusOr<std::vector<v1::Sweep>> SweepManager::List() {
 
 absl::StatusOr<v1::SweepReport> SweepManager::Report(int64_t sweep_id) {
   ASSIGN_OR_RETURN(v1::Sweep sweep, Get(sweep_id));
-
-  // The named metric of one job's given attempt, in (step, rank) order.
-  auto metric =
-      [this](const v1::Job& job,
-             const std::string& name) -> absl::StatusOr<std::vector<v1::MetricPoint>> {
-    v1::GetMetricsRequest q;
-    q.set_job_id(job.id());
-    q.set_name(name);
-    q.set_limit(100000);
-    ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points, jobs_->GetMetrics(q));
-    std::vector<v1::MetricPoint> out;
-    for (auto& p : points) {
-      if (p.attempt() == job.attempt()) out.push_back(std::move(p));
-    }
-    return out;
-  };
-  auto rank0 = [](const std::vector<v1::MetricPoint>& points) {
-    std::vector<double> values;
-    for (const auto& p : points) {
-      if (p.rank() == 0) values.push_back(p.value());
-    }
-    return values;
-  };
-
-  auto figures = [&](int64_t job_id) -> absl::StatusOr<RunFigures> {
-    ASSIGN_OR_RETURN(v1::Job job, jobs_->GetJob(job_id));
-    RunFigures f;
-    ASSIGN_OR_RETURN(auto epochs, metric(job, "epoch_seconds"));
-    ASSIGN_OR_RETURN(auto train, metric(job, "train_seconds"));
-    ASSIGN_OR_RETURN(auto steps, metric(job, "train_steps"));
-    ASSIGN_OR_RETURN(auto per_epoch, metric(job, "steps_per_epoch"));
-    const std::vector<double> epoch_values = rank0(epochs);
-    const std::vector<double> train_values = rank0(train);
-    const std::vector<double> step_values = rank0(steps);
-    const std::vector<double> per_epoch_values = rank0(per_epoch);
-    if (!train_values.empty()) f.train_seconds = train_values.back();
-    if (!epoch_values.empty()) {
-      f.epoch_seconds = Mean(epoch_values);
-      f.has_time = true;
-    } else if (!train_values.empty() && !step_values.empty() &&
-               !per_epoch_values.empty() && step_values.back() > 0) {
-      f.epoch_seconds =
-          train_values.back() * per_epoch_values.back() / step_values.back();
-      f.has_time = true;
-    }
-    ASSIGN_OR_RETURN(auto comm, metric(job, "time_comm_ms"));
-    ASSIGN_OR_RETURN(auto step_ms, metric(job, "time_step_ms"));
-    std::map<std::pair<int64_t, int32_t>, double> step_time;
-    for (const auto& p : step_ms) step_time[{p.step(), p.rank()}] = p.value();
-    std::vector<double> shares;
-    for (const auto& p : comm) {
-      auto it = step_time.find({p.step(), p.rank()});
-      if (it != step_time.end() && it->second > 0)
-        shares.push_back(p.value() / it->second);
-    }
-    f.comm_share = Mean(shares);
-    ASSIGN_OR_RETURN(auto ips, metric(job, "images_per_sec"));
-    std::vector<double> ips_values;
-    for (const auto& p : ips) ips_values.push_back(p.value());
-    f.images_per_sec = Mean(ips_values) * std::max(1, job.spec().world_size());
-    ASSIGN_OR_RETURN(auto acc, metric(job, "test_accuracy"));
-    const std::vector<double> acc_values = rank0(acc);
-    if (!acc_values.empty()) f.accuracy = acc_values.back();
-    return f;
-  };
-
-  // Rows in grid order, one per (world size, batch, scaling, shape).
-  using Key = std::tuple<int32_t, int32_t, std::string, std::string>;
-  std::vector<Key> order;
-  std::map<Key, std::vector<int64_t>> jobs_by_key;
-  std::map<Key, std::vector<RunFigures>> runs_by_key;
-  for (const v1::SweepPoint& p : sweep.points()) {
-    Key key{p.world_size(), p.batch_size(), p.scaling(), p.shape()};
-    if (!jobs_by_key.contains(key)) order.push_back(key);
-    auto& ids = jobs_by_key[key];
-    if (p.job_id() == 0) continue;
-    ids.push_back(p.job_id());
-    if (p.state() != v1::JOB_STATE_SUCCEEDED) continue;
-    ASSIGN_OR_RETURN(RunFigures f, figures(p.job_id()));
-    if (f.has_time) runs_by_key[key].push_back(f);
-  }
-
-  v1::SweepReport report;
-  report.set_sweep_id(sweep_id);
-  for (const Key& key : order) {
-    v1::SweepReportRow* row = report.add_rows();
-    row->set_world_size(std::get<0>(key));
-    row->set_batch_size(std::get<1>(key));
-    row->set_scaling(std::get<2>(key));
-    row->set_shape(std::get<3>(key));
-    for (int64_t id : jobs_by_key[key]) row->add_job_ids(id);
-    const std::vector<RunFigures>& runs = runs_by_key[key];
-    row->set_runs(static_cast<int32_t>(runs.size()));
-    if (runs.empty()) continue;
-    std::vector<double> epoch, total, ips, comm, acc;
-    for (const RunFigures& f : runs) {
-      epoch.push_back(f.epoch_seconds);
-      total.push_back(f.train_seconds);
-      ips.push_back(f.images_per_sec);
-      comm.push_back(f.comm_share);
-      acc.push_back(f.accuracy);
-    }
-    row->set_epoch_time_mean_s(Mean(epoch));
-    row->set_epoch_time_std_s(StdDev(epoch));
-    row->set_total_time_mean_s(Mean(total));
-    row->set_images_per_sec(Mean(ips));
-    row->set_comm_share(Mean(comm));
-    row->set_final_accuracy(Mean(acc));
-  }
-
-  // Speedup and efficiency against the smallest measured world size of the same
-  // batch size, scaling and shape kind (pack, spread, or fixed NxM shapes).
-  auto shape_kind = [](const std::string& shape) {
-    return shape == "pack" || shape == "spread" ? shape : std::string("NxM");
-  };
-  for (v1::SweepReportRow& row : *report.mutable_rows()) {
-    if (row.runs() == 0 || row.epoch_time_mean_s() <= 0) continue;
-    const v1::SweepReportRow* base = nullptr;
-    for (const v1::SweepReportRow& other : report.rows()) {
-      if (other.runs() == 0 || other.epoch_time_mean_s() <= 0 ||
-          other.batch_size() != row.batch_size() || other.scaling() != row.scaling() ||
-          shape_kind(other.shape()) != shape_kind(row.shape())) {
-        continue;
-      }
-      if (base == nullptr || other.world_size() < base->world_size()) base = &other;
-    }
-    if (base == nullptr) continue;
-    const double n = static_cast<double>(row.world_size()) / base->world_size();
-    const double ratio = base->epoch_time_mean_s() / row.epoch_time_mean_s();
-    const double speedup = row.scaling() == "weak" ? n * ratio : ratio;
-    row.set_baseline_world_size(base->world_size());
-    row.set_speedup(speedup);
-    row.set_efficiency(speedup / n);
-  }
-  return report;
+  return BuildSweepReport(sweep, *jobs_);
 }
 
 }  // namespace tessera

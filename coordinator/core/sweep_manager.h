@@ -9,7 +9,7 @@
 //
 // Report() computes per-point figures (epoch time, speedup, efficiency,
 // communication share, accuracy) from the stored metrics of the points' jobs;
-// see docs/api.md for the definitions.
+// sweep_report.h builds it, and docs/api.md defines the figures.
 //
 // Thread-safety: safe from any thread. One mutex serialises the operations that
 // advance sweeps; it is taken before JobManager's, never the other way round.

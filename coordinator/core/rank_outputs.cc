@@ -1,0 +1,144 @@
+#include "coordinator/core/rank_outputs.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tessera {
+
+RankOutputs::RankOutputs(Store* store, StoreWriter* writer, ChangeNotifier* changes,
+                         int max_points_per_report)
+    : store_(store),
+      writer_(writer),
+      changes_(changes),
+      max_points_per_report_(max_points_per_report) {}
+
+absl::Status RankOutputs::CheckChunk(const v1::ShipLogsRequest& request) {
+  if (request.data().size() > 4 * 1024 * 1024) {
+    return absl::InvalidArgumentError("log chunk larger than 4 MiB");
+  }
+  if (request.offset() < 0) return absl::InvalidArgumentError("negative log offset");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ShipLogsResponse> RankOutputs::ShipLog(
+    const v1::ShipLogsRequest& request) {
+  LogChunk chunk{request.job_id(), request.attempt(), request.rank(), request.offset(),
+                 request.data()};
+  absl::Status appended = store_->AppendLog(chunk);
+  if (!appended.ok() && !absl::IsFailedPrecondition(appended)) return appended;
+  ASSIGN_OR_RETURN(int64_t end,
+                   store_->LogEnd(request.job_id(), request.attempt(), request.rank()));
+  if (request.eof() && appended.ok()) {
+    absl::MutexLock lock(&mu_);
+    logs_complete_.insert({request.job_id(), request.attempt(), request.rank()});
+  }
+  if (appended.ok()) changes_->Notify();
+  v1::ShipLogsResponse response;
+  response.set_next_offset(end);
+  return response;
+}
+
+bool RankOutputs::EofSeen(int64_t job_id, int32_t attempt, int32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  return logs_complete_.contains({job_id, attempt, rank});
+}
+
+absl::StatusOr<v1::GetLogsResponse> RankOutputs::ReadLog(
+    const v1::GetLogsRequest& request, std::optional<ActiveLog> active) {
+  int32_t attempt = request.attempt();
+  bool rank_exited = true;
+  if (active) {
+    attempt = active->attempt;
+    rank_exited = active->rank_exited;
+  } else {
+    writer_->Flush();  // the job's last state change may still be queued
+    absl::StatusOr<JobRecord> record = store_->GetJob(request.job_id());
+    if (absl::IsNotFound(record.status())) {
+      return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
+    }
+    RETURN_IF_ERROR(record.status());
+    if (attempt <= 0) attempt = record->attempt;
+  }
+  if (request.rank() < 0) return absl::InvalidArgumentError("rank: must be >= 0");
+  const int64_t max_bytes =
+      request.max_bytes() > 0 ? std::min(request.max_bytes(), 4 * 1024 * 1024) : 1 << 20;
+  int64_t offset = std::max<int64_t>(0, request.offset());
+  if (request.tail_bytes() > 0) {
+    ASSIGN_OR_RETURN(const int64_t end,
+                     store_->LogEnd(request.job_id(), attempt, request.rank()));
+    offset = std::max<int64_t>(0, end - request.tail_bytes());
+  }
+  ASSIGN_OR_RETURN(std::string data, store_->ReadLog(request.job_id(), attempt,
+                                                     request.rank(), offset, max_bytes));
+  v1::GetLogsResponse response;
+  response.set_attempt(attempt);
+  response.set_offset(offset);
+  response.set_next_offset(offset + static_cast<int64_t>(data.size()));
+  const bool eof_seen = EofSeen(request.job_id(), attempt, request.rank());
+  response.set_complete(data.empty() && rank_exited && (eof_seen || !active));
+  response.set_data(std::move(data));
+  return response;
+}
+
+absl::StatusOr<std::vector<MetricRow>> RankOutputs::MetricRows(
+    const v1::ReportMetricsRequest& request) const {
+  if (request.points_size() > max_points_per_report_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("at most ", max_points_per_report_, " points per report"));
+  }
+  std::vector<MetricRow> rows;
+  rows.reserve(request.points_size());
+  for (const v1::MetricPoint& p : request.points()) {
+    if (p.name().empty() || p.name().size() > 128) {
+      return absl::InvalidArgumentError("metric name: must be 1-128 characters");
+    }
+    rows.push_back(MetricRow{request.job_id(), request.attempt(), request.rank(),
+                             p.step(), p.name(), p.value(), p.unix_ms()});
+  }
+  return rows;
+}
+
+void RankOutputs::AppendMetrics(std::vector<MetricRow> rows,
+                                std::function<void(absl::Status)> done) {
+  writer_->AppendMetrics(std::move(rows),
+                         [this, done = std::move(done)](absl::Status status) {
+                           if (status.ok()) changes_->Notify();
+                           done(std::move(status));
+                         });
+}
+
+absl::StatusOr<std::vector<v1::MetricPoint>> RankOutputs::GetMetrics(
+    const v1::GetMetricsRequest& request, bool job_active) {
+  if (!job_active) {
+    absl::Status exists = store_->GetJob(request.job_id()).status();
+    if (absl::IsNotFound(exists)) {
+      return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
+    }
+    RETURN_IF_ERROR(exists);
+  }
+  MetricQuery query;
+  query.job_id = request.job_id();
+  query.after_step = request.after_step() > 0 ? request.after_step() : -1;
+  query.name = request.name();
+  query.limit = request.limit() > 0 ? std::min(request.limit(), 100000) : 10000;
+  ASSIGN_OR_RETURN(std::vector<MetricRow> rows, store_->QueryMetrics(query));
+  std::vector<v1::MetricPoint> out;
+  out.reserve(rows.size());
+  for (const auto& row : rows) {
+    v1::MetricPoint p;
+    p.set_rank(row.rank);
+    p.set_step(row.step);
+    p.set_name(row.name);
+    p.set_value(row.value);
+    p.set_unix_ms(row.unix_ms);
+    p.set_attempt(row.attempt);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,213 @@
+#include "coordinator/core/sweep_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/status_macros.h"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+
+double Mean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
+// Sample standard deviation; 0 for fewer than two values.
+double StdDev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = Mean(v);
+  double sq = 0;
+  for (double x : v) sq += (x - m) * (x - m);
+  return std::sqrt(sq / static_cast<double>(v.size() - 1));
+}
+
+// Figures of one finished run (one job), from its final attempt's metrics.
+struct RunFigures {
+  double epoch_seconds = 0;
+  double train_seconds = 0;
+  double images_per_sec = 0;  // all ranks together
+  double comm_share = 0;
+  double accuracy = 0;
+  bool has_time = false;
+};
+
+// The points that share one row: (world size, batch size, scaling, shape).
+using RowKey = std::tuple<int32_t, int32_t, std::string, std::string>;
+struct RowRuns {
+  RowKey key;
+  std::vector<int64_t> job_ids;  // every submitted point's job
+  std::vector<RunFigures> runs;  // succeeded runs with a measured time
+};
+
+// The named metric of the job's current attempt, in (step, rank) order.
+absl::StatusOr<std::vector<v1::MetricPoint>> AttemptMetric(JobManager& jobs,
+                                                           const v1::Job& job,
+                                                           const std::string& name) {
+  v1::GetMetricsRequest q;
+  q.set_job_id(job.id());
+  q.set_name(name);
+  q.set_limit(100000);
+  ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points, jobs.GetMetrics(q));
+  std::vector<v1::MetricPoint> out;
+  for (auto& p : points) {
+    if (p.attempt() == job.attempt()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// The named metric's values from rank 0, in step order.
+absl::StatusOr<std::vector<double>> Rank0Values(JobManager& jobs, const v1::Job& job,
+                                                const std::string& name) {
+  ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points, AttemptMetric(jobs, job, name));
+  std::vector<double> values;
+  for (const auto& p : points) {
+    if (p.rank() == 0) values.push_back(p.value());
+  }
+  return values;
+}
+
+// Sets the run's training time and epoch time: the mean measured epoch time,
+// else one derived from the training time and steps.
+absl::Status AddTimes(JobManager& jobs, const v1::Job& job, RunFigures& f) {
+  ASSIGN_OR_RETURN(const std::vector<double> epochs,
+                   Rank0Values(jobs, job, "epoch_seconds"));
+  ASSIGN_OR_RETURN(const std::vector<double> train,
+                   Rank0Values(jobs, job, "train_seconds"));
+  ASSIGN_OR_RETURN(const std::vector<double> steps,
+                   Rank0Values(jobs, job, "train_steps"));
+  ASSIGN_OR_RETURN(const std::vector<double> per_epoch,
+                   Rank0Values(jobs, job, "steps_per_epoch"));
+  if (!train.empty()) f.train_seconds = train.back();
+  if (!epochs.empty()) {
+    f.epoch_seconds = Mean(epochs);
+    f.has_time = true;
+  } else if (!train.empty() && !steps.empty() && !per_epoch.empty() && steps.back() > 0) {
+    f.epoch_seconds = train.back() * per_epoch.back() / steps.back();
+    f.has_time = true;
+  }
+  return absl::OkStatus();
+}
+
+// The share of step time spent communicating, averaged over (step, rank).
+absl::StatusOr<double> CommShare(JobManager& jobs, const v1::Job& job) {
+  ASSIGN_OR_RETURN(auto comm, AttemptMetric(jobs, job, "time_comm_ms"));
+  ASSIGN_OR_RETURN(auto step_ms, AttemptMetric(jobs, job, "time_step_ms"));
+  std::map<std::pair<int64_t, int32_t>, double> step_time;
+  for (const auto& p : step_ms) step_time[{p.step(), p.rank()}] = p.value();
+  std::vector<double> shares;
+  for (const auto& p : comm) {
+    auto it = step_time.find({p.step(), p.rank()});
+    if (it != step_time.end() && it->second > 0) shares.push_back(p.value() / it->second);
+  }
+  return Mean(shares);
+}
+
+absl::StatusOr<RunFigures> FiguresOf(JobManager& jobs, int64_t job_id) {
+  ASSIGN_OR_RETURN(v1::Job job, jobs.GetJob(job_id));
+  RunFigures f;
+  RETURN_IF_ERROR(AddTimes(jobs, job, f));
+  ASSIGN_OR_RETURN(f.comm_share, CommShare(jobs, job));
+  ASSIGN_OR_RETURN(auto ips, AttemptMetric(jobs, job, "images_per_sec"));
+  std::vector<double> ips_values;
+  for (const auto& p : ips) ips_values.push_back(p.value());
+  f.images_per_sec = Mean(ips_values) * std::max(1, job.spec().world_size());
+  ASSIGN_OR_RETURN(const std::vector<double> acc,
+                   Rank0Values(jobs, job, "test_accuracy"));
+  if (!acc.empty()) f.accuracy = acc.back();
+  return f;
+}
+
+// The sweep's points grouped into rows, in grid order, with the figures of
+// each row's succeeded runs.
+absl::StatusOr<std::vector<RowRuns>> GroupPoints(const v1::Sweep& sweep,
+                                                 JobManager& jobs) {
+  std::vector<RowRuns> rows;
+  std::map<RowKey, size_t> index;
+  for (const v1::SweepPoint& p : sweep.points()) {
+    RowKey key{p.world_size(), p.batch_size(), p.scaling(), p.shape()};
+    auto [it, added] = index.try_emplace(key, rows.size());
+    if (added) rows.push_back(RowRuns{.key = key});
+    RowRuns& row = rows[it->second];
+    if (p.job_id() == 0) continue;
+    row.job_ids.push_back(p.job_id());
+    if (p.state() != v1::JOB_STATE_SUCCEEDED) continue;
+    ASSIGN_OR_RETURN(RunFigures f, FiguresOf(jobs, p.job_id()));
+    if (f.has_time) row.runs.push_back(f);
+  }
+  return rows;
+}
+
+void FillRow(const RowRuns& runs, v1::SweepReportRow& row) {
+  row.set_world_size(std::get<0>(runs.key));
+  row.set_batch_size(std::get<1>(runs.key));
+  row.set_scaling(std::get<2>(runs.key));
+  row.set_shape(std::get<3>(runs.key));
+  for (int64_t id : runs.job_ids) row.add_job_ids(id);
+  row.set_runs(static_cast<int32_t>(runs.runs.size()));
+  if (runs.runs.empty()) return;
+  std::vector<double> epoch, total, ips, comm, acc;
+  for (const RunFigures& f : runs.runs) {
+    epoch.push_back(f.epoch_seconds);
+    total.push_back(f.train_seconds);
+    ips.push_back(f.images_per_sec);
+    comm.push_back(f.comm_share);
+    acc.push_back(f.accuracy);
+  }
+  row.set_epoch_time_mean_s(Mean(epoch));
+  row.set_epoch_time_std_s(StdDev(epoch));
+  row.set_total_time_mean_s(Mean(total));
+  row.set_images_per_sec(Mean(ips));
+  row.set_comm_share(Mean(comm));
+  row.set_final_accuracy(Mean(acc));
+}
+
+// Speedup and efficiency against the smallest measured world size of the same
+// batch size, scaling and shape kind (pack, spread, or fixed NxM shapes).
+void SetSpeedups(v1::SweepReport& report) {
+  auto shape_kind = [](const std::string& shape) {
+    return shape == "pack" || shape == "spread" ? shape : std::string("NxM");
+  };
+  for (v1::SweepReportRow& row : *report.mutable_rows()) {
+    if (row.runs() == 0 || row.epoch_time_mean_s() <= 0) continue;
+    const v1::SweepReportRow* base = nullptr;
+    for (const v1::SweepReportRow& other : report.rows()) {
+      if (other.runs() == 0 || other.epoch_time_mean_s() <= 0 ||
+          other.batch_size() != row.batch_size() || other.scaling() != row.scaling() ||
+          shape_kind(other.shape()) != shape_kind(row.shape())) {
+        continue;
+      }
+      if (base == nullptr || other.world_size() < base->world_size()) base = &other;
+    }
+    if (base == nullptr) continue;
+    const double n = static_cast<double>(row.world_size()) / base->world_size();
+    const double ratio = base->epoch_time_mean_s() / row.epoch_time_mean_s();
+    const double speedup = row.scaling() == "weak" ? n * ratio : ratio;
+    row.set_baseline_world_size(base->world_size());
+    row.set_speedup(speedup);
+    row.set_efficiency(speedup / n);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SweepReport> BuildSweepReport(const v1::Sweep& sweep,
+                                                 JobManager& jobs) {
+  ASSIGN_OR_RETURN(const std::vector<RowRuns> rows, GroupPoints(sweep, jobs));
+  v1::SweepReport report;
+  report.set_sweep_id(sweep.id());
+  for (const RowRuns& runs : rows) FillRow(runs, *report.add_rows());
+  SetSpeedups(report);
+  return report;
+}
+
+}  // namespace tessera

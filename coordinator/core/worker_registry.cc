@@ -1,0 +1,179 @@
+#include "coordinator/core/worker_registry.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+
+HeartbeatReport::HeartbeatReport(const v1::HeartbeatRequest& request)
+    : request_(&request) {
+  for (const v1::LocalRank& lr : request.ranks()) {
+    listed_.insert({lr.job_id(), lr.attempt(), lr.rank()});
+    listed_ranks_.insert({lr.job_id(), lr.rank()});
+  }
+}
+
+bool HeartbeatReport::Lists(int64_t job_id, int32_t attempt, int32_t rank) const {
+  return listed_.contains({job_id, attempt, rank});
+}
+
+bool HeartbeatReport::ListsRank(int64_t job_id, int32_t rank) const {
+  return listed_ranks_.contains({job_id, rank});
+}
+
+RankVerdict HeartbeatReport::Reconcile(const v1::LocalRank& reported,
+                                       const RankBelief& belief) const {
+  if (!belief.current) {
+    // A rank of an earlier attempt or of a job that ended: stop it while it
+    // runs, and forget it (freeing its slot) once it is gone.
+    return reported.exited() ? RankVerdict::kForget : RankVerdict::kStop;
+  }
+  if (reported.exited()) {
+    return belief.state == RankState::kExited ? RankVerdict::kAcknowledgeExit
+                                              : RankVerdict::kRecordExit;
+  }
+  // Counted as gone (its worker was declared dead) but still running: stop it.
+  if (belief.state == RankState::kExited) return RankVerdict::kStop;
+  if (belief.state == RankState::kAssigned || belief.pid != reported.pid()) {
+    return RankVerdict::kRecordRunning;
+  }
+  return RankVerdict::kNone;
+}
+
+RankVerdict HeartbeatReport::ReconcileUnlisted(const RankBelief& belief) const {
+  return belief.current ? RankVerdict::kNone : RankVerdict::kForget;
+}
+
+WorkerRegistry::WorkerRegistry(StoreWriter* writer, const Clock* clock,
+                               WorkerRegistryOptions options)
+    : writer_(writer), clock_(clock), options_(options) {}
+
+void WorkerRegistry::Recover(std::vector<WorkerRecord> workers) {
+  for (auto& w : workers) {
+    w.last_seen_unix_ms = absl::ToUnixMillis(clock_->Now());
+    std::string name = w.name;
+    workers_[name] = WorkerState{std::move(w)};
+  }
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
+    const v1::RegisterWorkerRequest& request) {
+  if (request.name().empty() || request.name().size() > 128) {
+    return absl::InvalidArgumentError("name: must be 1-128 characters");
+  }
+  if (request.slots() < 0 || request.slots() > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots: must be between 0 and 4096, got ", request.slots()));
+  }
+  WorkerState& w = workers_[request.name()];
+  w.record.name = request.name();
+  w.record.hostname = request.hostname();
+  w.record.slots = request.slots();
+  w.record.device_kind = request.device_kind().empty() ? "cpu" : request.device_kind();
+  w.record.epoch += 1;
+  w.record.last_seen_unix_ms = absl::ToUnixMillis(clock_->Now());
+  w.dead = false;
+  writer_->UpsertWorker(w.record);
+  spdlog::info("worker {} registered from {}: {} {} slots, epoch {}", w.record.name,
+               w.record.hostname, w.record.slots, w.record.device_kind, w.record.epoch);
+  v1::RegisterWorkerResponse response;
+  response.set_epoch(w.record.epoch);
+  response.set_heartbeat_interval_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  return response;
+}
+
+absl::StatusOr<HeartbeatReport> WorkerRegistry::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  auto it = workers_.find(request.name());
+  if (it == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", request.name(), " is not registered"));
+  }
+  WorkerRecord& worker = it->second.record;
+  if (request.epoch() != worker.epoch || it->second.dead) {
+    return absl::AbortedError(absl::StrCat("stale epoch ", request.epoch(),
+                                           " for worker ", request.name(),
+                                           "; current is ", worker.epoch));
+  }
+  worker.last_seen_unix_ms = absl::ToUnixMillis(clock_->Now());
+  writer_->UpsertWorker(worker);
+  return HeartbeatReport(request);
+}
+
+absl::Status WorkerRegistry::CheckSession(const std::string& name, int64_t epoch) const {
+  auto it = workers_.find(name);
+  if (it == workers_.end() || it->second.record.epoch != epoch || it->second.dead) {
+    return absl::AbortedError(absl::StrCat("stale or unknown session for worker ", name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Duration WorkerRegistry::SilentFor(const WorkerState& w) const {
+  return clock_->Now() - absl::FromUnixMillis(w.record.last_seen_unix_ms);
+}
+
+bool WorkerRegistry::AliveState(const WorkerState& w) const {
+  return !w.dead && SilentFor(w) <= options_.suspect_after;
+}
+
+bool WorkerRegistry::Alive(const std::string& name) const {
+  auto it = workers_.find(name);
+  return it != workers_.end() && AliveState(it->second);
+}
+
+std::vector<std::string> WorkerRegistry::Silent() const {
+  std::vector<std::string> out;
+  for (const auto& [name, w] : workers_) {
+    if (!w.dead && SilentFor(w) > options_.dead_after) out.push_back(name);
+  }
+  return out;
+}
+
+std::string WorkerRegistry::DeclareDead(const std::string& name) {
+  WorkerState& worker = workers_.at(name);
+  worker.dead = true;
+  worker.record.epoch += 1;
+  writer_->UpsertWorker(worker.record);
+  std::string why = absl::StrCat("worker ", name, " declared dead (no heartbeat for ",
+                                 absl::FormatDuration(SilentFor(worker)), ")");
+  spdlog::warn("{}", why);
+  return why;
+}
+
+std::vector<WorkerInventory> WorkerRegistry::Inventory(
+    const std::map<std::string, std::vector<int32_t>>& used) const {
+  std::vector<WorkerInventory> out;
+  out.reserve(workers_.size());
+  for (const auto& [name, w] : workers_) {
+    auto it = used.find(name);
+    out.push_back(WorkerInventory{name, w.record.slots,
+                                  it == used.end() ? std::vector<int32_t>() : it->second,
+                                  AliveState(w)});
+  }
+  return out;
+}
+
+std::vector<v1::Worker> WorkerRegistry::List(
+    const std::map<std::string, std::vector<int32_t>>& used) const {
+  std::vector<v1::Worker> out;
+  out.reserve(workers_.size());
+  for (const auto& [name, w] : workers_) {
+    auto it = used.find(name);
+    v1::Worker p;
+    p.set_name(name);
+    p.set_hostname(w.record.hostname);
+    p.set_slots(w.record.slots);
+    p.set_slots_used(it == used.end() ? 0 : static_cast<int32_t>(it->second.size()));
+    p.set_alive(AliveState(w));
+    p.set_last_seen_unix_ms(w.record.last_seen_unix_ms);
+    p.set_epoch(w.record.epoch);
+    p.set_device_kind(w.record.device_kind);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,320 @@
+// WorkerRegistry with a fake clock over an in-memory SQLite store: sessions
+// and epochs, liveness (suspect, silent, dead and fenced), what it stores, and
+// the rules that reconcile a heartbeat's ranks with the coordinator's beliefs.
+#include "coordinator/core/worker_registry.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/store/sqlite_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class WorkerRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = SqliteStore::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    writer_ = std::make_unique<StoreWriter>(store_.get());
+    WorkerRegistryOptions options;
+    options.heartbeat_interval = absl::Milliseconds(500);
+    options.suspect_after = absl::Seconds(3);
+    options.dead_after = absl::Seconds(15);
+    registry_ = std::make_unique<WorkerRegistry>(writer_.get(), &clock_, options);
+  }
+
+  int64_t Register(const std::string& name, int slots = 2) {
+    v1::RegisterWorkerRequest req;
+    req.set_name(name);
+    req.set_hostname(name + ".example");
+    req.set_slots(slots);
+    auto resp = registry_->Register(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->epoch() : -1;
+  }
+
+  absl::Status Beat(const std::string& name, int64_t epoch) {
+    v1::HeartbeatRequest req;
+    req.set_name(name);
+    req.set_epoch(epoch);
+    return registry_->Heartbeat(req).status();
+  }
+
+  // The worker as stored, once queued writes are applied.
+  WorkerRecord Stored(const std::string& name) {
+    writer_->Flush();
+    auto workers = store_->ListWorkers();
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    for (const WorkerRecord& w : *workers) {
+      if (w.name == name) return w;
+    }
+    ADD_FAILURE() << "worker " << name << " is not stored";
+    return WorkerRecord();
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<StoreWriter> writer_;
+  std::unique_ptr<WorkerRegistry> registry_;
+};
+
+TEST_F(WorkerRegistryTest, EachRegistrationStartsASessionWithTheNextEpoch) {
+  v1::RegisterWorkerRequest req;
+  req.set_name("a");
+  req.set_slots(4);
+  auto first = registry_->Register(req);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->epoch(), 1);
+  EXPECT_EQ(first->heartbeat_interval_ms(), 500);
+  auto second = registry_->Register(req);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->epoch(), 2);
+
+  // Only the newest session is accepted.
+  EXPECT_TRUE(absl::IsAborted(Beat("a", 1)));
+  EXPECT_TRUE(Beat("a", 2).ok());
+  EXPECT_TRUE(registry_->CheckSession("a", 2).ok());
+  EXPECT_TRUE(absl::IsAborted(registry_->CheckSession("a", 1)));
+}
+
+TEST_F(WorkerRegistryTest, RegistrationWithBadNameOrSlotsIsInvalidArgument) {
+  v1::RegisterWorkerRequest req;
+  req.set_slots(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(registry_->Register(req).status()));
+  req.set_name(std::string(129, 'w'));
+  EXPECT_TRUE(absl::IsInvalidArgument(registry_->Register(req).status()));
+  req.set_name("w");
+  req.set_slots(-1);
+  EXPECT_TRUE(absl::IsInvalidArgument(registry_->Register(req).status()));
+  req.set_slots(4097);
+  EXPECT_TRUE(absl::IsInvalidArgument(registry_->Register(req).status()));
+  EXPECT_EQ(registry_->size(), 0u);
+}
+
+TEST_F(WorkerRegistryTest, HeartbeatOfAWorkerNeverRegisteredIsNotFound) {
+  EXPECT_TRUE(absl::IsNotFound(Beat("ghost", 1)));
+  EXPECT_TRUE(absl::IsAborted(registry_->CheckSession("ghost", 1)));
+  EXPECT_FALSE(registry_->Alive("ghost"));
+}
+
+TEST_F(WorkerRegistryTest, SilentWorkerIsSuspectButItsHeartbeatsAreStillAccepted) {
+  const int64_t epoch = Register("a");
+  EXPECT_TRUE(registry_->Alive("a"));
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_TRUE(registry_->Alive("a")) << "silent for exactly suspect_after";
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_FALSE(registry_->Alive("a"));
+  EXPECT_THAT(registry_->Silent(), IsEmpty()) << "suspect is not dead";
+
+  ASSERT_TRUE(Beat("a", epoch).ok());
+  EXPECT_TRUE(registry_->Alive("a"));
+}
+
+TEST_F(WorkerRegistryTest, OnlyWorkersSilentPastDeadAfterAreSilent) {
+  Register("a");
+  const int64_t eb = Register("b");
+  clock_.Advance(absl::Seconds(10));
+  ASSERT_TRUE(Beat("b", eb).ok());
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_THAT(registry_->Silent(), IsEmpty()) << "a silent for exactly dead_after";
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_THAT(registry_->Silent(), ElementsAre("a"));
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_THAT(registry_->Silent(), ElementsAre("a", "b"));
+}
+
+TEST_F(WorkerRegistryTest, DeclaredDeadWorkerIsFencedUntilItRegistersAgain) {
+  const int64_t epoch = Register("a");
+  clock_.Advance(absl::Seconds(16));
+  ASSERT_THAT(registry_->Silent(), ElementsAre("a"));
+  const std::string why = registry_->DeclareDead("a");
+  EXPECT_EQ(why, "worker a declared dead (no heartbeat for 16s)");
+
+  EXPECT_THAT(registry_->Silent(), IsEmpty()) << "declared dead once";
+  EXPECT_FALSE(registry_->Alive("a"));
+  EXPECT_TRUE(absl::IsAborted(Beat("a", epoch)));
+  EXPECT_TRUE(absl::IsAborted(registry_->CheckSession("a", epoch)));
+  // The fence is stored: a restarted coordinator refuses the old session too.
+  EXPECT_EQ(Stored("a").epoch, epoch + 1);
+
+  const int64_t again = Register("a");
+  EXPECT_EQ(again, epoch + 2);
+  EXPECT_TRUE(registry_->Alive("a"));
+  EXPECT_TRUE(Beat("a", again).ok());
+}
+
+TEST_F(WorkerRegistryTest, DeadWorkerIsFencedEvenWhenItsEpochIsGuessed) {
+  Register("a");
+  clock_.Advance(absl::Seconds(16));
+  registry_->DeclareDead("a");
+  // The fenced epoch is refused as well: the worker must register again.
+  EXPECT_TRUE(absl::IsAborted(Beat("a", 2)));
+  EXPECT_TRUE(absl::IsAborted(registry_->CheckSession("a", 2)));
+}
+
+TEST_F(WorkerRegistryTest, RegistrationAndHeartbeatsAreStored) {
+  Register("a", 3);
+  WorkerRecord stored = Stored("a");
+  EXPECT_EQ(stored.hostname, "a.example");
+  EXPECT_EQ(stored.slots, 3);
+  EXPECT_EQ(stored.device_kind, "cpu");
+  EXPECT_EQ(stored.epoch, 1);
+  EXPECT_EQ(stored.last_seen_unix_ms, absl::ToUnixMillis(clock_.Now()));
+
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(Beat("a", 1).ok());
+  EXPECT_EQ(Stored("a").last_seen_unix_ms, absl::ToUnixMillis(clock_.Now()));
+}
+
+TEST_F(WorkerRegistryTest, RecoveredWorkersGetAFullDeadAfterFromRecovery) {
+  WorkerRecord old;
+  old.name = "a";
+  old.slots = 2;
+  old.epoch = 7;
+  old.last_seen_unix_ms = absl::ToUnixMillis(clock_.Now() - absl::Hours(1));
+  registry_->Recover({old});
+
+  EXPECT_TRUE(registry_->Alive("a"));
+  EXPECT_THAT(registry_->Silent(), IsEmpty());
+  EXPECT_TRUE(Beat("a", 7).ok()) << "the stored session goes on";
+  clock_.Advance(absl::Seconds(16));
+  EXPECT_THAT(registry_->Silent(), ElementsAre("a"));
+}
+
+TEST_F(WorkerRegistryTest, InventoryAndListShowSlotsUsedAndLiveness) {
+  Register("a", 2);
+  clock_.Advance(absl::Seconds(4));
+  const int64_t eb = Register("b", 4);
+  ASSERT_TRUE(Beat("b", eb).ok());
+  const std::map<std::string, std::vector<int32_t>> used = {{"b", {1, 3}}};
+
+  std::vector<WorkerInventory> inventory = registry_->Inventory(used);
+  ASSERT_EQ(inventory.size(), 2u);
+  EXPECT_EQ(inventory[0].worker, "a");
+  EXPECT_EQ(inventory[0].slots, 2);
+  EXPECT_THAT(inventory[0].used_slots, IsEmpty());
+  EXPECT_FALSE(inventory[0].alive) << "a is suspect";
+  EXPECT_EQ(inventory[1].worker, "b");
+  EXPECT_THAT(inventory[1].used_slots, ElementsAre(1, 3));
+  EXPECT_TRUE(inventory[1].alive);
+
+  std::vector<v1::Worker> list = registry_->List(used);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name(), "a");
+  EXPECT_EQ(list[0].slots_used(), 0);
+  EXPECT_FALSE(list[0].alive());
+  EXPECT_EQ(list[1].name(), "b");
+  EXPECT_EQ(list[1].hostname(), "b.example");
+  EXPECT_EQ(list[1].slots(), 4);
+  EXPECT_EQ(list[1].slots_used(), 2);
+  EXPECT_TRUE(list[1].alive());
+  EXPECT_EQ(list[1].epoch(), eb);
+  EXPECT_EQ(list[1].last_seen_unix_ms(), absl::ToUnixMillis(clock_.Now()));
+}
+
+// Reconciliation: what a heartbeat's report means against the beliefs.
+class HeartbeatReportTest : public ::testing::Test {
+ protected:
+  static v1::LocalRank Rank(int64_t job, int32_t attempt, int32_t rank, int32_t pid,
+                            bool exited = false) {
+    v1::LocalRank r;
+    r.set_job_id(job);
+    r.set_attempt(attempt);
+    r.set_rank(rank);
+    r.set_pid(pid);
+    r.set_exited(exited);
+    return r;
+  }
+  static RankBelief Current(RankState state, int32_t pid = 0) {
+    return RankBelief{.current = true, .state = state, .pid = pid};
+  }
+
+  v1::HeartbeatRequest request_;
+};
+
+TEST_F(HeartbeatReportTest, ListsRanksByAttemptAndByRankOfAnyAttempt) {
+  request_.set_name("w");
+  *request_.add_ranks() = Rank(7, 2, 1, 100);
+  HeartbeatReport report(request_);
+  EXPECT_EQ(report.worker(), "w");
+  EXPECT_EQ(report.ranks().size(), 1);
+  EXPECT_TRUE(report.Lists(7, 2, 1));
+  EXPECT_FALSE(report.Lists(7, 3, 1));
+  EXPECT_FALSE(report.Lists(7, 2, 0));
+  EXPECT_TRUE(report.ListsRank(7, 1));
+  EXPECT_FALSE(report.ListsRank(8, 1));
+}
+
+TEST_F(HeartbeatReportTest,
+       RankThatIsNotCurrentIsStoppedWhileItRunsAndForgottenOnceExited) {
+  HeartbeatReport report(request_);
+  EXPECT_EQ(report.Reconcile(Rank(1, 1, 0, 100), RankBelief{}), RankVerdict::kStop);
+  EXPECT_EQ(report.Reconcile(Rank(1, 1, 0, 100, /*exited=*/true), RankBelief{}),
+            RankVerdict::kForget);
+}
+
+TEST_F(HeartbeatReportTest, ExitOfACurrentRankIsRecordedOnceThenOnlyAcknowledged) {
+  HeartbeatReport report(request_);
+  const v1::LocalRank exited = Rank(1, 1, 0, 100, /*exited=*/true);
+  EXPECT_EQ(report.Reconcile(exited, Current(RankState::kRunning, 100)),
+            RankVerdict::kRecordExit);
+  EXPECT_EQ(report.Reconcile(exited, Current(RankState::kAssigned)),
+            RankVerdict::kRecordExit)
+      << "a rank that could not be launched exits without running";
+  EXPECT_EQ(report.Reconcile(exited, Current(RankState::kExited, 100)),
+            RankVerdict::kAcknowledgeExit);
+}
+
+TEST_F(HeartbeatReportTest, CurrentRankStartingOrWithANewPidIsRecordedRunning) {
+  HeartbeatReport report(request_);
+  const v1::LocalRank running = Rank(1, 1, 0, 100);
+  EXPECT_EQ(report.Reconcile(running, Current(RankState::kAssigned)),
+            RankVerdict::kRecordRunning);
+  EXPECT_EQ(report.Reconcile(running, Current(RankState::kRunning, 99)),
+            RankVerdict::kRecordRunning);
+  EXPECT_EQ(report.Reconcile(running, Current(RankState::kRunning, 100)),
+            RankVerdict::kNone);
+}
+
+TEST_F(HeartbeatReportTest, CurrentRankCountedAsExitedButStillRunningIsStopped) {
+  HeartbeatReport report(request_);
+  EXPECT_EQ(report.Reconcile(Rank(1, 1, 0, 100), Current(RankState::kExited, 100)),
+            RankVerdict::kStop);
+}
+
+TEST_F(HeartbeatReportTest, UnlistedRankIsForgottenUnlessItIsCurrent) {
+  HeartbeatReport report(request_);
+  EXPECT_EQ(report.ReconcileUnlisted(RankBelief{}), RankVerdict::kForget);
+  EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kAssigned)), RankVerdict::kNone);
+  EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kRunning, 100)),
+            RankVerdict::kNone);
+}
+
+TEST_F(WorkerRegistryTest, AcceptedHeartbeatReturnsTheReportOfItsRanks) {
+  const int64_t epoch = Register("a");
+  v1::HeartbeatRequest req;
+  req.set_name("a");
+  req.set_epoch(epoch);
+  v1::LocalRank* r = req.add_ranks();
+  r->set_job_id(3);
+  r->set_attempt(1);
+  r->set_rank(0);
+  auto report = registry_->Heartbeat(req);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->worker(), "a");
+  EXPECT_TRUE(report->Lists(3, 1, 0));
+}
+
+}  // namespace
+}  // namespace tessera
