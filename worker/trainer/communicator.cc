@@ -28,8 +28,8 @@ absl::Status Communicator::AllReduceSum(at::Tensor& tensor) {
   return AllReduceSumAsync(tensor)->Wait();
 }
 
-std::unique_ptr<PendingCollective> LocalCommunicator::AllReduceSumAsync(
-    at::Tensor& /*tensor*/) {
+std::unique_ptr<PendingCollective> LocalCommunicator::StartAllReduceSum(
+    at::Tensor& /*tensor*/, int /*bucket*/) {
   return FinishedCollective(absl::OkStatus());
 }
 

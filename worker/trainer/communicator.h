@@ -7,10 +7,16 @@
 // NcclCommunicator (nccl_tensor_communicator.h) for CUDA tensors. The header
 // names at::Tensor without including LibTorch, so it stays cheap to include.
 //
+// The Gloo and NCCL backends track their unfinished collectives
+// (pending_collective_tracker.h) and run a watchdog over them
+// (collective_watchdog.h): a collective pending past the timeout, or a broken
+// communicator, aborts the communicator and fails with a reason that names the
+// collective, e.g. "allreduce #412 (bucket 3)".
+//
 // Thread-safety: collectives must be issued by every rank in the same order, from
 // one thread at a time per communicator (a launched collective may be waited for
 // from another thread). Errors (a peer gone, a timeout) come back as a status; no
-// exception escapes.
+// exception escapes. Abort() and collectives() may be called from any thread.
 #ifndef TESSERA_WORKER_TRAINER_COMMUNICATOR_H_
 #define TESSERA_WORKER_TRAINER_COMMUNICATOR_H_
 
@@ -18,6 +24,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "worker/trainer/pending_collective_tracker.h"
 
 namespace at {
 class Tensor;
@@ -53,8 +60,12 @@ class Communicator {
   // with the same shape and dtype on every rank (float32, float64 or int64; the
   // NCCL backend also takes float16 and bfloat16), and must stay alive and
   // untouched until the returned collective has been waited for. Launch errors
-  // come back from Wait.
-  virtual std::unique_ptr<PendingCollective> AllReduceSumAsync(at::Tensor& tensor) = 0;
+  // come back from Wait. `bucket`: the gradient bucket the tensor holds, so that
+  // a collective that never finishes can be named (kNoBucket: none).
+  std::unique_ptr<PendingCollective> AllReduceSumAsync(at::Tensor& tensor,
+                                                       int bucket = kNoBucket) {
+    return StartAllReduceSum(tensor, bucket);
+  }
 
   // AllReduceSumAsync, then Wait.
   virtual absl::Status AllReduceSum(at::Tensor& tensor);
@@ -64,6 +75,21 @@ class Communicator {
 
   // Returns once every rank has called Barrier.
   virtual absl::Status Barrier() = 0;
+
+  // Tears the communicator down without waiting for the peers, for an exit that
+  // is not clean: collectives pending or issued later fail, and destroying it
+  // then skips the orderly teardown (NCCL: ncclCommAbort instead of
+  // ncclCommDestroy), which could wait on a peer that is gone.
+  virtual void Abort() {}
+
+  // The collectives issued and not finished yet; null where none can be
+  // pending (a world of one).
+  virtual const PendingCollectiveTracker* collectives() const { return nullptr; }
+
+ protected:
+  // AllReduceSumAsync's implementation.
+  virtual std::unique_ptr<PendingCollective> StartAllReduceSum(at::Tensor& tensor,
+                                                               int bucket) = 0;
 };
 
 // The world of one: every collective leaves the data as it is.
@@ -72,9 +98,12 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   std::string backend() const override { return "local"; }
-  std::unique_ptr<PendingCollective> AllReduceSumAsync(at::Tensor& tensor) override;
   absl::Status Broadcast(at::Tensor& tensor, int root) override;
   absl::Status Barrier() override;
+
+ private:
+  std::unique_ptr<PendingCollective> StartAllReduceSum(at::Tensor& tensor,
+                                                       int bucket) override;
 };
 
 }  // namespace tessera::trainer

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -23,12 +24,16 @@ bool Fusable(const torch::Tensor& p) {
 }
 
 // The optimizer's state map is keyed by the parameter's TensorImpl: as a
-// string in LibTorch 1.x, as the pointer itself in later versions.
-template <typename Map>
-typename Map::key_type StateKey(const torch::Tensor& p) {
-  using Key = typename Map::key_type;
+// string in LibTorch 1.x, as the pointer itself in later versions. The string
+// is the pointer streamed to an ostream, as 1.x's c10::guts::to_string wrote it
+// (that helper is gone from LibTorch >= 2.2), so the stock step and the
+// optimizer's serialisation find the state this loop creates.
+template <typename Key>
+Key StateKey(const torch::Tensor& p) {
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    std::ostringstream key;
+    key << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return key.str();
   } else {
     return static_cast<Key>(p.unsafeGetTensorImpl());
   }
@@ -84,7 +89,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         any_stock = true;
         continue;
       }
-      const auto key = StateKey<StateMap>(p);
+      const auto key = StateKey<StateMap::key_type>(p);
       auto found = state_.find(key);
       if (found == state_.end()) {
         auto state = std::make_unique<torch::optim::AdamWParamState>();

@@ -9,12 +9,27 @@
 //
 // c10d types stay in the .cc (pimpl) so this header is cheap to include. c10d
 // reports failures with exceptions; every one is caught here and returned as a
-// status: Unavailable for a peer that went away, DeadlineExceeded for timeouts.
+// status that names the collective ("allreduce #412 (bucket 3)"): Unavailable
+// for a peer that went away, DeadlineExceeded for timeouts.
+//
+// Timeouts: a collective watchdog (collective_watchdog.h) fires when a
+// collective has been pending for GlooOptions::timeout; it aborts the
+// communicator and calls on_collective_failure with a reason naming the
+// collective. Gloo's own limit per operation is set a little later
+// (GlooOperationTimeout), so the watchdog acts first; Gloo's then frees the
+// call that waits, which fails with the watchdog's reason. A collective counts
+// as pending from its launch until it has been waited for. Gloo reports other
+// errors (a peer that closed its connection) only to that call; such a failure
+// aborts the communicator the same way, with a reason naming the collective.
+// Either way on_collective_failure is called once.
+//
 // Thread-safety: as Communicator; a GlooStore is used by one thread at a time.
 #ifndef TESSERA_WORKER_TRAINER_GLOO_COMMUNICATOR_H_
 #define TESSERA_WORKER_TRAINER_GLOO_COMMUNICATOR_H_
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -63,8 +78,17 @@ struct GlooOptions {
   // Address of the local interface the Gloo device binds to; peers connect to
   // it. Normally the address used to reach the coordinator or store.
   std::string local_address = "127.0.0.1";
-  // Limit for connecting the mesh and for each collective.
+  // Limit for connecting the mesh and for each collective (the watchdog's
+  // timeout; --collective-timeout).
   absl::Duration timeout = absl::Minutes(5);
+  // Time between two checks of the watchdog.
+  absl::Duration watchdog_interval = absl::Milliseconds(100);
+  // Called once, after a collective timed out (on the watchdog's thread) or
+  // failed (on the thread that waited for it) and the communicator was
+  // aborted, with the reason; tessera-train exits there
+  // (ExitOnCollectiveFailure). Unset: the call waiting for the collective
+  // fails with the reason.
+  std::function<void(const std::string& reason)> on_collective_failure;
   // Gloo worker threads of the process group.
   int threads = 2;
   // With two ranks an all-reduce is one exchange: each rank sends its whole
@@ -75,6 +99,10 @@ struct GlooOptions {
   // allreduce at every world size.
   bool pairwise_exchange = true;
 };
+
+// Gloo's own limit for one operation (and for connecting the mesh): `timeout`
+// plus max(1 s, timeout / 10), so that the watchdog fires first.
+absl::Duration GlooOperationTimeout(absl::Duration timeout);
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -93,13 +121,23 @@ class GlooCommunicator final : public Communicator {
   // How AllReduceSumAsync combines: "pairwise-exchange" (two ranks, see
   // GlooOptions::pairwise_exchange) or "ring" (Gloo's allreduce).
   std::string allreduce_algorithm() const;
-  // Queued on the group's worker threads; several may be in flight at once.
-  std::unique_ptr<PendingCollective> AllReduceSumAsync(at::Tensor& tensor) override;
   absl::Status Broadcast(at::Tensor& tensor, int root) override;
   absl::Status Barrier() override;
+  // Gloo has no abort: pending and later collectives fail with the reason, and
+  // the destructor leaves the process group to the process's exit, since its
+  // teardown waits for queued work.
+  void Abort() override;
+  const PendingCollectiveTracker* collectives() const override;
+
+  // Why the communicator was aborted (the watchdog's reason); nullopt if not.
+  std::optional<std::string> abort_reason() const;
 
  private:
   struct Impl;  // Holds the process group; defined in the .cc.
+
+  // Queued on the group's worker threads; several may be in flight at once.
+  std::unique_ptr<PendingCollective> StartAllReduceSum(at::Tensor& tensor,
+                                                       int bucket) override;
   GlooCommunicator(int rank, int world_size, std::unique_ptr<GlooStore> store,
                    std::unique_ptr<Impl> impl);
 

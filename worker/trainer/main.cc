@@ -3,7 +3,8 @@
 // Wiring only: flags -> options, data, process group (rendezvous through the
 // coordinator, a static TCPStore, or standalone), reporter, training loop, result.
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 lost the
-// coordinator's lease (lease.h).
+// coordinator's lease (lease.h), 4 a collective failed or timed out
+// (--collective-timeout; collective_watchdog.h).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -18,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "worker/trainer/collective_watchdog.h"
 #include "worker/trainer/coordinator_client.h"
 #include "worker/trainer/image_dataset.h"
 #include "worker/trainer/lease.h"
@@ -26,6 +28,10 @@
 #include "worker/trainer/trainer.h"
 #include "worker/trainer/trainer_flags.h"
 #include "worker/trainer/trainer_options.h"
+
+#if TESSERA_NCCL_TENSORS
+#include "worker/trainer/nccl_communicator.h"
+#endif
 
 #if TESSERA_TRAINER_WITH_GRPC
 #include <grpcpp/create_channel.h>
@@ -65,6 +71,27 @@ absl::StatusOr<ImageDataset> LoadSplit(const TrainerOptions& options, Split spli
   request.seed = options.seed;
   return LoadImageDataset(request);
 }
+
+#if TESSERA_NCCL_TENSORS
+// The NCCL that was loaded and the one built against: a mismatch explains
+// failures that would otherwise look like bugs in the collectives.
+void LogNcclVersion() {
+  const absl::StatusOr<NcclVersions> versions = GetNcclVersions();
+  if (!versions.ok()) {
+    std::cerr << "tessera-train: " << versions.status() << std::endl;
+    return;
+  }
+  std::cout << "tessera-train: NCCL " << FormatNcclVersion(versions->loaded)
+            << " (built against " << FormatNcclVersion(versions->compiled) << ")"
+            << std::endl;
+  if (versions->loaded < versions->compiled) {
+    std::cerr << "tessera-train: warning: the loaded NCCL "
+              << FormatNcclVersion(versions->loaded) << " is older than the nccl.h "
+              << FormatNcclVersion(versions->compiled) << " this was built with"
+              << std::endl;
+  }
+}
+#endif
 
 std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(const LaunchOptions& launch) {
 #if TESSERA_TRAINER_WITH_GRPC
@@ -170,6 +197,13 @@ int Run(int argc, char** argv) {
     return placement.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
                                                                            : kExitFailure;
   }
+  // The rank's own device before anything touches CUDA (NCCL, the model), so
+  // that no context lands on another rank's GPU.
+  const absl::Status made_current = MakePlacementCurrent(*placement);
+  if (!made_current.ok()) return Fail("selecting the device", made_current);
+#if TESSERA_NCCL_TENSORS
+  if (placement->cuda) LogNcclVersion();
+#endif
 
   // The lease first: it counts from the process start, and loading data may
   // take a while.
@@ -185,6 +219,11 @@ int Run(int argc, char** argv) {
   if (!test.ok()) return Fail("loading the test split", test.status());
 
   ProcessGroupOptions group_options;
+  group_options.timeout = launch.collective_timeout;
+  // A collective that timed out or failed ends the rank at once, with the
+  // reason on stderr and its own exit code (the watchdog aborted the
+  // communicator first).
+  group_options.on_collective_failure = ExitOnCollectiveFailure;
   group_options.gloo_pairwise_exchange = flags->gloo_allreduce == "exchange";
   if (placement->cuda) {
     if (!NcclBackendAvailable()) {
@@ -199,6 +238,13 @@ int Run(int argc, char** argv) {
   absl::StatusOr<ProcessGroup> group =
       JoinProcessGroup(launch, coordinator.get(), group_options);
   if (!group.ok()) return Fail("forming the process group", group.status());
+  // From here on every exit that is not clean aborts the communicator rather
+  // than tearing it down, which could wait on a peer that is gone.
+  const auto fail_and_abort = [&group](const std::string& context,
+                                       const absl::Status& status) {
+    group->communicator->Abort();
+    return Fail(context, status);
+  };
 
   MetricsReporterOptions reporting;
   reporting.rank = group->rank;
@@ -206,14 +252,14 @@ int Run(int argc, char** argv) {
   reporting.progress = &std::cout;
   absl::StatusOr<std::unique_ptr<MetricsReporter>> reporter =
       MetricsReporter::Create(reporting, coordinator.get());
-  if (!reporter.ok()) return Fail("setting up metrics", reporter.status());
+  if (!reporter.ok()) return fail_and_abort("setting up metrics", reporter.status());
 
   TrainerLoopOptions loop;
   loop.log = &std::cout;
   loop.local_rank = launch.local_rank;  // the device ResolveDevice chose above
   Trainer trainer(options, *train, *test, *group->communicator, **reporter, loop);
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
-  if (!outcome.ok()) return Fail("training", outcome.status());
+  if (!outcome.ok()) return fail_and_abort("training", outcome.status());
 
   std::cout << absl::StrFormat(
                    "[rank %d] done: %d steps, %.1f images/s, test_accuracy=%.4f "
@@ -238,7 +284,7 @@ int Run(int argc, char** argv) {
     result.test_accuracy = outcome->test_accuracy;
     result.test_loss = outcome->test_loss;
     const absl::Status reported = coordinator->ReportResult(result);
-    if (!reported.ok()) return Fail("reporting the result", reported);
+    if (!reported.ok()) return fail_and_abort("reporting the result", reported);
   }
   return 0;
 }

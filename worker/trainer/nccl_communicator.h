@@ -6,32 +6,50 @@
 // Bootstrap: rank 0 calls NewNcclUniqueId and hands the 128 bytes to the other
 // ranks (the coordinator's Rendezvous bootstrap with backend "nccl", or a key in
 // the static TCPStore); every rank then calls NcclComm::Create with them, which
-// blocks until all ranks have joined.
+// blocks until all ranks have joined. The communicator is non-blocking
+// (ncclConfig_t.blocking = 0, NCCL 2.14 and later): joining is polled with
+// NcclOptions::timeout as its deadline, so a peer that never joins yields a
+// status instead of a hang.
 //
 // Streams: a collective is ordered after the work already queued on the
 // caller's stream (an event joins the two) and runs on the communicator's own
 // stream, so the caller's stream goes on computing while it runs (gradient
 // buckets overlap backward this way). NcclPending::WaitOn makes a stream wait
-// for the result without blocking the host; Synchronize blocks the host, polling
-// NCCL for asynchronous errors, and aborts the communicator on error or timeout
-// so a dead peer yields a status instead of a hang.
+// for the result without blocking the host; Synchronize blocks the host until
+// the collective finished or the communicator was aborted.
+//
+// The watchdog (collective_watchdog.h): a thread per communicator polls
+// ncclCommGetAsyncError and the age of the oldest unfinished collective (until
+// its `done` event completes). On an error, or once one has been pending for
+// NcclOptions::timeout, it aborts the communicator (ncclCommAbort) and calls
+// on_collective_failure with a reason naming the collective and bucket.
+// Destruction runs ncclCommFinalize and ncclCommDestroy only when nothing is
+// pending and NCCL reports no error; otherwise, and after Abort, the
+// communicator is aborted instead, since an orderly teardown could wait on a
+// peer that is gone.
 //
 // Thread-safety: issue collectives from one thread at a time, in the same order
-// on every rank (NCCL's rule). Errors come back as a status.
+// on every rank (NCCL's rule). Abort and collectives() may be called from any
+// thread. Errors come back as a status.
 #ifndef TESSERA_WORKER_TRAINER_NCCL_COMMUNICATOR_H_
 #define TESSERA_WORKER_TRAINER_NCCL_COMMUNICATOR_H_
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "worker/trainer/pending_collective_tracker.h"
 
 namespace tessera::trainer {
+
+class CollectiveWatchdog;
 
 // Element types the NCCL backend reduces.
 enum class NcclDataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt64 };
@@ -46,10 +64,30 @@ absl::StatusOr<std::string> NewNcclUniqueId();
 // device; never an error).
 int VisibleCudaDevices();
 
+// NCCL's version in NCCL's integer form (NCCL_VERSION_CODE: 22203 is 2.22.3):
+// the library loaded at run time (ncclGetVersion) and the nccl.h this was
+// compiled against. A loaded NCCL older than the headers may lack what they
+// declare.
+struct NcclVersions {
+  int loaded = 0;
+  int compiled = 0;
+};
+absl::StatusOr<NcclVersions> GetNcclVersions();
+
+// "2.22.3" for 22203; also NCCL's pre-2.9 form (2708 is 2.7.8).
+std::string FormatNcclVersion(int code);
+
 struct NcclOptions {
-  // Limit for host-side waits (Synchronize, Barrier) before the communicator is
-  // aborted.
+  // Limit for joining the communicator and for each collective: the watchdog
+  // aborts the communicator once one has been pending this long
+  // (--collective-timeout).
   absl::Duration timeout = absl::Minutes(5);
+  // Time between two checks of the watchdog.
+  absl::Duration watchdog_interval = absl::Milliseconds(100);
+  // Called once, on the watchdog's thread, after it aborted the communicator,
+  // with the reason; tessera-train exits there (ExitOnCollectiveFailure).
+  // Unset: pending and later collectives fail with the reason.
+  std::function<void(const std::string& reason)> on_collective_failure;
 };
 
 // One launched collective. Destroying it does not cancel or wait for it.
@@ -70,7 +108,8 @@ class NcclComm {
  public:
   // Joins the communicator of `world_size` ranks identified by `unique_id` (from
   // NewNcclUniqueId on rank 0) as `rank`, on CUDA device `device`. Blocks until
-  // every rank has joined.
+  // every rank has joined; DeadlineExceeded (the communicator aborted) when
+  // they have not within options.timeout.
   static absl::StatusOr<std::unique_ptr<NcclComm>> Create(
       const std::string& unique_id, int rank, int world_size, int device,
       const NcclOptions& options = {});
@@ -86,10 +125,12 @@ class NcclComm {
   // Sums `count` elements at device pointer `buffer` over all ranks, in place,
   // after the work queued on `stream` so far. `buffer` must stay allocated until
   // the collective has finished (WaitOn then stream order, or Synchronize).
+  // `bucket`: the gradient bucket it carries, to name it (kNoBucket: none).
   absl::StatusOr<std::unique_ptr<NcclPending>> AllReduceSumAsync(void* buffer,
                                                                  size_t count,
                                                                  NcclDataType type,
-                                                                 cudaStream_t stream);
+                                                                 cudaStream_t stream,
+                                                                 int bucket = kNoBucket);
 
   // AllReduceSumAsync, then `stream` waits for it (the host does not).
   absl::Status AllReduceSum(void* buffer, size_t count, NcclDataType type,
@@ -103,13 +144,27 @@ class NcclComm {
   // Returns once every rank has reached the barrier (host-blocking).
   absl::Status Barrier();
 
+  // Aborts the communicator (ncclCommAbort) for an exit that is not clean:
+  // pending and later collectives fail.
+  void Abort();
+
+  // The collectives issued whose `done` event has not completed yet (as the
+  // watchdog last saw them).
+  const PendingCollectiveTracker& collectives() const;
+
+  // Why the communicator was aborted; nullopt if it was not.
+  std::optional<std::string> abort_reason() const;
+
  private:
+  // Starts the watchdog.
   NcclComm(int rank, int world_size, int device, std::shared_ptr<NcclCommState> state);
 
   const int rank_;
   const int world_size_;
   const int device_;
   std::shared_ptr<NcclCommState> state_;
+  // Last: polls state_, and is stopped and joined first.
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 
 }  // namespace tessera::trainer

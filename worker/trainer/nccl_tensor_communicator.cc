@@ -61,13 +61,13 @@ class PendingNccl final : public PendingCollective {
 NcclCommunicator::NcclCommunicator(std::unique_ptr<NcclComm> comm)
     : comm_(std::move(comm)) {}
 
-std::unique_ptr<PendingCollective> NcclCommunicator::AllReduceSumAsync(
-    at::Tensor& tensor) {
+std::unique_ptr<PendingCollective> NcclCommunicator::StartAllReduceSum(at::Tensor& tensor,
+                                                                       int bucket) {
   absl::StatusOr<NcclDataType> type = CheckTensor(tensor, comm_->device());
   if (!type.ok()) return FinishedCollective(type.status());
   absl::StatusOr<std::unique_ptr<NcclPending>> pending =
       comm_->AllReduceSumAsync(tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
-                               *type, CurrentStream(comm_->device()));
+                               *type, CurrentStream(comm_->device()), bucket);
   if (!pending.ok()) return FinishedCollective(pending.status());
   return std::make_unique<PendingNccl>(*std::move(pending), comm_->device());
 }
@@ -80,5 +80,11 @@ absl::Status NcclCommunicator::Broadcast(at::Tensor& tensor, int root) {
 }
 
 absl::Status NcclCommunicator::Barrier() { return comm_->Barrier(); }
+
+void NcclCommunicator::Abort() { comm_->Abort(); }
+
+const PendingCollectiveTracker* NcclCommunicator::collectives() const {
+  return &comm_->collectives();
+}
 
 }  // namespace tessera::trainer

@@ -7,7 +7,9 @@
 // Collectives are stream-ordered: AllReduceSumAsync starts after the work queued
 // so far on the tensor device's current stream, and Wait makes the then-current
 // stream wait for the result without blocking the host (a later .item() or copy
-// to the CPU sees it).
+// to the CPU sees it). The NcclComm's watchdog tracks every collective until
+// its done event completes and aborts the communicator on an NCCL error or
+// timeout (nccl_communicator.h).
 //
 // Thread-safety: as Communicator.
 #ifndef TESSERA_WORKER_TRAINER_NCCL_TENSOR_COMMUNICATOR_H_
@@ -30,12 +32,16 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return comm_->rank(); }
   int world_size() const override { return comm_->world_size(); }
   std::string backend() const override { return "nccl"; }
-  // `tensor` must live on the communicator's CUDA device.
-  std::unique_ptr<PendingCollective> AllReduceSumAsync(at::Tensor& tensor) override;
   absl::Status Broadcast(at::Tensor& tensor, int root) override;
   absl::Status Barrier() override;
+  void Abort() override;
+  const PendingCollectiveTracker* collectives() const override;
 
  private:
+  // `tensor` must live on the communicator's CUDA device.
+  std::unique_ptr<PendingCollective> StartAllReduceSum(at::Tensor& tensor,
+                                                       int bucket) override;
+
   const std::unique_ptr<NcclComm> comm_;
 };
 

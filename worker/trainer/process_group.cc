@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinNccl(
 #if TESSERA_NCCL_TENSORS
   NcclOptions nccl;
   nccl.timeout = options.timeout;
+  nccl.on_collective_failure = options.on_collective_failure;
   ASSIGN_OR_RETURN(
       std::unique_ptr<NcclComm> comm,
       NcclComm::Create(unique_id, rank, world_size, options.cuda_device, nccl));
@@ -69,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinGloo(
   GlooOptions gloo;
   gloo.local_address = local_address;
   gloo.timeout = options.timeout;
+  gloo.on_collective_failure = options.on_collective_failure;
   gloo.threads = options.gloo_threads;
   gloo.pairwise_exchange = options.gloo_pairwise_exchange;
   ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> communicator,

@@ -21,6 +21,7 @@
 #ifndef TESSERA_WORKER_TRAINER_PROCESS_GROUP_H_
 #define TESSERA_WORKER_TRAINER_PROCESS_GROUP_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,8 +34,14 @@
 namespace tessera::trainer {
 
 struct ProcessGroupOptions {
-  // Store connection and Gloo mesh timeout; also each collective's limit.
+  // --collective-timeout: the limit for connecting to the store and forming the
+  // group (Gloo mesh, NCCL init), and each collective's: a collective pending
+  // this long fires the communicator's watchdog (collective_watchdog.h).
   absl::Duration timeout = absl::Minutes(5);
+  // Called once, on the watchdog's thread, after the communicator was aborted
+  // (a collective timed out, or NCCL reported an error), with the reason;
+  // tessera-train exits there (ExitOnCollectiveFailure).
+  std::function<void(const std::string& reason)> on_collective_failure;
   int gloo_threads = 2;  // Gloo worker threads
   // Two ranks all-reduce by one pairwise exchange (GlooOptions::pairwise_exchange).
   bool gloo_pairwise_exchange = true;

@@ -161,7 +161,7 @@ void Reducer::OnGradientReady(int param) {
 void Reducer::LaunchLocked(const std::vector<int>& buckets) {
   for (const int b : buckets) {
     pending_[static_cast<size_t>(b)] =
-        communicator_.AllReduceSumAsync(buffers_[static_cast<size_t>(b)]);
+        communicator_.AllReduceSumAsync(buffers_[static_cast<size_t>(b)], b);
   }
 }
 

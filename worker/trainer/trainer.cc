@@ -182,7 +182,7 @@ absl::StatusOr<DevicePlacement> ResolveDevice(const TrainerOptions& options,
     const int count = available ? static_cast<int>(torch::cuda::device_count()) : 0;
     if (count > 0) {
       placement.cuda = true;
-      placement.index = std::max(0, local_rank) % count;
+      ASSIGN_OR_RETURN(placement.index, CudaDeviceForLocalRank(local_rank, count));
     } else if (options.device == "cuda") {
       return absl::FailedPreconditionError(
           available || kTorchHasCuda
@@ -197,6 +197,35 @@ absl::StatusOr<DevicePlacement> ResolveDevice(const TrainerOptions& options,
         "trains on the CPU: use --precision=fp32"));
   }
   return placement;
+}
+
+absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank, int visible) {
+  if (visible < 1) return absl::FailedPreconditionError("no CUDA device is visible");
+  if (visible == 1) return 0;
+  if (local_rank < 0 || local_rank >= visible) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "local rank ", local_rank, " has no CUDA device of its own: ", visible,
+        " devices are visible (devices 0 to ", visible - 1,
+        "); start at most that many ranks per host, or give each rank one device "
+        "through CUDA_VISIBLE_DEVICES"));
+  }
+  return local_rank;
+}
+
+absl::Status MakePlacementCurrent(const DevicePlacement& placement) {
+  if (!placement.cuda) return absl::OkStatus();
+#if TESSERA_TORCH_CUDA
+  try {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(placement.index));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("making ", placement.name(),
+                                            " current: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError(
+      "this tessera-train's LibTorch was built without CUDA");
+#endif
 }
 
 void ConfigureHostAllocator() {

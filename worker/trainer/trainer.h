@@ -99,12 +99,25 @@ struct DevicePlacement {
 };
 
 // Resolves --device for the rank with this local rank: "cpu"; "cuda" (the
-// device local_rank modulo the visible devices; FailedPrecondition when LibTorch
-// has no CUDA or no device is visible); "auto" (CUDA when possible, else the
-// CPU). InvalidArgument when --precision bf16/fp16 meets a CPU placement:
-// mixed precision runs only under CUDA autocast here.
+// device CudaDeviceForLocalRank picks; FailedPrecondition when LibTorch has no
+// CUDA or no device is visible); "auto" (CUDA when possible, else the CPU).
+// InvalidArgument when --precision bf16/fp16 meets a CPU placement: mixed
+// precision runs only under CUDA autocast here.
 absl::StatusOr<DevicePlacement> ResolveDevice(const TrainerOptions& options,
                                               int local_rank);
+
+// The CUDA device of the rank with `local_rank` when `visible` devices are
+// visible: device local_rank when several are (one per local rank), device 0
+// when one is (the launcher gave each rank its own through
+// CUDA_VISIBLE_DEVICES). FailedPrecondition when several are visible but not
+// local_rank + 1: ranks must not share a GPU by accident.
+absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank, int visible);
+
+// Makes the placement's CUDA device current for the calling thread (a no-op on
+// the CPU). tessera-train calls it right after ResolveDevice, before anything
+// else touches CUDA (NCCL, the model), so that no context is created on a GPU
+// of another rank.
+absl::Status MakePlacementCurrent(const DevicePlacement& placement);
 
 // Makes glibc keep freed tensor memory in the heap (allocations below 64 MiB
 // are not mmap'ed, and up to 256 MiB of free heap top is kept) instead of

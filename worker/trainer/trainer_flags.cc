@@ -2,14 +2,34 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace tessera::trainer {
 namespace {
+
+// A duration as absl writes them ("300s", "5m", "1m30s") or plain seconds
+// ("300"). Throws CLI11's ValidationError, which parsing reports.
+absl::Duration ParseDurationFlag(const std::string& flag, const std::string& text) {
+  double seconds = 0;
+  if (absl::SimpleAtod(text, &seconds)) {
+    if (std::isfinite(seconds)) return absl::Seconds(seconds);
+  } else {
+    absl::Duration duration;
+    if (absl::ParseDuration(text, &duration) && duration != absl::InfiniteDuration() &&
+        duration != -absl::InfiniteDuration()) {
+      return duration;
+    }
+  }
+  throw CLI::ValidationError(
+      flag, absl::StrCat("\"", text, "\" is not a duration such as 300s, 5m or 300"));
+}
 
 // Declares every flag on `app`, bound to `flags`. Returns the names of the flags
 // that carry TrainerConfig fields, in field order.
@@ -74,6 +94,18 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   app.add_option("--min-buckets", flags.trainer.min_buckets,
                  "split gradients into at least this many buckets (each >= 64 KiB) so "
                  "a small model's all-reduce overlaps backward too (1: DDP's caps alone)")
+      ->group("Communication");
+  app.add_option_function<std::string>(
+         "--collective-timeout",
+         [&flags](const std::string& text) {
+           flags.launch.collective_timeout =
+               ParseDurationFlag("--collective-timeout", text);
+         },
+         "limit for forming the group and for each collective (300s, 5m or seconds); "
+         "past it the rank aborts its communicator and exits with code 4. Keep it "
+         "above the coordinator's stall threshold (60 s) so that the coordinator "
+         "acts first")
+      ->default_str(absl::FormatDuration(flags.launch.collective_timeout))
       ->group("Communication");
 
   app.add_option_function<std::string>(

@@ -125,6 +125,14 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& l, bool coordinator_supp
       CheckRange<int64_t>("job-id", l.job_id, 0, std::numeric_limits<int64_t>::max()));
   RETURN_IF_ERROR(
       CheckRange<int32_t>("attempt", l.attempt, 0, std::numeric_limits<int32_t>::max()));
+  if (l.collective_timeout < limits.min_collective_timeout ||
+      l.collective_timeout > limits.max_collective_timeout) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--collective-timeout must be in [",
+                     absl::FormatDuration(limits.min_collective_timeout), ", ",
+                     absl::FormatDuration(limits.max_collective_timeout), "], got ",
+                     absl::FormatDuration(l.collective_timeout)));
+  }
   if (!l.coordinator.empty()) {
     if (!coordinator_supported) {
       return absl::InvalidArgumentError(

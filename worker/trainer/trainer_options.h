@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace tessera::trainer {
 
@@ -79,6 +80,12 @@ struct LaunchOptions {
   // worker); it is read once at start and removed. Empty: none.
   std::string credential_file;
   std::string credential;  // its contents, filled by the trainer's main
+  // How long forming the group and each collective may take before the rank
+  // aborts its communicator and exits with kExitCollectiveFailure
+  // (collective_watchdog.h). Longer than the coordinator's stall threshold
+  // (60 s by default), so that the coordinator, which sees every rank and can
+  // name the one that stopped, acts first.
+  absl::Duration collective_timeout = absl::Minutes(5);
 };
 
 // Largest values accepted from the command line.
@@ -87,6 +94,8 @@ struct OptionLimits {
   int32_t max_epochs = 100000;
   int32_t max_threads = 1024;
   int32_t max_world_size = 4096;
+  absl::Duration min_collective_timeout = absl::Seconds(1);
+  absl::Duration max_collective_timeout = absl::Hours(24);
 };
 
 // Range and consistency checks on the trainer settings; InvalidArgument naming the

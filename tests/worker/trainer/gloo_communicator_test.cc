@@ -3,15 +3,22 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/gloo_group.h"
+#include "worker/trainer/pending_collective_tracker.h"
 
 namespace tessera::trainer {
 namespace {
@@ -147,6 +154,113 @@ TEST(GlooCommunicatorTest, RejectsTensorsItCannotReduce) {
     // The group is still usable after rejected calls.
     EXPECT_TRUE(communicator.AllReduceSum(fine).ok()) << "rank " << rank;
     EXPECT_TRUE(torch::equal(fine, torch::full({2}, 2.0f)));
+  });
+}
+
+// Rank 1 stops taking part after the first all-reduce but stays connected (a
+// hung rank, not a dead one). Rank 0's second all-reduce, bucket 3, must fail
+// within the short collective timeout with a reason that names it, and the
+// watchdog must report that reason once.
+void ExpectAMissingPeerFailsNamingThePendingCollective(bool pairwise_exchange) {
+  using ::testing::HasSubstr;
+  using ::testing::StartsWith;
+  constexpr absl::Duration kCollectiveTimeout = absl::Seconds(1);
+  absl::Mutex mu;
+  std::vector<std::string> fired;  // guarded by mu
+  absl::Notification rank0_done;
+  GlooOptions options;
+  options.timeout = kCollectiveTimeout;
+  options.watchdog_interval = absl::Milliseconds(10);
+  options.pairwise_exchange = pairwise_exchange;
+  options.on_collective_failure = [&](const std::string& reason) {
+    absl::MutexLock lock(&mu);
+    fired.push_back(reason);
+  };
+  testing::RunGlooGroup(2, options, [&](int rank, Communicator& communicator) {
+    torch::Tensor first = torch::ones({16});
+    ASSERT_TRUE(communicator.AllReduceSumAsync(first, 0)->Wait().ok());
+    if (rank == 1) {
+      rank0_done.WaitForNotification();
+      return;
+    }
+    torch::Tensor second = torch::ones({16});
+    const absl::Time start = absl::Now();
+    std::unique_ptr<PendingCollective> pending =
+        communicator.AllReduceSumAsync(second, 3);
+    // What a rank would report as its phase while it waits.
+    std::optional<PendingCollectiveInfo> oldest = communicator.collectives()->Oldest();
+    ASSERT_TRUE(oldest.has_value());
+    EXPECT_EQ(DescribeCollective(*oldest), "allreduce #2 (bucket 3)");
+
+    const absl::Status status = pending->Wait();
+    const absl::Duration waited = absl::Now() - start;
+    rank0_done.Notify();
+    std::cout << "rank 0's all-reduce failed after " << waited << ": " << status
+              << std::endl;
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_THAT(std::string(status.message()),
+                StartsWith("collective timeout: allreduce #2 (bucket 3) pending for"));
+    EXPECT_GE(waited, kCollectiveTimeout);
+    EXPECT_LT(waited, kCollectiveTimeout + absl::Seconds(20));
+    EXPECT_EQ(communicator.collectives()->Oldest(), std::nullopt);
+    // Aborted: later collectives fail at once, with the same reason.
+    const absl::Status barrier = communicator.Barrier();
+    EXPECT_EQ(barrier.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(barrier.message()),
+                HasSubstr("collective timeout: allreduce #2 (bucket 3)"));
+  });
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(fired.size(), 1u);
+  std::cout << "watchdog reason: " << fired[0] << std::endl;
+  EXPECT_THAT(fired[0],
+              StartsWith("collective timeout: allreduce #2 (bucket 3) pending for"));
+  EXPECT_THAT(fired[0], HasSubstr("(limit 1.0 s)"));
+}
+
+TEST(GlooCommunicatorTest, AMissingPeerFailsTheExchangeNamingTheCollective) {
+  ExpectAMissingPeerFailsNamingThePendingCollective(/*pairwise_exchange=*/true);
+}
+
+TEST(GlooCommunicatorTest, AMissingPeerFailsTheRingNamingTheCollective) {
+  ExpectAMissingPeerFailsNamingThePendingCollective(/*pairwise_exchange=*/false);
+}
+
+TEST(GlooCommunicatorTest, APeerThatLeavesFailsTheCollectiveNamingIt) {
+  using ::testing::StartsWith;
+  absl::Mutex mu;
+  std::vector<std::string> fired;  // guarded by mu
+  GlooOptions options;
+  options.timeout = kTimeout;  // the failure comes long before
+  options.on_collective_failure = [&](const std::string& reason) {
+    absl::MutexLock lock(&mu);
+    fired.push_back(reason);
+  };
+  testing::RunGlooGroup(2, options, [&](int rank, Communicator& communicator) {
+    torch::Tensor values = torch::ones({16});
+    ASSERT_TRUE(communicator.AllReduceSumAsync(values, 0)->Wait().ok());
+    // Rank 1 leaves: its communicator is destroyed and its connections close.
+    if (rank == 1) return;
+    const absl::Status status = communicator.AllReduceSumAsync(values, 1)->Wait();
+    EXPECT_FALSE(status.ok());
+    EXPECT_THAT(std::string(status.message()),
+                StartsWith("collective failed: allreduce #2 (bucket 1): "))
+        << status;
+    EXPECT_EQ(communicator.Barrier().code(), absl::StatusCode::kFailedPrecondition);
+  });
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_THAT(fired[0], StartsWith("collective failed: allreduce #2 (bucket 1): "));
+}
+
+TEST(GlooCommunicatorTest, TracksNothingPendingOnceCollectivesAreWaitedFor) {
+  RunGroup(2, [](int rank, Communicator& communicator) {
+    torch::Tensor values = torch::ones({8});
+    std::unique_ptr<PendingCollective> pending =
+        communicator.AllReduceSumAsync(values, 5);
+    ASSERT_TRUE(pending->Wait().ok()) << "rank " << rank;
+    ASSERT_TRUE(communicator.Barrier().ok());
+    EXPECT_EQ(communicator.collectives()->Oldest(), std::nullopt);
+    EXPECT_EQ(communicator.collectives()->issued(), 2u);
   });
 }
 

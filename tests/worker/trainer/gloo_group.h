@@ -17,9 +17,11 @@
 
 namespace tessera::trainer::testing {
 
-inline void RunGlooGroup(int world, const std::function<void(int, Communicator&)>& body,
-                         absl::Duration timeout = absl::Seconds(30),
-                         bool pairwise_exchange = true) {
+// Every rank's communicator is made with `options` (its local_address is
+// 127.0.0.1; the store's timeout is options.timeout).
+inline void RunGlooGroup(int world, const GlooOptions& options,
+                         const std::function<void(int, Communicator&)>& body) {
+  const absl::Duration timeout = options.timeout;
   absl::StatusOr<std::unique_ptr<GlooStore>> hosted =
       GlooStore::Host("127.0.0.1", 0, timeout);
   ASSERT_TRUE(hosted.ok()) << hosted.status();
@@ -27,25 +29,32 @@ inline void RunGlooGroup(int world, const std::function<void(int, Communicator&)
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < world; ++rank) {
     std::unique_ptr<GlooStore> own = rank == 0 ? *std::move(hosted) : nullptr;
-    ranks.emplace_back([&body, port, rank, world, timeout, pairwise_exchange,
-                        store = std::move(own)]() mutable {
-      if (store == nullptr) {
-        absl::StatusOr<std::unique_ptr<GlooStore>> joined =
-            GlooStore::Connect("127.0.0.1", port, timeout);
-        ASSERT_TRUE(joined.ok()) << joined.status();
-        store = *std::move(joined);
-      }
-      GlooOptions options;
-      options.local_address = "127.0.0.1";
-      options.timeout = timeout;
-      options.pairwise_exchange = pairwise_exchange;
-      auto communicator =
-          GlooCommunicator::Create(std::move(store), rank, world, options);
-      ASSERT_TRUE(communicator.ok()) << communicator.status();
-      body(rank, **communicator);
-    });
+    ranks.emplace_back(
+        [&body, &options, port, rank, world, timeout, store = std::move(own)]() mutable {
+          if (store == nullptr) {
+            absl::StatusOr<std::unique_ptr<GlooStore>> joined =
+                GlooStore::Connect("127.0.0.1", port, timeout);
+            ASSERT_TRUE(joined.ok()) << joined.status();
+            store = *std::move(joined);
+          }
+          GlooOptions own_options = options;
+          own_options.local_address = "127.0.0.1";
+          auto communicator =
+              GlooCommunicator::Create(std::move(store), rank, world, own_options);
+          ASSERT_TRUE(communicator.ok()) << communicator.status();
+          body(rank, **communicator);
+        });
   }
   for (std::thread& thread : ranks) thread.join();
+}
+
+inline void RunGlooGroup(int world, const std::function<void(int, Communicator&)>& body,
+                         absl::Duration timeout = absl::Seconds(30),
+                         bool pairwise_exchange = true) {
+  GlooOptions options;
+  options.timeout = timeout;
+  options.pairwise_exchange = pairwise_exchange;
+  RunGlooGroup(world, options, body);
 }
 
 }  // namespace tessera::trainer::testing

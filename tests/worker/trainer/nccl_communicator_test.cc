@@ -1,16 +1,21 @@
 // The NCCL backend on raw device pointers. Built and linked wherever NCCL and the
-// CUDA runtime are found; the tests need a visible CUDA device and skip (saying
-// so) without one.
+// CUDA runtime are found; the collective tests need a visible CUDA device and
+// skip (saying so) without one; the version tests need none.
 #include "worker/trainer/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace tessera::trainer {
@@ -40,6 +45,22 @@ class DeviceFloats {
   float* data_ = nullptr;
   size_t size_;
 };
+
+TEST(NcclVersionTest, FormatsBothOfNcclsVersionCodes) {
+  EXPECT_EQ(FormatNcclVersion(22203), "2.22.3");
+  EXPECT_EQ(FormatNcclVersion(22809), "2.28.9");
+  EXPECT_EQ(FormatNcclVersion(21003), "2.10.3");
+  // Before NCCL 2.9: major*1000 + minor*100 + patch.
+  EXPECT_EQ(FormatNcclVersion(2708), "2.7.8");
+}
+
+TEST(NcclVersionTest, ReportsTheLoadedLibraryAndTheHeaderBuiltAgainst) {
+  // ncclGetVersion needs no device.
+  absl::StatusOr<NcclVersions> versions = GetNcclVersions();
+  ASSERT_TRUE(versions.ok()) << versions.status();
+  EXPECT_EQ(versions->compiled, NCCL_VERSION_CODE);
+  EXPECT_GE(versions->loaded, NCCL_VERSION(2, 0, 0));
+}
 
 TEST(NcclCommunicatorTest, UniqueIdIsTheSizeNcclDefines) {
   if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
@@ -75,6 +96,51 @@ TEST(NcclCommunicatorTest, AWorldOfOneReducesAndBroadcastsInPlace) {
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_TRUE((*comm)->Barrier().ok());
   cudaStreamDestroy(stream);
+}
+
+TEST(NcclCommunicatorTest, APeerThatNeverJoinsFailsCreateAtTheDeadline) {
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  absl::StatusOr<std::string> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  NcclOptions options;
+  options.timeout = absl::Seconds(2);
+  // Rank 1 of 2 never calls Create: the non-blocking init gives up and aborts.
+  absl::StatusOr<std::unique_ptr<NcclComm>> comm =
+      NcclComm::Create(*id, 0, 2, 0, options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+  EXPECT_NE(comm.status().message().find("joining the NCCL communicator as rank 0 of 2"),
+            absl::string_view::npos)
+      << comm.status();
+}
+
+TEST(NcclCommunicatorTest, AWorldOfOneNamesItsCollectivesInOrder) {
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  absl::StatusOr<std::string> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<std::unique_ptr<NcclComm>> comm = NcclComm::Create(*id, 0, 1, 0);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  DeviceFloats buffer({1, 2, 3});
+  absl::StatusOr<std::unique_ptr<NcclPending>> pending = (*comm)->AllReduceSumAsync(
+      buffer.data(), 3, NcclDataType::kFloat32, nullptr, /*bucket=*/2);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  ASSERT_TRUE((*pending)->Synchronize().ok());
+  EXPECT_TRUE((*comm)->Barrier().ok());
+  EXPECT_EQ((*comm)->collectives().issued(), 2u);
+  EXPECT_EQ((*comm)->abort_reason(), std::nullopt);
+}
+
+TEST(NcclCommunicatorTest, AnAbortedCommunicatorRefusesCollectivesNamingWhy) {
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  absl::StatusOr<std::string> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<std::unique_ptr<NcclComm>> comm = NcclComm::Create(*id, 0, 1, 0);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  (*comm)->Abort();
+  ASSERT_TRUE((*comm)->abort_reason().has_value());
+  const absl::Status barrier = (*comm)->Barrier();
+  EXPECT_EQ(barrier.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(barrier.message().find("aborted"), absl::string_view::npos) << barrier;
 }
 
 TEST(NcclCommunicatorTest, TwoDevicesSumTheirBuffers) {

@@ -3,8 +3,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -129,6 +131,70 @@ TEST_F(TesseraTrainCliTest, TwoProcessesWithAStaticStoreTrainInSync) {
   EXPECT_THAT(r0.output, HasSubstr("world 2 (gloo)"));
   EXPECT_FALSE(ParamHash(r0.output).empty());
   EXPECT_EQ(ParamHash(r0.output), ParamHash(r1.output));
+}
+
+// Rank 1 runs with its stdout piped here; after its first training step it is
+// stopped (SIGSTOP): alive and connected but silent, as a hung rank. Rank 0,
+// waiting in an all-reduce, must end within the short --collective-timeout with
+// exit code 4 and a reason naming the pending collective.
+TEST_F(TesseraTrainCliTest, AHungPeerEndsTheWaitingRankWithCodeFourNamingTheCollective) {
+  int port = 0;
+  {
+    auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    port = (*probe)->port();
+  }
+  auto rank_args = [&](int rank) {
+    return std::vector<std::string>{"--dataset=synthetic",
+                                    "--train-subset=4096",
+                                    "--test-subset=64",
+                                    "--batch-size=32",
+                                    "--epochs=100",
+                                    "--metrics-every=1",
+                                    "--collective-timeout=2s",
+                                    absl::StrCat("--rendezvous-store=127.0.0.1:", port),
+                                    "--world-size=2",
+                                    absl::StrCat("--rank=", rank)};
+  };
+  std::future<RunResult> rank0 = std::async(std::launch::async, RunTrainer, rank_args(0));
+
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const std::string binary = Binary();
+  std::vector<std::string> args = rank_args(1);
+  std::vector<char*> argv{const_cast<char*>(binary.c_str())};
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const pid_t rank1 = fork();
+  ASSERT_GE(rank1, 0);
+  if (rank1 == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    close(out[1]);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* from_rank1 = fdopen(out[0], "r");
+  // Blocks until rank 1 reports its first step (or exits).
+  bool training = false;
+  char line[4096];
+  while (!training && std::fgets(line, sizeof(line), from_rank1) != nullptr) {
+    training = std::strstr(line, "[rank 1] step ") != nullptr;
+  }
+  kill(rank1, SIGSTOP);
+  const RunResult r0 = rank0.get();
+  kill(rank1, SIGKILL);
+  waitpid(rank1, nullptr, 0);
+  std::fclose(from_rank1);
+
+  ASSERT_TRUE(training) << "rank 1 never started training; rank 0:\n" << r0.output;
+  EXPECT_EQ(r0.exit_code, 4) << r0.output;
+  EXPECT_THAT(r0.output, HasSubstr("tessera-train: collective timeout: allreduce #"))
+      << r0.output;
+  EXPECT_THAT(r0.output, HasSubstr("(limit 2.0 s); communicator aborted, exiting "
+                                   "with code 4"))
+      << r0.output;
 }
 
 TEST_F(TesseraTrainCliTest, MixedPrecisionOnTheCpuIsAUsageError) {

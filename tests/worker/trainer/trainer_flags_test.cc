@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -195,6 +196,24 @@ TEST(TrainerFlagsTest, CpuKernelsChooseTesseraByDefaultOrAtenAndRejectOthers) {
   EXPECT_THAT(bad.status().message(), HasSubstr("--cpu-kernels"));
 }
 
+TEST(TrainerFlagsTest, CollectiveTimeoutIsFiveMinutesByDefaultAndTakesDurations) {
+  // Longer than the coordinator's 60 s stall threshold, which must act first.
+  EXPECT_EQ(ParseTrainerFlags({})->launch.collective_timeout, absl::Minutes(5));
+  EXPECT_GT(ParseTrainerFlags({})->launch.collective_timeout, absl::Seconds(60));
+  EXPECT_EQ(ParseTrainerFlags({"--collective-timeout=90s"})->launch.collective_timeout,
+            absl::Seconds(90));
+  EXPECT_EQ(ParseTrainerFlags({"--collective-timeout", "2m"})->launch.collective_timeout,
+            absl::Minutes(2));
+  EXPECT_EQ(ParseTrainerFlags({"--collective-timeout=120"})->launch.collective_timeout,
+            absl::Seconds(120));
+  for (const char* bad : {"--collective-timeout=soon", "--collective-timeout=inf",
+                          "--collective-timeout=5 parsecs"}) {
+    const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags({bad});
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(parsed.status().message(), HasSubstr("--collective-timeout")) << bad;
+  }
+}
+
 TEST(TrainerFlagsTest, RejectsUnknownFlagsAndMalformedValues) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--no-such-flag=1"},
@@ -215,6 +234,7 @@ TEST(TrainerFlagsTest, HelpIsReturnedAsTextListingTheFlags) {
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_THAT(parsed->help, HasSubstr("--batch-size"));
   EXPECT_THAT(parsed->help, HasSubstr("--coordinator"));
+  EXPECT_THAT(parsed->help, HasSubstr("--collective-timeout"));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -101,6 +102,19 @@ TEST(LaunchOptionsTest, BuildWithoutGrpcRejectsCoordinator) {
       ValidateLaunchOptions(launch, /*coordinator_supported=*/false);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("without gRPC"));
+}
+
+TEST(LaunchOptionsTest, CollectiveTimeoutMustBeBetweenASecondAndADay) {
+  LaunchOptions launch;
+  for (const absl::Duration bad :
+       {absl::ZeroDuration(), absl::Milliseconds(999), absl::Hours(25)}) {
+    launch.collective_timeout = bad;
+    const absl::Status status = ValidateLaunchOptions(launch, true);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("--collective-timeout")) << bad;
+  }
+  launch.collective_timeout = absl::Seconds(1);
+  EXPECT_TRUE(ValidateLaunchOptions(launch, true).ok());
 }
 
 TEST(LaunchOptionsTest, StaticStoreNeedsAFixedPort) {

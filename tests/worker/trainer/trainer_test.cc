@@ -487,6 +487,32 @@ TEST(ResolveDeviceTest, CpuIsAlwaysAvailableAndAutoFallsBackToIt) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(ResolveDeviceTest, EachLocalRankGetsItsOwnDeviceAndExtraRanksFail) {
+  // Several visible devices: one per local rank, never shared by wrapping round.
+  for (int local_rank = 0; local_rank < 4; ++local_rank) {
+    absl::StatusOr<int> device = CudaDeviceForLocalRank(local_rank, 4);
+    ASSERT_TRUE(device.ok()) << device.status();
+    EXPECT_EQ(*device, local_rank);
+  }
+  const absl::Status extra = CudaDeviceForLocalRank(4, 4).status();
+  EXPECT_EQ(extra.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(extra.message()), ::testing::HasSubstr("local rank 4"));
+  EXPECT_THAT(std::string(extra.message()),
+              ::testing::HasSubstr("4 devices are visible"));
+  EXPECT_EQ(CudaDeviceForLocalRank(-1, 2).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // One visible device (the launcher's CUDA_VISIBLE_DEVICES per rank): device 0.
+  EXPECT_EQ(CudaDeviceForLocalRank(0, 1).value_or(-1), 0);
+  EXPECT_EQ(CudaDeviceForLocalRank(3, 1).value_or(-1), 0);
+  EXPECT_EQ(CudaDeviceForLocalRank(0, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ResolveDeviceTest, MakingACpuPlacementCurrentTouchesNoDevice) {
+  DevicePlacement cpu;
+  EXPECT_TRUE(MakePlacementCurrent(cpu).ok());
+}
+
 TEST(ScheduledLearningRateTest, WarmsUpLinearlyThenDecaysToTheFloor) {
   EXPECT_EQ(ResolveWarmupSteps(-1, 100, 0.1), 10);
   EXPECT_EQ(ResolveWarmupSteps(-1, 101, 0.05), 6);

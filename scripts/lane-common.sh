@@ -1,0 +1,198 @@
+# shellcheck shell=bash
+# Shared by the build lanes (scripts/lane-libtorch26.sh, scripts/lane-cuda.sh);
+# sourced, not run. A lane builds the trainer inside a Debian trixie root made
+# with debootstrap and kept in a cache folder outside the repository:
+#
+#   $TESSERA_LANES_CACHE (default /var/cache/tessera-lanes; or --cache DIR)
+#     <lane>/root      the lane's trixie root (debootstrap --variant=minbase)
+#     <lane>/build     its CMake build folder (mounted at /build)
+#     <lane>/...       what the lane extracts (the CUDA lane's LibTorch)
+#     apt-archives/    downloaded .debs, shared by the lanes' roots
+#     ccache/          compiler cache, shared (mounted at /ccache)
+#
+# The repository is bind-mounted read-only at /src. Everything comes from
+# Debian's archive (deb.debian.org, or $TESSERA_LANES_MIRROR). Needs root; runs
+# in a private mount namespace, and unmounts on exit.
+
+set -euo pipefail
+
+LANE_MIRROR="${TESSERA_LANES_MIRROR:-http://deb.debian.org/debian}"
+LANE_SUITE=trixie
+LANE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LANE_MOUNTS=()
+
+lane_log() { echo "[lane ${LANE_NAME}] $*" >&2; }
+lane_die() {
+  echo "[lane ${LANE_NAME}] FAILED: $*" >&2
+  exit 1
+}
+
+lane_usage() {
+  cat <<EOF
+Usage: $0 [--cache DIR] [--jobs N]
+  --cache DIR   cache folder (default \$TESSERA_LANES_CACHE or /var/cache/tessera-lanes)
+  --jobs N      parallel compile jobs (default 2)
+EOF
+}
+
+# lane_init NAME "$@": parses the flags, re-runs the script in a private mount
+# namespace, takes the lane's lock and sets LANE_CACHE, LANE_DIR, LANE_ROOT.
+lane_init() {
+  LANE_NAME="$1"
+  shift
+  LANE_CACHE="${TESSERA_LANES_CACHE:-/var/cache/tessera-lanes}"
+  LANE_JOBS=2
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --cache) LANE_CACHE="$2"; shift 2 ;;
+      --cache=*) LANE_CACHE="${1#--cache=}"; shift ;;
+      --jobs) LANE_JOBS="$2"; shift 2 ;;
+      --jobs=*) LANE_JOBS="${1#--jobs=}"; shift ;;
+      -h | --help) lane_usage; exit 0 ;;
+      *) lane_usage >&2; exit 2 ;;
+    esac
+  done
+  [ "$(id -u)" = 0 ] || lane_die "needs root (debootstrap, chroot, mounts)"
+  for tool in debootstrap unshare chroot flock; do
+    command -v "$tool" >/dev/null || lane_die "needs $tool (apt-get install debootstrap util-linux)"
+  done
+  mkdir -p "$LANE_CACHE"
+  LANE_CACHE="$(cd "$LANE_CACHE" && pwd)"
+  case "$LANE_CACHE/" in
+    "$LANE_REPO"/*) lane_die "the cache folder must be outside the repository" ;;
+  esac
+  if [ -z "${TESSERA_LANE_UNSHARED:-}" ]; then
+    # Mounts made from here on vanish with the namespace, even if killed.
+    TESSERA_LANE_UNSHARED=1 TESSERA_LANES_CACHE="$LANE_CACHE" \
+      exec unshare --mount --propagation private -- bash "$0" --cache "$LANE_CACHE" \
+      --jobs "$LANE_JOBS"
+  fi
+  LANE_DIR="$LANE_CACHE/$LANE_NAME"
+  LANE_ROOT="$LANE_DIR/root"
+  mkdir -p "$LANE_DIR" "$LANE_CACHE/apt-archives/partial" "$LANE_CACHE/ccache"
+  exec 9>"$LANE_DIR/lock"
+  flock -n 9 || lane_die "another run of this lane holds $LANE_DIR/lock"
+  trap lane_unmount_all EXIT
+}
+
+lane_mount() {  # lane_mount ARGS... TARGET
+  mount "$@"
+  LANE_MOUNTS+=("${@: -1}")
+}
+
+lane_unmount_all() {
+  local i
+  for ((i = ${#LANE_MOUNTS[@]} - 1; i >= 0; i--)); do
+    umount -l "${LANE_MOUNTS[$i]}" 2>/dev/null || true
+  done
+  LANE_MOUNTS=()
+}
+
+# The root's own trixie, with the archive's non-free components (CUDA, NCCL).
+lane_write_sources() {
+  local root="$1"
+  rm -f "$root/etc/apt/sources.list"
+  cat >"$root/etc/apt/sources.list.d/debian.sources" <<EOF
+Types: deb
+URIs: $LANE_MIRROR
+Suites: $LANE_SUITE ${LANE_SUITE}-updates
+Components: main contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+  cat >"$root/etc/apt/apt.conf.d/90tessera-lane" <<EOF
+APT::Install-Recommends "false";
+APT::Keep-Downloaded-Packages "true";
+Binary::apt::APT::Keep-Downloaded-Packages "true";
+EOF
+  cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+}
+
+# Makes LANE_ROOT once; a root that finished bootstrapping is reused as it is.
+lane_ensure_root() {
+  if [ -f "$LANE_ROOT/.tessera-lane-root" ]; then
+    lane_log "reusing the trixie root $LANE_ROOT"
+    return
+  fi
+  local partial="$LANE_ROOT.partial"
+  lane_log "debootstrap --variant=minbase $LANE_SUITE into $partial"
+  rm -rf "$partial"
+  mkdir -p "$LANE_CACHE/debootstrap-debs"
+  debootstrap --variant=minbase --components=main,contrib,non-free,non-free-firmware \
+    --cache-dir="$LANE_CACHE/debootstrap-debs" "$LANE_SUITE" "$partial" "$LANE_MIRROR" \
+    >"$LANE_DIR/debootstrap.log" 2>&1 ||
+    lane_die "debootstrap failed; see $LANE_DIR/debootstrap.log"
+  lane_write_sources "$partial"
+  rm -rf "$LANE_ROOT"
+  mv "$partial" "$LANE_ROOT"
+  touch "$LANE_ROOT/.tessera-lane-root"
+}
+
+# Mounts /proc, /dev, the shared apt archives and ccache, the repository (read
+# only, at /src) and the lane's build folder (at /build) into the root.
+lane_mount_all() {
+  local r="$LANE_ROOT"
+  mkdir -p "$r/src" "$r/build" "$r/ccache" "$LANE_DIR/build"
+  lane_mount -t proc proc "$r/proc"
+  lane_mount --rbind /dev "$r/dev"
+  lane_mount --bind "$LANE_CACHE/apt-archives" "$r/var/cache/apt/archives"
+  lane_mount --bind "$LANE_CACHE/ccache" "$r/ccache"
+  lane_mount --bind "$LANE_DIR/build" "$r/build"
+  lane_mount --bind "$LANE_REPO" "$r/src"
+  mount -o remount,bind,ro "$r/src"
+  cp /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
+}
+
+# lane_chroot COMMAND: runs a bash command line in the root, with a clean env.
+lane_chroot() {
+  chroot "$LANE_ROOT" /usr/bin/env -i \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive \
+    CCACHE_DIR=/ccache CCACHE_MAXSIZE=5G CCACHE_BASEDIR=/src \
+    /bin/bash -euo pipefail -c "$1"
+}
+
+# lane_install PACKAGES...: installs them in the root unless the last install
+# had the same list (so a warm run does not touch the network).
+lane_install() {
+  local wanted stamp="$LANE_ROOT/.tessera-lane-packages"
+  wanted="$(printf '%s\n' "$@" | sort -u)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
+    lane_log "packages already installed ($# named)"
+    return
+  fi
+  lane_log "apt-get install $*"
+  # The lanes share the archive folder; one apt at a time.
+  (
+    flock 8
+    lane_chroot "apt-get update -q >/dev/null && apt-get install -y -q $* >/dev/null"
+  ) 8>"$LANE_CACHE/apt.lock" || lane_die "apt-get install failed"
+  echo "$wanted" >"$stamp"
+}
+
+# lane_configure_build CMAKE_ARGS...: configures /build from /src (output in
+# $LANE_DIR/configure.log) and builds it.
+lane_configure_build() {
+  local args
+  args="$(printf ' %q' "$@")"
+  lane_log "cmake -S /src -B /build$args"
+  lane_chroot "cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DTESSERA_TRAINER_ONLY=ON -DTESSERA_TRAINER_TESTS=ON $args" \
+    >"$LANE_DIR/configure.log" 2>&1 || {
+    tail -40 "$LANE_DIR/configure.log" >&2
+    lane_die "configure failed; see $LANE_DIR/configure.log"
+  }
+  grep -E '^-- tessera-train:' "$LANE_DIR/configure.log" >&2 || true
+  lane_log "cmake --build /build -j$LANE_JOBS"
+  lane_chroot "ccache -z >/dev/null; cmake --build /build -j$LANE_JOBS" \
+    >"$LANE_DIR/build.log" 2>&1 || {
+    grep -E -B2 -A12 'error|FAILED' "$LANE_DIR/build.log" | head -120 >&2
+    lane_die "build failed; see $LANE_DIR/build.log"
+  }
+  lane_chroot "ccache -s" | grep -Ei 'hits|misses' >&2 || true
+}
+
+# lane_expect_configured REGEX WHAT: fails unless the configure output has REGEX.
+lane_expect_configured() {
+  grep -Eq "$1" "$LANE_DIR/configure.log" ||
+    lane_die "configure output lacks \"$1\": $2 (see $LANE_DIR/configure.log)"
+}

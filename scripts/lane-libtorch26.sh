@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The LibTorch 2.6 lane: builds tessera-train and the trainer's tests
+# (tests/worker/trainer) against Debian trixie's CPU LibTorch 2.6 inside a
+# cached trixie root, and runs those tests. Shows that the trainer's sources
+# build on LibTorch 2.6 as well as on bookworm's 1.13 (the main build).
+# Not part of .ci/run. Needs root; see scripts/lane-common.sh for the cache.
+#
+# Usage: sudo scripts/lane-libtorch26.sh [--cache DIR] [--jobs N]
+# shellcheck source=scripts/lane-common.sh
+source "$(dirname "$0")/lane-common.sh"
+lane_init libtorch26 "$@"
+
+lane_ensure_root
+lane_mount_all
+lane_install g++ cmake ninja-build ccache binutils libtorch-dev libabsl-dev libcli11-dev \
+  zlib1g-dev libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev libgloo-dev
+
+# A CPU lane: the GPU pieces stay out even if a toolkit turns up in the root.
+lane_configure_build -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
+lane_expect_configured '^-- tessera-train: LibTorch 2\.6\.' "LibTorch 2.6 was not the one found"
+
+lane_log "ctest (the trainer's tests)"
+if ! lane_chroot "cd /build && ctest --output-on-failure -j$LANE_JOBS --timeout 900" \
+  >"$LANE_DIR/ctest.log" 2>&1; then
+  grep -E -A30 '\*\*\*Failed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Exception' \
+    "$LANE_DIR/ctest.log" | head -150 >&2
+  tail -25 "$LANE_DIR/ctest.log" >&2
+  lane_die "trainer tests failed; see $LANE_DIR/ctest.log"
+fi
+tail -4 "$LANE_DIR/ctest.log"
+lane_chroot "/build/bin/tessera-train --help | head -1"
+lane_log "OK: tessera-train and the trainer's tests built against LibTorch $(
+  grep -Eo 'LibTorch 2\.6\.[0-9]+' "$LANE_DIR/configure.log" | head -1 | cut -d' ' -f2); tests pass"

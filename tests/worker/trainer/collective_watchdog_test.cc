@@ -1,0 +1,244 @@
+// The collective watchdog's logic (Check) on a fake clock and a fake poll, and
+// its thread: it fires once past the timeout or at once on a poll error, stays
+// quiet while collectives complete, and stops when destroyed.
+#include "worker/trainer/collective_watchdog.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/trainer/pending_collective_tracker.h"
+
+namespace tessera::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTimeout = absl::Seconds(300);
+
+CollectiveWatchdogOptions Options(absl::Duration poll_interval = absl::Milliseconds(1)) {
+  CollectiveWatchdogOptions options;
+  options.timeout = kTimeout;
+  options.poll_interval = poll_interval;
+  return options;
+}
+
+// Collects what on_fire was told.
+class FireLog {
+ public:
+  CollectiveWatchdog::OnFire Callback() {
+    return [this](const std::string& reason) {
+      {
+        absl::MutexLock lock(&mu_);
+        reasons_.push_back(reason);
+      }
+      if (!fired_.HasBeenNotified()) fired_.Notify();
+    };
+  }
+  void WaitForFire() { fired_.WaitForNotification(); }
+  std::vector<std::string> reasons() const {
+    absl::MutexLock lock(&mu_);
+    return reasons_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> reasons_ ABSL_GUARDED_BY(mu_);
+  absl::Notification fired_;
+};
+
+TEST(CollectiveWatchdogTest, NothingPendingNeverFires) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
+  clock.Advance(absl::Hours(10));
+  EXPECT_EQ(watchdog.Check(), std::nullopt);
+}
+
+TEST(CollectiveWatchdogTest, FiresOnceTheOldestCollectiveReachesTheTimeout) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
+  for (int bucket = 0; bucket < 3; ++bucket)
+    tracker.End(tracker.Begin("allreduce", bucket));
+  tracker.Begin("allreduce", 3);
+  clock.Advance(kTimeout - absl::Milliseconds(1));
+  EXPECT_EQ(watchdog.Check(), std::nullopt);
+  clock.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(watchdog.Check(),
+            "collective timeout: allreduce #4 (bucket 3) pending for 300.0 s "
+            "(limit 300.0 s)");
+}
+
+TEST(CollectiveWatchdogTest, AgesTheOldestPendingCollective) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
+  const uint64_t first = tracker.Begin("allreduce", 0);
+  clock.Advance(kTimeout / 2);
+  tracker.Begin("allreduce", 1);
+  clock.Advance(kTimeout / 2);
+  // The first one has been pending for the whole timeout.
+  std::optional<std::string> reason = watchdog.Check();
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_THAT(*reason, HasSubstr("allreduce #1 (bucket 0)"));
+  // Once it finished, the second is only half as old.
+  tracker.End(first);
+  EXPECT_EQ(watchdog.Check(), std::nullopt);
+}
+
+TEST(CollectiveWatchdogTest, NamesACollectiveWithoutABucket) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
+  tracker.Begin("barrier");
+  clock.Advance(kTimeout + absl::Seconds(12));
+  EXPECT_EQ(watchdog.Check(),
+            "collective timeout: barrier #1 pending for 312.0 s (limit 300.0 s)");
+}
+
+TEST(CollectiveWatchdogTest, APollErrorFiresAtOnceNamingThePendingCollective) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  CollectiveWatchdog watchdog(
+      tracker, clock,
+      [] { return absl::UnavailableError("NCCL error 6 (remote process exited)"); },
+      nullptr, Options());
+  tracker.Begin("allreduce", 2);
+  clock.Advance(absl::Seconds(2));
+  EXPECT_EQ(watchdog.Check(),
+            "collective failed while allreduce #1 (bucket 2) was pending for 2.0 s: "
+            "UNAVAILABLE: NCCL error 6 (remote process exited)");
+}
+
+TEST(CollectiveWatchdogTest, APollErrorFiresEvenWithNothingPending) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  CollectiveWatchdog watchdog(
+      tracker, clock, [] { return absl::InternalError("broken"); }, nullptr, Options());
+  EXPECT_EQ(watchdog.Check(),
+            "collective failed with no collective pending: INTERNAL: broken");
+}
+
+TEST(CollectiveWatchdogTest, CollectivesThePollRetiresDoNotFire) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  // A poll that finds every collective finished, as NCCL's event query does.
+  CollectiveWatchdog watchdog(
+      tracker, clock,
+      [&tracker] {
+        for (const PendingCollectiveInfo& info : tracker.Pending()) {
+          tracker.End(info.sequence);
+        }
+        return absl::OkStatus();
+      },
+      nullptr, Options());
+  tracker.Begin("allreduce", 0);
+  clock.Advance(kTimeout * 2);
+  EXPECT_EQ(watchdog.Check(), std::nullopt);
+}
+
+TEST(CollectiveWatchdogTest, ThreadFiresOnceAfterTheTimeout) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  tracker.Begin("allreduce", 3);
+  std::atomic<int> polls{0};
+  FireLog log;
+  {
+    // Each poll moves the fake clock a quarter of the timeout on.
+    CollectiveWatchdog watchdog(
+        tracker, clock,
+        [&] {
+          ++polls;
+          clock.Advance(kTimeout / 4);
+          return absl::OkStatus();
+        },
+        log.Callback(), Options());
+    watchdog.Start();
+    log.WaitForFire();
+    const std::optional<std::string> reason = watchdog.reason();
+    ASSERT_TRUE(reason.has_value());
+    EXPECT_THAT(*reason, HasSubstr("collective timeout: allreduce #1 (bucket 3)"));
+  }
+  EXPECT_EQ(polls.load(), 4);  // fired at the fourth check, then stopped
+  ASSERT_EQ(log.reasons().size(), 1u);
+  EXPECT_EQ(log.reasons()[0],
+            "collective timeout: allreduce #1 (bucket 3) pending for 300.0 s "
+            "(limit 300.0 s)");
+}
+
+TEST(CollectiveWatchdogTest, ThreadStaysQuietWhileCollectivesComplete) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  uint64_t current = tracker.Begin("allreduce", 0);
+  int polls = 0;  // the watchdog's thread only
+  absl::Notification enough;
+  FireLog log;
+  {
+    // Every poll finds the pending collective finished and the next one
+    // issued, 90% of the timeout later: far more than the timeout in all.
+    CollectiveWatchdog watchdog(
+        tracker, clock,
+        [&] {
+          tracker.End(current);
+          clock.Advance(kTimeout * 9 / 10);
+          current = tracker.Begin("allreduce", polls % 4);
+          if (++polls == 20) enough.Notify();
+          return absl::OkStatus();
+        },
+        log.Callback(), Options());
+    watchdog.Start();
+    enough.WaitForNotification();
+  }  // stopped and joined here
+  EXPECT_GE(polls, 20);
+  EXPECT_TRUE(log.reasons().empty());
+}
+
+TEST(CollectiveWatchdogTest, ThreadFiresAtOnceOnAPollError) {
+  FakeClock clock;  // never advanced: the error alone fires it
+  PendingCollectiveTracker tracker(clock);
+  tracker.Begin("allreduce", 1);
+  FireLog log;
+  CollectiveWatchdog watchdog(
+      tracker, clock, [] { return absl::UnavailableError("peer gone"); }, log.Callback(),
+      Options());
+  watchdog.Start();
+  log.WaitForFire();
+  EXPECT_EQ(log.reasons().at(0),
+            "collective failed while allreduce #1 (bucket 1) was pending for 0.0 s: "
+            "UNAVAILABLE: peer gone");
+}
+
+TEST(CollectiveWatchdogTest, DestroyingStopsTheThreadWithoutWaitingForAPollInterval) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  tracker.Begin("allreduce", 0);
+  FireLog log;
+  {
+    // An hour between checks: the destructor must wake the thread, not wait.
+    CollectiveWatchdog watchdog(tracker, clock, nullptr, log.Callback(),
+                                Options(absl::Hours(1)));
+    watchdog.Start();
+    clock.Advance(kTimeout * 10);
+  }
+  EXPECT_TRUE(log.reasons().empty());
+}
+
+TEST(CollectiveWatchdogTest, DestroyingAWatchdogThatNeverStartedIsFine) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
+  EXPECT_EQ(watchdog.reason(), std::nullopt);
+}
+
+}  // namespace
+}  // namespace tessera::trainer

@@ -1,0 +1,86 @@
+#include "worker/trainer/collective_watchdog.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tessera::trainer {
+namespace {
+
+std::string Seconds(absl::Duration d) {
+  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
+}
+
+}  // namespace
+
+void ExitOnCollectiveFailure(const std::string& reason) {
+  std::fprintf(stderr, "tessera-train: %s; communicator aborted, exiting with code %d\n",
+               reason.c_str(), kExitCollectiveFailure);
+  std::fflush(stderr);
+  std::fflush(stdout);
+  std::_Exit(kExitCollectiveFailure);
+}
+
+CollectiveWatchdog::CollectiveWatchdog(const PendingCollectiveTracker& tracker,
+                                       const Clock& clock, Poll poll, OnFire on_fire,
+                                       CollectiveWatchdogOptions options)
+    : tracker_(tracker),
+      clock_(clock),
+      poll_(std::move(poll)),
+      on_fire_(std::move(on_fire)),
+      options_(options) {}
+
+CollectiveWatchdog::~CollectiveWatchdog() {
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CollectiveWatchdog::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void CollectiveWatchdog::Loop() {
+  while (!stop_.WaitForNotificationWithTimeout(options_.poll_interval)) {
+    std::optional<std::string> reason = Check();
+    if (!reason.has_value()) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      reason_ = *reason;
+    }
+    if (on_fire_) on_fire_(*reason);
+    return;
+  }
+}
+
+std::optional<std::string> CollectiveWatchdog::Check() {
+  const absl::Status polled = poll_ ? poll_() : absl::OkStatus();
+  // After the poll, which may have retired finished collectives.
+  const std::optional<PendingCollectiveInfo> oldest = tracker_.Oldest();
+  const absl::Time now = clock_.Now();
+  if (!polled.ok()) {
+    const std::string pending =
+        oldest.has_value()
+            ? absl::StrCat(" while ", DescribeCollective(*oldest), " was pending for ",
+                           Seconds(now - oldest->started_at))
+            : " with no collective pending";
+    return absl::StrCat("collective failed", pending, ": ", polled.ToString());
+  }
+  if (!oldest.has_value()) return std::nullopt;
+  const absl::Duration age = now - oldest->started_at;
+  if (age < options_.timeout) return std::nullopt;
+  return absl::StrCat("collective timeout: ", DescribeCollective(*oldest),
+                      " pending for ", Seconds(age), " (limit ",
+                      Seconds(options_.timeout), ")");
+}
+
+std::optional<std::string> CollectiveWatchdog::reason() const {
+  absl::MutexLock lock(&mu_);
+  return reason_;
+}
+
+}  // namespace tessera::trainer
