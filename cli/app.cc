@@ -155,12 +155,22 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
       absl::StrCat("Only jobs in this state: ", absl::StrJoin(JobStateNames(), "|"),
                    " (any case, JOB_STATE_ prefix optional)"));
   builder.AddChoices(jobs_cmd, {"--state"}, LowerStateNames());
-  jobs_cmd->add_option("--limit", jobs.limit, "At most N jobs, newest first (0: all)")
+  jobs_cmd
+      ->add_option("--limit", jobs.limit,
+                   "At most N jobs, newest first (0: the coordinator's page, 100)")
       ->check(CLI::NonNegativeNumber);
+  jobs_cmd
+      ->add_option("--before", jobs.before_id,
+                   "Paging: only jobs older than this id (printed when there are more)")
+      ->check(CLI::PositiveNumber);
+  jobs_cmd->add_option(
+      "--owner", jobs.owner,
+      "Only this user's jobs (admins; others always see only their own)");
   jobs_cmd->add_option("--sweep", jobs.sweep_id, "Only the points of this sweep")
       ->check(CLI::PositiveNumber);
   jobs_cmd->footer(Footer(
       "  tessctl jobs\n  tessctl jobs --state running --limit 10\n"
+      "  tessctl jobs --before 120\n  tessctl jobs --owner alice   # admins\n"
       "  tessctl jobs -o json | jq '.[0].state'\n  tessctl jobs -o csv > jobs.csv"));
 
   StatusOptions status;
@@ -178,6 +188,16 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
       app.add_subcommand("workers", "List registered workers and their slots");
   builder.AddFormatOption(workers_cmd, &workers_format, {"table", "json", "csv"});
   workers_cmd->footer(Footer("  tessctl workers\n  tessctl workers -o json"));
+
+  ListOptions share;
+  std::string share_format;
+  CLI::App* share_cmd = app.add_subcommand(
+      "share",
+      "Show recent usage (slot-seconds, decayed) and fair-share factor: your own, or "
+      "every user's for an admin. Equal-priority jobs of users with a higher factor "
+      "start first");
+  builder.AddFormatOption(share_cmd, &share_format, {"table", "json", "csv"});
+  share_cmd->footer(Footer("  tessctl share\n  tessctl share -o json"));
 
   WaitOptions wait;
   double wait_timeout_s = 0;
@@ -363,6 +383,7 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
   jobs.format = ToFormat(jobs_format);
   status.format = ToFormat(status_format);
   workers.format = ToFormat(workers_format);
+  share.format = ToFormat(share_format);
   metrics.format = ToFormat(metrics_format);
   sweep_list.format = ToFormat(sweep_list_format);
   sweep_status.format = ToFormat(sweep_status_format);
@@ -389,6 +410,7 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
   if (jobs_cmd->parsed()) return RunJobs(jobs, *client, out, err);
   if (status_cmd->parsed()) return RunStatus(status, *client, out, err);
   if (workers_cmd->parsed()) return RunWorkers(workers, *client, out, err);
+  if (share_cmd->parsed()) return RunShare(share, *client, out, err);
   if (wait_cmd->parsed()) return RunWait(wait, *client, out, err);
   if (metrics_cmd->parsed()) return RunMetrics(metrics, *client, out, err);
   if (cancel_cmd->parsed()) return RunCancel(cancel, *client, out, err);

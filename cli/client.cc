@@ -74,14 +74,24 @@ absl::StatusOr<int64_t> CoordinatorClient::SubmitJob(
   return response.job_id();
 }
 
-absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
+absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::ListJobs(
     const v1::ListJobsRequest& request) {
   grpc::ClientContext context;
   if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
   v1::ListJobsResponse response;
   absl::Status status = FromGrpcStatus(stub_->ListJobs(&context, request, &response));
   if (!status.ok()) return status;
-  return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::UserShare>> CoordinatorClient::GetShare() {
+  grpc::ClientContext context;
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
+  v1::GetShareResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->GetShare(&context, v1::GetShareRequest(), &response));
+  if (!status.ok()) return status;
+  return std::vector<v1::UserShare>(response.users().begin(), response.users().end());
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::GetJob(int64_t job_id) {

@@ -63,13 +63,15 @@ class CoordinatorClient {
 
   // Returns the job id.
   absl::StatusOr<int64_t> SubmitJob(const tessera::v1::SubmitJobRequest& request);
-  absl::StatusOr<std::vector<tessera::v1::Job>> ListJobs(
+  // One page of jobs (response.next_before_id names the next).
+  absl::StatusOr<tessera::v1::ListJobsResponse> ListJobs(
       const tessera::v1::ListJobsRequest& request = {});
   // NotFound when the coordinator knows no such job.
   absl::StatusOr<tessera::v1::Job> GetJob(int64_t job_id);
   absl::StatusOr<std::vector<tessera::v1::MetricPoint>> GetMetrics(
       const tessera::v1::GetMetricsRequest& request);
   absl::StatusOr<std::vector<tessera::v1::Worker>> ListWorkers();
+  absl::StatusOr<std::vector<tessera::v1::UserShare>> GetShare();
   // The job's state after the cancel; FailedPrecondition if it had ended.
   absl::StatusOr<tessera::v1::JobState> CancelJob(int64_t job_id);
   absl::StatusOr<tessera::v1::GetLogsResponse> GetLogs(

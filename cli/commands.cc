@@ -169,8 +169,12 @@ int RunJobs(const JobsOptions& options, CoordinatorClient& client, std::ostream&
   }
   request.set_limit(options.limit);
   request.set_sweep_id(options.sweep_id);
-  absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs(request);
-  if (!jobs.ok()) return ReportRpcError(jobs.status(), client, std::nullopt, err);
+  request.set_before_id(options.before_id);
+  request.set_owner(options.owner);
+  absl::StatusOr<v1::ListJobsResponse> page = client.ListJobs(request);
+  if (!page.ok()) return ReportRpcError(page.status(), client, std::nullopt, err);
+  absl::StatusOr<std::vector<v1::Job>> jobs =
+      std::vector<v1::Job>(page->jobs().begin(), page->jobs().end());
   // A coordinator that predates the filters returns every job; apply them here
   // too (a no-op when the coordinator did).
   std::erase_if(*jobs, [&](const v1::Job& job) {
@@ -194,6 +198,9 @@ int RunJobs(const JobsOptions& options, CoordinatorClient& client, std::ostream&
     case OutputFormat::kTable:
       out << FormatJobsTable(*jobs, NowContext());
       break;
+  }
+  if (page->next_before_id() != 0) {
+    err << "tessctl: more jobs: tessctl jobs --before " << page->next_before_id() << "\n";
   }
   return kExitOk;
 }
@@ -228,6 +235,27 @@ int RunWorkers(const ListOptions& options, CoordinatorClient& client, std::ostre
       break;
     case OutputFormat::kTable:
       out << FormatWorkersTable(*workers, NowContext());
+      break;
+  }
+  return kExitOk;
+}
+
+int RunShare(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
+             std::ostream& err) {
+  absl::StatusOr<std::vector<v1::UserShare>> users = client.GetShare();
+  if (!users.ok()) return ReportRpcError(users.status(), client, std::nullopt, err);
+  switch (options.format) {
+    case OutputFormat::kJson: {
+      json array = json::array();
+      for (const v1::UserShare& u : *users) array.push_back(UserShareToJson(u));
+      PrintJson(array, out);
+      break;
+    }
+    case OutputFormat::kCsv:
+      out << FormatShareCsv(*users);
+      break;
+    case OutputFormat::kTable:
+      out << FormatShareTable(*users);
       break;
   }
   return kExitOk;

@@ -30,8 +30,10 @@ struct JobsOptions {
   OutputFormat format = OutputFormat::kTable;
   // Only jobs in this state, named as ParseJobState accepts; empty: all.
   std::string state;
-  int32_t limit = 0;     // at most this many, newest first; 0: all
-  int64_t sweep_id = 0;  // only the points of this sweep; 0: any
+  int32_t limit = 0;      // at most this many, newest first; 0: the server's page (100)
+  int64_t sweep_id = 0;   // only the points of this sweep; 0: any
+  int64_t before_id = 0;  // paging: only jobs with a smaller id; 0: from the newest
+  std::string owner;      // only this user's jobs (admins); empty: the caller's own
 };
 
 struct StatusOptions {
@@ -99,6 +101,9 @@ int RunStatus(const StatusOptions& options, CoordinatorClient& client, std::ostr
               std::ostream& err);
 int RunWorkers(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
                std::ostream& err);
+// `tessctl share`: each user's recent usage and fair-share factor.
+int RunShare(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
+             std::ostream& err);
 // Polls until the job is terminal: 0 if SUCCEEDED, 1 if FAILED or CANCELLED, 124
 // on timeout.
 int RunWait(const WaitOptions& options, CoordinatorClient& client, std::ostream& out,

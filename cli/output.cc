@@ -274,22 +274,46 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
   Table table({"NAME", "HOST", "KIND", "SLOTS", "USED", "ALIVE", "LAST-SEEN"});
   for (const v1::Worker& w : workers) {
     const std::string ago = Ago(w.last_seen_unix_ms(), ctx);
-    table.AddRow({w.name(), w.hostname().empty() ? "-" : w.hostname(),
-                  w.device_kind().empty() ? "-" : w.device_kind(),
-                  absl::StrCat(w.slots()), absl::StrCat(w.slots_used()),
-                  w.alive() ? "yes" : "no",
-                  ago == "-" ? ago : absl::StrCat(ago, " ago")});
+    table.AddRow(
+        {w.name(), w.hostname().empty() ? "-" : w.hostname(),
+         w.device_kind().empty() ? "-" : w.device_kind(), absl::StrCat(w.slots()),
+         w.slots_used_by_others() > 0
+             ? absl::StrCat(w.slots_used(), " (", w.slots_used_by_others(), " others')")
+             : absl::StrCat(w.slots_used()),
+         w.alive() ? "yes" : "no", ago == "-" ? ago : absl::StrCat(ago, " ago")});
   }
   return table.Render();
 }
 
 std::string FormatWorkersCsv(const std::vector<v1::Worker>& workers) {
   std::string out =
-      "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms\n";
+      "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms,"
+      "slots_used_by_others\n";
   for (const v1::Worker& w : workers) {
     absl::StrAppend(&out, CsvField(w.name()), ",", CsvField(w.hostname()), ",",
                     CsvField(w.device_kind()), ",", w.slots(), ",", w.slots_used(), ",",
-                    w.alive() ? "true" : "false", ",", w.last_seen_unix_ms(), "\n");
+                    w.alive() ? "true" : "false", ",", w.last_seen_unix_ms(), ",",
+                    w.slots_used_by_others(), "\n");
+  }
+  return out;
+}
+
+std::string FormatShareTable(const std::vector<v1::UserShare>& users) {
+  Table table({"USER", "USAGE(slot-s)", "FACTOR", "RUNNING-RANKS", "QUEUED-JOBS"});
+  for (const v1::UserShare& u : users) {
+    table.AddRow({u.user().empty() ? "-" : Sanitize(u.user()),
+                  absl::StrFormat("%.0f", u.usage_slot_seconds()),
+                  absl::StrFormat("%.3f", u.factor()), absl::StrCat(u.running_ranks()),
+                  absl::StrCat(u.queued_jobs())});
+  }
+  return table.Render();
+}
+
+std::string FormatShareCsv(const std::vector<v1::UserShare>& users) {
+  std::string out = "user,usage_slot_seconds,factor,running_ranks,queued_jobs\n";
+  for (const v1::UserShare& u : users) {
+    absl::StrAppend(&out, CsvField(u.user()), ",", u.usage_slot_seconds(), ",",
+                    u.factor(), ",", u.running_ranks(), ",", u.queued_jobs(), "\n");
   }
   return out;
 }
@@ -391,10 +415,19 @@ json WorkerToJson(const v1::Worker& w) {
           {"device_kind", w.device_kind()},
           {"slots", w.slots()},
           {"slots_used", w.slots_used()},
+          {"slots_used_by_others", w.slots_used_by_others()},
           {"alive", w.alive()},
           {"epoch", w.epoch()},
           {"last_seen", Rfc3339(w.last_seen_unix_ms())},
           {"last_seen_unix_ms", w.last_seen_unix_ms()}};
+}
+
+json UserShareToJson(const v1::UserShare& u) {
+  return {{"user", u.user()},
+          {"usage_slot_seconds", u.usage_slot_seconds()},
+          {"factor", u.factor()},
+          {"running_ranks", u.running_ranks()},
+          {"queued_jobs", u.queued_jobs()}};
 }
 
 json MetricPointToJson(const v1::MetricPoint& p) {

@@ -119,6 +119,9 @@ std::string FormatWorkersTable(const std::vector<tessera::v1::Worker>& workers,
                                const FormatContext& ctx);
 // name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms
 std::string FormatWorkersCsv(const std::vector<tessera::v1::Worker>& workers);
+// `tessctl share`: one line per user (usage, factor, running ranks, queued jobs).
+std::string FormatShareTable(const std::vector<tessera::v1::UserShare>& users);
+std::string FormatShareCsv(const std::vector<tessera::v1::UserShare>& users);
 std::string FormatMetricsTable(const std::vector<tessera::v1::MetricPoint>& points,
                                const FormatContext& ctx);
 // attempt,rank,step,name,value,unix_ms
@@ -129,6 +132,7 @@ nlohmann::ordered_json ProtoToJson(const google::protobuf::Message& message);
 nlohmann::ordered_json JobToJson(const tessera::v1::Job& job,
                                  bool include_spec_yaml = true);
 nlohmann::ordered_json WorkerToJson(const tessera::v1::Worker& worker);
+nlohmann::ordered_json UserShareToJson(const tessera::v1::UserShare& user);
 nlohmann::ordered_json MetricPointToJson(const tessera::v1::MetricPoint& point);
 
 // Mean of the newest step's `name` values over ranks, or nullopt if none.

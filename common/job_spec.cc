@@ -570,6 +570,95 @@ absl::Status ApplyOneOverride(YAML::Node& root, const std::string& override_text
   return absl::OkStatus();
 }
 
+// Why a spec may not set the variable `name`, or nullptr when it may.
+//
+// A rank runs a trainer executable the operator chose, as the job's owner or,
+// on a worker that is not root, as the worker's own account. A variable that
+// makes some library of the trainer's stack (glibc, the dynamic loader, the
+// shell, OpenSSL, Kerberos, CUDA, NCCL, OpenMP, ...) load code of the
+// submitter's choosing, or that redirects what runs, would turn "run this
+// trainer with this config" into "run any code", possibly as the worker's
+// account. Those are refused. Variables that only tune the submitter's own
+// job (NCCL_DEBUG, OMP_NUM_THREADS, MALLOC_ARENA_MAX, TMPDIR, trust roots
+// such as SSL_CERT_FILE, which only its own connections use) pass.
+// docs/security.md lists the rules.
+const char* RefusedEnvName(const std::string& name) {
+  struct Rule {
+    enum Kind { kExact, kPrefix, kContains } kind;
+    const char* text;
+    const char* why;
+  };
+  static constexpr Rule kRules[] = {
+      // Set by the worker for each rank, from its own configuration.
+      {Rule::kPrefix, "TESSERA_", "TESSERA_* names are set by the worker"},
+      {Rule::kExact, "RANK", "it is set by the worker for each rank"},
+      {Rule::kExact, "WORLD_SIZE", "it is set by the worker for each rank"},
+      {Rule::kExact, "LOCAL_RANK", "it is set by the worker for each rank"},
+      {Rule::kExact, "CUDA_VISIBLE_DEVICES", "it is set by the worker for each rank"},
+      {Rule::kExact, "PATH", "it is set by the worker (a fixed default)"},
+      {Rule::kExact, "HOME", "it is set by the worker (the account's home)"},
+      {Rule::kExact, "USER", "it is set by the worker (the account's name)"},
+      {Rule::kExact, "LOGNAME", "it is set by the worker (the account's name)"},
+      {Rule::kExact, "SHELL", "it names a program to run"},
+      // The dynamic loader and glibc.
+      {Rule::kPrefix, "LD_", "LD_* variables make the dynamic loader load code"},
+      {Rule::kExact, "GLIBC_TUNABLES",
+       "it reaches into the dynamic loader (glibc.rtld.*, hwcaps), whose parser has "
+       "had exploitable bugs"},
+      {Rule::kExact, "GCONV_PATH", "glibc loads iconv modules (code) from it"},
+      {Rule::kExact, "LOCPATH", "glibc loads locale data from it"},
+      {Rule::kExact, "NLSPATH", "glibc loads message catalogs (format strings) from it"},
+      {Rule::kExact, "MALLOC_TRACE", "glibc writes a file it names"},
+      {Rule::kExact, "HOSTALIASES", "it redirects name resolution"},
+      {Rule::kExact, "RESOLV_HOST_CONF", "it redirects name resolution"},
+      {Rule::kExact, "LOCALDOMAIN", "it redirects name resolution"},
+      {Rule::kExact, "RES_OPTIONS", "it redirects name resolution"},
+      // Shells and interpreters a trainer or its tools may start.
+      {Rule::kExact, "ENV", "sh runs the file it names"},
+      {Rule::kPrefix, "BASH_", "bash runs files and functions these name"},
+      {Rule::kExact, "SHELLOPTS", "it changes how shells run commands"},
+      {Rule::kExact, "BASHOPTS", "it changes how shells run commands"},
+      {Rule::kExact, "IFS", "it changes how shells split commands"},
+      {Rule::kExact, "PS4", "shells run commands it contains"},
+      {Rule::kExact, "PROMPT_COMMAND", "shells run it"},
+      {Rule::kPrefix, "PYTHON", "PYTHON* variables make Python load code"},
+      {Rule::kPrefix, "PERL", "PERL* variables make Perl load code"},
+      {Rule::kPrefix, "RUBY", "RUBY* variables make Ruby load code"},
+      {Rule::kPrefix, "NODE_", "NODE_* variables make Node.js load code"},
+      {Rule::kExact, "JAVA_TOOL_OPTIONS", "it makes the JVM load agents (code)"},
+      {Rule::kExact, "_JAVA_OPTIONS", "it makes the JVM load agents (code)"},
+      {Rule::kExact, "JDK_JAVA_OPTIONS", "it makes the JVM load agents (code)"},
+      {Rule::kExact, "CLASSPATH", "it makes the JVM load code"},
+      // Libraries that load modules named by configuration.
+      {Rule::kPrefix, "OPENSSL_",
+       "OpenSSL loads engines and providers (code) from these"},
+      {Rule::kPrefix, "KRB5", "Kerberos loads plugins (code) named by its configuration"},
+      {Rule::kPrefix, "GSS_",
+       "GSSAPI loads mechanisms (code) named by its configuration"},
+      {Rule::kContains, "_PLUGIN", "*_PLUGIN* variables name libraries to load"},
+      {Rule::kPrefix, "PLUGIN", "PLUGIN* variables name libraries to load"},
+      {Rule::kPrefix, "CUDA_INJECTION",
+       "CUDA loads the library it names into the process"},
+      {Rule::kPrefix, "NVTX_INJECTION",
+       "NVTX loads the library it names into the process"},
+      {Rule::kExact, "NCCL_CONF_FILE", "the file can set NCCL_NET_PLUGIN"},
+      {Rule::kExact, "FI_PROVIDER_PATH", "libfabric loads providers (code) from it"},
+      {Rule::kPrefix, "OMP_TOOL", "OpenMP loads the tool libraries these name"},
+      {Rule::kExact, "HSA_TOOLS_LIB", "ROCm loads the library it names"},
+      {Rule::kPrefix, "VK_", "Vulkan loads drivers and layers (code) these name"},
+      {Rule::kPrefix, "LIBGL_", "Mesa loads drivers (code) from these"},
+      {Rule::kPrefix, "__EGL_", "EGL loads vendor libraries (code) these name"},
+      {Rule::kPrefix, "__GLX_", "GLX loads vendor libraries (code) these name"},
+  };
+  for (const Rule& rule : kRules) {
+    const bool hit = rule.kind == Rule::kExact    ? name == rule.text
+                     : rule.kind == Rule::kPrefix ? absl::StartsWith(name, rule.text)
+                                                  : absl::StrContains(name, rule.text);
+    if (hit) return rule.why;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 absl::Status CheckEnvName(const std::string& name) {
@@ -588,18 +677,9 @@ absl::Status CheckEnvName(const std::string& name) {
     return absl::InvalidArgumentError(
         absl::StrCat("env: name '", shown, "' must match [A-Z_][A-Z0-9_]*"));
   }
-  // Variables that change how the trainer is loaded, or that the worker sets
-  // for the rank itself, cannot come from a spec.
-  if (absl::StartsWith(name, "LD_") || absl::StartsWith(name, "TESSERA_")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "env: name '", shown, "' is reserved (LD_* and TESSERA_* cannot be set)"));
-  }
-  for (const char* reserved :
-       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES"}) {
-    if (name == reserved) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("env: name '", name, "' is set by the worker for each rank"));
-    }
+  if (const char* why = RefusedEnvName(name); why != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("env: name '", shown, "' is reserved: ", why));
   }
   return absl::OkStatus();
 }

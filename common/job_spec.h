@@ -54,9 +54,12 @@ absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text);
 absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits& limits);
 
 // InvalidArgument unless `name` may be set through a spec's `env`: it matches
-// [A-Z_][A-Z0-9_]*, is at most kMaxEnvNameBytes long, does not start with LD_
-// or TESSERA_ and is not one the worker sets per rank (RANK, WORLD_SIZE,
-// LOCAL_RANK, CUDA_VISIBLE_DEVICES).
+// [A-Z_][A-Z0-9_]*, is at most kMaxEnvNameBytes long, is not one the worker
+// sets (TESSERA_*, RANK, WORLD_SIZE, LOCAL_RANK, CUDA_VISIBLE_DEVICES, PATH,
+// HOME, USER, LOGNAME) and is on no denylist of names that make a library
+// load code or redirect what runs (LD_*, *_PLUGIN*, CUDA_INJECTION*,
+// GCONV_PATH, PYTHON*, ...; the list and the reasons are in job_spec.cc and
+// docs/security.md). The message names the variable and the reason.
 absl::Status CheckEnvName(const std::string& name);
 
 // ParseJobSpec followed by ValidateJobSpec.

@@ -5,6 +5,7 @@
 #include "coordinator/core/tls_identity.h"
 #include "coordinator/store/sqlite_store.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "spdlog/spdlog.h"
@@ -51,8 +52,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   RETURN_IF_ERROR(s->sweeps_->Recover());
   s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->sweeps_.get(),
                                                      s->auth_.get());
+  s->workers_ = std::make_unique<WorkerIdentity>(
+      s->store_.get(), clock, s->manager_.get(),
+      WorkerIdentity::Options{.enabled = options.auth.enabled});
+  RETURN_IF_ERROR(s->workers_->Recover());
   s->worker_service_ =
-      std::make_unique<WorkerServiceImpl>(s->manager_.get(), s->auth_.get());
+      std::make_unique<WorkerServiceImpl>(s->workers_.get(), s->auth_.get());
   s->trainer_service_ =
       std::make_unique<TrainerServiceImpl>(s->manager_.get(), s->auth_.get());
 
@@ -71,13 +76,28 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Bounds on what callers can make the server hold: buffer memory and
+  // handler threads in total, calls per connection.
+  grpc::ResourceQuota quota("tessera-coordinator");
+  quota.Resize(static_cast<size_t>(options.grpc_memory_bytes));
+  quota.SetMaxThreads(options.grpc_max_threads);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options.grpc_max_concurrent_streams);
   if (!options.listen.empty()) {
-    std::shared_ptr<grpc::ServerCredentials> credentials =
-        grpc::InsecureServerCredentials();
-    if (tls.enabled()) {
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    if (options.auth.enabled) {
+      // Calls are authenticated on their metadata before their messages are
+      // read (grpc_auth_gate.h).
+      s->auth_gate_ = std::make_shared<GrpcAuthGate>(CoordinatorCallCheck(s->auth_.get()),
+                                                     GrpcAuthGate::Options());
+      credentials = GrpcAuthGate::Credentials(s->auth_gate_, tls);
+    } else if (tls.enabled()) {
       grpc::SslServerCredentialsOptions ssl;
       ssl.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
       credentials = grpc::SslServerCredentials(ssl);
+    } else {
+      credentials = grpc::InsecureServerCredentials();
     }
     builder.AddListeningPort(options.listen, credentials, &s->port_);
   }
@@ -96,10 +116,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     http_options.max_streams = options.http_max_streams;
     http_options.static_files = options.static_files;
     http_options.auth = s->auth_.get();
+    http_options.secure_cookies = tls.enabled();
     s->http_api_ =
         std::make_unique<HttpApi>(s->manager_.get(), s->sweeps_.get(), http_options);
-    absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
-        options.http, s->http_api_.get(), options.http_max_streams, tls);
+    absl::StatusOr<std::unique_ptr<HttpServer>> http =
+        HttpServer::Start(options.http, s->http_api_.get(), options.http_max_streams,
+                          options.http_limits, tls);
     if (!http.ok()) {
       s->Shutdown();
       return http.status();
@@ -162,6 +184,7 @@ void CoordinatorServer::Shutdown() {
   manager_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();
+  if (auth_gate_ != nullptr) auth_gate_->Stop();
   writer_->Flush();
 }
 

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "common/tls.h"
+#include "coordinator/api/grpc_auth_gate.h"
 #include "coordinator/api/http_api.h"
 #include "coordinator/api/http_server.h"
 #include "coordinator/api/job_service.h"
@@ -25,6 +26,7 @@
 #include "coordinator/core/auth.h"
 #include "coordinator/core/job_manager.h"
 #include "coordinator/core/sweep_manager.h"
+#include "coordinator/core/worker_identity.h"
 #include "coordinator/store/store.h"
 #include "coordinator/store/store_writer.h"
 #include "grpcpp/server.h"
@@ -40,6 +42,8 @@ struct CoordinatorOptions {
   // Server-Sent Events streams served at once; the HTTP pool has this many
   // threads plus a reserve for plain requests, so open pages never starve the API.
   int http_max_streams = 16;
+  // Connection, time and size limits of the HTTP listener (http_server.h).
+  HttpLimits http_limits;
   // The dashboard's files (see HttpApi::Options::static_files); empty: none.
   std::function<const StaticFile*(std::string_view path)> static_files;
   // Largest size the database may grow to (0: no limit); past it writes fail as
@@ -51,6 +55,14 @@ struct CoordinatorOptions {
   absl::Duration monitor_interval = absl::Milliseconds(250);
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 16 * 1024 * 1024;
+  // Memory gRPC may use for its buffers (a ResourceQuota); near it the
+  // transport shrinks its flow-control windows and past it calls fail with
+  // RESOURCE_EXHAUSTED, instead of the process growing.
+  int64_t grpc_memory_bytes = int64_t{512} << 20;
+  // Threads gRPC may run synchronous handlers on (the ResourceQuota's).
+  int grpc_max_threads = 64;
+  // Calls open at once on one client connection (HTTP/2 streams).
+  int grpc_max_concurrent_streams = 100;
   JobManagerOptions manager;
   // Authentication; on unless the operator turns it off (--insecure-no-auth).
   Authenticator::Options auth;
@@ -102,9 +114,13 @@ class CoordinatorServer {
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<SweepManager> sweeps_;
+  std::unique_ptr<WorkerIdentity> workers_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
+  // Authenticates network calls before their messages are read; null
+  // without a network listener or without authentication.
+  std::shared_ptr<GrpcAuthGate> auth_gate_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpApi> http_api_;
   std::unique_ptr<HttpServer> http_;

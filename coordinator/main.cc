@@ -1,5 +1,8 @@
 // tessera-coordinator: flags -> Options, wiring, signals. No logic here.
+#include <grp.h>
 #include <pthread.h>
+#include <pwd.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <cstdio>
@@ -8,6 +11,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "common/service_notify.h"
@@ -19,7 +23,34 @@
 #include "spdlog/spdlog.h"
 #include "web/assets.h"
 
+namespace {
+
+// Whether Unix account `user` is a member of group `group` (primary or
+// supplementary). False when either does not exist.
+bool UserInGroup(const std::string& user, const std::string& group) {
+  struct group* g = getgrnam(group.c_str());
+  struct passwd* pw = getpwnam(user.c_str());
+  if (g == nullptr || pw == nullptr) return false;
+  const gid_t want = g->gr_gid;
+  int count = 64;
+  std::vector<gid_t> groups(count);
+  if (getgrouplist(user.c_str(), pw->pw_gid, groups.data(), &count) < 0) {
+    groups.resize(count);
+    if (getgrouplist(user.c_str(), pw->pw_gid, groups.data(), &count) < 0) return false;
+  }
+  groups.resize(count);
+  for (gid_t gid : groups) {
+    if (gid == want) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  // The database holds the credential signing key and TLS private key: every
+  // file this process creates is for its own account only.
+  umask(077);
   tessera::CoordinatorOptions options;
   options.http = "127.0.0.1:8080";
   std::string port_file;
@@ -55,6 +86,45 @@ int main(int argc, char** argv) {
                  "live dashboard streams (open pages) served at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  // Listener limits (docs/security.md, "Listeners under abuse").
+  tessera::HttpLimits& http_limits = options.http_limits;
+  app.add_option("--http-max-connections", http_limits.max_connections,
+                 "HTTP connections open at once; more are closed when accepted")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--http-max-connections-per-ip", http_limits.max_connections_per_ip,
+                 "HTTP connections open at once from one client address (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  int64_t http_request_timeout_ms =
+      absl::ToInt64Milliseconds(http_limits.request_read_timeout);
+  app.add_option("--http-request-timeout-ms", http_request_timeout_ms,
+                 "time a client has to send a whole request (head and body) from the "
+                 "connection's start or its previous response; then it is disconnected")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{600000}));
+  app.add_option("--http-max-header-count", http_limits.max_header_count,
+                 "header fields in one HTTP request; more get 431")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 10000));
+  app.add_option("--http-max-queued-requests", http_limits.max_queued_requests,
+                 "HTTP requests waiting for a thread; more get 503 at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  int64_t grpc_memory_mb = options.grpc_memory_bytes >> 20;
+  app.add_option("--grpc-memory-mb", grpc_memory_mb,
+                 "memory gRPC may use for its buffers; past it calls fail with "
+                 "RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{32}, int64_t{1} << 20));
+  app.add_option("--grpc-max-threads", options.grpc_max_threads,
+                 "threads gRPC may run synchronous handlers on")
+      ->capture_default_str()
+      ->check(CLI::Range(4, 4096));
+  app.add_option("--grpc-max-concurrent-streams", options.grpc_max_concurrent_streams,
+                 "gRPC calls open at once on one client connection")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--max-world-size", options.manager.spec_limits.max_world_size,
                  "largest world size accepted at submit")
       ->capture_default_str()
@@ -97,6 +167,46 @@ int main(int argc, char** argv) {
                "TLS with a self-signed certificate made on first start and kept in --db; "
                "join tokens created with this flag carry its SHA-256 for workers to pin")
       ->excludes(tls_cert_opt);
+  std::string admin_group;
+  app.add_option("--admin-group", admin_group,
+                 "Unix group whose members' user tokens act as admins (see and act on "
+                 "every user's jobs); tokens made with 'token create --admin' always do");
+  tessera::UserLimits& user_limits = options.manager.user_limits;
+  tessera::JobLimits& job_limits = options.manager.job_limits;
+  app.add_option("--max-queued-jobs", user_limits.max_queued_jobs,
+                 "jobs one user may have queued at once (0: no limit; admins exempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--max-running-ranks", user_limits.max_running_ranks,
+                 "ranks one user may have placed at once (0: no limit; admins exempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--max-slot-share", user_limits.max_slot_share,
+                 "share of the cluster's slots one user may hold while another user's "
+                 "job waits (1: no limit; admins exempt)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0));
+  app.add_option("--max-user-priority", user_limits.max_priority,
+                 "highest job priority a non-admin may submit")
+      ->capture_default_str();
+  app.add_option("--max-metric-rows", job_limits.max_metric_rows,
+                 "metric rows one job may store (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-log-bytes", job_limits.max_log_bytes,
+                 "log bytes one job may store, all ranks together (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-metric-names", job_limits.max_metric_names,
+                 "distinct metric names one job may store (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  int64_t usage_half_life_s = absl::ToInt64Seconds(options.manager.usage_half_life);
+  app.add_option("--usage-half-life-s", usage_half_life_s,
+                 "fair share: a user's usage this old counts half when ordering "
+                 "equal-priority jobs")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{365} * 86400));
   bool no_auth = false;
   app.add_flag("--insecure-no-auth", no_auth,
                "accept every call without a token (anyone who can reach the coordinator "
@@ -112,6 +222,7 @@ int main(int argc, char** argv) {
   token_cmd->require_subcommand(1);
   std::string token_kind = "user";
   std::string token_name;
+  bool token_admin = false;
   int64_t revoke_id = 0;
   CLI::App* token_create = token_cmd->add_subcommand(
       "create", "Create a token and print it once; only its hash is stored");
@@ -121,12 +232,16 @@ int main(int argc, char** argv) {
   token_create
       ->add_option("--name", token_name, "who the token is for, e.g. alice or rack-3")
       ->required();
+  token_create->add_flag("--admin", token_admin,
+                         "an admin token: sees and acts on every user's jobs and sweeps, "
+                         "and is exempt from the per-user limits");
   token_create->footer(
       "Example:\n"
       "  tessera-coordinator --db /var/lib/tessera/tessera.db token create --kind join "
       "--name rack-3 > /etc/tessera/join-token\n"
       "  export TESSERA_TOKEN=$(tessera-coordinator --db tessera.db token create --name "
-      "alice)");
+      "alice)\n"
+      "  tessera-coordinator --db tessera.db token create --name lab-admin --admin");
   CLI::App* token_list =
       token_cmd->add_subcommand("list", "List tokens (never their secrets)");
   CLI::App* token_revoke = token_cmd->add_subcommand("revoke", "Revoke a token by id");
@@ -142,7 +257,8 @@ int main(int argc, char** argv) {
     }
     tessera::RealClock clock;
     if (token_create->parsed()) {
-      auto token = tessera::CreateToken(**store, clock, token_kind, token_name);
+      auto token =
+          tessera::CreateToken(**store, clock, token_kind, token_name, token_admin);
       if (!token.ok()) {
         std::cerr << "tessera-coordinator: " << token.status().message() << "\n";
         return 1;
@@ -169,10 +285,11 @@ int main(int argc, char** argv) {
         std::cerr << "tessera-coordinator: " << tokens.status().message() << "\n";
         return 1;
       }
-      std::cout << "ID\tKIND\tNAME\tCREATED_MS\tREVOKED\n";
+      std::cout << "ID\tKIND\tNAME\tADMIN\tCREATED_MS\tREVOKED\n";
       for (const auto& t : *tokens) {
-        std::cout << t.id << "\t" << t.kind << "\t" << t.name << "\t" << t.created_unix_ms
-                  << "\t" << (t.revoked ? "yes" : "no") << "\n";
+        std::cout << t.id << "\t" << t.kind << "\t" << t.name << "\t"
+                  << (t.admin ? "yes" : "no") << "\t" << t.created_unix_ms << "\t"
+                  << (t.revoked ? "yes" : "no") << "\n";
       }
       return 0;
     }
@@ -183,7 +300,7 @@ int main(int argc, char** argv) {
     }
     std::cout << "token " << revoke_id
               << " revoked; running coordinators refuse it within "
-              << "30 s\n";
+              << "30 s, and end its open event streams within a few seconds\n";
     return 0;
   }
   if (!tls_cert_file.empty()) {
@@ -200,6 +317,19 @@ int main(int argc, char** argv) {
   options.manager.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   options.manager.worker_dead_after = absl::Milliseconds(dead_after_ms);
   options.manager.trainer_lease = absl::Milliseconds(trainer_lease_ms);
+  options.http_limits.request_read_timeout = absl::Milliseconds(http_request_timeout_ms);
+  options.grpc_memory_bytes = grpc_memory_mb << 20;
+  options.manager.usage_half_life = absl::Seconds(usage_half_life_s);
+  if (!admin_group.empty()) {
+    if (getgrnam(admin_group.c_str()) == nullptr) {
+      std::cerr << "tessera-coordinator: --admin-group: no group named '" << admin_group
+                << "'\n";
+      return 2;
+    }
+    options.auth.is_admin = [admin_group](const std::string& user) {
+      return UserInGroup(user, admin_group);
+    };
+  }
 
   // Logs go to stderr; stdout stays free for output meant for programs.
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));

@@ -61,8 +61,11 @@ echo "demo: dashboard on http://127.0.0.1:$(cat "$RUN/http-port")/ (token: \$TES
 worker_flags=()
 [ "$(id -u)" = 0 ] && worker_flags+=(--allow-root-jobs)
 for w in worker-1 worker-2; do
+  # A worker refuses a work or state dir that group or others may write.
+  install -d -m 0700 "$RUN/$w" "$RUN/$w-state"
   "$BIN/tessera-worker" --coordinator "$TESSERA_COORDINATOR" --name "$w" --cpu-slots 1 \
-    --work-dir "$RUN/$w" --join-token-file "$RUN/join-token" ${worker_flags[@]+"${worker_flags[@]}"} \
+    --work-dir "$RUN/$w" --state-dir "$RUN/$w-state" --join-token-file "$RUN/join-token" \
+    ${worker_flags[@]+"${worker_flags[@]}"} \
     2>"$RUN/$w.log" &
   pids+=($!)
 done

@@ -151,12 +151,12 @@ lane_chroot() {
     /bin/bash -euo pipefail -c "$1"
 }
 
-# lane_install PACKAGES...: installs them in the root unless the last install
-# had the same list (so a warm run does not touch the network).
+# lane_install PACKAGES...: installs them in the root unless earlier installs
+# (the lane's, a bench's) had them all (so a warm run does not touch the network).
 lane_install() {
   local wanted stamp="$LANE_ROOT/.tessera-lane-packages"
   wanted="$(printf '%s\n' "$@" | sort -u)"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
+  if [ -f "$stamp" ] && [ -z "$(sort -u "$stamp" | comm -23 <(echo "$wanted") -)" ]; then
     lane_log "packages already installed ($# named)"
     return
   fi
@@ -166,7 +166,8 @@ lane_install() {
     flock 8
     lane_chroot "apt-get update -q >/dev/null && apt-get install -y -q $* >/dev/null"
   ) 8>"$LANE_CACHE/apt.lock" || lane_die "apt-get install failed"
-  echo "$wanted" >"$stamp"
+  { echo "$wanted"; cat "$stamp" 2>/dev/null || true; } | sort -u >"$stamp.new"
+  mv "$stamp.new" "$stamp"
 }
 
 # lane_configure_build CMAKE_ARGS...: configures /build from /src (output in

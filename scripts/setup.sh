@@ -8,7 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
   libsqlite3-dev sqlite3 libgtest-dev libgmock-dev libtorch-dev libopenblas0-pthread libdnnl-dev
   libgloo-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
-  libcpp-httplib-dev libsystemd-dev libsqlitecpp-dev libbenchmark-dev
+  libcpp-httplib-dev libmicrohttpd-dev libsystemd-dev libsqlitecpp-dev libbenchmark-dev
   dataset-fashion-mnist python3-torch clang-format iproute2 procps libssl-dev
   nodejs chromium clang libclang-rt-14-dev
 )

@@ -18,12 +18,15 @@
 #include "absl/time/clock.h"
 #include "common/grpc_tls.h"
 #include "common/tls.h"
+#include "common/worker_fields.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/cgroup.h"
+#include "worker/credential_file.h"
 #include "worker/device_probe.h"
+#include "worker/work_dir.h"
 #include "worker/worker_agent.h"
 
 namespace {
@@ -57,7 +60,7 @@ int main(int argc, char** argv) {
   app.footer(
       "Example:\n"
       "  tessera-worker --coordinator 10.0.0.1:50051 --name node07 --cpu-slots 4 "
-      "--work-dir /var/lib/tessera/work\n"
+      "--join-token-file /etc/tessera/join-token\n"
       "Keeps retrying while the coordinator is unreachable. On SIGTERM or SIGINT it "
       "stops\n"
       "its ranks (SIGTERM, then SIGKILL after --kill-grace-ms) and exits.");
@@ -70,8 +73,17 @@ int main(int argc, char** argv) {
                  "ranks this node runs at once (no GPU)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  app.add_option("--work-dir", options.work_dir, "directory for rank logs")
+  app.add_option("--work-dir", options.work_dir,
+                 "directory for rank logs and credential files; must belong to the "
+                 "worker's user and not be writable by group or others (created 0711)")
       ->capture_default_str();
+  app.add_option("--state-dir", options.state_dir,
+                 "directory where the worker keeps its own credential "
+                 "(worker-NAME.credential, 0600); the same rules as --work-dir")
+      ->capture_default_str();
+  app.add_option("--pass-env", options.pass_env,
+                 "name of a variable of the worker's environment that ranks get too "
+                 "(repeatable; LANG, LC_ALL and TZ always pass, nothing else does)");
   app.add_option("--trainer", options.trainer_path, "tessera-train executable")
       ->capture_default_str();
   app.add_option("--kill-grace-ms", grace_ms,
@@ -151,17 +163,28 @@ int main(int argc, char** argv) {
               << " is not an executable file (set --trainer)\n";
     return 2;
   }
-  std::error_code ec;
-  std::filesystem::create_directories(options.work_dir, ec);
-  if (ec) {
-    std::cerr << "tessera-worker: cannot create --work-dir " << options.work_dir << ": "
-              << ec.message() << "\n";
+  if (absl::Status name_ok = tessera::CheckWorkerName(options.name); !name_ok.ok()) {
+    std::cerr << "tessera-worker: --" << name_ok.message() << " (got '" << options.name
+              << "')\n";
     return 2;
   }
+  // Ranks get the work dir's paths; the worker's cwd is nothing to them.
+  options.work_dir = std::filesystem::absolute(options.work_dir).lexically_normal();
+  if (absl::StatusOr<tessera::ScopedFd> work = tessera::OpenWorkDir(options.work_dir);
+      !work.ok()) {
+    std::cerr << "tessera-worker: " << work.status().message() << " (--work-dir)\n";
+    return 2;
+  }
+  if (!options.state_dir.empty()) {
+    options.state_dir = std::filesystem::absolute(options.state_dir).lexically_normal();
+    if (absl::StatusOr<std::string> kept =
+            tessera::LoadWorkerCredential(options.state_dir, options.name);
+        !kept.ok()) {
+      std::cerr << "tessera-worker: " << kept.status().message() << " (--state-dir)\n";
+      return 2;
+    }
+  }
 
-  // Inherited values must not reach the trainers; the agent sets its own.
-  unsetenv("TESSERA_TRAINER_TLS_CA");
-  unsetenv("TESSERA_TRAINER_TLS_SERVER_NAME");
   // TLS: --tls-ca, or the certificate pin the join token carries.
   tessera::TokenParts token_parts = tessera::SplitTokenPin(options.join_token);
   options.join_token = token_parts.token;

@@ -6,6 +6,9 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,8 +19,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
-
-extern char** environ;
 
 namespace tessera {
 
@@ -41,8 +42,65 @@ struct ChildError {
 
 std::string NameOf(const std::string& entry) { return entry.substr(0, entry.find('=')); }
 
-// Variables of the worker's own environment that a rank must never see.
-bool IsWorkerSecret(const std::string& name) { return name == "TESSERA_JOIN_TOKEN"; }
+// Closes every descriptor from 3 up, except `keep` (the exec-error pipe, which
+// is O_CLOEXEC and closes itself at exec). Async-signal-safe: close_range(2)
+// where the kernel has it (5.9+), else the entries of /proc/self/fd read with
+// getdents64, else every number below the descriptor limit.
+void CloseDescriptorsFrom3(int keep) {
+#ifdef SYS_close_range
+  bool closed_all = true;
+  if (keep > 3) {
+    closed_all = syscall(SYS_close_range, 3u, static_cast<unsigned>(keep) - 1, 0u) == 0;
+  }
+  if (closed_all &&
+      syscall(SYS_close_range, static_cast<unsigned>(keep) + 1, ~0u, 0u) == 0) {
+    return;
+  }
+#endif
+  const int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    // Closing while listing may shift the listing: list again until a pass
+    // closes nothing.
+    for (bool closed = true; closed;) {
+      closed = false;
+      alignas(8) char buf[4096];
+      if (lseek(dir, 0, SEEK_SET) != 0) break;
+      for (long n; (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0;) {
+        for (long off = 0; off < n;) {
+          struct Entry {
+            uint64_t ino;
+            int64_t off;
+            unsigned short reclen;
+            unsigned char type;
+            char name[1];
+          };
+          const auto* e = reinterpret_cast<const Entry*>(buf + off);
+          off += e->reclen;
+          int fd = 0;
+          bool number = e->name[0] != '\0';
+          for (const char* c = e->name; *c != '\0' && number; ++c) {
+            number = *c >= '0' && *c <= '9';
+            fd = fd * 10 + (*c - '0');
+          }
+          if (number && fd >= 3 && fd != keep && fd != dir) {
+            close(fd);
+            closed = true;
+          }
+        }
+      }
+    }
+    close(dir);
+    return;
+  }
+  rlimit limit{};
+  const rlim_t top =
+      getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+          ? std::min<rlim_t>(limit.rlim_cur, 1 << 20)
+          : 1 << 16;
+  for (int fd = 3; fd < static_cast<int>(top); ++fd) {
+    if (fd != keep) close(fd);
+  }
+}
 
 }  // namespace
 
@@ -86,20 +144,18 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  std::vector<std::string> added = spec.env;
-  if (spec.run_as) {
-    added.push_back("HOME=" + spec.run_as->home);
-    added.push_back("USER=" + spec.run_as->name);
-    added.push_back("LOGNAME=" + spec.run_as->name);
-  }
-  std::set<std::string> replaced;
-  for (const auto& e : added) replaced.insert(NameOf(e));
+  // The environment is exactly the spec's: nothing of the worker's own
+  // passes (the worker builds a rank's from an allowlist, RankEnvironment).
   std::vector<std::string> env_storage;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string name = NameOf(*e);
-    if (!replaced.contains(name) && !IsWorkerSecret(name)) env_storage.emplace_back(*e);
+  std::set<std::string> replaced;
+  if (spec.run_as) {
+    env_storage = {"HOME=" + spec.run_as->home, "USER=" + spec.run_as->name,
+                   "LOGNAME=" + spec.run_as->name};
+    replaced = {"HOME", "USER", "LOGNAME"};
   }
-  for (auto& e : added) env_storage.push_back(std::move(e));
+  for (const std::string& e : spec.env) {
+    if (!replaced.contains(NameOf(e))) env_storage.push_back(e);
+  }
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -164,6 +220,12 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
+    // Nothing of the worker's reaches the rank but stdin, stdout and stderr:
+    // no descriptor it holds (sockets, pipes, files), whether O_CLOEXEC or not.
+    CloseDescriptorsFrom3(err_pipe[1]);
+    // Files the rank creates (checkpoints in shared roots, its outputs) are
+    // its owner's alone unless it says otherwise.
+    umask(077);
     execve(argv[0], argv.data(), envp.data());
     ChildFail(err_pipe[1], kExec);
   }

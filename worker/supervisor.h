@@ -11,6 +11,9 @@
 // about the account is looked up before fork (LookUpAccount), and the child
 // joins its cgroup, then calls setgroups, setgid and setuid, and only then
 // asks for PR_SET_PDEATHSIG (a change of credentials clears it) and execs.
+// The process gets nothing of the worker's but what the spec says: its
+// environment is exactly ProcessSpec::env, every descriptor above stderr is
+// closed before exec (close_range), and its umask is 077.
 //
 // Thread-safety: not thread-safe; the worker agent's loop thread owns it. Fork
 // happens on that thread, which lives as long as the ranks: PR_SET_PDEATHSIG
@@ -50,8 +53,8 @@ absl::StatusOr<Account> LookUpAccount(const std::string& name);
 
 struct ProcessSpec {
   std::vector<std::string> argv;  // argv[0] is the executable path; no shell
-  // "NAME=value" entries added to the inherited environment; an entry replaces
-  // an inherited variable of the same name.
+  // The whole environment, as "NAME=value" entries: nothing of the worker's
+  // own environment is inherited.
   std::vector<std::string> env;
   std::string log_path;  // stdout and stderr are appended here
   std::string cgroup;    // cgroup v2 directory the process starts in; empty: none

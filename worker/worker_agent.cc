@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,6 +19,8 @@
 #include "common/status_macros.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
+#include "worker/credential_file.h"
+#include "worker/work_dir.h"
 
 namespace tessera {
 
@@ -43,40 +44,6 @@ void AppendLine(const std::string& path, const std::string& line) {
   ssize_t ignored = ::write(fd, text.data(), text.size());
   (void)ignored;
   ::close(fd);
-}
-
-// Writes `credential` to `dir`/credential, mode 0600, in a fresh directory of
-// mode 0700; both belong to `owner` when set. Returns the file's path.
-absl::StatusOr<std::string> WriteCredentialFile(const std::filesystem::path& dir,
-                                                const std::string& credential,
-                                                const std::optional<Account>& owner) {
-  std::error_code ec;
-  // Left over from an earlier worker run: it may hold whatever its owner put
-  // there (remove_all does not follow symlinks).
-  std::filesystem::remove_all(dir, ec);
-  if (::mkdir(dir.c_str(), 0700) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot create ", dir.string(), ": ", std::strerror(errno)));
-  }
-  const std::string path = (dir / "credential").string();
-  const int fd =
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
-  }
-  bool ok =
-      ::fchmod(fd, 0600) == 0 && ::write(fd, credential.data(), credential.size()) ==
-                                     static_cast<ssize_t>(credential.size());
-  if (ok && owner) ok = ::fchown(fd, owner->uid, owner->gid) == 0;
-  const int saved = errno;
-  ::close(fd);
-  if (ok && owner && ::chown(dir.c_str(), owner->uid, owner->gid) != 0) ok = false;
-  if (!ok) {
-    return absl::InternalError(absl::StrCat("cannot write ", path, ": ",
-                                            std::strerror(saved != 0 ? saved : errno)));
-  }
-  return path;
 }
 
 bool IsUnder(const std::string& path, const std::string& root) {
@@ -209,6 +176,52 @@ absl::StatusOr<std::vector<std::string>> RankEnv(const v1::LaunchOrder& order) {
   return out;
 }
 
+std::vector<std::string> RankEnvironment(
+    const WorkerOptions& options, const Account& account,
+    const std::vector<std::string>& tessera, const std::vector<std::string>& spec,
+    const std::function<const char*(const char*)>& lookup) {
+  std::map<std::string, std::string> env;  // name -> "NAME=value"
+  const auto set = [&env](const std::string& entry) {
+    env[entry.substr(0, entry.find('='))] = entry;
+  };
+  set(absl::StrCat("PATH=", kRankPath));
+  set("HOME=" + account.home);
+  set("USER=" + account.name);
+  set("LOGNAME=" + account.name);
+  // The operator's choices, as the worker has them.
+  std::vector<std::string> passed = {"LANG", "LC_ALL", "TZ"};
+  passed.insert(passed.end(), options.pass_env.begin(), options.pass_env.end());
+  for (const std::string& name : passed) {
+    if (const char* value = lookup(name.c_str()); value != nullptr) {
+      set(absl::StrCat(name, "=", value));
+    }
+  }
+  for (const std::string& entry : tessera) set(entry);
+  for (const std::string& entry : spec) set(entry);
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (auto& [name, entry] : env) out.push_back(std::move(entry));
+  return out;
+}
+
+Account WorkerAccount() {
+  Account account;
+  account.uid = ::geteuid();
+  account.gid = ::getegid();
+  account.name = absl::StrCat(account.uid);
+  account.home = "/";
+  long size = sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::vector<char> buf(size > 0 ? static_cast<size_t>(size) : 16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(account.uid, &pw, buf.data(), buf.size(), &found) == 0 &&
+      found != nullptr) {
+    account.name = pw.pw_name;
+    if (pw.pw_dir != nullptr) account.home = pw.pw_dir;
+  }
+  return account;
+}
+
 WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> channel,
                          ProcessLauncher* launcher, CgroupTree* cgroups)
     : options_(std::move(options)),
@@ -232,11 +245,27 @@ absl::Status WorkerAgent::Register() {
   request.set_hostname(options_.hostname);
   request.set_slots(options_.gpus > 0 ? options_.gpus : options_.cpu_slots);
   request.set_device_kind(options_.gpus > 0 ? "cuda" : "cpu");
+  request.set_worker_credential(credential_);
   v1::RegisterWorkerResponse response;
   grpc::ClientContext ctx;
   Prepare(ctx);
   absl::Status s = FromGrpcStatus(stub_->RegisterWorker(&ctx, request, &response));
   if (!s.ok()) return s;
+  if (!response.worker_credential().empty()) {
+    credential_ = response.worker_credential();
+    if (options_.state_dir.empty()) {
+      spdlog::info("the coordinator issued this worker its credential (kept in memory)");
+    } else if (absl::Status saved =
+                   SaveWorkerCredential(options_.state_dir, options_.name, credential_);
+               saved.ok()) {
+      spdlog::info("the coordinator issued this worker its credential; kept in {}/{}",
+                   options_.state_dir, WorkerCredentialFileName(options_.name));
+    } else {
+      // Still good for this run; after a restart the name is free again only
+      // once the coordinator has declared this worker dead.
+      spdlog::error("cannot keep this worker's credential: {}", saved.ToString());
+    }
+  }
   epoch_ = response.epoch();
   if (response.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
@@ -252,6 +281,7 @@ absl::Status WorkerAgent::HeartbeatOnce() {
   v1::HeartbeatRequest request;
   request.set_name(options_.name);
   request.set_epoch(epoch_);
+  request.set_worker_credential(credential_);
   for (const RankProcess& p : supervisor_.Snapshot()) {
     v1::LocalRank* r = request.add_ranks();
     r->set_job_id(p.key.job_id);
@@ -315,10 +345,27 @@ void WorkerAgent::ShipLogs() {
     request.set_offset(shipper.offset);
     request.set_data(std::move(data));
     request.set_eof(eof);
+    request.set_worker_credential(credential_);
     v1::ShipLogsResponse response;
     grpc::ClientContext ctx;
     Prepare(ctx);
     absl::Status s = FromGrpcStatus(stub_->ShipLogs(&ctx, request, &response));
+    if (absl::IsPermissionDenied(s) || absl::IsInvalidArgument(s)) {
+      // Refused for good (not a rank of this worker's, as far as the
+      // coordinator knows): retrying would not change that.
+      spdlog::error("the coordinator refused the log of job {} attempt {} rank {}: {}",
+                    key.job_id, key.attempt, key.rank, s.ToString());
+      it = logs_.erase(it);
+      continue;
+    }
+    if (absl::IsResourceExhausted(s)) {
+      // The job's log limit on the coordinator: the rest stays in the file.
+      spdlog::warn("job {} rank {}: the coordinator stores no more of this log ({}); "
+                   "the rest stays in {}",
+                   key.job_id, key.rank, std::string(s.message()), shipper.path);
+      it = logs_.erase(it);
+      continue;
+    }
     if (!s.ok()) {
       // Kept for the next heartbeat; the file stays on disk meanwhile.
       spdlog::warn("shipping log of job {} rank {} failed: {}", key.job_id, key.rank,
@@ -338,13 +385,22 @@ void WorkerAgent::ShipLogs() {
 void WorkerAgent::Launch(const v1::LaunchOrder& order) {
   RankKey key = KeyOf(order.job_id(), order.attempt(), order.rank());
   if (supervisor_.Has(key)) return;  // a repeated order
-  std::filesystem::path dir = std::filesystem::path(options_.work_dir) /
-                              absl::StrCat("job-", order.job_id()) /
-                              absl::StrCat("attempt-", order.attempt());
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  // The attempt's directory, walked from the work dir's descriptor without
+  // following a symlink. When that fails, nothing is written under it (not
+  // even the log line saying why): the coordinator hears the reason.
+  absl::StatusOr<ScopedFd> attempt_dir =
+      OpenAttemptDir(options_.work_dir, order.job_id(), order.attempt());
+  if (!attempt_dir.ok()) {
+    const std::string why(attempt_dir.status().message());
+    supervisor_.Refuse(key, why);
+    spdlog::error("job {} attempt {} rank {}: not launched: {}", order.job_id(),
+                  order.attempt(), order.rank(), why);
+    return;
+  }
+  const std::string dir = absl::StrCat(options_.work_dir, "/job-", order.job_id(),
+                                       "/attempt-", order.attempt());
   ProcessSpec spec;
-  spec.log_path = (dir / absl::StrCat("rank-", order.rank(), ".log")).string();
+  spec.log_path = absl::StrCat(dir, "/rank-", order.rank(), ".log");
   // Who the rank runs as, what it may read and write, its environment: a rank
   // that fails these checks never starts, and its log and the coordinator say why.
   absl::StatusOr<std::optional<Account>> account =
@@ -353,10 +409,6 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
       CheckTrainerPaths(options_, order.trainer());
   absl::StatusOr<std::vector<std::string>> rank_env = RankEnv(order);
   absl::Status refused;
-  if (ec) {
-    refused = absl::InternalError(
-        absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
-  }
   for (const absl::Status& s : {account.status(), trainer.status(), rank_env.status()}) {
     if (refused.ok()) refused = s;
   }
@@ -377,54 +429,56 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
                absl::StrCat("--rank=", order.rank()),
                absl::StrCat("--world-size=", order.world_size()),
                absl::StrCat("--local-rank=", order.local_rank())};
+  absl::Status s;
   if (!order.credential().empty()) {
     // argv is world-readable (/proc/PID/cmdline): the credential goes in a
     // file only this user can read, which the trainer removes once read.
     // It lies in a directory of its own that belongs to the rank's account,
     // so that the trainer can remove it; the attempt's directory stays the
     // worker's.
-    absl::StatusOr<std::string> path =
-        WriteCredentialFile(dir / absl::StrCat("rank-", order.rank(), ".private"),
-                            order.credential(), spec.run_as);
-    if (path.ok()) {
-      spec.argv.push_back(absl::StrCat("--credential-file=", *path));
+    const std::string private_dir = absl::StrCat("rank-", order.rank(), ".private");
+    s = WriteCredentialAt(attempt_dir->get(), private_dir, order.credential(),
+                          spec.run_as);
+    if (s.ok()) {
+      spec.argv.push_back(
+          absl::StrCat("--credential-file=", dir, "/", private_dir, "/credential"));
     } else {
-      ec = std::error_code(EIO, std::generic_category());
-      spdlog::error("job {} rank {}: {}", order.job_id(), order.rank(),
-                    path.status().ToString());
+      s = absl::InternalError(absl::StrCat("cannot write the credential file of rank ",
+                                           order.rank(), " under ", dir, ": ",
+                                           s.message()));
     }
   }
   for (std::string& flag : TrainerConfigToFlags(*trainer)) {
     spec.argv.push_back(std::move(flag));
   }
-  spec.env = {absl::StrCat("RANK=", order.rank()),
-              absl::StrCat("WORLD_SIZE=", order.world_size()),
-              absl::StrCat("LOCAL_RANK=", order.local_rank()),
-              absl::StrCat("TESSERA_JOB_ID=", order.job_id()),
-              absl::StrCat("TESSERA_ATTEMPT=", order.attempt())};
+  std::vector<std::string> tessera_env = {
+      absl::StrCat("RANK=", order.rank()),
+      absl::StrCat("WORLD_SIZE=", order.world_size()),
+      absl::StrCat("LOCAL_RANK=", order.local_rank()),
+      absl::StrCat("TESSERA_JOB_ID=", order.job_id()),
+      absl::StrCat("TESSERA_ATTEMPT=", order.attempt())};
   if (!options_.tls_ca_file.empty()) {
     // The trainer's channel trusts what the worker's does (see trainer/main.cc).
-    spec.env.push_back(absl::StrCat("TESSERA_TRAINER_TLS_CA=", options_.tls_ca_file));
-    spec.env.push_back(
+    tessera_env.push_back(absl::StrCat("TESSERA_TRAINER_TLS_CA=", options_.tls_ca_file));
+    tessera_env.push_back(
         absl::StrCat("TESSERA_TRAINER_TLS_SERVER_NAME=", options_.tls_server_name));
   }
   if (options_.gpus > 0) {
     // Local rank i sees its GPU as cuda:i.
     std::vector<int32_t> gpus(order.local_slots().begin(), order.local_slots().end());
     if (gpus.empty()) gpus.push_back(order.slot());
-    spec.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(gpus, ",")));
+    tessera_env.push_back(
+        absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(gpus, ",")));
   } else {
     // Never let a CPU slot's rank pick up a GPU by accident.
-    spec.env.push_back("CUDA_VISIBLE_DEVICES=");
+    tessera_env.push_back("CUDA_VISIBLE_DEVICES=");
   }
-  for (std::string& entry : *rank_env) spec.env.push_back(std::move(entry));
-  absl::Status s;
-  if (ec) {
-    s = absl::InternalError(absl::StrCat("cannot write the credential file of rank ",
-                                         order.rank(), " under ", dir.string()));
-    supervisor_.Refuse(key, std::string(s.message()));
-  } else {
+  spec.env = RankEnvironment(options_, spec.run_as ? *spec.run_as : WorkerAccount(),
+                             tessera_env, *rank_env, ::getenv);
+  if (s.ok()) {
     s = supervisor_.Start(key, spec);
+  } else {
+    supervisor_.Refuse(key, std::string(s.message()));
   }
   if (!s.ok()) {
     AppendLine(spec.log_path,
@@ -458,6 +512,15 @@ void WorkerAgent::WaitFor(absl::Duration d) {
 void WorkerAgent::Run() {
   // Ready means supervising; reaching the coordinator may take longer.
   notifier_.Ready("supervising ranks; coordinator " + options_.coordinator);
+  if (!options_.state_dir.empty()) {
+    absl::StatusOr<std::string> kept =
+        LoadWorkerCredential(options_.state_dir, options_.name);
+    if (kept.ok()) {
+      credential_ = *kept;
+    } else {
+      spdlog::error("cannot read this worker's credential: {}", kept.status().ToString());
+    }
+  }
   absl::Duration backoff = options_.initial_backoff;
   int failures = 0;
   while (!stop_.HasBeenNotified()) {
@@ -472,11 +535,17 @@ void WorkerAgent::Run() {
       WaitFor(heartbeat_interval_);
       continue;
     }
-    if (absl::IsNotFound(s) || absl::IsAborted(s)) {
+    if (epoch_ != 0 &&
+        (absl::IsNotFound(s) || absl::IsAborted(s) || absl::IsPermissionDenied(s))) {
       spdlog::warn("coordinator dropped our session ({}); registering again",
                    std::string(s.message()));
       epoch_ = 0;
       continue;
+    }
+    if (epoch_ == 0 && absl::IsPermissionDenied(s)) {
+      // Another worker holds this name (or this one lost its credential):
+      // the name is free again once the coordinator declares that one dead.
+      spdlog::error("coordinator refused the registration: {}", std::string(s.message()));
     }
     ++failures;
     spdlog::warn(

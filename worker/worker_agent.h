@@ -11,16 +11,26 @@
 // runs. A worker running as root runs each rank as the unix account named by
 // the job's owner (AccountForRank), never as root unless
 // WorkerOptions::allow_root_jobs; it refuses a rank whose data or checkpoint
-// directory resolves outside the operator's roots (CheckTrainerPaths), and puts
-// the spec's env entries in the trainer's environment (no shell is involved
-// anywhere). A refused rank is reported to the coordinator as exited with code
-// 127 and the reason. A worker not running as root runs every rank as itself.
+// directory resolves outside the operator's roots (CheckTrainerPaths). The
+// rank's environment is built from an allowlist (RankEnvironment): nothing of
+// the worker's own passes but what the operator names, and the spec's env
+// names are checked again (no shell is involved anywhere). Its directories in
+// the work dir are created through directory descriptors and never through a
+// symlink (work_dir.h). A refused rank is reported to the coordinator as
+// exited with code 127 and the reason. A worker not running as root runs every
+// rank as itself.
+//
+// Identity: the first registration, with the join token, brings the worker a
+// credential of its own (coordinator/core/worker_identity.h); the agent keeps
+// it in WorkerOptions::state_dir (credential_file.h) and sends it on every
+// later call, so that it gets its name back at once after a restart.
 //
 // Thread-safety: Run() blocks on the calling thread until Stop(); Stop() may be
 // called from any thread.
 #ifndef TESSERA_WORKER_WORKER_AGENT_H_
 #define TESSERA_WORKER_WORKER_AGENT_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -48,8 +58,17 @@ struct WorkerOptions {
   // GPUs on this node; when positive the worker offers one slot per GPU and
   // sets CUDA_VISIBLE_DEVICES for its ranks. main.cc fills it from the probe.
   int gpus = 0;
-  // Per-rank logs go under this directory.
-  std::string work_dir = "tessera-work";
+  // Per-rank logs and credential files go under this directory, which must
+  // belong to the worker's user and not be writable by group or others
+  // (created 0711 when missing).
+  std::string work_dir = "/var/lib/tessera-worker/work";
+  // The worker's own credential is kept here (worker-NAME.credential, 0600);
+  // the same rules as for work_dir. Empty: kept in memory only.
+  std::string state_dir = "/var/lib/tessera-worker";
+  // Names of the worker's environment variables that its ranks get too,
+  // besides LANG, LC_ALL and TZ (e.g. LD_LIBRARY_PATH for a CUDA install, or
+  // NCCL_SOCKET_IFNAME). Nothing else of the worker's environment passes.
+  std::vector<std::string> pass_env;
   // tessera-train executable. main.cc defaults it to the one next to tessera-worker.
   std::string trainer_path;
   // Deadline of each register/heartbeat call.
@@ -116,6 +135,24 @@ absl::StatusOr<std::optional<Account>> AccountForRank(const WorkerOptions& optio
 // coordinator checked them at submit): refused names are an error.
 absl::StatusOr<std::vector<std::string>> RankEnv(const tessera::v1::LaunchOrder& order);
 
+// Every rank's PATH.
+inline constexpr char kRankPath[] = "/usr/local/bin:/usr/bin:/bin";
+
+// A rank's whole environment, sorted by name: PATH (kRankPath); HOME, USER
+// and LOGNAME of `account`; LANG, LC_ALL, TZ and options.pass_env where the
+// worker's environment has them (read through `lookup`, getenv in
+// production); then `tessera` (the names the worker sets: RANK, TESSERA_*,
+// CUDA_VISIBLE_DEVICES, ...), then `spec` (RankEnv), each entry replacing one
+// of the same name before it.
+std::vector<std::string> RankEnvironment(
+    const WorkerOptions& options, const Account& account,
+    const std::vector<std::string>& tessera, const std::vector<std::string>& spec,
+    const std::function<const char*(const char*)>& lookup);
+
+// The account the worker itself runs as (for the environment of ranks that
+// run as the worker).
+Account WorkerAccount();
+
 class WorkerAgent {
  public:
   // `launcher` and `cgroups` are not owned; `cgroups` may be null (process
@@ -147,6 +184,9 @@ class WorkerAgent {
   Supervisor supervisor_;
   absl::Notification stop_;
   int64_t epoch_ = 0;  // 0: not registered
+  // This worker's own credential (empty until issued); read from the state
+  // dir when Run() starts.
+  std::string credential_;
   struct LogShipper {
     std::string path;
     int64_t offset = 0;  // bytes the coordinator has

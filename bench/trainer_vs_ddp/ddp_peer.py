@@ -15,6 +15,12 @@ size when it differs) per batch the way tessera's BatchLoader does.
 
 Prints one JSON line per rank: images/s over the timed steps (per rank) and the
 mean step time. Run with Debian's /usr/bin/python3 (python3-torch).
+
+The defaults mirror tessera's model op for op (run.sh, PyTorch 1.13). With
+--attention sdpa --fused-adamw it is instead the peer a PyTorch 2.x user would
+write (run_torch26.sh): attention through F.scaled_dot_product_attention and
+AdamW(fused=True), or AdamW(foreach=True) where this PyTorch has no fused
+kernel for the device; the JSON line says which ran.
 """
 
 import argparse
@@ -45,18 +51,24 @@ def make_linear(fan_in, fan_out):
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, dim, heads, dropout):
+    def __init__(self, dim, heads, dropout, sdpa=False):
         super().__init__()
         self.heads = heads
         self.scale = 1.0 / math.sqrt(dim // heads)
         self.qkv = make_linear(dim, 3 * dim)
         self.proj = make_linear(dim, dim)
         self.attn_dropout = nn.Dropout(dropout)
+        self.sdpa = sdpa
 
     def forward(self, x):
         batch, tokens, dim = x.shape
         heads, head_dim = self.heads, dim // self.heads
         qkv = self.qkv(x).reshape(batch, tokens, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+        if self.sdpa:
+            q, k, v = qkv.unbind(0)
+            context = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.attn_dropout.p if self.training else 0.0)
+            return self.proj(context.transpose(1, 2).reshape(batch, tokens, dim))
         q = qkv[0].reshape(batch * heads, tokens, head_dim)
         k = qkv[1].reshape(batch * heads, tokens, head_dim)
         v = qkv[2].reshape(batch * heads, tokens, head_dim)
@@ -68,10 +80,10 @@ class SelfAttention(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    def __init__(self, dim, heads, mlp_dim, dropout, eps):
+    def __init__(self, dim, heads, mlp_dim, dropout, eps, sdpa=False):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=eps)
-        self.attention = SelfAttention(dim, heads, dropout)
+        self.attention = SelfAttention(dim, heads, dropout, sdpa)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.fc1 = make_linear(dim, mlp_dim)
         self.fc2 = make_linear(mlp_dim, dim)
@@ -86,7 +98,7 @@ class EncoderBlock(nn.Module):
 
 class VisionTransformer(nn.Module):
     def __init__(self, image_size, patch, channels, classes, dim, depth, heads, mlp_dim,
-                 dropout=0.0, eps=1e-6):
+                 dropout=0.0, eps=1e-6, sdpa=False):
         super().__init__()
         patches = (image_size // patch) ** 2
         self.patch_embedding = nn.Conv2d(channels, dim, patch, stride=patch)
@@ -94,7 +106,7 @@ class VisionTransformer(nn.Module):
         self.position_embedding = nn.Parameter(torch.randn(1, patches + 1, dim) * 0.02)
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.Sequential(
-            *[EncoderBlock(dim, heads, mlp_dim, dropout, eps) for _ in range(depth)])
+            *[EncoderBlock(dim, heads, mlp_dim, dropout, eps, sdpa) for _ in range(depth)])
         self.norm = nn.LayerNorm(dim, eps=eps)
         self.head = nn.Linear(dim, classes)
         with torch.no_grad():
@@ -138,6 +150,10 @@ def main():
     parser.add_argument("--channels", type=int, default=1)
     parser.add_argument("--data-size", type=int, default=28)
     parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--attention", choices=("baddbmm", "sdpa"), default="baddbmm",
+                        help="baddbmm: tessera's ops; sdpa: F.scaled_dot_product_attention")
+    parser.add_argument("--fused-adamw", action="store_true",
+                        help="AdamW(fused=True), else foreach=True where unsupported")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -146,16 +162,25 @@ def main():
     image_size, patch, dim, depth, heads, mlp_dim = PRESETS[args.model]
     torch.manual_seed(args.seed)
     model = VisionTransformer(image_size, patch, args.channels, args.classes, dim, depth,
-                              heads, mlp_dim)
+                              heads, mlp_dim, sdpa=args.attention == "sdpa")
     ddp = DistributedDataParallel(model)  # defaults: bucket_cap_mb=25, broadcast
 
     decayed, not_decayed = [], []
     for name, p in model.named_parameters():
         token = name in ("class_token", "position_embedding")
         (not_decayed if p.dim() <= 1 or token else decayed).append(p)
-    optimizer = torch.optim.AdamW(
-        [{"params": decayed, "weight_decay": 0.05},
-         {"params": not_decayed, "weight_decay": 0.0}], lr=args.lr)
+    groups = [{"params": decayed, "weight_decay": 0.05},
+              {"params": not_decayed, "weight_decay": 0.0}]
+    adamw = "for-loop"
+    if args.fused_adamw:
+        try:
+            optimizer = torch.optim.AdamW(groups, lr=args.lr, fused=True)
+            adamw = "fused"
+        except (RuntimeError, TypeError):  # no fused kernel for this device here
+            optimizer = torch.optim.AdamW(groups, lr=args.lr, foreach=True)
+            adamw = "foreach"
+    else:
+        optimizer = torch.optim.AdamW(groups, lr=args.lr)
 
     generator = torch.Generator().manual_seed(args.seed)
     pixels = torch.randint(0, 256, (args.train_size, args.channels, args.data_size,
@@ -203,6 +228,8 @@ def main():
         "step_ms": 1000.0 * step_seconds / args.steps,
         "mean_loss": final_loss,
         "torch": torch.__version__,
+        "attention": args.attention,
+        "adamw": adamw,
     }), flush=True)
     dist.destroy_process_group()
 

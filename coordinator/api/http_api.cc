@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/job_state.h"
+#include "common/tls.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -133,8 +134,13 @@ absl::StatusOr<JobFilter> ParseJobFilter(const HttpRequest& request, int default
   if (!s.ok()) return s;
   s = IntParam(request, "sweep", 0, INT64_MAX, &sweep);
   if (!s.ok()) return s;
+  int64_t before = 0;
+  s = IntParam(request, "before_id", 0, INT64_MAX, &before);
+  if (!s.ok()) return s;
   filter.limit = static_cast<int32_t>(limit);
   filter.sweep_id = sweep;
+  filter.before_id = before;
+  if (const std::string* owner = QueryParam(request, "owner")) filter.owner = *owner;
   return filter;
 }
 
@@ -183,11 +189,57 @@ class StreamWriter {
     last_write_ = absl::Now();
     return sink_.Write(": keepalive\n\n");
   }
+  // Waits until `changes` moves past `seen` (updated) or `refresh` passes,
+  // asking the sink every `recheck` whether the stream may go on (its token
+  // may have been revoked). False when it may not.
+  bool Wait(const ChangeNotifier& changes, uint64_t& seen, absl::Duration refresh,
+            absl::Duration recheck) {
+    const absl::Time until = absl::Now() + refresh;
+    while (true) {
+      const uint64_t now_seen =
+          changes.WaitForChange(seen, std::min(recheck, until - absl::Now()));
+      if (!sink_.Open()) return false;
+      if (now_seen != seen || changes.closed() || absl::Now() >= until) {
+        seen = now_seen;
+        return true;
+      }
+    }
+  }
 
  private:
   EventSink& sink_;
   const absl::Duration keepalive_;
   absl::Time last_write_;
+};
+
+// Passes writes through; Open() turns false for good once `authorization` no
+// longer authenticates a user. The Authenticator reads the store for it when
+// its cached record is older than `max_age`.
+class RevocableSink : public EventSink {
+ public:
+  RevocableSink(EventSink& sink, Authenticator* auth, std::string authorization,
+                absl::Duration max_age)
+      : sink_(sink),
+        auth_(auth),
+        authorization_(std::move(authorization)),
+        max_age_(max_age) {}
+  bool Write(std::string_view data) override { return open_ && sink_.Write(data); }
+  bool Open() override {
+    // A store that fails to answer does not end the stream; a revoked or
+    // deleted token does.
+    if (open_ &&
+        absl::IsUnauthenticated(auth_->Recheck(authorization_, kUserToken, max_age_))) {
+      open_ = false;
+    }
+    return open_ && sink_.Open();
+  }
+
+ private:
+  EventSink& sink_;
+  Authenticator* const auth_;  // Not owned.
+  const std::string authorization_;
+  const absl::Duration max_age_;
+  bool open_ = true;
 };
 
 }  // namespace
@@ -214,7 +266,8 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) const {
   return NoRoute(request.path);
 }
 
-absl::Status HttpApi::Authorize(const HttpRequest& request, bool header_only) const {
+absl::StatusOr<Caller> HttpApi::Authorize(const HttpRequest& request,
+                                          bool header_only) const {
   std::string authorization = HeaderValue(request, "authorization");
   if (options_.auth == nullptr || !options_.auth->enabled()) {
     // Without authentication a change still needs the header: cross-site
@@ -223,7 +276,7 @@ absl::Status HttpApi::Authorize(const HttpRequest& request, bool header_only) co
       return absl::UnauthenticatedError(
           "this request changes state and needs an 'Authorization: Bearer TOKEN' header");
     }
-    return absl::OkStatus();
+    return Caller::Admin("anonymous");
   }
   if (authorization.empty() && !header_only) {
     const std::string cookie = CookieValue(request, kSessionCookie);
@@ -236,7 +289,7 @@ absl::Status HttpApi::Authorize(const HttpRequest& request, bool header_only) co
                     : "sign in: send 'Authorization: Bearer TOKEN' with a user token "
                       "(tessera-coordinator token create --kind user)");
   }
-  return options_.auth->Authenticate(authorization, kUserToken).status();
+  return options_.auth->AuthenticateUser(authorization);
 }
 
 HttpResponse HttpApi::HandleSession(const HttpRequest& request) const {
@@ -244,17 +297,21 @@ HttpResponse HttpApi::HandleSession(const HttpRequest& request) const {
     HttpResponse r;
     r.body = "{}";
     r.headers["Set-Cookie"] = absl::StrCat(
-        kSessionCookie, "=; Path=/api/; HttpOnly; SameSite=Strict; Max-Age=0");
+        kSessionCookie, "=; Path=/api/; HttpOnly; SameSite=Strict; Max-Age=0",
+        options_.secure_cookies ? "; Secure" : "");
     return r;
   }
   if (request.method != "POST") return MethodNotAllowed("POST, DELETE");
-  absl::Status allowed = Authorize(request, /*header_only=*/true);
-  if (!allowed.ok()) return Error(allowed);
+  absl::StatusOr<Caller> allowed = Authorize(request, /*header_only=*/true);
+  if (!allowed.ok()) return Error(allowed.status());
   const std::string authorization = HeaderValue(request, "authorization");
   absl::string_view token = authorization;
   if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty()) {
     return Error(absl::InvalidArgumentError("authorization: expected 'Bearer TOKEN'"));
   }
+  // A token may end in the coordinator's certificate pin (common/tls.h); the
+  // pin is public and only the part before it authenticates.
+  token = token.substr(0, token.find(kTokenPinSeparator));
   // Token text is [A-Za-z0-9_]; anything else could break the header.
   for (char c : token) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') {
@@ -266,7 +323,8 @@ HttpResponse HttpApi::HandleSession(const HttpRequest& request) const {
   // The page's event streams cannot send headers, so reads may use this
   // cookie; changes still need the header.
   r.headers["Set-Cookie"] =
-      absl::StrCat(kSessionCookie, "=", token, "; Path=/api/; HttpOnly; SameSite=Strict");
+      absl::StrCat(kSessionCookie, "=", token, "; Path=/api/; HttpOnly; SameSite=Strict",
+                   options_.secure_cookies ? "; Secure" : "");
   return r;
 }
 
@@ -277,16 +335,17 @@ HttpResponse HttpApi::HandleApi(const HttpRequest& request) const {
     return NoRoute(request.path);
   }
   if (parts.size() == 3 && parts[2] == "session") return HandleSession(request);
-  if (absl::Status allowed = Authorize(request, /*header_only=*/request.method != "GET");
-      !allowed.ok()) {
-    return Error(allowed);
+  absl::StatusOr<Caller> caller =
+      Authorize(request, /*header_only=*/request.method != "GET");
+  if (!caller.ok()) return Error(caller.status());
+  if (parts[2] == "stream") {
+    return EndStreamOnRevocation(request, HandleStream(request, *caller));
   }
-  if (parts[2] == "stream") return HandleStream(request);
-  if (parts[2] == "sweeps") return HandleSweeps(request);
+  if (parts[2] == "sweeps") return HandleSweeps(request, *caller);
   if (parts[2] == "workers" && parts.size() == 3) {
     if (request.method != "GET") return MethodNotAllowed("GET");
     v1::ListWorkersResponse resp;
-    for (auto& w : manager_->ListWorkers()) *resp.add_workers() = std::move(w);
+    for (auto& w : manager_->ListWorkers(*caller)) *resp.add_workers() = std::move(w);
     return Json(resp);
   }
   if (parts[2] != "jobs") return NoRoute(request.path);
@@ -294,10 +353,11 @@ HttpResponse HttpApi::HandleApi(const HttpRequest& request) const {
     if (request.method != "GET") return MethodNotAllowed("GET");
     absl::StatusOr<JobFilter> filter = ParseJobFilter(request, 0);
     if (!filter.ok()) return Error(filter.status());
-    absl::StatusOr<std::vector<v1::Job>> jobs = manager_->ListJobs(*filter);
+    absl::StatusOr<JobList> jobs = manager_->ListJobs(*caller, *filter);
     if (!jobs.ok()) return Error(jobs.status());
     v1::ListJobsResponse resp;
-    for (auto& j : *jobs) *resp.add_jobs() = std::move(j);
+    for (auto& j : jobs->jobs) *resp.add_jobs() = std::move(j);
+    resp.set_next_before_id(jobs->next_before_id);
     return Json(resp);
   }
   int64_t id = 0;
@@ -305,18 +365,19 @@ HttpResponse HttpApi::HandleApi(const HttpRequest& request) const {
     return Error(absl::InvalidArgumentError(
         absl::StrCat("bad job id '", parts[3].substr(0, 32), "'")));
   }
-  if (parts.size() == 4) return HandleJob(request, id, "");
+  if (parts.size() == 4) return HandleJob(request, *caller, id, "");
   if (parts.size() == 5) {
-    return HandleJob(request, id, std::string_view(parts[4].data(), parts[4].size()));
+    return HandleJob(request, *caller, id,
+                     std::string_view(parts[4].data(), parts[4].size()));
   }
   return NoRoute(request.path);
 }
 
-HttpResponse HttpApi::HandleJob(const HttpRequest& request, int64_t id,
-                                std::string_view action) const {
+HttpResponse HttpApi::HandleJob(const HttpRequest& request, const Caller& caller,
+                                int64_t id, std::string_view action) const {
   if (action == "cancel") {
     if (request.method != "POST") return MethodNotAllowed("POST");
-    absl::StatusOr<v1::JobState> state = manager_->CancelJob(id);
+    absl::StatusOr<v1::JobState> state = manager_->CancelJob(caller, id);
     if (!state.ok()) return Error(state.status());
     v1::CancelJobResponse resp;
     resp.set_state(*state);
@@ -324,7 +385,7 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, int64_t id,
   }
   if (request.method != "GET") return MethodNotAllowed("GET");
   if (action.empty()) {
-    absl::StatusOr<v1::Job> job = manager_->GetJob(id);
+    absl::StatusOr<v1::Job> job = manager_->GetJob(caller, id);
     if (!job.ok()) return Error(job.status());
     return Json(*job);
   }
@@ -339,7 +400,7 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, int64_t id,
     if (!s.ok()) return Error(s);
     q.set_after_step(after);
     q.set_limit(static_cast<int32_t>(limit));
-    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(q);
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(caller, q);
     if (!points.ok()) return Error(points.status());
     v1::GetMetricsResponse resp;
     for (auto& p : *points) *resp.add_points() = std::move(p);
@@ -360,7 +421,7 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, int64_t id,
     q.set_offset(offset);
     q.set_max_bytes(static_cast<int32_t>(max_bytes));
     q.set_tail_bytes(tail);
-    absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(q);
+    absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(caller, q);
     if (!logs.ok()) return Error(logs.status());
     // Log bytes are shown as text: invalid UTF-8 is replaced, not rejected.
     nlohmann::json out = {{"data", logs->data()},
@@ -375,13 +436,14 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, int64_t id,
   return NoRoute(request.path);
 }
 
-HttpResponse HttpApi::HandleSweeps(const HttpRequest& request) const {
+HttpResponse HttpApi::HandleSweeps(const HttpRequest& request,
+                                   const Caller& caller) const {
   if (sweeps_ == nullptr) return NoRoute(request.path);
   std::vector<absl::string_view> parts =
       absl::StrSplit(request.path, '/', absl::SkipEmpty());
   if (parts.size() == 3) {
     if (request.method != "GET") return MethodNotAllowed("GET");
-    absl::StatusOr<std::vector<v1::Sweep>> sweeps = sweeps_->List();
+    absl::StatusOr<std::vector<v1::Sweep>> sweeps = sweeps_->List(caller);
     if (!sweeps.ok()) return Error(sweeps.status());
     v1::ListSweepsResponse resp;
     for (auto& s : *sweeps) *resp.add_sweeps() = std::move(s);
@@ -394,7 +456,7 @@ HttpResponse HttpApi::HandleSweeps(const HttpRequest& request) const {
   }
   if (parts.size() == 5 && parts[4] == "cancel") {
     if (request.method != "POST") return MethodNotAllowed("POST");
-    absl::StatusOr<v1::SweepState> state = sweeps_->Cancel(id);
+    absl::StatusOr<v1::SweepState> state = sweeps_->Cancel(caller, id);
     if (!state.ok()) return Error(state.status());
     v1::CancelSweepResponse resp;
     resp.set_state(*state);
@@ -402,16 +464,48 @@ HttpResponse HttpApi::HandleSweeps(const HttpRequest& request) const {
   }
   if (request.method != "GET") return MethodNotAllowed("GET");
   if (parts.size() == 4) {
-    absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(id);
+    absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(caller, id);
     if (!sweep.ok()) return Error(sweep.status());
     return Json(*sweep);
   }
   if (parts.size() == 5 && parts[4] == "report") {
-    absl::StatusOr<v1::SweepReport> report = sweeps_->Report(id);
+    absl::StatusOr<v1::SweepReport> report = sweeps_->Report(caller, id);
     if (!report.ok()) return Error(report.status());
     return Json(*report);
   }
   return NoRoute(request.path);
+}
+
+std::optional<HttpResponse> HttpApi::Admit(const HttpRequest& head) const {
+  if (!absl::StartsWith(head.path, "/api/")) {
+    // /healthz and the dashboard's files take no body.
+    if (head.method != "GET" && head.method != "HEAD") return MethodNotAllowed("GET");
+    return std::nullopt;
+  }
+  absl::StatusOr<Caller> caller = Authorize(head, /*header_only=*/head.method != "GET");
+  if (!caller.ok()) return Error(caller.status());
+  return std::nullopt;
+}
+
+HttpResponse HttpApi::EndStreamOnRevocation(const HttpRequest& request,
+                                            HttpResponse response) const {
+  if (!response.stream || options_.auth == nullptr || !options_.auth->enabled()) {
+    return response;
+  }
+  // The credential the request was authorized with: the header, else the
+  // session cookie (as Authorize takes it for reads).
+  std::string authorization = HeaderValue(request, "authorization");
+  if (authorization.empty()) {
+    const std::string cookie = CookieValue(request, kSessionCookie);
+    if (!cookie.empty()) authorization = "Bearer " + cookie;
+  }
+  response.stream = [inner = std::move(response.stream), auth = options_.auth,
+                     authorization = std::move(authorization),
+                     max_age = options_.stream_auth_recheck](EventSink& sink) {
+    RevocableSink guarded(sink, auth, authorization, max_age);
+    inner(guarded);
+  };
+  return response;
 }
 
 HttpResponse HttpApi::StartStream(std::function<void(EventSink&)> body) const {
@@ -433,7 +527,8 @@ HttpResponse HttpApi::StartStream(std::function<void(EventSink&)> body) const {
   return r;
 }
 
-HttpResponse HttpApi::HandleStream(const HttpRequest& request) const {
+HttpResponse HttpApi::HandleStream(const HttpRequest& request,
+                                   const Caller& caller) const {
   if (request.method != "GET") return MethodNotAllowed("GET");
   std::vector<absl::string_view> parts =
       absl::StrSplit(request.path, '/', absl::SkipEmpty());
@@ -442,10 +537,11 @@ HttpResponse HttpApi::HandleStream(const HttpRequest& request) const {
     absl::StatusOr<JobFilter> filter = ParseJobFilter(request, kStreamJobLimit);
     if (!filter.ok()) return Error(filter.status());
     JobFilter f = *filter;
-    return StartStream([this, f](EventSink& sink) { StreamJobs(sink, f); });
+    return StartStream(
+        [this, caller, f](EventSink& sink) { StreamJobs(sink, caller, f); });
   }
   if (parts.size() == 4 && parts[3] == "workers") {
-    return StartStream([this](EventSink& sink) { StreamWorkers(sink); });
+    return StartStream([this, caller](EventSink& sink) { StreamWorkers(sink, caller); });
   }
   if (parts.size() == 5 && (parts[3] == "jobs" || parts[3] == "sweeps")) {
     int64_t id = 0;
@@ -455,80 +551,79 @@ HttpResponse HttpApi::HandleStream(const HttpRequest& request) const {
     }
     if (parts[3] == "jobs") {
       // Unknown ids are 404 before the stream starts.
-      absl::Status exists = manager_->GetJob(id).status();
+      absl::Status exists = manager_->CheckVisible(caller, id);
       if (!exists.ok()) return Error(exists);
-      return StartStream([this, id](EventSink& sink) { StreamJob(sink, id); });
+      return StartStream(
+          [this, caller, id](EventSink& sink) { StreamJob(sink, caller, id); });
     }
     if (sweeps_ == nullptr) return NoRoute(request.path);
-    absl::Status exists = sweeps_->Get(id).status();
+    absl::Status exists = sweeps_->Get(caller, id).status();
     if (!exists.ok()) return Error(exists);
-    return StartStream([this, id](EventSink& sink) { StreamSweep(sink, id); });
+    return StartStream(
+        [this, caller, id](EventSink& sink) { StreamSweep(sink, caller, id); });
   }
   return NoRoute(request.path);
 }
 
-void HttpApi::StreamJobs(EventSink& sink, JobFilter filter) const {
+void HttpApi::StreamJobs(EventSink& sink, const Caller& caller, JobFilter filter) const {
   ChangeNotifier& changes = manager_->changes();
   StreamWriter out(sink, options_.keepalive);
   std::string last;
   uint64_t seen = changes.version();
   while (!changes.closed()) {
-    absl::StatusOr<std::vector<v1::Job>> jobs = manager_->ListJobs(filter);
+    absl::StatusOr<JobList> jobs = manager_->ListJobs(caller, filter);
     if (jobs.ok()) {
       v1::ListJobsResponse resp;
-      for (auto& j : *jobs) {
-        j.clear_spec_yaml();  // the list needs no spec text
-        *resp.add_jobs() = std::move(j);
-      }
+      for (auto& j : jobs->jobs) *resp.add_jobs() = std::move(j);
       if (!out.SendIfChanged("jobs", ToJson(resp), last)) return;
     }
     if (!out.KeepAliveIfIdle()) return;
-    seen = changes.WaitForChange(seen, options_.refresh);
+    if (!out.Wait(changes, seen, options_.refresh, options_.stream_auth_recheck)) return;
     absl::SleepFor(kCoalesce);
   }
 }
 
-void HttpApi::StreamWorkers(EventSink& sink) const {
+void HttpApi::StreamWorkers(EventSink& sink, const Caller& caller) const {
   ChangeNotifier& changes = manager_->changes();
   StreamWriter out(sink, options_.keepalive);
   std::string last;
   uint64_t seen = changes.version();
   while (!changes.closed()) {
     v1::ListWorkersResponse resp;
-    for (auto& w : manager_->ListWorkers()) *resp.add_workers() = std::move(w);
+    for (auto& w : manager_->ListWorkers(caller)) *resp.add_workers() = std::move(w);
     if (!out.SendIfChanged("workers", ToJson(resp), last)) return;
     if (!out.KeepAliveIfIdle()) return;
-    seen = changes.WaitForChange(seen, options_.refresh);
+    if (!out.Wait(changes, seen, options_.refresh, options_.stream_auth_recheck)) return;
     absl::SleepFor(kCoalesce);
   }
 }
 
-void HttpApi::StreamSweep(EventSink& sink, int64_t sweep_id) const {
+void HttpApi::StreamSweep(EventSink& sink, const Caller& caller, int64_t sweep_id) const {
   ChangeNotifier& changes = manager_->changes();
   StreamWriter out(sink, options_.keepalive);
   std::string last_sweep;
   std::string last_report;
   uint64_t seen = changes.version();
   while (!changes.closed()) {
-    absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(sweep_id);
+    absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(caller, sweep_id);
     if (sweep.ok()) {
       const std::string json = ToJson(*sweep);
       // The report changes only when a point does, and costs metric queries.
       if (json != last_sweep) {
         if (!out.SendIfChanged("sweep", json, last_sweep)) return;
-        absl::StatusOr<v1::SweepReport> report = sweeps_->Report(sweep_id);
+        absl::StatusOr<v1::SweepReport> report = sweeps_->Report(caller, sweep_id);
         if (report.ok() && !out.SendIfChanged("report", ToJson(*report), last_report)) {
           return;
         }
       }
     }
     if (!out.KeepAliveIfIdle()) return;
-    seen = changes.WaitForChange(seen, options_.refresh);
+    if (!out.Wait(changes, seen, options_.refresh, options_.stream_auth_recheck)) return;
     absl::SleepFor(kCoalesce);
   }
 }
 
-void HttpApi::StreamJob(EventSink& sink, int64_t job_id) const {
+void HttpApi::StreamJob(EventSink& sink, const Caller& caller, int64_t job_id) const {
   ChangeNotifier& changes = manager_->changes();
   StreamWriter out(sink, options_.keepalive);
   std::string last_job;
@@ -548,7 +643,7 @@ void HttpApi::StreamJob(EventSink& sink, int64_t job_id) const {
   std::optional<absl::Time> ended_at;
 
   while (!changes.closed()) {
-    absl::StatusOr<v1::Job> job = manager_->GetJob(job_id);
+    absl::StatusOr<v1::Job> job = manager_->GetJob(caller, job_id);
     if (!job.ok()) return;
     if (!out.SendIfChanged("job", ToJson(*job), last_job)) return;
 
@@ -566,7 +661,7 @@ void HttpApi::StreamJob(EventSink& sink, int64_t job_id) const {
     q.set_job_id(job_id);
     q.set_after_step(floor > 0 ? floor - 1 : -1);
     q.set_limit(kStreamMetricLimit);
-    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(q);
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(caller, q);
     if (points.ok()) {
       v1::GetMetricsResponse fresh;
       for (v1::MetricPoint& p : *points) {
@@ -608,7 +703,7 @@ void HttpApi::StreamJob(EventSink& sink, int64_t job_id) const {
       } else {
         lq.set_offset(it->second);
       }
-      absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(lq);
+      absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(caller, lq);
       if (!logs.ok()) {
         logs_complete = false;
         continue;
@@ -642,7 +737,7 @@ void HttpApi::StreamJob(EventSink& sink, int64_t job_id) const {
       }
     }
     if (!out.KeepAliveIfIdle()) return;
-    seen = changes.WaitForChange(seen, options_.refresh);
+    if (!out.Wait(changes, seen, options_.refresh, options_.stream_auth_recheck)) return;
     absl::SleepFor(kCoalesce);
   }
 }

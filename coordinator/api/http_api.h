@@ -1,14 +1,15 @@
 // HttpApi: the coordinator's JSON API under /api/v1/ and the dashboard's static
 // files, as a router that is independent of the HTTP library, so it can be
 // tested and fuzzed directly. HttpServer (http_server.h) feeds it requests from
-// cpp-httplib. docs/api.md documents every route, the JSON shapes and the
+// libmicrohttpd. docs/api.md documents every route, the JSON shapes and the
 // Server-Sent Events streams.
 //
 // Streams: a route under /api/v1/stream/ answers with a `stream` function that
-// the server runs on its connection's thread; it writes events to an
-// EventSink until the client goes away, the view ends, or the coordinator
-// stops (ChangeNotifier::Close). At most Options::max_streams run at once;
-// more get 503, so open pages cannot take every HTTP thread.
+// the server runs on one of its threads; it writes events to an EventSink
+// until the client goes away, the view ends, the caller's token is revoked
+// (checked every Options::stream_auth_recheck), or the coordinator stops
+// (ChangeNotifier::Close). At most Options::max_streams run at once; more get
+// 503, so open pages cannot take every HTTP thread.
 //
 // Thread-safety: Handle() is safe from any thread (the managers are).
 #ifndef TESSERA_COORDINATOR_API_HTTP_API_H_
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -40,6 +42,9 @@ class EventSink {
  public:
   virtual ~EventSink() = default;
   virtual bool Write(std::string_view data) = 0;
+  // False once the stream must end for another reason than its client: its
+  // caller's token was revoked. Streams ask while they wait for changes.
+  virtual bool Open() { return true; }
 };
 
 struct HttpResponse {
@@ -73,6 +78,12 @@ class HttpApi {
     Authenticator* auth = nullptr;
     // Dashboard files by path ("/" is the index); nullptr when none are served.
     std::function<const StaticFile*(std::string_view path)> static_files;
+    // An open stream checks its caller's token against the store this often
+    // (not the Authenticator's cache), so a revoked token's streams end within
+    // about this long.
+    absl::Duration stream_auth_recheck = absl::Seconds(1);
+    // The listener serves HTTPS: the session cookie is marked Secure.
+    bool secure_cookies = false;
   };
 
   // Neither manager is owned; `sweeps` may be null (no sweep routes).
@@ -82,6 +93,12 @@ class HttpApi {
 
   HttpResponse Handle(const HttpRequest& request) const;
 
+  // For a request that carries a body: the answer that refuses it on its head
+  // alone (missing or bad credentials, a method that takes no body), so that
+  // HttpServer never reads an unauthenticated upload; nullopt to go on.
+  // `head` has no body yet.
+  std::optional<HttpResponse> Admit(const HttpRequest& head) const;
+
   int active_streams() const { return active_streams_.load(); }
 
  private:
@@ -89,19 +106,25 @@ class HttpApi {
   // Reads need a user token in the Authorization header or the session cookie;
   // changes (`header_only`) need it in the header, which other sites' pages
   // cannot send.
-  absl::Status Authorize(const HttpRequest& request, bool header_only) const;
+  // The calling user, from the Authorization header (or, unless
+  // `header_only`, the session cookie).
+  absl::StatusOr<Caller> Authorize(const HttpRequest& request, bool header_only) const;
   HttpResponse HandleSession(const HttpRequest& request) const;
-  HttpResponse HandleStream(const HttpRequest& request) const;
-  HttpResponse HandleJob(const HttpRequest& request, int64_t id,
+  HttpResponse HandleStream(const HttpRequest& request, const Caller& caller) const;
+  HttpResponse HandleJob(const HttpRequest& request, const Caller& caller, int64_t id,
                          std::string_view action) const;
-  HttpResponse HandleSweeps(const HttpRequest& request) const;
+  HttpResponse HandleSweeps(const HttpRequest& request, const Caller& caller) const;
   // Wraps `body` so that it counts against max_streams while it runs.
   HttpResponse StartStream(std::function<void(EventSink&)> body) const;
+  // Makes `response`'s stream, if any, end once the credential `request` came
+  // with no longer authenticates (EventSink::Open).
+  HttpResponse EndStreamOnRevocation(const HttpRequest& request,
+                                     HttpResponse response) const;
 
-  void StreamJobs(EventSink& sink, JobFilter filter) const;
-  void StreamJob(EventSink& sink, int64_t job_id) const;
-  void StreamWorkers(EventSink& sink) const;
-  void StreamSweep(EventSink& sink, int64_t sweep_id) const;
+  void StreamJobs(EventSink& sink, const Caller& caller, JobFilter filter) const;
+  void StreamJob(EventSink& sink, const Caller& caller, int64_t job_id) const;
+  void StreamWorkers(EventSink& sink, const Caller& caller) const;
+  void StreamSweep(EventSink& sink, const Caller& caller, int64_t sweep_id) const;
 
   JobManager* const manager_;   // Not owned.
   SweepManager* const sweeps_;  // Not owned; may be null.

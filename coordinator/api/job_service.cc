@@ -4,20 +4,20 @@
 
 namespace tessera {
 
-grpc::Status JobServiceImpl::CheckUser(const grpc::ServerContext& context) {
-  return ToGrpcStatus(auth_->Authenticate(AuthorizationOf(context), kUserToken).status());
+absl::StatusOr<Caller> JobServiceImpl::CallerOf(const grpc::ServerContext& context) {
+  return auth_->AuthenticateUser(AuthorizationOf(context));
 }
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
-  absl::StatusOr<std::string> user =
-      auth_->Authenticate(AuthorizationOf(*context), kUserToken);
-  if (!user.ok()) return ToGrpcStatus(user.status());
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   // The job runs as its owner on workers that run as root; without
   // authentication there is no one to name.
   JobOrigin origin;
-  if (auth_->enabled()) origin.owner = *user;
+  if (auth_->enabled()) origin.owner = caller->name;
+  origin.admin = caller->admin;
   absl::StatusOr<int64_t> id = manager_->Submit(request->spec(), request->spec_yaml(),
                                                 request->client_request_id(), origin);
   if (!id.ok()) return ToGrpcStatus(id.status());
@@ -28,22 +28,27 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
                                       const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   JobFilter filter;
   filter.state = request->state();
   filter.limit = request->limit();
   filter.sweep_id = request->sweep_id();
-  absl::StatusOr<std::vector<v1::Job>> jobs = manager_->ListJobs(filter);
+  filter.before_id = request->before_id();
+  filter.owner = request->owner();
+  absl::StatusOr<JobList> jobs = manager_->ListJobs(*caller, filter);
   if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  for (auto& job : *jobs) *response->add_jobs() = std::move(job);
+  for (auto& job : jobs->jobs) *response->add_jobs() = std::move(job);
+  response->set_next_before_id(jobs->next_before_id);
   return grpc::Status::OK;
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
                                     const v1::GetJobRequest* request,
                                     v1::GetJobResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::Job> job = manager_->GetJob(request->job_id());
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::Job> job = manager_->GetJob(*caller, request->job_id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response->mutable_job() = std::move(*job);
   return grpc::Status::OK;
@@ -52,8 +57,10 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::GetMetrics(grpc::ServerContext* context,
                                         const v1::GetMetricsRequest* request,
                                         v1::GetMetricsResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(*request);
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<std::vector<v1::MetricPoint>> points =
+      manager_->GetMetrics(*caller, *request);
   if (!points.ok()) return ToGrpcStatus(points.status());
   for (auto& p : *points) *response->add_points() = std::move(p);
   return grpc::Status::OK;
@@ -62,16 +69,18 @@ grpc::Status JobServiceImpl::GetMetrics(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* context,
                                          const v1::ListWorkersRequest*,
                                          v1::ListWorkersResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  for (auto& w : manager_->ListWorkers()) *response->add_workers() = std::move(w);
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  for (auto& w : manager_->ListWorkers(*caller)) *response->add_workers() = std::move(w);
   return grpc::Status::OK;
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
                                        const v1::CancelJobRequest* request,
                                        v1::CancelJobResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::JobState> state = manager_->CancelJob(request->job_id());
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::JobState> state = manager_->CancelJob(*caller, request->job_id());
   if (!state.ok()) return ToGrpcStatus(state.status());
   response->set_state(*state);
   return grpc::Status::OK;
@@ -80,8 +89,9 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* context,
                                      const v1::GetLogsRequest* request,
                                      v1::GetLogsResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(*request);
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(*caller, *request);
   if (!logs.ok()) return ToGrpcStatus(logs.status());
   *response = std::move(*logs);
   return grpc::Status::OK;
@@ -90,12 +100,11 @@ grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::SubmitSweep(grpc::ServerContext* context,
                                          const v1::SubmitSweepRequest* request,
                                          v1::SubmitSweepResponse* response) {
-  absl::StatusOr<std::string> user =
-      auth_->Authenticate(AuthorizationOf(*context), kUserToken);
-  if (!user.ok()) return ToGrpcStatus(user.status());
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<v1::SubmitSweepResponse> submitted =
       sweeps_->Submit(request->spec(), request->spec_yaml(), request->client_request_id(),
-                      auth_->enabled() ? *user : std::string());
+                      auth_->enabled() ? caller->name : std::string());
   if (!submitted.ok()) return ToGrpcStatus(submitted.status());
   *response = std::move(*submitted);
   return grpc::Status::OK;
@@ -104,8 +113,9 @@ grpc::Status JobServiceImpl::SubmitSweep(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::ListSweeps(grpc::ServerContext* context,
                                         const v1::ListSweepsRequest*,
                                         v1::ListSweepsResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  absl::StatusOr<std::vector<v1::Sweep>> sweeps = sweeps_->List();
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<std::vector<v1::Sweep>> sweeps = sweeps_->List(*caller);
   if (!sweeps.ok()) return ToGrpcStatus(sweeps.status());
   for (auto& s : *sweeps) *response->add_sweeps() = std::move(s);
   return grpc::Status::OK;
@@ -114,8 +124,9 @@ grpc::Status JobServiceImpl::ListSweeps(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::GetSweep(grpc::ServerContext* context,
                                       const v1::GetSweepRequest* request,
                                       v1::GetSweepResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(request->sweep_id());
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::Sweep> sweep = sweeps_->Get(*caller, request->sweep_id());
   if (!sweep.ok()) return ToGrpcStatus(sweep.status());
   *response->mutable_sweep() = std::move(*sweep);
   return grpc::Status::OK;
@@ -124,8 +135,9 @@ grpc::Status JobServiceImpl::GetSweep(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::GetSweepReport(grpc::ServerContext* context,
                                             const v1::GetSweepReportRequest* request,
                                             v1::GetSweepReportResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::SweepReport> report = sweeps_->Report(request->sweep_id());
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::SweepReport> report = sweeps_->Report(*caller, request->sweep_id());
   if (!report.ok()) return ToGrpcStatus(report.status());
   *response->mutable_report() = std::move(*report);
   return grpc::Status::OK;
@@ -134,10 +146,27 @@ grpc::Status JobServiceImpl::GetSweepReport(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::CancelSweep(grpc::ServerContext* context,
                                          const v1::CancelSweepRequest* request,
                                          v1::CancelSweepResponse* response) {
-  if (grpc::Status denied = CheckUser(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::SweepState> state = sweeps_->Cancel(request->sweep_id());
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::SweepState> state = sweeps_->Cancel(*caller, request->sweep_id());
   if (!state.ok()) return ToGrpcStatus(state.status());
   response->set_state(*state);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetShare(grpc::ServerContext* context,
+                                      const v1::GetShareRequest*,
+                                      v1::GetShareResponse* response) {
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  for (const UserShare& u : manager_->GetShare(*caller)) {
+    v1::UserShare* out = response->add_users();
+    out->set_user(u.user);
+    out->set_usage_slot_seconds(u.usage_slot_seconds);
+    out->set_factor(u.factor);
+    out->set_running_ranks(u.running_ranks);
+    out->set_queued_jobs(u.queued_jobs);
+  }
   return grpc::Status::OK;
 }
 

@@ -54,9 +54,12 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
   grpc::Status CancelSweep(grpc::ServerContext* context,
                            const tessera::v1::CancelSweepRequest* request,
                            tessera::v1::CancelSweepResponse* response) override;
+  grpc::Status GetShare(grpc::ServerContext* context, const v1::GetShareRequest* request,
+                        v1::GetShareResponse* response) override;
 
  private:
-  grpc::Status CheckUser(const grpc::ServerContext& context);
+  // The calling user, or the refusal to send back.
+  absl::StatusOr<Caller> CallerOf(const grpc::ServerContext& context);
 
   JobManager* const manager_;   // Not owned.
   SweepManager* const sweeps_;  // Not owned.

@@ -12,7 +12,7 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* context,
                                                const v1::RegisterWorkerRequest* request,
                                                v1::RegisterWorkerResponse* response) {
   if (grpc::Status denied = CheckWorker(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::RegisterWorkerResponse> result = manager_->RegisterWorker(*request);
+  absl::StatusOr<v1::RegisterWorkerResponse> result = workers_->RegisterWorker(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response = std::move(*result);
   return grpc::Status::OK;
@@ -22,7 +22,7 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
                                           const v1::HeartbeatRequest* request,
                                           v1::HeartbeatResponse* response) {
   if (grpc::Status denied = CheckWorker(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::HeartbeatResponse> result = manager_->Heartbeat(*request);
+  absl::StatusOr<v1::HeartbeatResponse> result = workers_->Heartbeat(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response = std::move(*result);
   for (v1::LaunchOrder& order : *response->mutable_launch()) {
@@ -36,7 +36,7 @@ grpc::Status WorkerServiceImpl::ShipLogs(grpc::ServerContext* context,
                                          const v1::ShipLogsRequest* request,
                                          v1::ShipLogsResponse* response) {
   if (grpc::Status denied = CheckWorker(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::ShipLogsResponse> result = manager_->ShipLogs(*request);
+  absl::StatusOr<v1::ShipLogsResponse> result = workers_->ShipLogs(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response = std::move(*result);
   return grpc::Status::OK;

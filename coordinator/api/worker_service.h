@@ -1,22 +1,24 @@
-// WorkerServiceImpl: the gRPC adapter for worker sessions (register, heartbeat)
-// over JobManager. Plain synchronous handlers.
+// WorkerServiceImpl: the gRPC adapter for worker sessions (register, heartbeat,
+// log shipping) over WorkerIdentity, which checks each worker's own credential
+// before the JobManager sees the call. Plain synchronous handlers.
 //
 // Thread-safety: safe for concurrent calls.
 #ifndef TESSERA_COORDINATOR_API_WORKER_SERVICE_H_
 #define TESSERA_COORDINATOR_API_WORKER_SERVICE_H_
 
 #include "coordinator/core/auth.h"
-#include "coordinator/core/job_manager.h"
+#include "coordinator/core/worker_identity.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 
 namespace tessera {
 
 class WorkerServiceImpl final : public tessera::v1::WorkerService::Service {
  public:
-  // Neither is owned. Every call needs a join token; launch orders carry each
+  // Neither is owned. Every call needs a join token (and, past the first
+  // registration, the worker's own credential); launch orders carry each
   // rank's trainer credential.
-  WorkerServiceImpl(JobManager* manager, Authenticator* auth)
-      : manager_(manager), auth_(auth) {}
+  WorkerServiceImpl(WorkerIdentity* workers, Authenticator* auth)
+      : workers_(workers), auth_(auth) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* context,
                               const tessera::v1::RegisterWorkerRequest* request,
@@ -31,8 +33,8 @@ class WorkerServiceImpl final : public tessera::v1::WorkerService::Service {
  private:
   grpc::Status CheckWorker(const grpc::ServerContext& context);
 
-  JobManager* const manager_;  // Not owned.
-  Authenticator* const auth_;  // Not owned.
+  WorkerIdentity* const workers_;  // Not owned.
+  Authenticator* const auth_;      // Not owned.
 };
 
 }  // namespace tessera

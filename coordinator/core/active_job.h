@@ -44,6 +44,7 @@ struct ActiveJob {
   std::vector<RankRecord> previous;
   absl::Time placed_at;          // when the current attempt was placed
   absl::Time queued_at;          // when it last entered QUEUED
+  bool owner_admin = false;      // submitted by an admin: no per-user limits
   std::vector<JobEvent> events;  // as stored, so status reads need no disk I/O
   // Per (attempt, rank): the latest moment its trainer may have started or
   // renewed its lease (placement, each launch order sent, each renewal

@@ -5,6 +5,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -52,10 +53,13 @@ absl::string_view BearerToken(absl::string_view authorization) {
 
 absl::StatusOr<std::string> CreateToken(Store& store, const Clock& clock,
                                         const std::string& kind,
-                                        const std::string& name) {
+                                        const std::string& name, bool admin) {
   if (kind != kUserToken && kind != kJoinToken) {
     return absl::InvalidArgumentError(
         absl::StrCat("token kind must be user or join, got '", kind, "'"));
+  }
+  if (admin && kind != kUserToken) {
+    return absl::InvalidArgumentError("only a user token can be an admin token");
   }
   if (name.empty() || name.size() > 128) {
     return absl::InvalidArgumentError("token name: must be 1-128 characters");
@@ -67,6 +71,7 @@ absl::StatusOr<std::string> CreateToken(Store& store, const Clock& clock,
   record.name = name;
   record.hash = Sha256(secret);
   record.created_unix_ms = absl::ToUnixMillis(clock.Now());
+  record.admin = admin;
   ASSIGN_OR_RETURN(int64_t id, store.CreateToken(record));
   return absl::StrCat("tsr_", kind, "_", id, "_", secret);
 }
@@ -92,6 +97,27 @@ absl::Status Authenticator::Reject(absl::string_view why) {
 absl::StatusOr<std::string> Authenticator::Authenticate(absl::string_view authorization,
                                                         absl::string_view kind) {
   if (!options_.enabled) return std::string("anonymous");
+  ASSIGN_OR_RETURN(TokenRecord record, Verify(authorization, kind, options_.cache_ttl));
+  return record.name;
+}
+
+absl::StatusOr<Caller> Authenticator::AuthenticateUser(absl::string_view authorization) {
+  if (!options_.enabled) return Caller::Admin("anonymous");
+  ASSIGN_OR_RETURN(TokenRecord record,
+                   Verify(authorization, kUserToken, options_.cache_ttl));
+  const bool admin = record.admin || (options_.is_admin && options_.is_admin(record.name));
+  return Caller{record.name, admin};
+}
+
+absl::Status Authenticator::Recheck(absl::string_view authorization,
+                                    absl::string_view kind, absl::Duration max_age) {
+  if (!options_.enabled) return absl::OkStatus();
+  return Verify(authorization, kind, std::min(max_age, options_.cache_ttl)).status();
+}
+
+absl::StatusOr<TokenRecord> Authenticator::Verify(absl::string_view authorization,
+                                                  absl::string_view kind,
+                                                  absl::Duration max_age) {
   if (authorization.empty()) {
     return Reject(absl::StrCat("this call needs a ", kind,
                                " token: send 'authorization: Bearer TOKEN'"));
@@ -116,7 +142,7 @@ absl::StatusOr<std::string> Authenticator::Authenticate(absl::string_view author
   {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(id);
-    if (it != cache_.end() && now - it->second.fetched < options_.cache_ttl) {
+    if (it != cache_.end() && now - it->second.fetched < max_age) {
       record = it->second.token;
     } else {
       absl::StatusOr<TokenRecord> stored = store_->GetToken(id);
@@ -133,7 +159,7 @@ absl::StatusOr<std::string> Authenticator::Authenticate(absl::string_view author
     return Reject("unknown token");
   }
   if (record.revoked) return Reject("token revoked");
-  return record.name;
+  return record;
 }
 
 std::string Authenticator::Mac(absl::string_view message) const {

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/core/caller.h"
 #include "coordinator/store/store.h"
 
 namespace tessera {
@@ -38,9 +40,11 @@ inline constexpr char kUserToken[] = "user";
 inline constexpr char kJoinToken[] = "join";
 
 // Creates and stores a token of `kind` ("user" or "join") and returns its text,
-// which is shown once and never stored.
+// which is shown once and never stored. `admin` (user tokens only) makes its
+// holder an admin, who sees and acts on every user's jobs and sweeps.
 absl::StatusOr<std::string> CreateToken(Store& store, const Clock& clock,
-                                        const std::string& kind, const std::string& name);
+                                        const std::string& kind, const std::string& name,
+                                        bool admin = false);
 
 class Authenticator {
  public:
@@ -51,6 +55,10 @@ class Authenticator {
     absl::Duration credential_lifetime = absl::Hours(72);
     // How long a verified token is trusted without reading the store again.
     absl::Duration cache_ttl = absl::Seconds(30);
+    // Whether a user token's name names an admin (for example a member of the
+    // --admin-group Unix group); tokens created with --admin always are.
+    // Unset: only --admin tokens.
+    std::function<bool(const std::string& user)> is_admin;
   };
 
   // Loads (or creates, on first start) the credential key from `store`.
@@ -67,6 +75,17 @@ class Authenticator {
   absl::StatusOr<std::string> Authenticate(absl::string_view authorization,
                                            absl::string_view kind);
 
+  // Authenticate() for a user token, as the core's Caller: its name and
+  // whether it is an admin. Every caller is an admin when authentication is off.
+  absl::StatusOr<Caller> AuthenticateUser(absl::string_view authorization);
+
+  // Authenticate() for a holder of a long-lived stream: reads the store again
+  // when the cached record of the token is older than `max_age`, so that a
+  // stream checking every `max_age` ends within about that long of the
+  // token's revocation instead of cache_ttl.
+  absl::Status Recheck(absl::string_view authorization, absl::string_view kind,
+                       absl::Duration max_age);
+
   // A credential for one rank of one attempt.
   std::string IssueTrainerCredential(int64_t job_id, int32_t attempt, int32_t rank) const;
   // Unauthenticated unless `authorization` carries a valid, unexpired trainer
@@ -80,6 +99,10 @@ class Authenticator {
  private:
   Authenticator(Store* store, const Clock* clock, Options options, std::string key);
   absl::Status Reject(absl::string_view why);
+  // Authenticate()'s work: the verified token's record.
+  // A cached record older than `max_age` is read again.
+  absl::StatusOr<TokenRecord> Verify(absl::string_view authorization,
+                                     absl::string_view kind, absl::Duration max_age);
   std::string Mac(absl::string_view message) const;
 
   Store* const store_;        // Not owned.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,35 @@ WorkerRegistryOptions RegistryOptions(const JobManagerOptions& options) {
                                .dead_after = options.worker_dead_after};
 }
 
+// Whether rank `rank` of attempt `attempt` of the active `job` is placed on
+// `worker`: in the current attempt, among earlier ranks being stopped, or lost.
+bool PlacedOn(const ActiveJob& job, int32_t attempt, int32_t rank,
+              const std::string& worker) {
+  const auto is = [&](const RankRecord& r) {
+    return r.attempt == attempt && r.rank == rank && r.worker == worker;
+  };
+  return std::any_of(job.ranks.begin(), job.ranks.end(), is) ||
+         std::any_of(job.previous.begin(), job.previous.end(), is) ||
+         std::any_of(job.lost.begin(), job.lost.end(),
+                     [&](const LostRank& lost) { return is(lost.rank); });
+}
+
+// What the caller of a list may see of a job: no spec text and no env values.
+void ForList(v1::Job& job) {
+  job.clear_spec_yaml();
+  for (auto& [name, value] : *job.mutable_spec()->mutable_env()) value = "<redacted>";
+}
+
+absl::Status NotFound(int64_t job_id) {
+  return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+}
+
+// Request ids are unique per owner: the stored key is scoped by the owner.
+std::string ScopedRequestId(const std::string& owner, const std::string& id) {
+  if (id.empty()) return id;
+  return absl::StrCat(owner.size(), ":", owner, ":", id);
+}
+
 }  // namespace
 
 void RunReleases(Rendezvous::Releases& releases) {
@@ -45,15 +75,24 @@ JobManager::JobManager(Store* store, StoreWriter* writer, const Clock* clock,
       writer_(writer),
       clock_(clock),
       options_(std::move(options)),
-      outputs_(store, writer, &changes_, options_.max_points_per_report),
-      workers_(writer, clock, RegistryOptions(options_)) {}
+      outputs_(store, writer, &changes_, options_.max_points_per_report,
+               RankOutputs::Limits{options_.job_limits.max_metric_rows,
+                                   options_.job_limits.max_log_bytes,
+                                   options_.job_limits.max_metric_names}),
+      workers_(writer, clock, RegistryOptions(options_)),
+      usage_(options_.usage_half_life) {}
 
 int64_t JobManager::NowMs() const { return absl::ToUnixMillis(clock_->Now()); }
 
 absl::Status JobManager::Recover() {
   ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->ListWorkers());
   ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->ListActiveJobs());
+  ASSIGN_OR_RETURN(std::vector<UsageRecord> usage, store_->ListUsage());
   absl::MutexLock lock(&mu_);
+  for (const UsageRecord& u : usage) {
+    usage_.Restore(u.user, u.slot_seconds, absl::FromUnixMillis(u.updated_unix_ms));
+  }
+  last_accrual_ = clock_->Now();
   workers_.Recover(std::move(workers));
   for (auto& rec : active) RETURN_IF_ERROR(RecoverJobLocked(std::move(rec)));
   spdlog::info("recovered {} workers and {} active jobs from the store", workers_.size(),
@@ -107,13 +146,14 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
   if (spec_yaml.size() > 64 * 1024) {
     return absl::InvalidArgumentError("spec_yaml: larger than 64 KiB");
   }
+  RETURN_IF_ERROR(CheckUserLimits(spec, origin));
   JobRecord record;
   record.name = spec.name();
   record.state = v1::JOB_STATE_QUEUED;
   record.reason = "submitted";
   record.spec = spec;
   record.spec_yaml = spec_yaml;
-  record.client_request_id = client_request_id;
+  record.client_request_id = ScopedRequestId(origin.owner, client_request_id);
   record.sweep_id = origin.sweep_id;
   record.sweep_point = origin.sweep_point;
   record.owner = origin.owner;
@@ -138,6 +178,7 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
       ActiveJob job;
       job.record = std::move(stored);
       job.queued_at = clock_->Now();
+      job.owner_admin = origin.admin;
       job.events.push_back(JobEvent{id, job.record.created_unix_ms,
                                     v1::JOB_STATE_UNSPECIFIED, v1::JOB_STATE_QUEUED,
                                     job.record.reason});
@@ -151,19 +192,21 @@ absl::StatusOr<int64_t> JobManager::Submit(const v1::JobSpec& spec,
   return id;
 }
 
-absl::StatusOr<v1::Job> JobManager::GetJob(int64_t job_id) {
+absl::StatusOr<v1::Job> JobManager::GetJob(const Caller& caller, int64_t job_id) {
   {
     // Active jobs are answered from memory: no disk I/O on the status path.
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) return it->second.ToProto();
+    if (it != jobs_.end()) {
+      if (!caller.MaySee(it->second.record.owner)) return NotFound(job_id);
+      return it->second.ToProto();
+    }
   }
   writer_->Flush();
   absl::StatusOr<JobRecord> record = store_->GetJob(job_id);
-  if (absl::IsNotFound(record.status())) {
-    return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-  }
+  if (absl::IsNotFound(record.status())) return NotFound(job_id);
   RETURN_IF_ERROR(record.status());
+  if (!caller.MaySee(record->owner)) return NotFound(job_id);
   std::vector<RankRecord> ranks;
   if (record->attempt > 0) {
     ASSIGN_OR_RETURN(ranks, store_->GetRanks(job_id, record->attempt));
@@ -174,10 +217,18 @@ absl::StatusOr<v1::Job> JobManager::GetJob(int64_t job_id) {
   return job;
 }
 
-absl::StatusOr<std::vector<v1::Job>> JobManager::ListJobs(const JobFilter& filter) {
+absl::StatusOr<JobList> JobManager::ListJobs(const Caller& caller, JobFilter filter) {
+  if (filter.limit < 0) return absl::InvalidArgumentError("limit: must not be negative");
+  if (filter.limit == 0) filter.limit = options_.default_list_limit;
+  if (!caller.admin) {
+    filter.limit = std::min(filter.limit, options_.max_list_limit);
+    if (!filter.owner.empty() && filter.owner != caller.name) return JobList();
+    filter.owner = caller.name;
+  }
   writer_->Flush();
   ASSIGN_OR_RETURN(std::vector<JobRecord> records, store_->ListJobs(filter));
-  std::vector<v1::Job> out;
+  JobList list;
+  std::vector<v1::Job>& out = list.jobs;
   out.reserve(records.size());
   absl::MutexLock lock(&mu_);
   for (const auto& rec : records) {
@@ -187,23 +238,128 @@ absl::StatusOr<std::vector<v1::Job>> JobManager::ListJobs(const JobFilter& filte
     } else {
       out.push_back(JobToProto(rec, {}));
     }
+    ForList(out.back());
   }
-  return out;
+  if (static_cast<int>(records.size()) == filter.limit && !records.empty()) {
+    list.next_before_id = records.back().id;
+  }
+  return list;
 }
 
-std::vector<v1::Worker> JobManager::ListWorkers() {
+std::vector<v1::Worker> JobManager::ListWorkers(const Caller& caller) {
   absl::MutexLock lock(&mu_);
-  return workers_.List(UsedSlotsLocked());
+  std::vector<v1::Worker> workers = workers_.List(UsedSlotsLocked());
+  // Slots held by jobs the caller may not see: a count, no job or owner.
+  std::map<std::string, std::vector<int32_t>> others;
+  for (const auto& [id, job] : jobs_) {
+    if (!caller.MaySee(job.record.owner)) job.AddUsedSlots(others);
+  }
+  for (v1::Worker& w : workers) {
+    auto it = others.find(w.name());
+    w.set_slots_used_by_others(
+        it == others.end() ? 0 : static_cast<int32_t>(it->second.size()));
+  }
+  return workers;
+}
+
+absl::StatusOr<std::string> JobManager::OwnerOf(int64_t job_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) return it->second.record.owner;
+  }
+  writer_->Flush();
+  absl::StatusOr<JobRecord> record = store_->GetJob(job_id);
+  if (absl::IsNotFound(record.status())) return NotFound(job_id);
+  RETURN_IF_ERROR(record.status());
+  return record->owner;
+}
+
+absl::Status JobManager::CheckVisible(const Caller& caller, int64_t job_id) {
+  ASSIGN_OR_RETURN(std::string owner, OwnerOf(job_id));
+  if (!caller.MaySee(owner)) return NotFound(job_id);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> JobManager::GetMetrics(
-    const v1::GetMetricsRequest& request) {
+    const Caller& caller, const v1::GetMetricsRequest& request) {
+  RETURN_IF_ERROR(CheckVisible(caller, request.job_id()));
   bool active = false;
   {
     absl::MutexLock lock(&mu_);
     active = jobs_.contains(request.job_id());
   }
   return outputs_.GetMetrics(request, active);
+}
+
+absl::Status JobManager::CheckUserLimits(const v1::JobSpec& spec,
+                                         const JobOrigin& origin) {
+  if (origin.admin) return absl::OkStatus();
+  const UserLimits& limits = options_.user_limits;
+  if (spec.priority() > limits.max_priority) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("priority: ", spec.priority(), " is above ", limits.max_priority,
+                     ", the highest a non-admin may set (--max-user-priority)"));
+  }
+  if (limits.max_running_ranks > 0 && spec.world_size() > limits.max_running_ranks) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "world_size: ", spec.world_size(), " ranks exceed the per-user limit of ",
+        limits.max_running_ranks, " running ranks (--max-running-ranks)"));
+  }
+  absl::MutexLock lock(&mu_);
+  const UserLoad load = LoadByUserLocked()[origin.owner];
+  if (limits.max_queued_jobs > 0 && load.queued_jobs >= limits.max_queued_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "user ", origin.owner, " has ", load.queued_jobs, " queued jobs, the limit (",
+        limits.max_queued_jobs, ", --max-queued-jobs); wait for some to start"));
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, UserLoad> JobManager::LoadByUserLocked() const {
+  std::map<std::string, UserLoad> load;
+  for (const auto& [id, job] : jobs_) {
+    UserLoad& l = load[job.record.owner];
+    if (job.record.state == v1::JOB_STATE_QUEUED) {
+      ++l.queued_jobs;
+    } else {
+      std::map<std::string, std::vector<int32_t>> used;
+      job.AddUsedSlots(used);
+      for (const auto& [worker, slots] : used) l.placed_ranks += slots.size();
+    }
+  }
+  return load;
+}
+
+void JobManager::AccrueUsageLocked() {
+  const absl::Time now = clock_->Now();
+  if (now <= last_accrual_) return;
+  const double seconds = absl::ToDoubleSeconds(now - last_accrual_);
+  for (const auto& [user, load] : LoadByUserLocked()) {
+    if (load.placed_ranks > 0) usage_.Charge(user, seconds * load.placed_ranks, now);
+  }
+  last_accrual_ = now;
+}
+
+std::vector<UserShare> JobManager::GetShare(const Caller& caller) {
+  absl::MutexLock lock(&mu_);
+  AccrueUsageLocked();
+  const absl::Time now = clock_->Now();
+  std::map<std::string, UserLoad> load = LoadByUserLocked();
+  std::set<std::string> users;
+  for (const auto& [user, l] : load) users.insert(user);
+  std::map<std::string, double> factors = usage_.Factors(now, users);
+  std::vector<UserShare> out;
+  for (const auto& [user, factor] : factors) {
+    if (!caller.MaySee(user)) continue;
+    out.push_back(UserShare{.user = user,
+                            .usage_slot_seconds = usage_.Usage(user, now),
+                            .factor = factor,
+                            .running_ranks = load[user].placed_ranks,
+                            .queued_jobs = load[user].queued_jobs});
+  }
+  if (out.empty() && !caller.admin) out.push_back(UserShare{.user = caller.name});
+  return out;
 }
 
 absl::StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
@@ -213,6 +369,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   ScheduleLocked();
   changes_.Notify();
   return response;
+}
+
+bool JobManager::WorkerLive(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return workers_.Live(name);
 }
 
 absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
@@ -405,9 +566,17 @@ void JobManager::LoseWorkerRanksLocked(const std::string& worker, const std::str
 
 void JobManager::Tick() {
   Rendezvous::Releases releases;
+  std::vector<UsageRecord> usage;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
+    AccrueUsageLocked();
+    if (now - last_usage_save_ >= options_.usage_save_interval) {
+      last_usage_save_ = now;
+      for (const FairShare::Entry& e : usage_.Entries()) {
+        usage.push_back(UsageRecord{e.user, e.slot_seconds, absl::ToUnixMillis(e.at)});
+      }
+    }
     bool changed = DeclareSilentWorkersDeadLocked(&releases);
     changed |= ExpireLostRanksLocked(now);
     changed |= FailTimedOutRendezvousLocked(now, &releases);
@@ -417,6 +586,12 @@ void JobManager::Tick() {
     }
   }
   RunReleases(releases);
+  // Usage is only for ordering: a save lost to a crash costs little.
+  if (!usage.empty()) {
+    if (absl::Status saved = store_->PutUsage(usage); !saved.ok()) {
+      spdlog::warn("cannot save fair-share usage: {}", saved.ToString());
+    }
+  }
 }
 
 bool JobManager::DeclareSilentWorkersDeadLocked(Rendezvous::Releases* releases) {
@@ -464,7 +639,12 @@ bool JobManager::FailTimedOutRendezvousLocked(absl::Time now,
 
 void JobManager::ReapLocked() {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
-    it = it->second.Finished() ? jobs_.erase(it) : std::next(it);
+    if (!it->second.Finished()) {
+      ++it;
+      continue;
+    }
+    outputs_.Forget(it->first);
+    it = jobs_.erase(it);
   }
 }
 
@@ -524,9 +704,19 @@ void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason)
 void JobManager::ScheduleLocked() {
   std::vector<PendingJob> queue = QueueLocked();
   if (queue.empty()) return;
+  AccrueUsageLocked();
+  std::set<std::string> owners;
+  for (const PendingJob& job : queue) owners.insert(job.owner);
+  const std::map<std::string, double> factors = usage_.Factors(clock_->Now(), owners);
+  for (PendingJob& job : queue) job.fair_share = factors.at(job.owner);
+  SchedulerOptions options{.reserve_after = options_.reserve_after,
+                           .max_ranks_per_owner = options_.user_limits.max_running_ranks,
+                           .max_slot_share = options_.user_limits.max_slot_share};
+  for (const auto& [user, load] : LoadByUserLocked()) {
+    options.placed_by_owner[user] = load.placed_ranks;
+  }
   ScheduleResult result =
-      Schedule(queue, workers_.Inventory(UsedSlotsLocked()), clock_->Now(),
-               SchedulerOptions{.reserve_after = options_.reserve_after});
+      Schedule(queue, workers_.Inventory(UsedSlotsLocked()), clock_->Now(), options);
   for (const Placement& placement : result.placements) PlaceLocked(placement);
   for (const auto& [id, reason] : result.pending_reasons) {
     SetPendingReasonLocked(jobs_.at(id), reason);
@@ -553,7 +743,9 @@ std::vector<PendingJob> JobManager::QueueLocked() {
                                              ? PlacementPolicy::kSpread
                                              : PlacementPolicy::kPack,
                                .nodes = spec.nodes(),
-                               .per_node = spec.per_node()});
+                               .per_node = spec.per_node(),
+                               .owner = job.record.owner,
+                               .exempt = job.owner_admin});
   }
   return queue;
 }
@@ -638,10 +830,20 @@ void JobManager::ReportMetrics(const v1::ReportMetricsRequest& request,
     done(rows.status());
     return;
   }
+  if (absl::Status charged = outputs_.ChargeMetrics(request.job_id(), *rows);
+      !charged.ok()) {
+    done(charged);
+    return;
+  }
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(request.job_id());
   if (it == jobs_.end()) {
     done(absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active")));
+    return;
+  }
+  if (it->second.record.attempt != request.attempt()) {
+    // A credential of an earlier attempt is still valid; its data is not.
+    done(absl::AbortedError(absl::StrCat("attempt ", request.attempt(), " is stale")));
     return;
   }
   if (request.rank() < 0 ||
@@ -681,7 +883,8 @@ absl::Status JobManager::ReportResult(const v1::ReportResultRequest& request) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::JobState> JobManager::CancelJob(int64_t job_id) {
+absl::StatusOr<v1::JobState> JobManager::CancelJob(const Caller& caller, int64_t job_id) {
+  RETURN_IF_ERROR(CheckVisible(caller, job_id));
   Rendezvous::Releases releases;
   std::optional<v1::JobState> ended;  // set when the job had already ended
   {
@@ -704,7 +907,10 @@ absl::StatusOr<v1::JobState> JobManager::CancelJob(int64_t job_id) {
       }
       releases = rendezvous_.Close(job_id, job.record.attempt,
                                    absl::CancelledError("job cancelled"));
-      Transition(job, v1::JOB_STATE_CANCELLED, "cancelled by user");
+      Transition(job, v1::JOB_STATE_CANCELLED,
+                 caller.name.empty() || caller.name == job.record.owner
+                     ? std::string("cancelled by user")
+                     : absl::StrCat("cancelled by ", caller.name, " (admin)"));
       ReapLocked();
       ScheduleLocked();
     }
@@ -730,15 +936,37 @@ absl::StatusOr<v1::JobState> JobManager::CancelJob(int64_t job_id) {
 absl::StatusOr<v1::ShipLogsResponse> JobManager::ShipLogs(
     const v1::ShipLogsRequest& request) {
   RETURN_IF_ERROR(RankOutputs::CheckChunk(request));
+  bool placed_here = false;
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(workers_.CheckSession(request.name(), request.epoch()));
+    auto it = jobs_.find(request.job_id());
+    placed_here = it != jobs_.end() &&
+                  PlacedOn(it->second, request.attempt(), request.rank(), request.name());
+  }
+  if (!placed_here) {
+    // An ended job, or an earlier attempt already forgotten: the store has
+    // every attempt's placement (its last writes may still be queued).
+    writer_->Flush();
+    absl::StatusOr<std::vector<RankRecord>> ranks =
+        store_->GetRanks(request.job_id(), request.attempt());
+    if (!ranks.ok() && !absl::IsNotFound(ranks.status())) return ranks.status();
+    placed_here =
+        ranks.ok() && std::any_of(ranks->begin(), ranks->end(), [&](const RankRecord& r) {
+          return r.rank == request.rank() && r.worker == request.name();
+        });
+  }
+  if (!placed_here) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("rank ", request.rank(), " of job ", request.job_id(), " attempt ",
+                     request.attempt(), " was not assigned to worker ", request.name()));
   }
   return outputs_.ShipLog(request);
 }
 
 absl::StatusOr<v1::GetLogsResponse> JobManager::GetLogs(
-    const v1::GetLogsRequest& request) {
+    const Caller& caller, const v1::GetLogsRequest& request) {
+  RETURN_IF_ERROR(CheckVisible(caller, request.job_id()));
   std::optional<ActiveLog> active;
   {
     absl::MutexLock lock(&mu_);

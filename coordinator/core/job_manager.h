@@ -39,7 +39,9 @@
 #include "common/clock.h"
 #include "common/job_spec.h"
 #include "coordinator/core/active_job.h"
+#include "coordinator/core/caller.h"
 #include "coordinator/core/change_notifier.h"
+#include "coordinator/core/fair_share.h"
 #include "coordinator/core/rank_outputs.h"
 #include "coordinator/core/rendezvous.h"
 #include "coordinator/core/scheduler.h"
@@ -49,6 +51,31 @@
 #include "tessera/v1/tessera.pb.h"
 
 namespace tessera {
+
+// What one user may hold at once. The defaults fit a lab of about 20 people
+// sharing a few dozen slots. Admins are exempt. Exceeding one is
+// ResourceExhausted, naming the limit and its flag.
+struct UserLimits {
+  // Jobs a user may have queued (waiting for slots) at once (--max-queued-jobs).
+  int max_queued_jobs = 100;
+  // Ranks a user may have placed (scheduled or running) at once
+  // (--max-running-ranks).
+  int max_running_ranks = 64;
+  // The share of the cluster's slots one user may hold while another user's
+  // job waits (--max-slot-share). An idle cluster is used whole.
+  double max_slot_share = 0.5;
+  // The highest `priority` a non-admin may submit (--max-user-priority).
+  int max_priority = 10;
+};
+
+// What one job may store (--max-metric-rows, --max-log-bytes,
+// --max-metric-names). Past a limit, reports are refused with ResourceExhausted
+// and the trainer or worker stops sending them; the job itself goes on.
+struct JobLimits {
+  int64_t max_metric_rows = 2'000'000;
+  int64_t max_log_bytes = int64_t{256} << 20;
+  int max_metric_names = 64;
+};
 
 struct JobManagerOptions {
   // Limits applied to submitted specs.
@@ -82,6 +109,16 @@ struct JobManagerOptions {
   // the last renewal received: room for clocks that run at different rates.
   double trainer_lease_margin_ratio = 0.1;
   absl::Duration trainer_lease_margin = absl::Seconds(1);
+  // Per-user and per-job limits.
+  UserLimits user_limits;
+  JobLimits job_limits;
+  // Fair share: the half-life of each user's recorded usage (slot-seconds).
+  absl::Duration usage_half_life = absl::Hours(24);
+  // How often the usage is saved to the store (it survives restarts).
+  absl::Duration usage_save_interval = absl::Minutes(1);
+  // ListJobs' page size when the request names none, and the largest allowed.
+  int default_list_limit = 100;
+  int max_list_limit = 1000;
 };
 
 // Where a job comes from: a sweep point, or (all zero) a plain submit, and who
@@ -91,6 +128,23 @@ struct JobOrigin {
   int32_t sweep_point = 0;
   // Who submitted it: the user token's name (empty without authentication).
   std::string owner;
+  // Whether the submitter is an admin: exempt from the user limits.
+  bool admin = false;
+};
+
+// A page of ListJobs.
+struct JobList {
+  std::vector<tessera::v1::Job> jobs;
+  int64_t next_before_id = 0;  // JobFilter::before_id of the next page; 0: none
+};
+
+// One user's line in GetShare: their recent usage and fair-share factor.
+struct UserShare {
+  std::string user;
+  double usage_slot_seconds = 0;  // decayed by the usage half-life
+  double factor = 1;              // 1: no recent use; toward 0: heavy use
+  int32_t running_ranks = 0;
+  int32_t queued_jobs = 0;
 };
 
 class JobManager {
@@ -106,21 +160,37 @@ class JobManager {
   absl::Status Recover();
 
   // Validates and stores a job, then tries to place it. Returns the job id; a
-  // repeated `client_request_id` returns the first job's id.
+  // repeated `client_request_id` of the same owner returns the first job's id.
+  // ResourceExhausted past the owner's queued-jobs limit; PermissionDenied for
+  // a non-admin's priority above the cap.
   absl::StatusOr<int64_t> Submit(const tessera::v1::JobSpec& spec,
                                  const std::string& spec_yaml,
                                  const std::string& client_request_id,
                                  const JobOrigin& origin = JobOrigin());
-  absl::StatusOr<tessera::v1::Job> GetJob(int64_t job_id);
-  absl::StatusOr<std::vector<tessera::v1::Job>> ListJobs(const JobFilter& filter = {});
-  std::vector<tessera::v1::Worker> ListWorkers();
+
+  // The reads and actions below act for `caller`: a job the caller may not see
+  // (Caller::MaySee) is NotFound, as if it did not exist.
+  absl::StatusOr<tessera::v1::Job> GetJob(const Caller& caller, int64_t job_id);
+  // Newest first, at most filter.limit (0: default_list_limit; at most
+  // max_list_limit unless the caller is an admin). A non-admin sees only their
+  // own jobs. Lists carry no spec_yaml and no env values.
+  absl::StatusOr<JobList> ListJobs(const Caller& caller, JobFilter filter = {});
+  // Slots used by jobs the caller may not see are counted, not named.
+  std::vector<tessera::v1::Worker> ListWorkers(const Caller& caller);
   absl::StatusOr<std::vector<tessera::v1::MetricPoint>> GetMetrics(
-      const tessera::v1::GetMetricsRequest& request);
+      const Caller& caller, const tessera::v1::GetMetricsRequest& request);
+  // NotFound unless the caller may see the job.
+  absl::Status CheckVisible(const Caller& caller, int64_t job_id);
+  // Usage and fair-share factor per user: every user for an admin, the
+  // caller's own line otherwise.
+  std::vector<UserShare> GetShare(const Caller& caller);
 
   absl::StatusOr<tessera::v1::RegisterWorkerResponse> RegisterWorker(
       const tessera::v1::RegisterWorkerRequest& request);
   absl::StatusOr<tessera::v1::HeartbeatResponse> Heartbeat(
       const tessera::v1::HeartbeatRequest& request);
+  // Whether a worker of this name is registered and not declared dead.
+  bool WorkerLive(const std::string& name);
 
   // Answers through `done` once every rank of the attempt has joined, or at
   // once with an error for a bad request.
@@ -139,13 +209,14 @@ class JobManager {
 
   // Stops every rank of the job and records CANCELLED; returns the job's state
   // afterwards. FailedPrecondition when the job had already ended.
-  absl::StatusOr<tessera::v1::JobState> CancelJob(int64_t job_id);
+  absl::StatusOr<tessera::v1::JobState> CancelJob(const Caller& caller, int64_t job_id);
 
-  // Stores a piece of a rank's log shipped by its worker.
+  // Stores a piece of a rank's log shipped by its worker. PermissionDenied
+  // unless that rank of that attempt was assigned to the calling worker.
   absl::StatusOr<tessera::v1::ShipLogsResponse> ShipLogs(
       const tessera::v1::ShipLogsRequest& request);
   absl::StatusOr<tessera::v1::GetLogsResponse> GetLogs(
-      const tessera::v1::GetLogsRequest& request);
+      const Caller& caller, const tessera::v1::GetLogsRequest& request);
 
   // Periodic checks, run by the coordinator's monitor thread (and by tests with
   // a fake clock): declares silent workers dead and fails attempts whose
@@ -229,6 +300,15 @@ class JobManager {
   void LoseRankLocked(ActiveJob& job, const RankRecord& rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NowMs() const;
+  // Submit's per-user limits (priority cap, world size, queued jobs).
+  absl::Status CheckUserLimits(const tessera::v1::JobSpec& spec, const JobOrigin& origin);
+  // The owner of a job, active or stored; NotFound when there is none.
+  absl::StatusOr<std::string> OwnerOf(int64_t job_id);
+  // Charges running ranks' slot-seconds to their owners up to now.
+  void AccrueUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Per owner: ranks placed and jobs queued.
+  std::map<std::string, UserLoad> LoadByUserLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;         // Not owned.
   StoreWriter* const writer_;  // Not owned.
@@ -241,6 +321,9 @@ class JobManager {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);
   tessera::Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
+  FairShare usage_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_accrual_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_usage_save_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs released rendezvous callbacks; call without locks held.

@@ -10,11 +10,61 @@
 namespace tessera {
 
 RankOutputs::RankOutputs(Store* store, StoreWriter* writer, ChangeNotifier* changes,
-                         int max_points_per_report)
+                         int max_points_per_report, Limits limits)
     : store_(store),
       writer_(writer),
       changes_(changes),
-      max_points_per_report_(max_points_per_report) {}
+      max_points_per_report_(max_points_per_report),
+      limits_(limits) {}
+
+absl::Status RankOutputs::LoadTally(int64_t job_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (tallies_.contains(job_id)) return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(JobOutputUsage stored, store_->GetJobOutputUsage(job_id));
+  absl::MutexLock lock(&mu_);
+  Tally tally{
+      stored.metric_rows,
+      std::set<std::string>(stored.metric_names.begin(), stored.metric_names.end()),
+      stored.log_bytes};
+  tallies_.emplace(job_id, std::move(tally));  // a racing loader's copy is as good
+  return absl::OkStatus();
+}
+
+absl::Status RankOutputs::ChargeMetrics(int64_t job_id,
+                                        const std::vector<MetricRow>& rows) {
+  if (limits_.max_metric_rows <= 0 && limits_.max_metric_names <= 0) {
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(LoadTally(job_id));
+  absl::MutexLock lock(&mu_);
+  Tally& tally = tallies_[job_id];
+  if (limits_.max_metric_rows > 0 &&
+      tally.metric_rows + static_cast<int64_t>(rows.size()) > limits_.max_metric_rows) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job ", job_id, " has stored ", tally.metric_rows,
+                     " metric rows; the per-job limit is ", limits_.max_metric_rows,
+                     " (--max-metric-rows)"));
+  }
+  std::set<std::string> names = tally.metric_names;
+  for (const MetricRow& row : rows) names.insert(row.name);
+  if (limits_.max_metric_names > 0 &&
+      static_cast<int64_t>(names.size()) > limits_.max_metric_names) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job ", job_id, " would have ", names.size(),
+                     " distinct metric names; the per-job limit is ",
+                     limits_.max_metric_names, " (--max-metric-names)"));
+  }
+  tally.metric_rows += static_cast<int64_t>(rows.size());
+  tally.metric_names = std::move(names);
+  return absl::OkStatus();
+}
+
+void RankOutputs::Forget(int64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  tallies_.erase(job_id);
+}
 
 absl::Status RankOutputs::CheckChunk(const v1::ShipLogsRequest& request) {
   if (request.data().size() > 4 * 1024 * 1024) {
@@ -26,8 +76,21 @@ absl::Status RankOutputs::CheckChunk(const v1::ShipLogsRequest& request) {
 
 absl::StatusOr<v1::ShipLogsResponse> RankOutputs::ShipLog(
     const v1::ShipLogsRequest& request) {
+  if (limits_.max_log_bytes > 0) {
+    RETURN_IF_ERROR(LoadTally(request.job_id()));
+    absl::MutexLock lock(&mu_);
+    const int64_t stored = tallies_[request.job_id()].log_bytes;
+    if (stored + static_cast<int64_t>(request.data().size()) > limits_.max_log_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job ", request.job_id(), " has stored ", stored,
+                       " log bytes; the per-job limit is ", limits_.max_log_bytes,
+                       " (--max-log-bytes)"));
+    }
+  }
   LogChunk chunk{request.job_id(), request.attempt(), request.rank(), request.offset(),
                  request.data()};
+  ASSIGN_OR_RETURN(const int64_t before,
+                   store_->LogEnd(request.job_id(), request.attempt(), request.rank()));
   absl::Status appended = store_->AppendLog(chunk);
   if (!appended.ok() && !absl::IsFailedPrecondition(appended)) return appended;
   ASSIGN_OR_RETURN(int64_t end,
@@ -37,6 +100,11 @@ absl::StatusOr<v1::ShipLogsResponse> RankOutputs::ShipLog(
     logs_complete_.insert({request.job_id(), request.attempt(), request.rank()});
   }
   if (appended.ok()) changes_->Notify();
+  if (end > before) {
+    absl::MutexLock lock(&mu_);
+    auto it = tallies_.find(request.job_id());
+    if (it != tallies_.end()) it->second.log_bytes += end - before;
+  }
   v1::ShipLogsResponse response;
   response.set_next_offset(end);
   return response;

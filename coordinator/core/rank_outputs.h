@@ -16,8 +16,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -39,12 +41,21 @@ struct ActiveLog {
   bool rank_exited = false;  // that attempt's rank has exited
 };
 
+// What one job may store; past a limit, reports are ResourceExhausted.
+struct RankOutputLimits {
+  int64_t max_metric_rows = 0;  // 0: none
+  int64_t max_log_bytes = 0;    // 0: none
+  int max_metric_names = 0;     // 0: none
+};
+
 class RankOutputs {
  public:
+  using Limits = RankOutputLimits;
+
   // `store`, `writer` and `changes` are not owned and must outlive this.
   // Reports of more than `max_points_per_report` metric points are refused.
   RankOutputs(Store* store, StoreWriter* writer, ChangeNotifier* changes,
-              int max_points_per_report);
+              int max_points_per_report, Limits limits = {});
 
   RankOutputs(const RankOutputs&) = delete;
   RankOutputs& operator=(const RankOutputs&) = delete;
@@ -67,6 +78,12 @@ class RankOutputs {
   // bad metric name.
   absl::StatusOr<std::vector<MetricRow>> MetricRows(
       const tessera::v1::ReportMetricsRequest& request) const;
+  // Counts the rows against their job's metric limits (rows and distinct
+  // names); ResourceExhausted, naming the limit, when they would exceed one.
+  absl::Status ChargeMetrics(int64_t job_id, const std::vector<MetricRow>& rows);
+  // Forgets the counts of a job that is no longer active.
+  void Forget(int64_t job_id);
+
   // Enqueues rows on the writer and calls `done` once they are durable (or
   // with the error). Call with the lock that orders the job's state changes
   // held, so the rows are ordered with them.
@@ -79,15 +96,25 @@ class RankOutputs {
  private:
   // Whether the worker shipped the end of this rank's log.
   bool EofSeen(int64_t job_id, int32_t attempt, int32_t rank) const;
+  // What a job has stored, counted against Limits.
+  struct Tally {
+    int64_t metric_rows = 0;
+    std::set<std::string> metric_names;
+    int64_t log_bytes = 0;
+  };
+  // Loads the job's tally from the store the first time it is needed.
+  absl::Status LoadTally(int64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   Store* const store_;             // Not owned.
   StoreWriter* const writer_;      // Not owned.
   ChangeNotifier* const changes_;  // Not owned.
   const int max_points_per_report_;
+  const Limits limits_;
 
   mutable absl::Mutex mu_;
   // (job, attempt, rank) whose whole log has been shipped.
   std::set<std::tuple<int64_t, int32_t, int32_t>> logs_complete_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Tally> tallies_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

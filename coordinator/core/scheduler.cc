@@ -1,8 +1,10 @@
 #include "coordinator/core/scheduler.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -120,6 +122,35 @@ std::optional<std::string> InvalidShape(const PendingJob& job) {
   return std::nullopt;
 }
 
+// Why an owner limit holds the job, or nothing. `placed` counts the ranks each
+// owner holds, this pass's placements included.
+std::optional<std::string> OwnerLimit(const PendingJob& job,
+                                      const std::map<std::string, int32_t>& placed,
+                                      const std::set<std::string>& waiting_owners,
+                                      int64_t registered,
+                                      const SchedulerOptions& options) {
+  if (job.exempt) return std::nullopt;
+  auto it = placed.find(job.owner);
+  const int64_t holds = it == placed.end() ? 0 : it->second;
+  if (options.max_ranks_per_owner > 0 &&
+      holds + job.world_size > options.max_ranks_per_owner) {
+    return absl::StrCat("owner ", job.owner, " holds ", holds, " of at most ",
+                        options.max_ranks_per_owner,
+                        " ranks per user (--max-running-ranks)");
+  }
+  const bool others_wait =
+      waiting_owners.size() > 1 ||
+      (waiting_owners.size() == 1 && !waiting_owners.contains(job.owner));
+  if (options.max_slot_share < 1.0 && others_wait && registered > 0 &&
+      static_cast<double>(holds + job.world_size) >
+          options.max_slot_share * static_cast<double>(registered)) {
+    return absl::StrCat("owner ", job.owner, " would hold ", holds + job.world_size,
+                        " of ", registered, " slots, over the per-user share of ",
+                        options.max_slot_share, " while others wait (--max-slot-share)");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ScheduleResult Schedule(const std::vector<PendingJob>& queue_in,
@@ -142,10 +173,14 @@ ScheduleResult Schedule(const std::vector<PendingJob>& queue_in,
   std::stable_sort(queue.begin(), queue.end(),
                    [](const PendingJob& a, const PendingJob& b) {
                      if (a.priority != b.priority) return a.priority > b.priority;
+                     if (a.fair_share != b.fair_share) return a.fair_share > b.fair_share;
                      return a.queued_since < b.queued_since;
                    });
 
   ScheduleResult result;
+  std::map<std::string, int32_t> placed = options.placed_by_owner;
+  std::set<std::string> waiting_owners;
+  for (const PendingJob& job : queue) waiting_owners.insert(job.owner);
   std::optional<int64_t> holder;  // a starving job that holds the queue
   for (const PendingJob& job : queue) {
     if (std::optional<std::string> bad = InvalidShape(job)) {
@@ -159,6 +194,11 @@ ScheduleResult Schedule(const std::vector<PendingJob>& queue_in,
     if (holder) {
       result.pending_reasons[job.job_id] =
           absl::StrCat("waiting behind job ", *holder, ", which has waited longest");
+      continue;
+    }
+    if (std::optional<std::string> limit =
+            OwnerLimit(job, placed, waiting_owners, registered, options)) {
+      result.pending_reasons[job.job_id] = *limit;
       continue;
     }
     std::optional<std::vector<int32_t>> take = Shape(job, free);
@@ -183,6 +223,7 @@ ScheduleResult Schedule(const std::vector<PendingJob>& queue_in,
       free[i].slots.erase(free[i].slots.begin(), free[i].slots.begin() + (*take)[i]);
     }
     result.placements.push_back(std::move(placement));
+    placed[job.owner] += job.world_size;
   }
   return result;
 }

@@ -1,7 +1,9 @@
 // Scheduler: a pure function from (queue, inventory, now) to gang placements.
 //
-// Jobs are considered by priority (higher first), then by how long they have
-// been queued, then in the order given. A job is placed only when every one of
+// Jobs are considered by priority (higher first), then by their owner's
+// fair-share factor (higher first: owners with less recent use; see
+// fair_share.h), then by how long they have been queued, then in the order
+// given. A job is placed only when every one of
 // its ranks gets a free slot (all-or-nothing), possibly spanning workers, and
 // the slots it takes are no longer free for later jobs in the same pass.
 //
@@ -18,6 +20,11 @@
 // A job that cannot be placed gets a human-readable pending reason, e.g.
 // "needs 4 slots; 2 registered" when the cluster is too small, or
 // "needs 4 slots; 1 free" when it must wait for others.
+//
+// Owner limits: a job whose owner already holds `max_ranks_per_owner` ranks,
+// or would hold more than `max_slot_share` of the registered slots while
+// another owner's job waits, is held with a reason naming the limit. Jobs of
+// exempt owners (admins) are not limited.
 //
 // Thread-safety: stateless; safe from any thread.
 #ifndef TESSERA_COORDINATOR_CORE_SCHEDULER_H_
@@ -40,13 +47,20 @@ struct PendingJob {
   int32_t priority = 0;                            // higher runs first
   absl::Time queued_since = absl::InfinitePast();  // FIFO within a priority
   PlacementPolicy policy = PlacementPolicy::kPack;
-  int32_t nodes = 0;     // exact number of workers; 0: any
-  int32_t per_node = 0;  // ranks on each worker; 0: any
+  int32_t nodes = 0;      // exact number of workers; 0: any
+  int32_t per_node = 0;   // ranks on each worker; 0: any
+  std::string owner;      // who submitted it ("" without authentication)
+  double fair_share = 1;  // the owner's fair-share factor; higher runs first
+  bool exempt = false;    // the owner is an admin: no owner limits
 };
 
 struct SchedulerOptions {
   // How long a blocked job lets later jobs backfill before it holds the queue.
   absl::Duration reserve_after = absl::Minutes(10);
+  // Owner limits (0 / 1.0: none) and the ranks each owner already holds.
+  int32_t max_ranks_per_owner = 0;
+  double max_slot_share = 1.0;
+  std::map<std::string, int32_t> placed_by_owner;
 };
 
 struct WorkerInventory {

@@ -1,6 +1,7 @@
 #include "coordinator/core/sweep_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -91,7 +92,9 @@ absl::StatusOr<std::vector<const v1::Job*>> SweepManager::PointJobs(
     const SweepRecord& sweep, size_t points, std::vector<v1::Job>& storage) {
   JobFilter filter;
   filter.sweep_id = sweep.id;
-  ASSIGN_OR_RETURN(storage, jobs_->ListJobs(filter));
+  filter.limit = std::numeric_limits<int32_t>::max();
+  ASSIGN_OR_RETURN(JobList list, jobs_->ListJobs(Caller::Admin(), filter));
+  storage = std::move(list.jobs);
   std::vector<const v1::Job*> by_point(points, nullptr);
   for (const v1::Job& job : storage) {
     const int32_t p = job.sweep_point();
@@ -169,9 +172,19 @@ void SweepManager::Tick() {
   }
 }
 
-absl::StatusOr<v1::SweepState> SweepManager::Cancel(int64_t sweep_id) {
+absl::StatusOr<SweepRecord> SweepManager::Visible(const Caller& caller,
+                                                  int64_t sweep_id) {
+  absl::StatusOr<SweepRecord> sweep = store_->GetSweep(sweep_id);
+  if ((sweep.ok() && !caller.MaySee(sweep->owner)) || absl::IsNotFound(sweep.status())) {
+    return absl::NotFoundError(absl::StrCat("sweep ", sweep_id, " not found"));
+  }
+  return sweep;
+}
+
+absl::StatusOr<v1::SweepState> SweepManager::Cancel(const Caller& caller,
+                                                    int64_t sweep_id) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(SweepRecord sweep, store_->GetSweep(sweep_id));
+  ASSIGN_OR_RETURN(SweepRecord sweep, Visible(caller, sweep_id));
   if (sweep.state != v1::SWEEP_STATE_RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat(
         "sweep ", sweep_id, " has already ended: ", v1::SweepState_Name(sweep.state)));
@@ -185,10 +198,11 @@ absl::StatusOr<v1::SweepState> SweepManager::Cancel(int64_t sweep_id) {
   running_.erase(sweep_id);
   JobFilter filter;
   filter.sweep_id = sweep_id;
-  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, jobs_->ListJobs(filter));
-  for (const v1::Job& job : jobs) {
+  filter.limit = std::numeric_limits<int32_t>::max();
+  ASSIGN_OR_RETURN(JobList jobs, jobs_->ListJobs(Caller::Admin(), filter));
+  for (const v1::Job& job : jobs.jobs) {
     if (IsTerminal(job.state())) continue;
-    absl::StatusOr<v1::JobState> cancelled = jobs_->CancelJob(job.id());
+    absl::StatusOr<v1::JobState> cancelled = jobs_->CancelJob(caller, job.id());
     // A point that ended meanwhile is fine.
     if (!cancelled.ok() && !absl::IsFailedPrecondition(cancelled.status())) {
       spdlog::warn("sweep {}: cancelling job {}: {}", sweep_id, job.id(),
@@ -213,8 +227,12 @@ v1::Sweep SweepManager::ToProto(const SweepRecord& sweep) {
   return out;
 }
 
-absl::StatusOr<v1::Sweep> SweepManager::Get(int64_t sweep_id) {
-  ASSIGN_OR_RETURN(SweepRecord sweep, store_->GetSweep(sweep_id));
+absl::StatusOr<v1::Sweep> SweepManager::Get(const Caller& caller, int64_t sweep_id) {
+  ASSIGN_OR_RETURN(SweepRecord sweep, Visible(caller, sweep_id));
+  return Expand(sweep);
+}
+
+absl::StatusOr<v1::Sweep> SweepManager::Expand(const SweepRecord& sweep) {
   v1::Sweep out = ToProto(sweep);
   ASSIGN_OR_RETURN(std::vector<SweepJob> points, ExpandSweep(sweep.spec, limits_));
   std::vector<v1::Job> storage;
@@ -231,19 +249,21 @@ absl::StatusOr<v1::Sweep> SweepManager::Get(int64_t sweep_id) {
   return out;
 }
 
-absl::StatusOr<std::vector<v1::Sweep>> SweepManager::List() {
+absl::StatusOr<std::vector<v1::Sweep>> SweepManager::List(const Caller& caller) {
   ASSIGN_OR_RETURN(std::vector<SweepRecord> sweeps, store_->ListSweeps());
   std::vector<v1::Sweep> out;
   out.reserve(sweeps.size());
   for (const SweepRecord& s : sweeps) {
-    absl::StatusOr<v1::Sweep> full = Get(s.id);
+    if (!caller.MaySee(s.owner)) continue;
+    absl::StatusOr<v1::Sweep> full = Expand(s);
     out.push_back(full.ok() ? *std::move(full) : ToProto(s));
   }
   return out;
 }
 
-absl::StatusOr<v1::SweepReport> SweepManager::Report(int64_t sweep_id) {
-  ASSIGN_OR_RETURN(v1::Sweep sweep, Get(sweep_id));
+absl::StatusOr<v1::SweepReport> SweepManager::Report(const Caller& caller,
+                                                     int64_t sweep_id) {
+  ASSIGN_OR_RETURN(v1::Sweep sweep, Get(caller, sweep_id));
   return BuildSweepReport(sweep, *jobs_);
 }
 

@@ -51,12 +51,15 @@ class SweepManager {
   absl::StatusOr<tessera::v1::SubmitSweepResponse> Submit(
       const tessera::v1::SweepSpec& spec, const std::string& spec_yaml,
       const std::string& client_request_id, const std::string& owner = "");
-  absl::StatusOr<tessera::v1::Sweep> Get(int64_t sweep_id);
-  absl::StatusOr<std::vector<tessera::v1::Sweep>> List();
-  absl::StatusOr<tessera::v1::SweepReport> Report(int64_t sweep_id);
+
+  // These act for `caller` (see caller.h): another user's sweep is NotFound
+  // unless the caller is an admin.
+  absl::StatusOr<tessera::v1::Sweep> Get(const Caller& caller, int64_t sweep_id);
+  absl::StatusOr<std::vector<tessera::v1::Sweep>> List(const Caller& caller);
+  absl::StatusOr<tessera::v1::SweepReport> Report(const Caller& caller, int64_t sweep_id);
   // Cancels the active points and submits no more; FailedPrecondition once the
   // sweep has ended.
-  absl::StatusOr<tessera::v1::SweepState> Cancel(int64_t sweep_id);
+  absl::StatusOr<tessera::v1::SweepState> Cancel(const Caller& caller, int64_t sweep_id);
 
   // Advances every running sweep: submits points up to max_parallel, and
   // records sweeps whose points have all ended.
@@ -69,6 +72,10 @@ class SweepManager {
   absl::StatusOr<std::vector<const tessera::v1::Job*>> PointJobs(
       const SweepRecord& sweep, size_t points, std::vector<tessera::v1::Job>& storage);
   tessera::v1::Sweep ToProto(const SweepRecord& sweep);
+  // The stored sweep, if the caller may see it; NotFound otherwise.
+  absl::StatusOr<SweepRecord> Visible(const Caller& caller, int64_t sweep_id);
+  // The sweep with its points' jobs.
+  absl::StatusOr<tessera::v1::Sweep> Expand(const SweepRecord& sweep);
 
   Store* const store_;        // Not owned.
   JobManager* const jobs_;    // Not owned.

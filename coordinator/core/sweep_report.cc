@@ -57,7 +57,7 @@ absl::StatusOr<std::vector<v1::MetricPoint>> AttemptMetric(JobManager& jobs,
   q.set_job_id(job.id());
   q.set_name(name);
   q.set_limit(100000);
-  ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points, jobs.GetMetrics(q));
+  ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points, jobs.GetMetrics(Caller::Admin(), q));
   std::vector<v1::MetricPoint> out;
   for (auto& p : points) {
     if (p.attempt() == job.attempt()) out.push_back(std::move(p));
@@ -113,7 +113,7 @@ absl::StatusOr<double> CommShare(JobManager& jobs, const v1::Job& job) {
 }
 
 absl::StatusOr<RunFigures> FiguresOf(JobManager& jobs, int64_t job_id) {
-  ASSIGN_OR_RETURN(v1::Job job, jobs.GetJob(job_id));
+  ASSIGN_OR_RETURN(v1::Job job, jobs.GetJob(Caller::Admin(), job_id));
   RunFigures f;
   RETURN_IF_ERROR(AddTimes(jobs, job, f));
   ASSIGN_OR_RETURN(f.comm_share, CommShare(jobs, job));

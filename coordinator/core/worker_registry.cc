@@ -94,9 +94,9 @@ absl::StatusOr<HeartbeatReport> WorkerRegistry::Heartbeat(
   }
   WorkerRecord& worker = it->second.record;
   if (request.epoch() != worker.epoch || it->second.dead) {
-    return absl::AbortedError(absl::StrCat("stale epoch ", request.epoch(),
-                                           " for worker ", request.name(),
-                                           "; current is ", worker.epoch));
+    // No epoch in the message: the current one is not the caller's business.
+    return absl::AbortedError(
+        absl::StrCat("stale session for worker ", request.name(), "; register again"));
   }
   worker.last_seen_unix_ms = absl::ToUnixMillis(clock_->Now());
   writer_->UpsertWorker(worker);
@@ -122,6 +122,11 @@ bool WorkerRegistry::AliveState(const WorkerState& w) const {
 bool WorkerRegistry::Alive(const std::string& name) const {
   auto it = workers_.find(name);
   return it != workers_.end() && AliveState(it->second);
+}
+
+bool WorkerRegistry::Live(const std::string& name) const {
+  auto it = workers_.find(name);
+  return it != workers_.end() && !it->second.dead;
 }
 
 std::vector<std::string> WorkerRegistry::Silent() const {

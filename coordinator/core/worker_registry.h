@@ -148,6 +148,9 @@ class WorkerRegistry {
   // Heard from within suspect_after and not declared dead.
   bool Alive(const std::string& name) const;
 
+  // Registered and not declared dead: its name is held (WorkerIdentity).
+  bool Live(const std::string& name) const;
+
   // Workers not declared dead that have been silent for longer than
   // dead_after, in name order.
   std::vector<std::string> Silent() const;

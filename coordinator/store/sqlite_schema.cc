@@ -141,6 +141,24 @@ CREATE TABLE secrets (
 ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 ALTER TABLE sweeps ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 )sql"},
+    // Admin tokens; per-user usage for fair share; owner-scoped listing.
+    {6, R"sql(
+ALTER TABLE tokens ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE usage (
+  user TEXT PRIMARY KEY,
+  slot_seconds REAL NOT NULL,
+  updated_ms INTEGER NOT NULL
+);
+CREATE INDEX jobs_by_owner ON jobs (owner, id);
+)sql"},
+    // Per-worker credentials, bound to the worker's name (hashes only).
+    {7, R"sql(
+CREATE TABLE worker_credentials (
+  worker TEXT PRIMARY KEY,
+  hash BLOB NOT NULL,
+  issued_ms INTEGER NOT NULL
+);
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;

@@ -4,11 +4,17 @@
 // family, in sqlite_store_*.cc.
 #include "coordinator/store/sqlite_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -50,8 +56,41 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   return Open(path, Options());
 }
 
+absl::Status SqliteStore::CheckFileModes(const std::string& path) {
+  if (path == ":memory:" || path.empty()) return absl::OkStatus();
+  // A new database is created for its owner only; SQLite gives the -wal and
+  // -shm files the database's mode.
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  // Not there and not creatable (say, a missing directory): SQLite's open
+  // reports that below.
+  if (fd < 0) return absl::OkStatus();
+  struct stat st {};
+  const int stat_rc = ::fstat(fd, &st);
+  ::close(fd);
+  if (stat_rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot stat database ", path, ": ", std::strerror(errno)));
+  }
+  // It holds the trainer-credential key and the TLS private key.
+  for (const std::string& file : {path, path + "-wal", path + "-shm"}) {
+    struct stat fs {};
+    if (::stat(file.c_str(), &fs) != 0) continue;
+    if ((fs.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof(mode), "%04o",
+                    static_cast<unsigned>(fs.st_mode & 07777));
+      return absl::FailedPreconditionError(absl::StrCat(
+          file, " is readable or writable by group or others (mode ", mode,
+          "); it holds the coordinator's signing and TLS keys: run 'chmod 600 ", path,
+          "*' and rotate the keys (new database) if others may have read it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
                                                                const Options& options) {
+  RETURN_IF_ERROR(CheckFileModes(path));
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |

@@ -59,7 +59,11 @@ class SqliteStore : public Store {
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 7;
+
+  // Creates the database file 0600 when missing; FailedPrecondition when it
+  // (or its -wal or -shm file) is readable or writable by group or others.
+  static absl::Status CheckFileModes(const std::string& path);
 
   // Opens (creating if needed) the database at `path`, or a private in-memory
   // database for ":memory:", and migrates it to kSchemaVersion.
@@ -103,6 +107,11 @@ class SqliteStore : public Store {
   absl::StatusOr<TokenRecord> GetToken(int64_t id) override;
   absl::StatusOr<std::vector<TokenRecord>> ListTokens() override;
   absl::Status RevokeToken(int64_t id) override;
+  absl::Status PutUsage(const std::vector<UsageRecord>& usage) override;
+  absl::StatusOr<std::vector<UsageRecord>> ListUsage() override;
+  absl::Status PutWorkerCredential(const WorkerCredentialRecord& credential) override;
+  absl::StatusOr<std::vector<WorkerCredentialRecord>> ListWorkerCredentials() override;
+  absl::StatusOr<JobOutputUsage> GetJobOutputUsage(int64_t job_id) override;
   absl::StatusOr<std::string> GetOrCreateSecret(const std::string& name,
                                                 const std::string& value_if_new) override;
 

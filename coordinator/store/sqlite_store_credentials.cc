@@ -25,12 +25,13 @@ using sqlite_internal::Statement;
 // Statement texts. Each has static storage: its address keys the statement
 // cache.
 constexpr char kInsertToken[] =
-    "INSERT INTO tokens (kind, name, hash, created_ms) VALUES (?1, ?2, ?3, ?4)";
+    "INSERT INTO tokens (kind, name, hash, created_ms, admin) VALUES (?1, ?2, ?3, ?4, "
+    "?5)";
 // The two token queries select the columns ReadToken() reads, in its order.
 constexpr char kSelectToken[] =
-    "SELECT id, kind, name, hash, created_ms, revoked FROM tokens WHERE id = ?1";
+    "SELECT id, kind, name, hash, created_ms, revoked, admin FROM tokens WHERE id = ?1";
 constexpr char kListTokens[] =
-    "SELECT id, kind, name, hash, created_ms, revoked FROM tokens ORDER BY id";
+    "SELECT id, kind, name, hash, created_ms, revoked, admin FROM tokens ORDER BY id";
 constexpr char kRevokeToken[] = "UPDATE tokens SET revoked = 1 WHERE id = ?1";
 constexpr char kSelectSecret[] = "SELECT value FROM secrets WHERE name = ?1";
 constexpr char kInsertSecret[] = "INSERT INTO secrets (name, value) VALUES (?1, ?2)";
@@ -43,6 +44,7 @@ absl::StatusOr<TokenRecord> ReadToken(const Statement& row) {
   token.hash = row.Bytes(3);
   token.created_unix_ms = row.Int(4);
   token.revoked = row.Int(5) != 0;
+  token.admin = row.Int(6) != 0;
   return token;
 }
 
@@ -57,6 +59,7 @@ absl::StatusOr<int64_t> SqliteStore::CreateToken(const TokenRecord& token) {
                       .BindText(2, token.name)
                       .BindBlob(3, token.hash)
                       .BindInt(4, token.created_unix_ms)
+                      .BindInt(5, token.admin ? 1 : 0)
                       .Run());
   return sqlite3_last_insert_rowid(db_.get());
 }

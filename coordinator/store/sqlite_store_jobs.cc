@@ -39,8 +39,9 @@ constexpr char kSelectJob[] =
 constexpr char kListJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
     "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner FROM jobs "
-    "WHERE (?1 = '' OR state = ?1) AND (?2 = 0 OR sweep_id = ?2) ORDER BY id DESC "
-    "LIMIT ?3";
+    "WHERE (?1 = '' OR state = ?1) AND (?2 = 0 OR sweep_id = ?2) AND (?4 = '' OR owner = "
+    "?4) "
+    "AND (?5 = 0 OR id < ?5) ORDER BY id DESC LIMIT ?3";
 constexpr char kListActiveJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
     "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner FROM jobs "
@@ -208,7 +209,9 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListJobs(const JobFilter& fi
   Statement rows(db_.get(), select);
   rows.BindText(1, state)
       .BindInt(2, filter.sweep_id)
-      .BindInt(3, filter.limit > 0 ? filter.limit : -1);
+      .BindInt(3, filter.limit > 0 ? filter.limit : -1)
+      .BindText(4, filter.owner)
+      .BindInt(5, filter.before_id);
   return ReadAll(rows, &ReadJob);
 }
 

@@ -46,6 +46,10 @@ struct JobFilter {
   tessera::v1::JobState state = tessera::v1::JOB_STATE_UNSPECIFIED;  // any
   int64_t sweep_id = 0;                                              // 0: any
   int32_t limit = 0;  // newest first; 0: all
+  // Only jobs submitted by this user (empty: anyone's).
+  std::string owner;
+  // Paging: only jobs with an id below this (0: from the newest).
+  int64_t before_id = 0;
 };
 
 // A scaling study: its spec; the points are jobs whose sweep_id names it.
@@ -70,6 +74,30 @@ struct TokenRecord {
   std::string hash;  // SHA-256 of the token's secret
   int64_t created_unix_ms = 0;
   bool revoked = false;
+  // A user token that sees and acts on every user's jobs and sweeps.
+  bool admin = false;
+};
+
+// One user's fair-share usage (slot-seconds) as of a time.
+struct UsageRecord {
+  std::string user;
+  double slot_seconds = 0;
+  int64_t updated_unix_ms = 0;
+};
+
+// What one job has stored: for its per-job limits.
+struct JobOutputUsage {
+  int64_t metric_rows = 0;
+  std::vector<std::string> metric_names;  // distinct
+  int64_t log_bytes = 0;
+};
+
+// A worker's own credential, issued when it registers with the join token and
+// bound to its name. Only a hash of its secret is kept.
+struct WorkerCredentialRecord {
+  std::string worker;  // the worker's name; primary key
+  std::string hash;    // SHA-256 of the credential's secret
+  int64_t issued_unix_ms = 0;
 };
 
 struct WorkerRecord {
@@ -163,6 +191,10 @@ class Store {
   // Inserts or replaces the worker with this name.
   virtual absl::Status UpsertWorker(const WorkerRecord& worker) = 0;
   virtual absl::StatusOr<std::vector<WorkerRecord>> ListWorkers() = 0;
+  // Inserts or replaces the credential of the worker it names; durable when
+  // it returns.
+  virtual absl::Status PutWorkerCredential(const WorkerCredentialRecord& credential) = 0;
+  virtual absl::StatusOr<std::vector<WorkerCredentialRecord>> ListWorkerCredentials() = 0;
 
   // Inserts or replaces ranks, keyed by (job_id, attempt, rank).
   virtual absl::Status PutRanks(const std::vector<RankRecord>& ranks) = 0;
@@ -206,6 +238,12 @@ class Store {
   virtual absl::StatusOr<std::vector<TokenRecord>> ListTokens() = 0;
   // Marks the token revoked; NotFound if no such token.
   virtual absl::Status RevokeToken(int64_t id) = 0;
+  // Replaces the stored usage of each user named.
+  virtual absl::Status PutUsage(const std::vector<UsageRecord>& usage) = 0;
+  virtual absl::StatusOr<std::vector<UsageRecord>> ListUsage() = 0;
+  // What a job has stored so far (every attempt).
+  virtual absl::StatusOr<JobOutputUsage> GetJobOutputUsage(int64_t job_id) = 0;
+
   // The secret stored under `name`; stores `value_if_new` first if there is
   // none, atomically, so that concurrent callers agree on one value.
   virtual absl::StatusOr<std::string> GetOrCreateSecret(

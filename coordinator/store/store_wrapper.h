@@ -71,6 +71,12 @@ class StoreWrapper : public Store {
   absl::StatusOr<std::vector<WorkerRecord>> ListWorkers() override {
     return target_->ListWorkers();
   }
+  absl::Status PutWorkerCredential(const WorkerCredentialRecord& credential) override {
+    return target_->PutWorkerCredential(credential);
+  }
+  absl::StatusOr<std::vector<WorkerCredentialRecord>> ListWorkerCredentials() override {
+    return target_->ListWorkerCredentials();
+  }
 
   absl::Status PutRanks(const std::vector<RankRecord>& ranks) override {
     return target_->PutRanks(ranks);
@@ -121,6 +127,15 @@ class StoreWrapper : public Store {
     return target_->ListTokens();
   }
   absl::Status RevokeToken(int64_t id) override { return target_->RevokeToken(id); }
+  absl::Status PutUsage(const std::vector<UsageRecord>& usage) override {
+    return target_->PutUsage(usage);
+  }
+  absl::StatusOr<std::vector<UsageRecord>> ListUsage() override {
+    return target_->ListUsage();
+  }
+  absl::StatusOr<JobOutputUsage> GetJobOutputUsage(int64_t job_id) override {
+    return target_->GetJobOutputUsage(job_id);
+  }
   absl::StatusOr<std::string> GetOrCreateSecret(
       const std::string& name, const std::string& value_if_new) override {
     return target_->GetOrCreateSecret(name, value_if_new);

@@ -969,8 +969,9 @@ TEST_F(TessctlTest, WorkersAndMetricsCsvFromTheCommandLine) {
   service_.AddWorker(w);
   ASSERT_EQ(Cli({"workers", "-o", "csv"}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(),
-            "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms\n"
-            "node-a,node-a.lan,cuda,8,4,true,1714564800000\n");
+            "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms,"
+            "slots_used_by_others\n"
+            "node-a,node-a.lan,cuda,8,4,true,1714564800000,0\n");
 
   out_.str("");
   service_.AddJob(MakeJob(1, "demo", v1::JOB_STATE_RUNNING));
@@ -1021,11 +1022,11 @@ TEST_F(TessctlTest, EveryCommandAndSubcommandHelpHasAnExampleAndExitCodes) {
       todo.push_back(sub);
     }
   }
-  EXPECT_THAT(visited,
-              ::testing::UnorderedElementsAre(
-                  "", "submit", "jobs", "status", "workers", "wait", "cancel", "logs",
-                  "metrics", "sweep", "sweep submit", "sweep follow", "sweep list",
-                  "sweep status", "sweep report", "sweep cancel", "completion"));
+  EXPECT_THAT(visited, ::testing::UnorderedElementsAre(
+                           "", "submit", "jobs", "status", "workers", "share", "wait",
+                           "cancel", "logs", "metrics", "sweep", "sweep submit",
+                           "sweep follow", "sweep list", "sweep status", "sweep report",
+                           "sweep cancel", "completion"));
   EXPECT_TRUE(addresses_.empty());  // help talks to nobody
 }
 
@@ -1079,10 +1080,10 @@ class CompletionTest : public TessctlTest {
 TEST_F(CompletionTest, CompletesEveryTopLevelCommandAndNestedSweepCommands) {
   EXPECT_THAT(Complete({"tessctl", ""}),
               ::testing::UnorderedElementsAre("submit", "jobs", "status", "workers",
-                                              "wait", "cancel", "logs", "metrics",
-                                              "sweep", "completion"));
+                                              "share", "wait", "cancel", "logs",
+                                              "metrics", "sweep", "completion"));
   EXPECT_THAT(Complete({"tessctl", "s"}),
-              ::testing::UnorderedElementsAre("submit", "status", "sweep"));
+              ::testing::UnorderedElementsAre("submit", "status", "share", "sweep"));
   EXPECT_THAT(Complete({"tessctl", "sweep", ""}),
               ::testing::UnorderedElementsAre("submit", "follow", "list", "status",
                                               "report", "cancel"));

@@ -391,5 +391,59 @@ trainer:
   EXPECT_THAT(s.message(), HasSubstr("trainer.resume: needs trainer.checkpoint_dir"));
 }
 
+TEST(JobSpecTest, EnvNamesThatLoadCodeAreRefusedNamingTheVariableAndWhy) {
+  for (const auto& [name, why] : std::vector<std::pair<std::string, std::string>>{
+           {"LD_PRELOAD", "dynamic loader"},
+           {"LD_AUDIT", "dynamic loader"},
+           {"NCCL_NET_PLUGIN", "libraries to load"},
+           {"NCCL_TUNER_PLUGIN", "libraries to load"},
+           {"CUDA_INJECTION64_PATH", "CUDA loads"},
+           {"GCONV_PATH", "iconv modules"},
+           {"PYTHONPATH", "Python"},
+           {"PYTHONSTARTUP", "Python"},
+           {"GLIBC_TUNABLES", "dynamic loader"},
+           {"LOCPATH", "locale"},
+           {"NLSPATH", "catalogs"},
+           {"HOSTALIASES", "name resolution"},
+           {"BASH_ENV", "bash"},
+           {"ENV", "sh runs"},
+           {"IFS", "shells"},
+           {"PATH", "set by the worker"},
+           {"HOME", "set by the worker"},
+           {"PERL5OPT", "Perl"},
+           {"RUBYOPT", "Ruby"},
+           {"NODE_OPTIONS", "Node.js"},
+           {"JAVA_TOOL_OPTIONS", "JVM"},
+           {"OPENSSL_CONF", "OpenSSL"},
+           {"KRB5_CONFIG", "Kerberos"},
+           {"OMP_TOOL_LIBRARIES", "OpenMP"},
+           {"NCCL_CONF_FILE", "NCCL_NET_PLUGIN"},
+           {"TESSERA_JOB_ID", "set by the worker"},
+           {"RANK", "set by the worker"}}) {
+    const absl::Status s = CheckEnvName(name);
+    ASSERT_TRUE(absl::IsInvalidArgument(s)) << name;
+    EXPECT_THAT(s.message(), HasSubstr("'" + name + "'")) << s;
+    EXPECT_THAT(s.message(), HasSubstr(why)) << s;
+  }
+  // What only tunes the submitter's own job passes.
+  for (const char* ok :
+       {"NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "OMP_NUM_THREADS", "MALLOC_ARENA_MAX",
+        "TMPDIR", "HF_TOKEN", "LANG", "TZ", "SSL_CERT_FILE", "CUDA_LAUNCH_BLOCKING"}) {
+    EXPECT_TRUE(CheckEnvName(ok).ok()) << ok;
+  }
+  // And the spec validator refuses them the same way.
+  v1::JobSpec spec;
+  spec.set_name("j");
+  spec.set_world_size(1);
+  spec.mutable_trainer()->set_model("vit-micro");
+  spec.mutable_trainer()->set_dataset("synthetic");
+  spec.mutable_trainer()->set_batch_size(8);
+  spec.mutable_trainer()->set_epochs(1);
+  (*spec.mutable_env())["NCCL_NET_PLUGIN"] = "/tmp/evil.so";
+  const absl::Status s = ValidateJobSpec(spec, SpecLimits{});
+  ASSERT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(s.message(), HasSubstr("env: name 'NCCL_NET_PLUGIN' is reserved"));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -169,6 +169,7 @@ TEST_F(ClosedCoordinatorTest, WorkersNeedTheJoinTokenAndLaunchOrdersCarryCredent
   v1::HeartbeatRequest beat;
   beat.set_name("w");
   beat.set_epoch(registered.epoch());
+  beat.set_worker_credential(registered.worker_credential());
   v1::HeartbeatResponse orders;
   grpc::ClientContext c3;
   ASSERT_TRUE(worker->Heartbeat(&c3, beat, &orders).ok());

@@ -172,6 +172,7 @@ TEST_F(CoordinatorLimitsTest, OwnerIsTheTokenNameAndReachesTheLaunchOrder) {
   v1::HeartbeatRequest beat;
   beat.set_name("w");
   beat.set_epoch(registered.epoch());
+  beat.set_worker_credential(registered.worker_credential());
   v1::HeartbeatResponse orders;
   grpc::ClientContext c4;
   ASSERT_TRUE(worker->Heartbeat(&c4, beat, &orders).ok());
@@ -189,7 +190,7 @@ TEST_F(CoordinatorLimitsTest, OwnerIsTheTokenNameAndReachesTheLaunchOrder) {
   rank->set_launch_error("user alice has no account on worker w");
   grpc::ClientContext c5;
   ASSERT_TRUE(worker->Heartbeat(&c5, beat, &orders).ok());
-  absl::StatusOr<v1::Job> job = server_->manager().GetJob(submitted.job_id());
+  absl::StatusOr<v1::Job> job = server_->manager().GetJob(Caller::Admin(), submitted.job_id());
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(job->reason(), HasSubstr("user alice has no account on worker w"));
@@ -203,7 +204,7 @@ TEST_F(CoordinatorLimitsTest, WithoutAuthenticationJobsHaveNoOwner) {
   v1::SubmitJobResponse submitted;
   grpc::ClientContext c1;
   ASSERT_TRUE(jobs->SubmitJob(&c1, submit, &submitted).ok());
-  absl::StatusOr<v1::Job> job = server_->manager().GetJob(submitted.job_id());
+  absl::StatusOr<v1::Job> job = server_->manager().GetJob(Caller::Admin(), submitted.job_id());
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->owner(), "");
 }
@@ -300,7 +301,7 @@ TEST(StoreOwnerTest, MigrationToV5KeepsJobsAndGivesThemNoOwner) {
   }
   auto store = SqliteStore::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(*(*store)->SchemaVersion(), 5);
+  EXPECT_EQ(*(*store)->SchemaVersion(), SqliteStore::kSchemaVersion);
   absl::StatusOr<JobRecord> old = (*store)->GetJob(1);
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->name, "old");

@@ -270,7 +270,7 @@ TEST_F(TlsServerTest, TessctlPinsFromItsTokenAndRefusesAWrongPin) {
   const std::string pin = server_->tls_fingerprint();
   auto client = cli::MakeCoordinatorClient(
       cli::ConnectionOptions{.address = address_, .token = AddPinToToken(token_, pin)});
-  absl::StatusOr<std::vector<v1::Job>> jobs = client->ListJobs();
+  absl::StatusOr<v1::ListJobsResponse> jobs = client->ListJobs();
   EXPECT_TRUE(jobs.ok()) << jobs.status();
 
   auto pinned = cli::MakeCoordinatorClient(cli::ConnectionOptions{

@@ -123,11 +123,11 @@ TEST_F(NotifyTest, CoordinatorReportsReadyPetsWatchdogAndStops) {
 }
 
 TEST_F(NotifyTest, WorkerReportsReadyAndPetsWatchdogEvenWithoutCoordinator) {
-  auto w = ChildProcess::Start(
-      {testing::BinDir() + "/tessera-worker", "--coordinator",
-       absl::StrCat("127.0.0.1:", testing::PickUnusedPort()), "--name", "notify-test",
-       "--work-dir", dir_.File("work"), "--no-cgroups"},
-      dir_.File("worker.log"));
+  auto w = ChildProcess::Start({testing::BinDir() + "/tessera-worker", "--coordinator",
+                                absl::StrCat("127.0.0.1:", testing::PickUnusedPort()),
+                                "--name", "notify-test", "--work-dir", dir_.File("work"),
+                                "--state-dir", dir_.File("state"), "--no-cgroups"},
+                               dir_.File("worker.log"));
   ASSERT_TRUE(w.ok());
   std::set<std::string> seen =
       socket_->Await({"READY=1", "WATCHDOG=1"}, absl::Seconds(20));

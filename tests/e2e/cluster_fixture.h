@@ -115,6 +115,8 @@ class ClusterTest : public ::testing::Test {
                                      "1",
                                      "--work-dir",
                                      dir_.File("work-" + name),
+                                     "--state-dir",
+                                     dir_.File("state-" + name),
                                      "--kill-grace-ms",
                                      "3000",
                                      "--join-token-file",

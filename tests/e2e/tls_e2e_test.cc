@@ -99,7 +99,8 @@ TEST_F(TlsClusterTest, WorkerWithAWrongPinRefusesToStart) {
   auto w = ChildProcess::Start(
       {testing::BinDir() + "/tessera-worker", "--coordinator",
        absl::StrCat("127.0.0.1:", port_), "--name", "bad", "--work-dir",
-       dir_.File("work-bad"), "--join-token-file", dir_.File("bad-join-token")},
+       dir_.File("work-bad"), "--state-dir", dir_.File("state-bad"), "--join-token-file",
+       dir_.File("bad-join-token")},
       dir_.File("bad.log"));
   ASSERT_TRUE(w.ok()) << w.status();
   std::optional<int> status = (*w)->Wait(absl::Seconds(30));

@@ -274,6 +274,8 @@ class FaultTest : public ::testing::Test {
                                      absl::StrCat(slots),
                                      "--work-dir",
                                      dir_.File("work-" + name),
+                                     "--state-dir",
+                                     dir_.File("state-" + name),
                                      "--kill-grace-ms",
                                      absl::StrCat(kKillGraceMs),
                                      "--join-token-file",

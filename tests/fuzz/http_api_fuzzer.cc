@@ -76,7 +76,7 @@ int HexValue(char c) {
   return -1;
 }
 
-// %XX decoding as cpp-httplib does it for paths and, with `plus_is_space`, for
+// %XX decoding as libmicrohttpd does it for paths and, with `plus_is_space`, for
 // query parameters; a malformed escape stays as written.
 std::string PercentDecode(absl::string_view text, bool plus_is_space) {
   std::string out;
@@ -107,7 +107,7 @@ absl::string_view TakeLine(absl::string_view& text) {
 
 // One request: "METHOD TARGET [VERSION]", then "Name: value" header lines up to
 // an empty line, then the body. TARGET is PATH[?QUERY]. The fields are filled
-// the way HttpServer fills them from cpp-httplib's request: path and query
+// the way HttpServer fills them from libmicrohttpd's request: path and query
 // decoded, the first of repeated query parameters and headers kept, header
 // names in lower case. A field added to HttpRequest gets filled here.
 // "$USER" and "$JOIN" in header values become the given tokens.
@@ -134,7 +134,7 @@ HttpRequest DecodeRequest(absl::string_view text, const std::string& user_token,
     const absl::string_view line = TakeLine(text);
     if (line.empty()) break;
     const size_t colon = line.find(':');
-    if (colon == absl::string_view::npos) continue;  // cpp-httplib drops it too
+    if (colon == absl::string_view::npos) continue;  // the server answers 400
     const std::string value =
         absl::StrReplaceAll(absl::StripLeadingAsciiWhitespace(line.substr(colon + 1)),
                             {{"$USER", user_token}, {"$JOIN", join_token}});
@@ -331,7 +331,7 @@ class Coordinator {
     Beat("node-a", a, a_ranks);
     Beat("node-b", b, b_ranks);
     Ship("node-a", a, succeeded, 0, 5, "", true);
-    Ok(jobs_->CancelJob(cancelled).status(), "cancel");
+    Ok(jobs_->CancelJob(Caller::Admin(), cancelled).status(), "cancel");
 
     auto sweep = ParseSweepSpec(
         "name: study\nmax_parallel: 1\ngrid:\n  world_size: [1, 2]\n"

@@ -19,8 +19,8 @@ cd "$src" || exit 2
 hits=$(grep -rn '#include "coordinator/' worker cli common 2>/dev/null)
 [ -z "$hits" ] || fail "worker/, cli/ or common/ include coordinator/ headers:"$'\n'"$hits"
 
-hits=$(grep -rnE '#include [<"](grpcpp|grpc\+\+|grpc/|httplib|nlohmann/)' coordinator/core coordinator/store)
-[ -z "$hits" ] || fail "core or store include a gRPC, httplib or JSON header:"$'\n'"$hits"
+hits=$(grep -rnE '#include [<"](grpcpp|grpc\+\+|grpc/|httplib|microhttpd|nlohmann/)' coordinator/core coordinator/store)
+[ -z "$hits" ] || fail "core or store include a gRPC, HTTP or JSON header:"$'\n'"$hits"
 
 hits=$(grep -rln 'sqlite3\.h' --include='*.h' --include='*.cc' common coordinator worker cli |
   grep -v '^coordinator/store/')
@@ -32,8 +32,8 @@ for bin in "$@"; do
     fail "$bin is not built"
     continue
   fi
-  linked=$(ldd "$bin" | grep -E 'libgrpc|libgpr|httplib|libcpp-httplib' || true)
-  [ -z "$linked" ] || fail "$(basename "$bin") links gRPC or httplib:"$'\n'"$linked"
+  linked=$(ldd "$bin" | grep -E 'libgrpc|libgpr|httplib|libcpp-httplib|libmicrohttpd' || true)
+  [ -z "$linked" ] || fail "$(basename "$bin") links gRPC or an HTTP library:"$'\n'"$linked"
   checked=$((checked + 1))
 done
 

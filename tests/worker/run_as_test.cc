@@ -271,6 +271,7 @@ class RunAsClusterTest : public ::testing::Test {
     options.name = "w1";
     options.cpu_slots = 1;
     options.work_dir = dir_.File("work");
+    options.state_dir = dir_.File("state");
     options.trainer_path = probe_;
     options.join_token = join_;
     options.data_roots = {dir_.File("data")};

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -75,6 +76,40 @@ TEST_F(SupervisorTest, ReportsNonZeroExitCodeAndEnvironment) {
   WaitExited(sup_, key);
   EXPECT_EQ(Find(sup_, key).exit.exit_code, 7);
   EXPECT_EQ(testing::ReadFile(spec.log_path), "rank=1\n");
+}
+
+TEST_F(SupervisorTest, ChildGetsOnlyItsSpecEnvStdioAndUmask077) {
+  // Descriptors the worker holds, inheritable or not, must not reach a rank.
+  int leaked[2];
+  ASSERT_EQ(::pipe(leaked), 0);  // no O_CLOEXEC
+  ::setenv("TESSERA_TEST_WORKER_SECRET", "s3cret", 1);
+  RankKey key{1, 1, 2};
+  ProcessSpec spec;
+  // ls runs as the shell's child and lists the shell's descriptors.
+  spec.argv = {"/bin/sh", "-c", "/bin/ls /proc/$$/fd; umask; /usr/bin/env"};
+  spec.env = {"ONLY=1"};
+  spec.log_path = dir_.File("view.log");
+  ASSERT_TRUE(sup_.Start(key, spec).ok());
+  WaitExited(sup_, key);
+  ::close(leaked[0]);
+  ::close(leaked[1]);
+  ::unsetenv("TESSERA_TEST_WORKER_SECRET");
+  EXPECT_EQ(Find(sup_, key).exit.exit_code, 0);
+  std::vector<std::string> lines;
+  for (absl::string_view line :
+       absl::StrSplit(testing::ReadFile(spec.log_path), '\n', absl::SkipEmpty())) {
+    lines.emplace_back(line);
+  }
+  ASSERT_GE(lines.size(), 5u) << testing::ReadFile(spec.log_path);
+  EXPECT_EQ(std::vector<std::string>(lines.begin(), lines.begin() + 3),
+            (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(lines[3], "0077");
+  for (size_t i = 4; i < lines.size(); ++i) {
+    const std::string name = lines[i].substr(0, lines[i].find('='));
+    // The shell may export PWD itself; nothing else but the spec's entry.
+    EXPECT_TRUE(name == "ONLY" || name == "PWD") << lines[i];
+  }
+  EXPECT_THAT(lines, ::testing::Contains("ONLY=1"));
 }
 
 TEST_F(SupervisorTest, MissingExecutableIsReportedAsExit127) {

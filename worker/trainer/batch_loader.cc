@@ -22,12 +22,7 @@ BatchLoader::BatchLoader(const ImageDataset& dataset, const ChannelStats& stats,
 
 BatchLoader::BatchLoader(const ImageDataset& dataset, const ChannelStats& stats,
                          const BatchLoaderOptions& options)
-    : dataset_(dataset), options_(options) {
-  std::vector<float> inv_std;
-  for (const float s : stats.stddev) inv_std.push_back(1.0f / s);
-  mean_ = torch::tensor(stats.mean).reshape({1, dataset_.channels, 1, 1});
-  inv_std_ = torch::tensor(inv_std).reshape({1, dataset_.channels, 1, 1});
-}
+    : dataset_(dataset), options_(options), finish_(stats, options.image_size) {}
 
 Batch BatchLoader::Load(const std::vector<int64_t>& indices, int64_t begin, int64_t end,
                         int64_t epoch) const {
@@ -36,10 +31,15 @@ Batch BatchLoader::Load(const std::vector<int64_t>& indices, int64_t begin, int6
               " indices");
   const int64_t count = end - begin;
   const int64_t image_bytes = dataset_.image_bytes();
-  torch::Tensor raw = torch::empty(
-      {count, dataset_.channels, dataset_.height, dataset_.width}, torch::kUInt8);
-  torch::Tensor labels = torch::empty({count}, torch::kLong);
-  uint8_t* out = raw.data_ptr<uint8_t>();
+  const bool raw = options_.stage == BatchStage::kDevice;
+  const auto host = torch::TensorOptions().pinned_memory(raw && options_.pin_memory);
+  torch::Tensor images =
+      torch::empty({count, dataset_.channels, dataset_.height, dataset_.width},
+                   host.dtype(torch::kByte));
+  torch::Tensor labels = torch::empty({count}, host.dtype(torch::kLong));
+  std::vector<ImageTransform> transforms;
+  if (raw && options_.augment) transforms.reserve(static_cast<size_t>(count));
+  uint8_t* out = images.data_ptr<uint8_t>();
   int64_t* label_out = labels.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) {
     const int64_t index = indices[static_cast<size_t>(begin + i)];
@@ -47,29 +47,28 @@ Batch BatchLoader::Load(const std::vector<int64_t>& indices, int64_t begin, int6
                 " is outside the dataset of ", dataset_.size());
     const uint8_t* image = &dataset_.pixels[static_cast<size_t>(index * image_bytes)];
     uint8_t* slot = out + i * image_bytes;
-    if (options_.augment) {
-      ApplyImageTransform(
-          DrawImageTransform(options_.augmentation, options_.seed, epoch, index),
-          dataset_.channels, dataset_.height, dataset_.width, image, slot);
-    } else {
-      std::memcpy(slot, image, static_cast<size_t>(image_bytes));
-    }
     label_out[i] = dataset_.labels[static_cast<size_t>(index)];
+    if (!options_.augment) {
+      std::memcpy(slot, image, static_cast<size_t>(image_bytes));
+      continue;
+    }
+    const ImageTransform transform =
+        DrawImageTransform(options_.augmentation, options_.seed, epoch, index);
+    if (raw) {  // applied on the device
+      transforms.push_back(transform);
+      std::memcpy(slot, image, static_cast<size_t>(image_bytes));
+    } else {
+      ApplyImageTransform(transform, dataset_.channels, dataset_.height, dataset_.width,
+                          image, slot);
+    }
   }
-
-  // Normalising before resizing is exact (bilinear weights sum to 1) and cheaper
-  // when the model's input is larger than the data.
-  torch::Tensor images = raw.to(torch::kFloat).div_(255.0f);
-  images.sub_(mean_).mul_(inv_std_);
-  const int size = options_.image_size;
-  if (dataset_.height != size || dataset_.width != size) {
-    images = torch::nn::functional::interpolate(
-        images, torch::nn::functional::InterpolateFuncOptions()
-                    .size(std::vector<int64_t>{size, size})
-                    .mode(torch::kBilinear)
-                    .align_corners(false));
+  if (raw) {
+    Batch batch{images, labels, {}};
+    if (options_.augment)
+      batch.transforms = TransformsTensor(transforms, options_.pin_memory);
+    return batch;
   }
-  return Batch{images, labels};
+  return Batch{finish_(images), labels, {}};
 }
 
 }  // namespace tessera::trainer

@@ -1,8 +1,15 @@
-// Turns sample indices into model-ready batches: gathers the uint8 images
-// (applying the training augmentation of augmentation.h when enabled), scales
-// them to [0, 1], normalises each channel with the given statistics and, when the
-// model expects another size, resizes them bilinearly (torch interpolate, per
-// batch: the dataset itself stays at its native size and in uint8).
+// Turns sample indices into batches. Where the rest of the preparation runs is
+// the loader's stage:
+//  - host (the CPU path): gathers the uint8 images (applying the training
+//    augmentation of augmentation.h when enabled) and finishes them with an
+//    ImagePreprocessor on the loader's thread: scaled to [0, 1], normalised per
+//    channel, resized bilinearly when the model expects another size. The
+//    batch is model-ready float32 on the CPU.
+//  - device (the CUDA path): gathers the uint8 images at the dataset's native
+//    size, with their labels and each image's drawn crop/flip (not applied), in
+//    pinned memory when asked; the consumer copies them to its device and
+//    finishes them there (batch_feed.h).
+// The dataset itself stays at its native size and in uint8.
 //
 // The loader wraps the dataset's memory without copying it, so the ImageDataset
 // must outlive it. Load reads no mutable state: one loader may serve any number
@@ -17,12 +24,25 @@
 
 #include "worker/trainer/augmentation.h"
 #include "worker/trainer/image_dataset.h"
+#include "worker/trainer/image_preprocessor.h"
 
 namespace tessera::trainer {
 
 struct Batch {
-  at::Tensor images;  // float32 [batch, channels, size, size]
+  // float32 [batch, channels, size, size], model-ready; in a raw batch (a
+  // device-stage loader's), uint8 [batch, channels, height, width] at the
+  // dataset's native size.
+  at::Tensor images;
   at::Tensor labels;  // int64 [batch]
+  // Raw batches of an augmenting loader: int64 [batch, 3], each image's crop
+  // and flip still to apply (ApplyImageTransforms). Undefined otherwise.
+  at::Tensor transforms;
+};
+
+// Where a loader's batches are finished (converted, normalised, resized).
+enum class BatchStage {
+  kHost,    // by the loader: model-ready float32 CPU batches
+  kDevice,  // by the consumer on its device: raw uint8 batches
 };
 
 struct BatchLoaderOptions {
@@ -33,6 +53,11 @@ struct BatchLoaderOptions {
   bool augment = false;
   AugmentationOptions augmentation;
   uint64_t seed = 0;
+  // kHost: Load returns finished batches. kDevice: raw ones (see Batch).
+  BatchStage stage = BatchStage::kHost;
+  // Raw batches in pinned (page-locked) host memory, so that a copy to a CUDA
+  // device can be asynchronous. Needs a LibTorch with CUDA and a visible GPU.
+  bool pin_memory = false;
 };
 
 class BatchLoader {
@@ -42,9 +67,9 @@ class BatchLoader {
   BatchLoader(const ImageDataset& dataset, const ChannelStats& stats,
               const BatchLoaderOptions& options);
 
-  // The batch of `indices[begin, end)`, augmented (when on) as in `epoch`. Every
-  // index must be in [0, dataset.size()); a LibTorch error (c10::Error) is thrown
-  // otherwise.
+  // The batch of `indices[begin, end)`, augmented (when on) as in `epoch`:
+  // finished or raw as the stage says. Every index must be in
+  // [0, dataset.size()); a LibTorch error (c10::Error) is thrown otherwise.
   Batch Load(const std::vector<int64_t>& indices, int64_t begin, int64_t end,
              int64_t epoch = 0) const;
 
@@ -53,8 +78,7 @@ class BatchLoader {
  private:
   const ImageDataset& dataset_;  // Not owned.
   const BatchLoaderOptions options_;
-  at::Tensor mean_;     // float32 [1, C, 1, 1]
-  at::Tensor inv_std_;  // float32 [1, C, 1, 1]
+  const ImagePreprocessor finish_;  // on the CPU; the host stage's last step
 };
 
 }  // namespace tessera::trainer

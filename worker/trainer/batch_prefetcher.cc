@@ -56,7 +56,10 @@ BatchPrefetcher::BatchPrefetcher(Producer produce, int64_t first, int64_t count,
       next_claim_(first),
       next_deliver_(first) {
   for (int i = 0; i < options.workers; ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
+    workers_.emplace_back([this, start = options.on_worker_start] {
+      if (start) start();
+      WorkerLoop();
+    });
   }
 }
 

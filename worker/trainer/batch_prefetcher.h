@@ -1,5 +1,6 @@
 // Background batch preparation for the training loop: `workers` threads run a
-// producer (gather, augment, normalise, resize: batch_loader.h) for the positions
+// producer (gather, augment, normalise, resize, or on a GPU only gather:
+// batch_loader.h) for the positions
 // ahead of the consumer and hand the batches over in position order through a
 // bounded queue, so the loop waits for data only when preparation falls behind.
 //
@@ -36,6 +37,9 @@ struct BatchPrefetcherOptions {
   int workers = 2;
   // Batches ready or in preparation ahead of the consumer; 0: 2 * workers.
   int queue_depth = 0;
+  // Runs first on each worker thread (a CUDA rank makes its device current
+  // there, so pinned allocations never touch another GPU); empty: nothing.
+  std::function<void()> on_worker_start;
 };
 
 class BatchPrefetcher {

@@ -2,9 +2,11 @@
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -13,14 +15,25 @@
 #include <utility>
 #include <vector>
 
+#define TESSERA_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||          \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 namespace tessera::trainer {
 namespace {
 
-bool Fusable(const torch::Tensor& p) {
+// Whether the gradient fits its parameter (device, dtype, shape, dense), as
+// every path but the stock one assumes.
+bool GradientMatches(const torch::Tensor& p) {
   const torch::Tensor& grad = p.grad();
+  return !p.is_sparse() && !grad.is_sparse() && grad.device() == p.device() &&
+         grad.scalar_type() == p.scalar_type() && grad.sizes() == p.sizes() &&
+         at::isFloatingType(p.scalar_type());
+}
+
+bool CpuLoopTakes(const torch::Tensor& p) {
   return p.device().is_cpu() && p.scalar_type() == torch::kFloat && p.is_contiguous() &&
-         grad.defined() && !grad.is_sparse() && grad.scalar_type() == torch::kFloat &&
-         grad.is_contiguous() && grad.sizes() == p.sizes();
+         p.grad().is_contiguous();
 }
 
 // The optimizer's state map is keyed by the parameter's TensorImpl: as a
@@ -66,7 +79,112 @@ void Update(const Coefficients& c, float* __restrict p, const float* __restrict 
   }
 }
 
+// One multi-tensor call's operands: the parameters of one group on one device
+// with one dtype.
+struct TensorLists {
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> grads;
+  std::vector<torch::Tensor> exp_avgs;
+  std::vector<torch::Tensor> exp_avg_sqs;
+  std::vector<int64_t> steps;         // each parameter's step count, advanced
+  std::vector<torch::Tensor> counts;  // kFused: the same on the device
+};
+
+using ListKey = std::tuple<int, int, int>;  // device type, index, dtype
+
+ListKey KeyOf(const torch::Tensor& p) {
+  return {static_cast<int>(p.device().type()), static_cast<int>(p.device().index()),
+          static_cast<int>(p.scalar_type())};
+}
+
+// torch::optim::AdamW's step, op for op, over lists: p *= 1 - lr * wd;
+// m = m * b1 + (1 - b1) * g; v = v * b2 + (1 - b2) * g * g;
+// p += -(lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
+void ForeachUpdate(const TensorLists& l, const torch::optim::AdamWOptions& options) {
+  const double beta1 = std::get<0>(options.betas());
+  const double beta2 = std::get<1>(options.betas());
+  if (options.weight_decay() != 0) {
+    at::_foreach_mul_(l.params, 1 - options.lr() * options.weight_decay());
+  }
+  at::_foreach_mul_(l.exp_avgs, beta1);
+  at::_foreach_add_(l.exp_avgs, l.grads, 1 - beta1);
+  at::_foreach_mul_(l.exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(l.exp_avg_sqs, l.grads, l.grads, 1 - beta2);
+  std::vector<c10::Scalar> sqrt_bias2;
+  std::vector<c10::Scalar> neg_step_size;
+  for (const int64_t step : l.steps) {
+    sqrt_bias2.emplace_back(std::sqrt(1 - std::pow(beta2, static_cast<double>(step))));
+    neg_step_size.emplace_back(-options.lr() /
+                               (1 - std::pow(beta1, static_cast<double>(step))));
+  }
+  std::vector<torch::Tensor> denoms = at::_foreach_sqrt(l.exp_avg_sqs);
+  at::_foreach_div_(denoms, sqrt_bias2);
+  at::_foreach_add_(denoms, options.eps());
+  at::_foreach_addcdiv_(l.params, l.exp_avgs, denoms, neg_step_size);
+}
+
+void FusedUpdate(const TensorLists& l, const torch::optim::AdamWOptions& options) {
+#if TESSERA_TORCH_AT_LEAST(2, 0)
+  at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs,
+                    /*max_exp_avg_sqs=*/{}, l.counts, options.lr(),
+                    std::get<0>(options.betas()), std::get<1>(options.betas()),
+                    options.weight_decay(), options.eps(), /*amsgrad=*/false,
+                    /*maximize=*/false);
+#else
+  (void)l;
+  (void)options;
+  TORCH_CHECK(false, "this LibTorch has no _fused_adamw_");
+#endif
+}
+
 }  // namespace
+
+bool FusedAdamW::HasFusedKernel(c10::DeviceType device) {
+#if TESSERA_TORCH_AT_LEAST(2, 4)
+  return device == c10::DeviceType::CUDA || device == c10::DeviceType::CPU;
+#elif TESSERA_TORCH_AT_LEAST(2, 0)
+  return device == c10::DeviceType::CUDA;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+AdamWPath FusedAdamW::PathFor(const torch::Tensor& p,
+                              const torch::optim::AdamWOptions& options) const {
+  if (options.amsgrad() || !GradientMatches(p)) return AdamWPath::kStock;
+  // The fused kernels walk dense memory.
+  const bool fused = HasFusedKernel(p.device().type()) && p.is_contiguous() &&
+                     p.grad().is_contiguous();
+  if (forced_.has_value()) {
+    switch (*forced_) {
+      case AdamWPath::kCpuLoop:
+        return CpuLoopTakes(p) ? AdamWPath::kCpuLoop : AdamWPath::kStock;
+      case AdamWPath::kFused:
+        return fused ? AdamWPath::kFused : AdamWPath::kForeach;
+      case AdamWPath::kForeach:
+      case AdamWPath::kStock:
+        return *forced_;
+    }
+  }
+  if (p.device().is_cpu())
+    return CpuLoopTakes(p) ? AdamWPath::kCpuLoop : AdamWPath::kStock;
+  return fused ? AdamWPath::kFused : AdamWPath::kForeach;
+}
+
+torch::Tensor FusedAdamW::StepTensorFor(const torch::Tensor& p, int64_t step,
+                                        std::vector<torch::Tensor>& to_advance) {
+  StepTensor& entry = step_tensors_[p.unsafeGetTensorImpl()];
+  if (entry.count.defined() && entry.value == step - 1 &&
+      entry.count.device() == p.device()) {
+    to_advance.push_back(entry.count);
+  } else {  // first step, or the state was loaded or changed behind our back
+    entry.count = torch::full({}, static_cast<double>(step),
+                              torch::TensorOptions(p.device()).dtype(torch::kFloat));
+  }
+  entry.value = step;
+  return entry.count;
+}
 
 torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
@@ -75,17 +193,22 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  // Anything the fused loop cannot take goes through the stock step, which
-  // skips parameters without a gradient; so stash those the loop handled.
+  // Anything the other paths cannot take goes through the stock step, which
+  // skips parameters without a gradient; so stash those the others handled.
   std::vector<std::pair<torch::Tensor, torch::Tensor>> stashed;
-  fused_last_step_ = 0;
+  last_step_counts_ = {};
   bool any_stock = false;
   using StateMap = std::decay_t<decltype(state_)>;
   for (auto& group : param_groups_) {
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
+    std::map<ListKey, TensorLists> fused_lists;
+    std::map<ListKey, TensorLists> foreach_lists;
+    std::vector<torch::Tensor> to_advance;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      if (options.amsgrad() || !Fusable(p)) {
+      const AdamWPath path = PathFor(p, options);
+      ++last_step_counts_[static_cast<size_t>(path)];
+      if (path == AdamWPath::kStock) {
         any_stock = true;
         continue;
       }
@@ -100,6 +223,20 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       }
       auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
       state.step(state.step() + 1);
+      stashed.emplace_back(p, p.grad());
+      if (path != AdamWPath::kCpuLoop) {
+        TensorLists& lists =
+            (path == AdamWPath::kFused ? fused_lists : foreach_lists)[KeyOf(p)];
+        lists.params.push_back(p);
+        lists.grads.push_back(p.grad());
+        lists.exp_avgs.push_back(state.exp_avg());
+        lists.exp_avg_sqs.push_back(state.exp_avg_sq());
+        lists.steps.push_back(state.step());
+        if (path == AdamWPath::kFused) {
+          lists.counts.push_back(StepTensorFor(p, state.step(), to_advance));
+        }
+        continue;
+      }
       const double beta1 = std::get<0>(options.betas());
       const double beta2 = std::get<1>(options.betas());
       const double bias1 = 1 - std::pow(beta1, static_cast<double>(state.step()));
@@ -121,9 +258,10 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       at::parallel_for(0, p.numel(), 32768, [&](int64_t begin, int64_t end) {
         Update(c, param, grad, m, v, begin, end);
       });
-      ++fused_last_step_;
-      stashed.emplace_back(p, p.grad());
     }
+    if (!to_advance.empty()) at::_foreach_add_(to_advance, 1);
+    for (const auto& [key, lists] : fused_lists) FusedUpdate(lists, options);
+    for (const auto& [key, lists] : foreach_lists) ForeachUpdate(lists, options);
   }
   if (any_stock) {
     for (auto& [param, grad] : stashed) param.mutable_grad() = torch::Tensor();

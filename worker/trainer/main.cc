@@ -210,7 +210,11 @@ int Run(int argc, char** argv) {
   const std::unique_ptr<CoordinatorClient> coordinator = MakeCoordinatorClient(launch);
   const std::unique_ptr<LeaseKeeper> lease = StartLease(coordinator.get());
 
-  ConfigureHostAllocator();
+  if (!ConfigureHostAllocator()) {
+    std::cerr << "tessera-train: note: the C library did not take the allocator "
+                 "settings; CPU steps may spend time in page faults"
+              << std::endl;
+  }
 
   // Data first: a bad data directory fails fast, before any peer waits on us.
   absl::StatusOr<ImageDataset> train = LoadSplit(options, Split::kTrain);

@@ -101,6 +101,10 @@ void MetricsReporter::Report(int64_t step,
   if (coordinator_ == nullptr) return;
 
   absl::MutexLock lock(&mu_);
+  if (limit_reached_) {
+    dropped_ += static_cast<int64_t>(values.size());
+    return;
+  }
   for (const auto& [name, value] : values) {
     pending_.push_back(MetricSample{step, name, value, unix_ms});
   }
@@ -151,6 +155,19 @@ void MetricsReporter::SenderLoop() {
 
     in_flight_ = false;
     last_send_ = absl::Now();
+    if (absl::IsResourceExhausted(status)) {
+      // The job's metric limit on the coordinator: later points would be
+      // refused too. Training goes on; the local metrics file keeps them.
+      std::cerr << "tessera-train: the coordinator stores no more metrics for this job ("
+                << status.message() << "); later metrics are not sent, training goes on"
+                << std::endl;
+      in_flight_ = false;
+      dropped_ += static_cast<int64_t>(batch.size() + pending_.size());
+      pending_.clear();
+      limit_reached_ = true;
+      changed_.SignalAll();
+      continue;
+    }
     if (status.ok()) {
       if (failing_) {
         std::cerr << "tessera-train: metric delivery to the coordinator recovered"

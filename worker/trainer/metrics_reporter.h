@@ -89,6 +89,9 @@ class MetricsReporter {
   absl::Duration backoff_ ABSL_GUARDED_BY(mu_);
   bool failing_ ABSL_GUARDED_BY(mu_) = false;
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  // The coordinator refused a report for the job's metric limit: nothing more
+  // is sent.
+  bool limit_reached_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar changed_;
 
   std::thread sender_;  // Runs SenderLoop when there is a coordinator.

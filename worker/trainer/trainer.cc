@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "worker/trainer/batch_feed.h"
 #include "worker/trainer/batch_loader.h"
 #include "worker/trainer/batch_prefetcher.h"
 #include "worker/trainer/checkpoint.h"
@@ -228,10 +229,13 @@ absl::Status MakePlacementCurrent(const DevicePlacement& placement) {
 #endif
 }
 
-void ConfigureHostAllocator() {
+bool ConfigureHostAllocator() {
 #ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  const bool mmap_set = mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1;
+  const bool trim_set = mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1;
+  return mmap_set && trim_set;
+#else
+  return false;
 #endif
 }
 
@@ -397,22 +401,40 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     }
     reducer->ZeroGradients();
 
-    // Both splits are normalised with the training split's statistics.
+    // Both splits are normalised with the training split's statistics. On a
+    // GPU the loaders only gather uint8 images at their native size (into
+    // pinned memory); the feed copies them over and finishes them there.
     const ChannelStats stats = ComputeChannelStats(train_);
-    BatchLoaderOptions train_loading;
-    train_loading.image_size = config.image_size;
+    const BatchStage stage = loop_.finish_batches_on_device.value_or(placement.cuda)
+                                 ? BatchStage::kDevice
+                                 : BatchStage::kHost;
+    BatchLoaderOptions test_loading;
+    test_loading.image_size = config.image_size;
+    test_loading.stage = stage;
+    test_loading.pin_memory = placement.cuda && stage == BatchStage::kDevice;
+    BatchLoaderOptions train_loading = test_loading;
     train_loading.augment =
         options_.augment.value_or(AugmentsByDefault(options_.dataset));
     train_loading.seed = static_cast<uint64_t>(options_.seed);
     const BatchLoader train_loader(train_, stats, train_loading);
-    const BatchLoader test_loader(test_, stats, config.image_size);
+    const BatchLoader test_loader(test_, stats, test_loading);
     // Micro-batch p of the run is batch p % batches_per_epoch of epoch
     // p / batches_per_epoch, prepared ahead by data_workers threads.
     BatchPrefetcherOptions prefetching;
     prefetching.workers = options_.data_workers;
+    prefetching.on_worker_start = [placement] {
+      MakePlacementCurrent(placement).IgnoreError();
+    };
     BatchPrefetcher train_batches(
         EpochBatchProducer(train_loader, train_sampler, batch_size, batches_per_epoch),
         step * accum, (total_steps - step) * accum, prefetching);
+    BatchFeedOptions feeding;
+    feeding.device = device;
+    feeding.stage = stage;
+    feeding.stats = stats;
+    feeding.image_size = config.image_size;
+    BatchFeed train_feed(&train_batches, feeding);
+    BatchFeed test_feed(nullptr, feeding);
 
     if (loop_.log != nullptr) {
       *loop_.log << "[rank " << rank << "] " << options_.model << " ("
@@ -451,12 +473,12 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       const auto n = static_cast<int64_t>(indices.size());
       for (int64_t begin = 0; begin < n; begin += loop_.eval_batch_size) {
         const int64_t end = std::min(n, begin + loop_.eval_batch_size);
-        const Batch batch = test_loader.Load(indices, begin, end);
-        const torch::Tensor labels = batch.labels.to(device);
+        const Batch batch = test_feed.ToDevice(test_loader.Load(indices, begin, end));
+        const torch::Tensor& labels = batch.labels;
         torch::Tensor logits;
         {
           AutocastScope mixed(autocast, autocast_dtype);
-          logits = model->forward(batch.images.to(device)).to(torch::kFloat);
+          logits = model->forward(batch.images).to(torch::kFloat);
         }
         loss_sum.add_(torch::nn::functional::cross_entropy(
             logits, labels,
@@ -515,9 +537,9 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       const Clock::time_point step_start = Clock::now();
       timer->BeginStep();
       for (int64_t m = 0; m < accum; ++m) {
-        ASSIGN_OR_RETURN(const Batch batch, train_batches.Next());
-        const torch::Tensor images = batch.images.to(device, /*non_blocking=*/true);
-        const torch::Tensor labels = batch.labels.to(device, /*non_blocking=*/true);
+        ASSIGN_OR_RETURN(const Batch batch, train_feed.Next());
+        const torch::Tensor& images = batch.images;
+        const torch::Tensor& labels = batch.labels;
         timer->Mark(StepPhase::kData);
         torch::Tensor loss;
         {

@@ -4,11 +4,11 @@
 // local_rank when LibTorch has CUDA), makes rank 0's initial parameters
 // everyone's (broadcast), or resumes from the latest checkpoint, then for each
 // optimizer step: loads grad_accum micro-batches of this rank's shard (see
-// distributed_sampler.h), runs forward (under bf16/fp16 autocast on CUDA when
-// asked) and cross-entropy (with label smoothing), and backward, during which the
-// Reducer (reducer.h) all-reduces the gradients in buckets as they become ready
-// (on the last micro-batch only); waits for the remaining buckets, optionally
-// clips the global gradient norm and takes an AdamW or SGD step under a linear
+// distributed_sampler.h; on a GPU finished on the device: batch_feed.h), runs forward
+// (under bf16/fp16 autocast on CUDA when asked) and cross-entropy (with label smoothing),
+// and backward, during which the Reducer (reducer.h) all-reduces the gradients in buckets
+// as they become ready (on the last micro-batch only); waits for the remaining buckets,
+// optionally clips the global gradient norm and takes an AdamW or SGD step under a linear
 // warmup + cosine schedule. fp16 scales the loss dynamically (loss_scaler.h)
 // and skips steps whose gradients overflowed.
 //
@@ -29,6 +29,7 @@
 #define TESSERA_WORKER_TRAINER_TRAINER_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -54,6 +55,12 @@ struct TrainerLoopOptions {
   int checkpoint_keep = 2;
   // Set-up and summary lines; null: none. Not owned.
   std::ostream* log = nullptr;
+  // Whether batches are finished (crop/flip, float conversion, normalisation,
+  // resize) on the training device after a copy of the raw uint8 batch
+  // (batch_feed.h) rather than by the loader threads on the host. Unset: on
+  // the device exactly when it is a CUDA device. Tests set it to run the GPU
+  // path's data pipeline on the CPU.
+  std::optional<bool> finish_batches_on_device;
 };
 
 struct TrainingOutcome {
@@ -124,8 +131,13 @@ absl::Status MakePlacementCurrent(const DevicePlacement& placement);
 // handing it back to the kernel after every step and faulting in fresh zeroed
 // pages on the next: with default settings a CPU step's activations churn
 // through mmap/munmap and page faults that cost ~20% of backward for vit-micro.
-// Process-wide; tessera-train calls it once at start-up. No-op without glibc.
-void ConfigureHostAllocator();
+// Larger blocks are still mapped afresh each time (as is anything a loader
+// thread's arena cannot hold, 64 MiB per heap): a float32 batch at 224 px of a
+// CPU run. A CUDA rank has no such batches on the host: its loaders fill small
+// uint8 batches in pinned memory, which LibTorch's host allocator caches.
+// Process-wide; tessera-train calls it once at start-up. Returns whether glibc
+// took both settings; false without glibc.
+bool ConfigureHostAllocator();
 
 // Sets LibTorch's intra-op thread count and, when the BLAS library is OpenBLAS,
 // its thread count too (OpenBLAS otherwise starts one thread per core in every

@@ -127,7 +127,7 @@ TEST_F(HttpApiTest, JobListFiltersByStateAndLimit) {
   const int64_t a = SubmitJob("a");
   SubmitJob("b");
   SubmitJob("c");
-  ASSERT_TRUE(server_->manager().CancelJob(a).ok());
+  ASSERT_TRUE(server_->manager().CancelJob(Caller::Admin(), a).ok());
 
   auto cancelled = client_->Get("/api/v1/jobs?state=cancelled");
   ASSERT_TRUE(cancelled);
@@ -158,14 +158,14 @@ TEST_F(HttpApiTest, CancelIsPostOnlyAndNeedsAuthorizationHeader) {
   auto anonymous = client_->Post(path.c_str(), "", "application/json");
   ASSERT_TRUE(anonymous);
   EXPECT_EQ(anonymous->status, 401);
-  EXPECT_EQ(server_->manager().GetJob(id)->state(), tessera::v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(server_->manager().GetJob(Caller::Admin(), id)->state(), tessera::v1::JOB_STATE_QUEUED);
 
   httplib::Headers auth = {{"Authorization", "Bearer dashboard"}};
   auto cancelled = client_->Post(path.c_str(), auth, "", "application/json");
   ASSERT_TRUE(cancelled);
   EXPECT_EQ(cancelled->status, 200);
   EXPECT_EQ(nlohmann::json::parse(cancelled->body)["state"], "JOB_STATE_CANCELLED");
-  EXPECT_EQ(server_->manager().GetJob(id)->state(), tessera::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(server_->manager().GetJob(Caller::Admin(), id)->state(), tessera::v1::JOB_STATE_CANCELLED);
 
   // Cancelling twice is not an error.
   auto again = client_->Post(path.c_str(), auth, "", "application/json");
@@ -222,7 +222,7 @@ TEST_F(HttpApiTest, JobStreamSendsStateThenNewMetricsAsTheyArrive) {
 
 TEST_F(HttpApiTest, JobStreamEndsAfterTheJobEnds) {
   const int64_t id = SubmitJob("short");
-  ASSERT_TRUE(server_->manager().CancelJob(id).ok());
+  ASSERT_TRUE(server_->manager().CancelJob(Caller::Admin(), id).ok());
   const std::string text = ReadStream("/api/v1/stream/jobs/" + std::to_string(id),
                                       [](const std::string&) { return false; });
   EXPECT_EQ(Events(text, "end").size(), 1u) << text;

@@ -70,7 +70,7 @@ class JobManagerLeaseTest : public ::testing::Test {
   }
 
   v1::Job Get(int64_t id) {
-    auto job = manager_->GetJob(id);
+    auto job = manager_->GetJob(Caller::Admin(), id);
     EXPECT_TRUE(job.ok()) << job.status();
     return *job;
   }

@@ -64,7 +64,7 @@ class JobManagerTest : public ::testing::Test {
   }
 
   v1::Job Get(int64_t id) {
-    auto job = manager_->GetJob(id);
+    auto job = manager_->GetJob(Caller::Admin(), id);
     EXPECT_TRUE(job.ok()) << job.status();
     return *job;
   }
@@ -217,7 +217,7 @@ TEST_F(JobManagerTest, CancelStopsRunningRanksAndRecordsCancelled) {
   const int64_t id = Submit(2);
   auto launch = Beat("a", ea);
   ASSERT_EQ(launch->launch_size(), 2);
-  auto state = manager_->CancelJob(id);
+  auto state = manager_->CancelJob(Caller::Admin(), id);
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(*state, v1::JOB_STATE_CANCELLED);
   auto orders = Beat("a", ea, {Running(launch->launch(0)), Running(launch->launch(1))});
@@ -225,8 +225,8 @@ TEST_F(JobManagerTest, CancelStopsRunningRanksAndRecordsCancelled) {
   EXPECT_EQ(orders->launch_size(), 0);
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_CANCELLED);
   // Cancelling again is harmless; cancelling a finished job is refused.
-  EXPECT_TRUE(manager_->CancelJob(id).ok());
-  EXPECT_TRUE(absl::IsNotFound(manager_->CancelJob(999).status()));
+  EXPECT_TRUE(manager_->CancelJob(Caller::Admin(), id).ok());
+  EXPECT_TRUE(absl::IsNotFound(manager_->CancelJob(Caller::Admin(), 999).status()));
 }
 
 TEST_F(JobManagerTest, CancelOfSucceededJobIsFailedPrecondition) {
@@ -235,7 +235,7 @@ TEST_F(JobManagerTest, CancelOfSucceededJobIsFailedPrecondition) {
   auto launch = Beat("a", ea);
   ASSERT_TRUE(Beat("a", ea, {Exited(launch->launch(0), 0)}).ok());
   ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_TRUE(absl::IsFailedPrecondition(manager_->CancelJob(id).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(manager_->CancelJob(Caller::Admin(), id).status()));
 }
 
 TEST_F(JobManagerTest, ShippedLogsAreReadBackAndCompleteAfterEof) {
@@ -255,7 +255,7 @@ TEST_F(JobManagerTest, ShippedLogsAreReadBackAndCompleteAfterEof) {
 
   v1::GetLogsRequest get;
   get.set_job_id(id);
-  auto logs = manager_->GetLogs(get);
+  auto logs = manager_->GetLogs(Caller::Admin(), get);
   ASSERT_TRUE(logs.ok());
   EXPECT_EQ(logs->data(), "step 10 loss 1.0\n");
   EXPECT_FALSE(logs->complete());
@@ -266,10 +266,10 @@ TEST_F(JobManagerTest, ShippedLogsAreReadBackAndCompleteAfterEof) {
   ship.set_eof(true);
   ASSERT_TRUE(manager_->ShipLogs(ship).ok());
   get.set_offset(17);
-  logs = manager_->GetLogs(get);
+  logs = manager_->GetLogs(Caller::Admin(), get);
   EXPECT_EQ(logs->data(), "done\n");
   get.set_offset(22);
-  logs = manager_->GetLogs(get);
+  logs = manager_->GetLogs(Caller::Admin(), get);
   EXPECT_TRUE(logs->complete());
 
   // A stale session cannot write logs.

@@ -119,7 +119,7 @@ TEST_F(SweepManagerTest, PointsRunOneAtATimeAndReportComputesSpeedupFromStoredTi
   // Epoch time 10 s on one rank, 6 s on two.
   auto times = [](int world) { return world == 1 ? 10.0 : 6.0; };
   for (int point = 0; point < 4; ++point) {
-    auto sweep = sweeps_->Get(id);
+    auto sweep = sweeps_->Get(Caller::Admin(), id);
     ASSERT_TRUE(sweep.ok()) << sweep.status();
     int submitted_points = 0;
     for (const auto& p : sweep->points()) submitted_points += p.job_id() != 0;
@@ -127,18 +127,18 @@ TEST_F(SweepManagerTest, PointsRunOneAtATimeAndReportComputesSpeedupFromStoredTi
     EXPECT_EQ(RunLaunched(times), 1);
     sweeps_->Tick();
   }
-  auto sweep = sweeps_->Get(id);
+  auto sweep = sweeps_->Get(Caller::Admin(), id);
   ASSERT_TRUE(sweep.ok());
   EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_SUCCEEDED);
   for (const auto& p : sweep->points()) {
     EXPECT_EQ(p.state(), v1::JOB_STATE_SUCCEEDED);
-    auto job = jobs_->GetJob(p.job_id());
+    auto job = jobs_->GetJob(Caller::Admin(), p.job_id());
     ASSERT_TRUE(job.ok());
     EXPECT_EQ(job->sweep_id(), id);
     EXPECT_EQ(job->sweep_point(), p.index());
   }
 
-  auto report = sweeps_->Report(id);
+  auto report = sweeps_->Report(Caller::Admin(), id);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->rows_size(), 4);
   for (const v1::SweepReportRow& row : report->rows()) {
@@ -164,7 +164,7 @@ TEST_F(SweepManagerTest, RetriedSubmitReturnsTheSameSweep) {
   auto second = sweeps_->Submit(Spec(), "", "same");
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(first->sweep_id(), second->sweep_id());
-  auto list = sweeps_->List();
+  auto list = sweeps_->List(Caller::Admin());
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->size(), 1u);
 }
@@ -176,24 +176,26 @@ TEST_F(SweepManagerTest, SweepCarriesOnAfterCoordinatorRestartWithoutDuplicatePo
   writer_->Flush();
   Start();  // a new coordinator over the same database
   sweeps_->Tick();
-  auto sweep = sweeps_->Get(id);
+  auto sweep = sweeps_->Get(Caller::Admin(), id);
   ASSERT_TRUE(sweep.ok());
   EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_RUNNING);
   JobFilter filter;
   filter.sweep_id = id;
-  auto jobs = jobs_->ListJobs(filter);
+  auto jobs = jobs_->ListJobs(Caller::Admin(), filter);
   ASSERT_TRUE(jobs.ok());
-  EXPECT_EQ(jobs->size(), 2u) << "the restart must not submit the first points again";
+  EXPECT_EQ(jobs->jobs.size(), 2u)
+      << "the restart must not submit the first points again";
 
   auto times = [](int world) { return 5.0 / world; };
-  for (int round = 0; round < 4 && sweeps_->Get(id)->state() == v1::SWEEP_STATE_RUNNING;
+  for (int round = 0;
+       round < 4 && sweeps_->Get(Caller::Admin(), id)->state() == v1::SWEEP_STATE_RUNNING;
        ++round) {
     RunLaunched(times);
     sweeps_->Tick();
   }
-  EXPECT_EQ(sweeps_->Get(id)->state(), v1::SWEEP_STATE_SUCCEEDED);
-  jobs = jobs_->ListJobs(filter);
-  EXPECT_EQ(jobs->size(), 4u);
+  EXPECT_EQ(sweeps_->Get(Caller::Admin(), id)->state(), v1::SWEEP_STATE_SUCCEEDED);
+  jobs = jobs_->ListJobs(Caller::Admin(), filter);
+  EXPECT_EQ(jobs->jobs.size(), 4u);
 }
 
 TEST_F(SweepManagerTest, EveryPointBelongsToTheSweepsOwnerAcrossARestart) {
@@ -202,28 +204,30 @@ TEST_F(SweepManagerTest, EveryPointBelongsToTheSweepsOwnerAcrossARestart) {
   const int64_t id = submitted->sweep_id();
   writer_->Flush();
   Start();  // the later points are submitted by a new coordinator
-  for (int round = 0; round < 4 && sweeps_->Get(id)->state() == v1::SWEEP_STATE_RUNNING;
+  for (int round = 0;
+       round < 4 && sweeps_->Get(Caller::Admin(), id)->state() == v1::SWEEP_STATE_RUNNING;
        ++round) {
     RunLaunched([](int) { return 1.0; });
     sweeps_->Tick();
   }
   JobFilter filter;
   filter.sweep_id = id;
-  auto jobs = jobs_->ListJobs(filter);
+  auto jobs = jobs_->ListJobs(Caller::Admin(), filter);
   ASSERT_TRUE(jobs.ok());
-  ASSERT_EQ(jobs->size(), 4u);
-  for (const auto& job : *jobs) EXPECT_EQ(job.owner(), "alice") << "job " << job.id();
+  ASSERT_EQ(jobs->jobs.size(), 4u);
+  for (const auto& job : jobs->jobs)
+    EXPECT_EQ(job.owner(), "alice") << "job " << job.id();
 }
 
 TEST_F(SweepManagerTest, CancelStopsActivePointsAndSubmitsNoMore) {
   auto submitted = sweeps_->Submit(Spec(), "", "");
   ASSERT_TRUE(submitted.ok());
   const int64_t id = submitted->sweep_id();
-  auto state = sweeps_->Cancel(id);
+  auto state = sweeps_->Cancel(Caller::Admin(), id);
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(*state, v1::SWEEP_STATE_CANCELLED);
   sweeps_->Tick();
-  auto sweep = sweeps_->Get(id);
+  auto sweep = sweeps_->Get(Caller::Admin(), id);
   ASSERT_TRUE(sweep.ok());
   EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_CANCELLED);
   int submitted_points = 0;
@@ -233,22 +237,22 @@ TEST_F(SweepManagerTest, CancelStopsActivePointsAndSubmitsNoMore) {
     EXPECT_EQ(p.state(), v1::JOB_STATE_CANCELLED);
   }
   EXPECT_EQ(submitted_points, 1);
-  EXPECT_TRUE(absl::IsFailedPrecondition(sweeps_->Cancel(id).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(sweeps_->Cancel(Caller::Admin(), id).status()));
 }
 
 TEST_F(SweepManagerTest, FailedPointMakesTheSweepFailWithCount) {
   auto submitted = sweeps_->Submit(Spec(/*max_parallel=*/4), "", "");
   ASSERT_TRUE(submitted.ok());
   const int64_t id = submitted->sweep_id();
-  auto sweep = sweeps_->Get(id);
+  auto sweep = sweeps_->Get(Caller::Admin(), id);
   ASSERT_TRUE(sweep.ok());
-  ASSERT_TRUE(jobs_->CancelJob(sweep->points(0).job_id()).ok());
+  ASSERT_TRUE(jobs_->CancelJob(Caller::Admin(), sweep->points(0).job_id()).ok());
   // Four slots cannot hold every point at once: run them in rounds.
   for (int round = 0; round < 4; ++round) {
     RunLaunched([](int) { return 1.0; });
     sweeps_->Tick();
   }
-  sweep = sweeps_->Get(id);
+  sweep = sweeps_->Get(Caller::Admin(), id);
   EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_FAILED);
   EXPECT_THAT(sweep->reason(), HasSubstr("1 of 4 points did not succeed"));
 }
@@ -258,7 +262,7 @@ TEST_F(SweepManagerTest, InvalidSpecIsRejectedAndNothingStored) {
   spec.mutable_grid()->add_scaling("sideways");
   auto submitted = sweeps_->Submit(spec, "", "");
   EXPECT_TRUE(absl::IsInvalidArgument(submitted.status()));
-  EXPECT_TRUE(sweeps_->List()->empty());
+  EXPECT_TRUE(sweeps_->List(Caller::Admin())->empty());
 }
 
 }  // namespace

@@ -917,8 +917,21 @@ TEST_F(SqliteStoreFileTest, OpenRejectsAFileThatIsNotADatabase) {
     std::ofstream file(DbPath());
     file << std::string(4096, 'x');
   }
+  std::filesystem::permissions(
+      DbPath(), std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 
   EXPECT_THAT(SqliteStore::Open(DbPath()), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST_F(SqliteStoreFileTest, CreatesTheDatabaseOwnerOnlyAndRefusesOneOthersCanRead) {
+  ASSERT_THAT(SqliteStore::Open(DbPath()), IsOk());
+  EXPECT_EQ(std::filesystem::status(DbPath()).permissions(),
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::permissions(DbPath(), std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::add);
+  absl::StatusOr<std::unique_ptr<SqliteStore>> refused = SqliteStore::Open(DbPath());
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("mode 0640"));
 }
 
 TEST_F(SqliteStoreFileTest, OpenInMissingDirectoryFails) {

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "worker/trainer/augmentation.h"
 #include "worker/trainer/image_dataset.h"
+#include "worker/trainer/image_preprocessor.h"
 
 namespace tessera::trainer {
 namespace {
@@ -126,6 +127,48 @@ TEST(BatchLoaderTest, WithoutAugmentationEveryEpochSeesTheSameImages) {
   const std::vector<int64_t> order = {0, 1, 2, 3, 4, 5, 6, 7};
   EXPECT_TRUE(torch::equal(loader.Load(order, 0, 8, 0).images,
                            loader.Load(order, 0, 8, 5).images));
+}
+
+TEST(BatchLoaderTest, DeviceStageGivesRawImagesWithTheirDrawnTransforms) {
+  const ImageDataset data = Patterned();
+  BatchLoaderOptions raw_options = Augmenting(8, 9);
+  raw_options.stage = BatchStage::kDevice;
+  const BatchLoader raw_loader(data, ComputeChannelStats(data), raw_options);
+  const std::vector<int64_t> indices = {5, 2, 7, 0};
+  const Batch raw = raw_loader.Load(indices, 0, 4, /*epoch=*/3);
+  ASSERT_EQ(raw.images.scalar_type(), torch::kByte);
+  EXPECT_EQ(raw.images.sizes(), (std::vector<int64_t>{4, 3, 4, 4})) << "native size";
+  EXPECT_TRUE(torch::equal(raw.labels, torch::tensor({5, 2, 7, 0}, torch::kLong)));
+  ASSERT_TRUE(raw.transforms.defined());
+  for (int k = 0; k < 4; ++k) {
+    const int64_t index = indices[static_cast<size_t>(k)];
+    const torch::Tensor pixels = torch::from_blob(
+        const_cast<uint8_t*>(&data.pixels[static_cast<size_t>(index * 48)]), {3, 4, 4},
+        torch::kByte);
+    EXPECT_TRUE(torch::equal(raw.images[k], pixels)) << "untransformed image " << index;
+    const ImageTransform t = DrawImageTransform(raw_options.augmentation, 9, 3, index);
+    EXPECT_TRUE(torch::equal(
+        raw.transforms[k],
+        torch::tensor({int64_t{t.shift_y}, int64_t{t.shift_x}, int64_t{t.flip ? 1 : 0}})))
+        << "image " << index;
+  }
+  // Finished elsewhere, the batch is the host stage's, bit for bit.
+  const BatchLoader host_loader(data, ComputeChannelStats(data), Augmenting(8, 9));
+  const ImagePreprocessor finish(ComputeChannelStats(data), 8);
+  EXPECT_TRUE(torch::equal(finish(raw.images, raw.transforms),
+                           host_loader.Load(indices, 0, 4, 3).images));
+}
+
+TEST(BatchLoaderTest, DeviceStageWithoutAugmentationHasNoTransforms) {
+  const ImageDataset data = Patterned();
+  BatchLoaderOptions options;
+  options.image_size = 8;
+  options.stage = BatchStage::kDevice;
+  const BatchLoader loader(data, ComputeChannelStats(data), options);
+  const std::vector<int64_t> indices = {1, 3};
+  const Batch raw = loader.Load(indices, 0, 2);
+  EXPECT_FALSE(raw.transforms.defined());
+  EXPECT_EQ(raw.images.sizes(), (std::vector<int64_t>{2, 3, 4, 4}));
 }
 
 TEST(BatchLoaderTest, IndexOutsideTheDatasetThrows) {

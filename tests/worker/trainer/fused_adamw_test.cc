@@ -1,9 +1,11 @@
 #include "worker/trainer/fused_adamw.h"
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <memory>
 #include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -89,7 +91,8 @@ TEST(FusedAdamWTest, MatchesTorchAdamWOverManyStepsWithChangingLearningRate) {
     for (auto& g : stock->param_groups()) g.options().set_lr(lr);
     fused->step();
     stock->step();
-    EXPECT_EQ(fused->fused_last_step(), 4) << "every parameter takes the fused loop";
+    EXPECT_EQ(fused->last_step_count(AdamWPath::kCpuLoop), 4)
+        << "every parameter takes the fused loop";
   }
   ExpectClose(fused_params, stock_params);
   // The parameters moved: the comparison is not between two untouched sets.
@@ -148,13 +151,119 @@ TEST(FusedAdamWTest, NonContiguousParametersTakeTheStockStep) {
     dense_ref.mutable_grad() = g2.clone();
     fused->step();
     stock->step();
-    EXPECT_EQ(fused->fused_last_step(), 1);
+    EXPECT_EQ(fused->last_step_count(AdamWPath::kCpuLoop), 1);
+    EXPECT_EQ(fused->last_step_count(AdamWPath::kStock), 1);
     // The stock step must not have run a second time on the fused parameter.
     EXPECT_TRUE(dense.grad().defined());
   }
   EXPECT_TRUE(torch::allclose(strided, strided_ref, 1e-5, 1e-6));
   EXPECT_TRUE(torch::allclose(dense, dense_ref, 1e-5, 1e-6));
 }
+
+// The paths a CUDA parameter takes (at::_fused_adamw_ where LibTorch has it,
+// the _foreach_* ops otherwise), run here on CPU tensors.
+class DevicePathTest : public ::testing::TestWithParam<AdamWPath> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == AdamWPath::kFused && !FusedAdamW::HasFusedKernel(c10::kCPU)) {
+      GTEST_SKIP() << "LibTorch " << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR
+                   << " has no CPU kernel for _fused_adamw_ (it came with 2.4); the "
+                      "foreach path is tested instead";
+    }
+  }
+
+  std::unique_ptr<FusedAdamW> MakeForced(const Params& params, double lr) const {
+    auto optimizer = Make<FusedAdamW>(params.decayed, params.plain, lr);
+    optimizer->ForcePath(GetParam());
+    return optimizer;
+  }
+
+  // foreach runs AdamW's own float32 operations in its order: equal. The fused
+  // kernel orders them its own way: equal up to rounding.
+  void ExpectMatches(const Params& a, const Params& b) const {
+    if (GetParam() == AdamWPath::kFused) {
+      ExpectClose(a, b);
+      return;
+    }
+    const std::vector<torch::Tensor> pa = a.all();
+    const std::vector<torch::Tensor> pb = b.all();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_TRUE(torch::equal(pa[i], pb[i]))
+          << "parameter " << i << " max diff "
+          << (pa[i] - pb[i]).abs().max().item<float>();
+    }
+  }
+};
+
+TEST_P(DevicePathTest, MatchesTorchAdamWOverManyStepsWithChangingLearningRate) {
+  Params forced_params = MakeParams();
+  Params stock_params = Clone(forced_params);
+  auto forced = MakeForced(forced_params, 1e-2);
+  auto stock = Make<torch::optim::AdamW>(stock_params.decayed, stock_params.plain, 1e-2);
+  for (int step = 0; step < 30; ++step) {
+    SetGradients(forced_params, stock_params, step);
+    const double lr = 1e-2 * (1.0 + step) / 30.0;
+    for (auto& g : forced->param_groups()) g.options().set_lr(lr);
+    for (auto& g : stock->param_groups()) g.options().set_lr(lr);
+    forced->step();
+    stock->step();
+    ASSERT_EQ(forced->last_step_count(GetParam()), 4) << "every parameter takes the path";
+  }
+  ExpectMatches(forced_params, stock_params);
+  EXPECT_FALSE(torch::allclose(forced_params.decayed[0], MakeParams().decayed[0]));
+}
+
+TEST_P(DevicePathTest, CheckpointRoundTripContinuesLikeTheUninterruptedRun) {
+  Params straight_params = MakeParams();
+  Params interrupted_params = Clone(straight_params);
+  Params stock_params = Clone(straight_params);
+  auto straight = MakeForced(straight_params, 1e-3);
+  auto interrupted = MakeForced(interrupted_params, 1e-3);
+  for (int step = 0; step < 5; ++step) {
+    SetGradients(straight_params, interrupted_params, step);
+    straight->step();
+    interrupted->step();
+  }
+  std::stringstream saved;
+  {
+    torch::serialize::OutputArchive archive;
+    interrupted->save(archive);
+    archive.save_to(saved);
+  }
+  const std::string bytes = saved.str();
+  // A fresh optimizer of the same path, and the stock one, over copies of the
+  // parameters, resume from the file.
+  Params resumed_params = Clone(interrupted_params);
+  stock_params = Clone(interrupted_params);
+  auto resumed = MakeForced(resumed_params, 1e-3);
+  auto stock = Make<torch::optim::AdamW>(stock_params.decayed, stock_params.plain, 1e-3);
+  for (torch::optim::Optimizer* optimizer :
+       {static_cast<torch::optim::Optimizer*>(resumed.get()),
+        static_cast<torch::optim::Optimizer*>(stock.get())}) {
+    std::istringstream in(bytes);
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    optimizer->load(archive);
+  }
+  for (int step = 5; step < 10; ++step) {
+    SetGradients(straight_params, resumed_params, step);
+    SetGradients(stock_params, stock_params, step);
+    straight->step();
+    resumed->step();
+    stock->step();
+  }
+  // Bias correction continued from step 5, not from 0: same as never stopping.
+  ExpectMatches(straight_params, resumed_params);
+  ExpectMatches(straight_params, stock_params);
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedAdamWTest, DevicePathTest,
+                         ::testing::Values(AdamWPath::kForeach, AdamWPath::kFused),
+                         [](const ::testing::TestParamInfo<AdamWPath>& info) {
+                           return std::string(info.param == AdamWPath::kFused
+                                                  ? "FusedKernel"
+                                                  : "Foreach");
+                         });
 
 }  // namespace
 }  // namespace tessera::trainer

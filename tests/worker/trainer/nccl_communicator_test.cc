@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 
@@ -141,6 +144,96 @@ TEST(NcclCommunicatorTest, AnAbortedCommunicatorRefusesCollectivesNamingWhy) {
   const absl::Status barrier = (*comm)->Barrier();
   EXPECT_EQ(barrier.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(barrier.message().find("aborted"), absl::string_view::npos) << barrier;
+}
+
+// The figures scripts/gpu_bench.sh prints: joining a world of one, and one
+// all-reduce of a DDP-sized (25 MiB) bucket.
+TEST(NcclCommunicatorTest, AWorldOfOneJoinsAndReducesABucketQuickly) {
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  absl::Time start = absl::Now();
+  absl::StatusOr<std::string> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<std::unique_ptr<NcclComm>> comm = NcclComm::Create(*id, 0, 1, 0);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  const double init_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  constexpr size_t kFloats = 25u << 18;  // 25 MiB
+  DeviceFloats buffer(std::vector<float>(kFloats, 1.5f));
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_TRUE(
+      (*comm)->AllReduceSum(buffer.data(), kFloats, NcclDataType::kFloat32, stream).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);  // warm
+  constexpr int kRounds = 20;
+  start = absl::Now();
+  for (int i = 0; i < kRounds; ++i) {
+    ASSERT_TRUE((*comm)
+                    ->AllReduceSum(buffer.data(), kFloats, NcclDataType::kFloat32, stream)
+                    .ok());
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const double allreduce_ms = absl::ToDoubleMilliseconds(absl::Now() - start) / kRounds;
+  std::cout << "FIGURE nccl_init_world1_ms=" << init_ms << "\n"
+            << "FIGURE nccl_allreduce_25mib_world1_ms=" << allreduce_ms << std::endl;
+  EXPECT_EQ(buffer.Read()[kFloats - 1], 1.5f) << "a world of one sums to itself";
+  EXPECT_LT(init_ms, 60000);
+  cudaStreamDestroy(stream);
+}
+
+// A collective queued behind a stream that does not drain (a host function that
+// blocks until released) never finishes: the watchdog aborts the communicator
+// once it has been pending for the timeout, and names it and its bucket.
+TEST(NcclCommunicatorTest, TheWatchdogAbortsACollectiveThatNeverFinishes) {
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  absl::StatusOr<std::string> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::Notification failed;
+  std::string reported;
+  NcclOptions options;
+  options.timeout = absl::Seconds(2);
+  options.watchdog_interval = absl::Milliseconds(20);
+  options.on_collective_failure = [&](const std::string& reason) {
+    reported = reason;
+    failed.Notify();
+  };
+  absl::StatusOr<std::unique_ptr<NcclComm>> comm =
+      NcclComm::Create(*id, 0, 1, 0, options);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  DeviceFloats buffer({1, 2, 3});
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  absl::Notification release;
+  ASSERT_EQ(cudaLaunchHostFunc(
+                stream,
+                [](void* gate) {
+                  static_cast<absl::Notification*>(gate)->WaitForNotificationWithTimeout(
+                      absl::Seconds(60));
+                },
+                &release),
+            cudaSuccess);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<NcclPending>> pending = (*comm)->AllReduceSumAsync(
+      buffer.data(), 3, NcclDataType::kFloat32, stream, /*bucket=*/7);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  // The abort may wait for the device, so the stream is released as soon as the
+  // watchdog has decided (its reason is recorded first).
+  const absl::Time give_up = start + absl::Seconds(30);
+  while (!(*comm)->abort_reason().has_value() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const double decided_s = absl::ToDoubleSeconds(absl::Now() - start);
+  release.Notify();
+  ASSERT_TRUE(failed.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  const double aborted_s = absl::ToDoubleSeconds(absl::Now() - start);
+  std::cout << "FIGURE watchdog_timeout_s=2\n"
+            << "FIGURE watchdog_decided_s=" << decided_s << "\n"
+            << "FIGURE watchdog_aborted_s=" << aborted_s << "\n"
+            << "FIGURE watchdog_reason=\"" << reported << "\"" << std::endl;
+  EXPECT_GE(decided_s, 2.0) << "not before the timeout";
+  EXPECT_LT(decided_s, 10.0);
+  EXPECT_NE(reported.find("(bucket 7)"), std::string::npos) << reported;
+  EXPECT_FALSE((*comm)->Barrier().ok()) << "an aborted communicator refuses collectives";
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
 }
 
 TEST(NcclCommunicatorTest, TwoDevicesSumTheirBuffers) {

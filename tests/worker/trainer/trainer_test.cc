@@ -1,6 +1,9 @@
 #include "worker/trainer/trainer.h"
 
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <cmath>
 #include <filesystem>
@@ -55,12 +58,13 @@ MetricsReporterOptions QuietReporting() {
 // Trains a world of one with no coordinator.
 absl::StatusOr<TrainingOutcome> TrainAlone(const TrainerOptions& options,
                                            const ImageDataset& train,
-                                           const ImageDataset& test) {
+                                           const ImageDataset& test,
+                                           const TrainerLoopOptions& loop = {}) {
   LocalCommunicator communicator;
   absl::StatusOr<std::unique_ptr<MetricsReporter>> reporter =
       MetricsReporter::Create(QuietReporting(), nullptr);
   if (!reporter.ok()) return reporter.status();
-  Trainer trainer(options, train, test, communicator, **reporter);
+  Trainer trainer(options, train, test, communicator, **reporter, loop);
   return trainer.Run();
 }
 
@@ -127,6 +131,30 @@ TEST(TrainerTest, SameSeedGivesTheSameParameterHash) {
   }
   EXPECT_EQ(hashes[0], hashes[1]);
   EXPECT_NE(hashes[0], hashes[2]);
+}
+
+// The GPU path's data pipeline (raw uint8 batches, crops, flips, conversion,
+// normalisation and the resize done by the feed on the training device) run on
+// the CPU: the model trains on the same bits as with the host pipeline.
+TEST(TrainerTest, FinishingBatchesOnTheDeviceTrainsExactlyLikeTheHostPipeline) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 6;
+  options.augment = true;
+  options.image_size = 32;  // the 28 px data is resized
+  std::vector<TrainingOutcome> outcomes;
+  for (const bool on_device : {false, true}) {
+    TrainerLoopOptions loop;
+    loop.finish_batches_on_device = on_device;
+    const absl::StatusOr<TrainingOutcome> outcome =
+        TrainAlone(options, train, test, loop);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    outcomes.push_back(*outcome);
+  }
+  EXPECT_EQ(outcomes[0].param_hash, outcomes[1].param_hash);
+  EXPECT_EQ(outcomes[0].test_loss, outcomes[1].test_loss);
+  EXPECT_EQ(outcomes[1].train_images, 6 * 32);
 }
 
 // Runs two ranks, one thread each, over Gloo on loopback.
@@ -511,6 +539,27 @@ TEST(ResolveDeviceTest, EachLocalRankGetsItsOwnDeviceAndExtraRanksFail) {
 TEST(ResolveDeviceTest, MakingACpuPlacementCurrentTouchesNoDevice) {
   DevicePlacement cpu;
   EXPECT_TRUE(MakePlacementCurrent(cpu).ok());
+}
+
+// A CPU step's batches and activations (vit-micro's 64-image batch alone is
+// 200 KB) must be recycled in the heap, not mapped afresh every step.
+TEST(ConfigureHostAllocatorTest, BatchSizedBuffersComeFromTheHeapNotFreshMappings) {
+#ifndef __GLIBC__
+  GTEST_SKIP() << "the allocator settings are glibc's";
+#else
+  ASSERT_TRUE(ConfigureHostAllocator()) << "glibc refused a setting";
+  const size_t mapped_before = mallinfo2().hblks;
+  std::vector<void*> blocks;
+  for (const size_t bytes :
+       {size_t{200} << 10, size_t{1} << 20, size_t{8} << 20, size_t{30} << 20}) {
+    blocks.push_back(malloc(bytes));
+    ASSERT_NE(blocks.back(), nullptr);
+    static_cast<volatile char*>(blocks.back())[bytes - 1] = 1;
+  }
+  const size_t mapped_after = mallinfo2().hblks;
+  for (void* block : blocks) free(block);
+  EXPECT_EQ(mapped_after, mapped_before) << "blocks of 200 KiB to 30 MiB were mmap'ed";
+#endif
 }
 
 TEST(ScheduledLearningRateTest, WarmsUpLinearlyThenDecaysToTheFloor) {
