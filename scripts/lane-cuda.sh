@@ -88,13 +88,26 @@ lane_expect_configured '^-- tessera-train: LibTorch has CUDA 12; CUDA tensor glu
 
 # Every file with a CUDA guard was compiled with that guard's macro set.
 commands="$LANE_DIR/build/compile_commands.json"
+# compile_line NAME: the compile command of worker/trainer/NAME, or of the
+# unity batch that includes it (TESSERA_TRAINER_UNITY); empty if none.
+compile_line() {
+  local line unity
+  line="$(grep -E "\"command\": .* -c /src/worker/trainer/$1\"" "$commands" | head -1)"
+  if [ -z "$line" ]; then
+    unity="$(grep -lF "#include \"/src/worker/trainer/$1\"" \
+      "$LANE_DIR"/build/worker/trainer/CMakeFiles/*.dir/Unity/unity_*.cxx 2>/dev/null | head -1)"
+    [ -z "$unity" ] ||
+      line="$(grep -F -- "-c /build/${unity#"$LANE_DIR/build/"}\"" "$commands" | head -1)"
+  fi
+  echo "$line"
+}
 guarded=0
 for source in "$LANE_REPO"/worker/trainer/*.cc; do
   name="$(basename "$source")"
   macros="$(grep -Eo '^#if.*TESSERA_(TORCH_CUDA|HAVE_CUDA_RUNTIME|HAVE_NCCL|NCCL_TENSORS)' \
     "$source" | grep -Eo 'TESSERA_[A-Z_]+' | sort -u || true)"
   [ -n "$macros" ] || continue
-  line="$(grep -E "\"command\": .* -c /src/worker/trainer/$name\"" "$commands" | head -1)"
+  line="$(compile_line "$name")"
   [ -n "$line" ] || lane_die "$name has CUDA guards but was not compiled"
   for macro in $macros; do
     grep -q -- "-D$macro=1" <<<"$line" || lane_die "$name was compiled without $macro"
@@ -102,8 +115,7 @@ for source in "$LANE_REPO"/worker/trainer/*.cc; do
   guarded=$((guarded + 1))
 done
 for name in cuda_step_timer.cc nccl_communicator.cc nccl_tensor_communicator.cc; do
-  grep -Eq "\"command\": .* -c /src/worker/trainer/$name\"" "$commands" ||
-    lane_die "$name (CUDA only) was not compiled"
+  [ -n "$(compile_line "$name")" ] || lane_die "$name (CUDA only) was not compiled"
 done
 lane_log "$guarded CUDA-guarded files and the 3 CUDA-only files compiled with CUDA on"
 

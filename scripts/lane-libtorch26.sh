@@ -28,6 +28,6 @@ if ! lane_chroot "cd /build && ctest --output-on-failure -j$LANE_JOBS --timeout 
   lane_die "trainer tests failed; see $LANE_DIR/ctest.log"
 fi
 tail -4 "$LANE_DIR/ctest.log"
-lane_chroot "/build/bin/tessera-train --help | head -1"
+lane_chroot "/build/bin/tessera-train --help | sed -n 1p"
 lane_log "OK: tessera-train and the trainer's tests built against LibTorch $(
   grep -Eo 'LibTorch 2\.6\.[0-9]+' "$LANE_DIR/configure.log" | head -1 | cut -d' ' -f2); tests pass"

@@ -130,7 +130,16 @@ ScopedFd::~ScopedFd() {
 }
 
 absl::StatusOr<ScopedFd> OpenWorkDir(const std::string& path) {
-  return OpenPrivateDir(path, "work dir");
+  ASSIGN_OR_RETURN(ScopedFd fd, OpenPrivateDir(path, "work dir"));
+  // Ranks of other accounts open their own files below it: they need to pass
+  // through (search), never to list it. A 0700 work dir becomes 0711.
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Errno("cannot inspect work dir " + path, errno);
+  if ((st.st_mode & 0011) != 0011 &&
+      ::fchmod(fd.get(), (st.st_mode & 07777) | 0011) != 0) {
+    return Errno("cannot give work dir " + path + " search permission", errno);
+  }
+  return fd;
 }
 
 absl::StatusOr<ScopedFd> OpenPrivateDir(const std::string& path,

@@ -55,7 +55,9 @@ class ScopedFd {
 // others cannot write. `path` may itself be a symlink the operator set up.
 absl::StatusOr<ScopedFd> OpenPrivateDir(const std::string& path, const std::string& what);
 
-// OpenPrivateDir(path, "work dir").
+// OpenPrivateDir(path, "work dir"), then gives it search permission for group
+// and others (0700 becomes 0711): ranks that run as other accounts must pass
+// through it to their own files; they still cannot list it.
 absl::StatusOr<ScopedFd> OpenWorkDir(const std::string& path);
 
 // Opens (creating, mode 0711) the directory `name` inside `parent_fd` without

@@ -221,7 +221,13 @@ TEST(SupervisorCgroupTest, RankProcessesJoinTheAttemptGroupAndStoppingEmptiesIt)
       absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::ReadFile(escaped)), &helper));
 
   const std::string group = (*tree)->root() + "/job-9-attempt-1";
+  // The shell's short-lived children (the `touch` that made `ready`) may not
+  // have been reaped yet: wait until only the two long-lived processes remain.
   std::vector<pid_t> pids = (*tree)->Pids(group);
+  for (int i = 0; i < 500 && pids.size() > 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    pids = (*tree)->Pids(group);
+  }
   EXPECT_THAT(pids, ::testing::UnorderedElementsAre(rank_pid, helper));
   EXPECT_THAT(testing::ReadFile("/proc/" + std::to_string(rank_pid) + "/cgroup"),
               ::testing::HasSubstr("/job-9-attempt-1"));

@@ -110,6 +110,15 @@ TEST(WorkDirTest, WorkDirWritableByGroupOrOthersIsRefused) {
   EXPECT_TRUE(OpenWorkDir(work).ok());
 }
 
+TEST(WorkDirTest, PrivateWorkDirGetsSearchButNotListPermissionForRanks) {
+  TempDir dir;
+  const std::string work = dir.File("work");
+  std::filesystem::create_directory(work);
+  ::chmod(work.c_str(), 0700);
+  ASSERT_TRUE(OpenWorkDir(work).ok());
+  EXPECT_EQ(Stat(work).st_mode & 07777, 0711u) << std::oct << Stat(work).st_mode;
+}
+
 TEST(WorkDirTest, WorkDirOfAnotherUserIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "giving a directory away needs root";
   TempDir dir;
