@@ -360,9 +360,10 @@ void WorkerAgent::ShipLogs() {
     }
     if (absl::IsResourceExhausted(s)) {
       // The job's log limit on the coordinator: the rest stays in the file.
-      spdlog::warn("job {} rank {}: the coordinator stores no more of this log ({}); "
-                   "the rest stays in {}",
-                   key.job_id, key.rank, std::string(s.message()), shipper.path);
+      spdlog::warn(
+          "job {} rank {}: the coordinator stores no more of this log ({}); "
+          "the rest stays in {}",
+          key.job_id, key.rank, std::string(s.message()), shipper.path);
       it = logs_.erase(it);
       continue;
     }

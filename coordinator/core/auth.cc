@@ -52,8 +52,8 @@ absl::string_view BearerToken(absl::string_view authorization) {
 }  // namespace
 
 absl::StatusOr<std::string> CreateToken(Store& store, const Clock& clock,
-                                        const std::string& kind,
-                                        const std::string& name, bool admin) {
+                                        const std::string& kind, const std::string& name,
+                                        bool admin) {
   if (kind != kUserToken && kind != kJoinToken) {
     return absl::InvalidArgumentError(
         absl::StrCat("token kind must be user or join, got '", kind, "'"));
@@ -105,7 +105,8 @@ absl::StatusOr<Caller> Authenticator::AuthenticateUser(absl::string_view authori
   if (!options_.enabled) return Caller::Admin("anonymous");
   ASSIGN_OR_RETURN(TokenRecord record,
                    Verify(authorization, kUserToken, options_.cache_ttl));
-  const bool admin = record.admin || (options_.is_admin && options_.is_admin(record.name));
+  const bool admin =
+      record.admin || (options_.is_admin && options_.is_admin(record.name));
   return Caller{record.name, admin};
 }
 

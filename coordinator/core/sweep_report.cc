@@ -57,7 +57,8 @@ absl::StatusOr<std::vector<v1::MetricPoint>> AttemptMetric(JobManager& jobs,
   q.set_job_id(job.id());
   q.set_name(name);
   q.set_limit(100000);
-  ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points, jobs.GetMetrics(Caller::Admin(), q));
+  ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points,
+                   jobs.GetMetrics(Caller::Admin(), q));
   std::vector<v1::MetricPoint> out;
   for (auto& p : points) {
     if (p.attempt() == job.attempt()) out.push_back(std::move(p));

@@ -158,14 +158,16 @@ TEST_F(HttpApiTest, CancelIsPostOnlyAndNeedsAuthorizationHeader) {
   auto anonymous = client_->Post(path.c_str(), "", "application/json");
   ASSERT_TRUE(anonymous);
   EXPECT_EQ(anonymous->status, 401);
-  EXPECT_EQ(server_->manager().GetJob(Caller::Admin(), id)->state(), tessera::v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(server_->manager().GetJob(Caller::Admin(), id)->state(),
+            tessera::v1::JOB_STATE_QUEUED);
 
   httplib::Headers auth = {{"Authorization", "Bearer dashboard"}};
   auto cancelled = client_->Post(path.c_str(), auth, "", "application/json");
   ASSERT_TRUE(cancelled);
   EXPECT_EQ(cancelled->status, 200);
   EXPECT_EQ(nlohmann::json::parse(cancelled->body)["state"], "JOB_STATE_CANCELLED");
-  EXPECT_EQ(server_->manager().GetJob(Caller::Admin(), id)->state(), tessera::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(server_->manager().GetJob(Caller::Admin(), id)->state(),
+            tessera::v1::JOB_STATE_CANCELLED);
 
   // Cancelling twice is not an error.
   auto again = client_->Post(path.c_str(), auth, "", "application/json");

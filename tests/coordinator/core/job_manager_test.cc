@@ -235,7 +235,8 @@ TEST_F(JobManagerTest, CancelOfSucceededJobIsFailedPrecondition) {
   auto launch = Beat("a", ea);
   ASSERT_TRUE(Beat("a", ea, {Exited(launch->launch(0), 0)}).ok());
   ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_TRUE(absl::IsFailedPrecondition(manager_->CancelJob(Caller::Admin(), id).status()));
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(manager_->CancelJob(Caller::Admin(), id).status()));
 }
 
 TEST_F(JobManagerTest, ShippedLogsAreReadBackAndCompleteAfterEof) {
