@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -306,14 +307,23 @@ class Coordinator {
     // Ranks start; the succeeded and failed jobs' ranks exit at the next beat.
     std::vector<v1::LocalRank> a_ranks;
     std::vector<v1::LocalRank> b_ranks;
+    // Which worker (name, epoch) runs each (job, rank): only it may ship its log.
+    std::map<std::pair<int64_t, int32_t>, std::pair<std::string, int64_t>> placed;
     for (const auto& [epoch, ranks] : {std::pair{a, &a_ranks}, std::pair{b, &b_ranks}}) {
-      const v1::HeartbeatResponse resp =
-          Beat(epoch == a ? "node-a" : "node-b", epoch, {});
+      const std::string name = epoch == a ? "node-a" : "node-b";
+      const v1::HeartbeatResponse resp = Beat(name, epoch, {});
       for (const v1::LaunchOrder& o : resp.launch()) {
         const bool ends = o.job_id() == succeeded || o.job_id() == failed;
         ranks->push_back(Rank(o, ends, o.job_id() == failed ? 1 : 0));
+        placed[{o.job_id(), o.rank()}] = {name, epoch};
       }
     }
+    auto ship = [&](int64_t job, int32_t rank, int64_t offset, const std::string& data,
+                    bool eof) {
+      auto it = placed.find({job, rank});
+      if (it == placed.end()) return;  // not launched on this pass: no log yet
+      Ship(it->second.first, it->second.second, job, rank, offset, data, eof);
+    };
     Report(running, 0,
            {{0, "loss", 2.0},
             {0, "images_per_sec", 120.5},
@@ -326,11 +336,11 @@ class Coordinator {
     // Logs: text with invalid UTF-8 and control characters, and a finished one.
     const std::string log =
         std::string("step 0 loss 2.0\n\xff\xfe bad utf-8 \x01\x1b[0m\n");
-    Ship("node-a", a, running, 0, 0, log, false);
-    Ship("node-a", a, succeeded, 0, 0, "done\n", false);
+    ship(running, 0, 0, log, false);
+    ship(succeeded, 0, 0, "done\n", false);
     Beat("node-a", a, a_ranks);
     Beat("node-b", b, b_ranks);
-    Ship("node-a", a, succeeded, 0, 5, "", true);
+    ship(succeeded, 0, 5, "", true);
     Ok(jobs_->CancelJob(Caller::Admin(), cancelled).status(), "cancel");
 
     auto sweep = ParseSweepSpec(
