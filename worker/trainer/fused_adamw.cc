@@ -154,8 +154,8 @@ AdamWPath FusedAdamW::PathFor(const torch::Tensor& p,
                               const torch::optim::AdamWOptions& options) const {
   if (options.amsgrad() || !GradientMatches(p)) return AdamWPath::kStock;
   // The fused kernels walk dense memory.
-  const bool fused = HasFusedKernel(p.device().type()) && p.is_contiguous() &&
-                     p.grad().is_contiguous();
+  const bool fused =
+      HasFusedKernel(p.device().type()) && p.is_contiguous() && p.grad().is_contiguous();
   if (forced_.has_value()) {
     switch (*forced_) {
       case AdamWPath::kCpuLoop:
