@@ -16,9 +16,10 @@
 # 1.13 / peer, and tessera 2.6's exposed-communication share of the step.
 #
 # Needs root (the lane's chroot) and a LibTorch 2.6 lane that has been run
-# once. Installs python3-torch into the lane's root through the lane helpers
-# (scripts/lane-common.sh) on first use. trixie's PyTorch is built without
-# libuv, so the peer runs with USE_LIBUV=0.
+# once. Installs python3-torch, and OpenBLAS (libopenblas0, which libtorch2.6
+# recommends; without it both 2.6 sides run on the reference BLAS), into the
+# lane's root through the lane helpers (scripts/lane-common.sh) on first use.
+# trixie's PyTorch is built without libuv, so the peer runs with USE_LIBUV=0.
 #
 # Usage: sudo bench/trainer_vs_ddp/run_torch26.sh [--cache DIR] [--jobs N]
 #   MODELS="vit-micro vit-cifar-tiny" WORLDS="1 2" THREADS=1 REPEATS=3
@@ -47,7 +48,9 @@ if [ ! -f "$LANE_ROOT/.tessera-lane-root" ] || [ ! -f "$LANE_DIR/build/build.nin
   lane_die "run scripts/lane-libtorch26.sh first: it builds tessera-train against LibTorch 2.6"
 fi
 lane_mount_all
-lane_install python3-torch
+# The lane installs without recommends, which leaves LibTorch on the reference
+# BLAS; libtorch2.6 recommends OpenBLAS first, as bookworm's host has it.
+lane_install python3-torch libopenblas0
 lane_chroot "cmake --build /build --target tessera-train -j$LANE_JOBS" \
   >"$LANE_DIR/bench-build.log" 2>&1 ||
   lane_die "building tessera-train failed; see $LANE_DIR/bench-build.log"
@@ -149,9 +152,10 @@ best() { printf '%s\n' "$@" | sort -g | tail -1; }
 ratio() { python3 -c "print(f'{$1 / $2:.3f}')"; }
 
 torch_version=$(in_root python3 -c 'import torch; print(torch.__version__)')
+blas=$(in_root readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)
 echo "tessera-train (LibTorch 2.6, and 1.13) vs PyTorch $torch_version DDP: $CORES of" \
   "$(nproc --all) cores usable, $THREADS intra-op thread(s) per rank, Gloo on loopback," \
-  "best of $REPEATS rounds, sides alternating"
+  "best of $REPEATS rounds, sides alternating; BLAS in the trixie root: $blas"
 RESULTS=()
 for model in $MODELS; do
   read -r batch warmup steps < <(settings "$model")
