@@ -366,27 +366,21 @@ TEST_F(MultiUserTest, FairShareStartsBobsJobsSoonDespiteAlicesLongQueue) {
               v1::JOB_STATE_SUCCEEDED);
   }
   std::vector<std::pair<int64_t, std::string>> starts;  // (time, owner)
-  for (int64_t id : alices) {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::GetJobResponse resp;
-    ASSERT_TRUE(admin_stub_->GetJob(&ctx, req, &resp).ok());
-    for (const v1::JobEvent& e : resp.job().events()) {
-      if (e.to_state() == v1::JOB_STATE_SCHEDULED)
-        starts.push_back({e.unix_ms(), "alice"});
+  auto add_starts = [&](const std::vector<int64_t>& ids, const std::string& owner) {
+    for (int64_t id : ids) {
+      grpc::ClientContext ctx;
+      v1::GetJobRequest req;
+      req.set_job_id(id);
+      v1::GetJobResponse resp;
+      ASSERT_TRUE(admin_stub_->GetJob(&ctx, req, &resp).ok());
+      for (const v1::JobEvent& e : resp.job().events()) {
+        if (e.to_state() == v1::JOB_STATE_SCHEDULED)
+          starts.push_back({e.unix_ms(), owner});
+      }
     }
-  }
-  for (int64_t id : bobs) {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::GetJobResponse resp;
-    ASSERT_TRUE(admin_stub_->GetJob(&ctx, req, &resp).ok());
-    for (const v1::JobEvent& e : resp.job().events()) {
-      if (e.to_state() == v1::JOB_STATE_SCHEDULED) starts.push_back({e.unix_ms(), "bob"});
-    }
-  }
+  };
+  add_starts(alices, "alice");
+  add_starts(bobs, "bob");
   std::stable_sort(starts.begin(), starts.end());
   ASSERT_GE(starts.size(), 12u);
   std::vector<std::string> next;
