@@ -199,6 +199,26 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
   builder.AddFormatOption(share_cmd, &share_format, {"table", "json", "csv"});
   share_cmd->footer(Footer("  tessctl share\n  tessctl share -o json"));
 
+  DrainOptions drain;
+  CLI::App* drain_cmd = app.add_subcommand(
+      "drain",
+      "Take a worker out of service (admin): it gets no new ranks, its running ranks "
+      "checkpoint and exit, and their jobs requeue elsewhere without counting a "
+      "restart. Ranks still running after the timeout are stopped");
+  drain_cmd->add_option("worker", drain.worker, "Worker name (see tessctl workers)")
+      ->required();
+  drain_cmd
+      ->add_option("--timeout", drain.timeout_s,
+                   "Seconds to wait for the ranks to checkpoint and leave before they "
+                   "are stopped (default: the coordinator's --drain-timeout, 120)")
+      ->check(CLI::NonNegativeNumber);
+  drain_cmd->footer(Footer("  tessctl drain node-3\n  tessctl drain node-3 --timeout 300"));
+  DrainOptions undrain{.undrain = true};
+  CLI::App* undrain_cmd =
+      app.add_subcommand("undrain", "Return a drained worker to service (admin)");
+  undrain_cmd->add_option("worker", undrain.worker, "Worker name")->required();
+  undrain_cmd->footer(Footer("  tessctl undrain node-3"));
+
   WaitOptions wait;
   double wait_timeout_s = 0;
   CLI::App* wait_cmd = app.add_subcommand(
@@ -411,6 +431,8 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
   if (status_cmd->parsed()) return RunStatus(status, *client, out, err);
   if (workers_cmd->parsed()) return RunWorkers(workers, *client, out, err);
   if (share_cmd->parsed()) return RunShare(share, *client, out, err);
+  if (drain_cmd->parsed()) return RunDrain(drain, *client, out, err);
+  if (undrain_cmd->parsed()) return RunDrain(undrain, *client, out, err);
   if (wait_cmd->parsed()) return RunWait(wait, *client, out, err);
   if (metrics_cmd->parsed()) return RunMetrics(metrics, *client, out, err);
   if (cancel_cmd->parsed()) return RunCancel(cancel, *client, out, err);

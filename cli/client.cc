@@ -94,6 +94,21 @@ absl::StatusOr<std::vector<v1::UserShare>> CoordinatorClient::GetShare() {
   return std::vector<v1::UserShare>(response.users().begin(), response.users().end());
 }
 
+absl::StatusOr<v1::Worker> CoordinatorClient::DrainWorker(const std::string& name,
+                                                          int64_t timeout_ms,
+                                                          bool undrain) {
+  grpc::ClientContext context;
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
+  v1::DrainWorkerRequest request;
+  request.set_name(name);
+  request.set_timeout_ms(timeout_ms);
+  request.set_undrain(undrain);
+  v1::DrainWorkerResponse response;
+  absl::Status status = FromGrpcStatus(stub_->DrainWorker(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.worker();
+}
+
 absl::StatusOr<v1::Job> CoordinatorClient::GetJob(int64_t job_id) {
   grpc::ClientContext context;
   if (absl::Status ready = Prepare(context); !ready.ok()) return ready;

@@ -72,6 +72,9 @@ class CoordinatorClient {
       const tessera::v1::GetMetricsRequest& request);
   absl::StatusOr<std::vector<tessera::v1::Worker>> ListWorkers();
   absl::StatusOr<std::vector<tessera::v1::UserShare>> GetShare();
+  // Drains (or, with `undrain`, returns to service) a worker; admin only.
+  absl::StatusOr<tessera::v1::Worker> DrainWorker(const std::string& name,
+                                                  int64_t timeout_ms, bool undrain);
   // The job's state after the cancel; FailedPrecondition if it had ended.
   absl::StatusOr<tessera::v1::JobState> CancelJob(int64_t job_id);
   absl::StatusOr<tessera::v1::GetLogsResponse> GetLogs(

@@ -240,6 +240,23 @@ int RunWorkers(const ListOptions& options, CoordinatorClient& client, std::ostre
   return kExitOk;
 }
 
+int RunDrain(const DrainOptions& options, CoordinatorClient& client, std::ostream& out,
+             std::ostream& err) {
+  absl::StatusOr<v1::Worker> worker = client.DrainWorker(
+      options.worker, static_cast<int64_t>(options.timeout_s * 1000), options.undrain);
+  if (!worker.ok()) return ReportRpcError(worker.status(), client, std::nullopt, err);
+  if (options.undrain) {
+    out << "worker " << worker->name() << " takes new ranks again\n";
+  } else if (worker->drained()) {
+    out << "worker " << worker->name() << " is drained: no rank runs there\n";
+  } else {
+    out << "worker " << worker->name() << " is draining: " << worker->slots_used()
+        << " slot(s) in use; their ranks checkpoint and their jobs move elsewhere "
+           "(watch with `tessctl workers`)\n";
+  }
+  return kExitOk;
+}
+
 int RunShare(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
              std::ostream& err) {
   absl::StatusOr<std::vector<v1::UserShare>> users = client.GetShare();

@@ -102,6 +102,15 @@ int RunStatus(const StatusOptions& options, CoordinatorClient& client, std::ostr
 int RunWorkers(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
                std::ostream& err);
 // `tessctl share`: each user's recent usage and fair-share factor.
+// tessctl drain WORKER [--timeout D] / tessctl undrain WORKER.
+struct DrainOptions {
+  std::string worker;
+  double timeout_s = 0;  // 0: the coordinator's --drain-timeout
+  bool undrain = false;
+};
+int RunDrain(const DrainOptions& options, CoordinatorClient& client, std::ostream& out,
+             std::ostream& err);
+
 int RunShare(const ListOptions& options, CoordinatorClient& client, std::ostream& out,
              std::ostream& err);
 // Polls until the job is terminal: 0 if SUCCEEDED, 1 if FAILED or CANCELLED, 124

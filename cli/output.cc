@@ -228,6 +228,25 @@ std::string FormatJobsCsv(const std::vector<v1::Job>& jobs) {
   return out;
 }
 
+// What a running rank is doing: "forward 0.2s", "collective allreduce #31
+// (bucket 2) 12s", with " STRAGGLER" when flagged and "(silent 9s)" when its
+// last report is old.
+std::string ProgressCell(const v1::RankStatus& rank) {
+  if (!rank.has_progress()) return "-";
+  const v1::RankProgress& p = rank.progress();
+  std::string out = Sanitize(p.phase().empty() ? "?" : p.phase());
+  if (!p.collective().empty()) absl::StrAppend(&out, " ", Sanitize(p.collective()));
+  const double in_phase_s =
+      static_cast<double>(p.phase_elapsed_ms() + rank.progress_age_ms()) / 1000;
+  if (in_phase_s >= 1) absl::StrAppend(&out, absl::StrFormat(" %.0fs", in_phase_s));
+  if (rank.progress_age_ms() >= 5000) {
+    absl::StrAppend(&out, absl::StrFormat(" (silent %.0fs)",
+                                          static_cast<double>(rank.progress_age_ms()) / 1000));
+  }
+  if (rank.straggler()) absl::StrAppend(&out, " STRAGGLER");
+  return out;
+}
+
 std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   Table fields({"JOB", absl::StrCat(job.id())});
   fields.AddRow({"NAME", job.name()});
@@ -235,7 +254,13 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   if (!job.owner().empty()) fields.AddRow({"OWNER", job.owner()});
   if (!job.reason().empty()) fields.AddRow({"REASON", job.reason()});
   if (!job.pending_reason().empty()) fields.AddRow({"PENDING", job.pending_reason()});
-  fields.AddRow({"ATTEMPT", absl::StrCat(job.attempt())});
+  fields.AddRow({"ATTEMPT", job.preemptions() > 0
+                                ? absl::StrCat(job.attempt(), " (", job.preemptions(),
+                                               " preempted, not counted as restarts)")
+                                : absl::StrCat(job.attempt())});
+  for (const std::string& s : job.stragglers()) {
+    fields.AddRow({"STRAGGLER", Sanitize(s)});
+  }
   if (job.sweep_id() != 0) {
     fields.AddRow(
         {"SWEEP", absl::StrCat(job.sweep_id(), " (point ", job.sweep_point(), ")")});
@@ -248,13 +273,15 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   std::string out = fields.Render();
   if (job.ranks_size() == 0) return out;
 
-  Table ranks({"RANK", "WORKER", "SLOT", "STATE", "PID", "EXIT", "PARAM_HASH",
-               "TEST_ACCURACY", "EXIT_REASON"});
+  Table ranks({"RANK", "WORKER", "SLOT", "STATE", "STEP", "PHASE", "PID", "EXIT",
+               "PARAM_HASH", "TEST_ACCURACY", "EXIT_REASON"});
   for (const v1::RankStatus& rank : job.ranks()) {
     ranks.AddRow(
         {absl::StrCat(rank.rank()), rank.worker().empty() ? "-" : rank.worker(),
          absl::StrCat(rank.slot()), rank.state().empty() ? "-" : rank.state(),
-         rank.pid() > 0 ? absl::StrCat(rank.pid()) : "-", ExitCell(rank),
+         rank.has_progress() ? absl::StrCat(rank.progress().step()) : "-",
+         ProgressCell(rank), rank.pid() > 0 ? absl::StrCat(rank.pid()) : "-",
+         ExitCell(rank),
          rank.has_result() && !rank.param_hash().empty() ? rank.param_hash() : "-",
          rank.has_result() ? FormatPercent(rank.test_accuracy()) : "-",
          rank.exit_reason().empty() ? "-" : Sanitize(rank.exit_reason())});
@@ -271,16 +298,23 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
 
 std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
                                const FormatContext& ctx) {
-  Table table({"NAME", "HOST", "KIND", "SLOTS", "USED", "ALIVE", "LAST-SEEN"});
+  Table table(
+      {"NAME", "HOST", "KIND", "SLOTS", "USED", "ALIVE", "STATE", "POOL", "LAST-SEEN"});
   for (const v1::Worker& w : workers) {
     const std::string ago = Ago(w.last_seen_unix_ms(), ctx);
+    std::string pool = w.pool().empty() ? "-" : Sanitize(w.pool());
+    if (!w.slurm_job_id().empty()) {
+      absl::StrAppend(&pool, " (slurm ", Sanitize(w.slurm_job_id()), ")");
+    }
     table.AddRow(
         {w.name(), w.hostname().empty() ? "-" : w.hostname(),
          w.device_kind().empty() ? "-" : w.device_kind(), absl::StrCat(w.slots()),
          w.slots_used_by_others() > 0
              ? absl::StrCat(w.slots_used(), " (", w.slots_used_by_others(), " others')")
              : absl::StrCat(w.slots_used()),
-         w.alive() ? "yes" : "no", ago == "-" ? ago : absl::StrCat(ago, " ago")});
+         w.alive() ? "yes" : "no",
+         w.drained() ? "drained" : (w.draining() ? "draining" : "ok"), pool,
+         ago == "-" ? ago : absl::StrCat(ago, " ago")});
   }
   return table.Render();
 }
@@ -288,12 +322,14 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
 std::string FormatWorkersCsv(const std::vector<v1::Worker>& workers) {
   std::string out =
       "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms,"
-      "slots_used_by_others\n";
+      "slots_used_by_others,draining,drained,pool,slurm_job_id\n";
   for (const v1::Worker& w : workers) {
     absl::StrAppend(&out, CsvField(w.name()), ",", CsvField(w.hostname()), ",",
                     CsvField(w.device_kind()), ",", w.slots(), ",", w.slots_used(), ",",
                     w.alive() ? "true" : "false", ",", w.last_seen_unix_ms(), ",",
-                    w.slots_used_by_others(), "\n");
+                    w.slots_used_by_others(), ",", w.draining() ? "true" : "false", ",",
+                    w.drained() ? "true" : "false", ",", CsvField(w.pool()), ",",
+                    CsvField(w.slurm_job_id()), "\n");
   }
   return out;
 }
@@ -365,8 +401,15 @@ json ProtoToJson(const Message& message) {
 json JobToJson(const v1::Job& job, bool include_spec_yaml) {
   json ranks = json::array();
   for (const v1::RankStatus& r : job.ranks()) {
+    json progress = nullptr;
+    if (r.has_progress()) {
+      progress = ProtoToJson(r.progress());
+      progress["age_ms"] = r.progress_age_ms();
+    }
     ranks.push_back(
         {{"rank", r.rank()},
+         {"progress", std::move(progress)},
+         {"straggler", r.straggler()},
          {"worker", r.worker()},
          {"slot", r.slot()},
          {"state", r.state()},
@@ -395,6 +438,9 @@ json JobToJson(const v1::Job& job, bool include_spec_yaml) {
       {"reason", job.reason()},
       {"pending_reason", job.pending_reason()},
       {"attempt", job.attempt()},
+      {"preemptions", job.preemptions()},
+      {"stragglers", json(std::vector<std::string>(job.stragglers().begin(),
+                                                   job.stragglers().end()))},
       {"world_size", job.spec().world_size()},
       {"sweep_id", job.sweep_id() != 0 ? json(job.sweep_id()) : json(nullptr)},
       {"sweep_point", job.sweep_id() != 0 ? json(job.sweep_point()) : json(nullptr)},
@@ -419,7 +465,12 @@ json WorkerToJson(const v1::Worker& w) {
           {"alive", w.alive()},
           {"epoch", w.epoch()},
           {"last_seen", Rfc3339(w.last_seen_unix_ms())},
-          {"last_seen_unix_ms", w.last_seen_unix_ms()}};
+          {"last_seen_unix_ms", w.last_seen_unix_ms()},
+          {"draining", w.draining()},
+          {"drained", w.drained()},
+          {"drain_reason", w.drain_reason()},
+          {"pool", w.pool()},
+          {"slurm_job_id", w.slurm_job_id()}};
 }
 
 json UserShareToJson(const v1::UserShare& u) {

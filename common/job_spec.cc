@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/fault_spec.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -774,6 +775,19 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
       static_cast<int64_t>(spec.nodes()) * spec.per_node() != spec.world_size()) {
     errors.push_back("per_node: nodes x per_node must equal world_size");
   }
+  const tessera::v1::WatchdogSpec& w = spec.watchdog();
+  CheckNonNegative("watchdog.rank_silent_after_s", w.rank_silent_after_s(), &errors);
+  CheckNonNegative("watchdog.stall_after_min_s", w.stall_after_min_s(), &errors);
+  CheckNonNegative("watchdog.stall_step_factor", w.stall_step_factor(), &errors);
+  CheckNonNegative("watchdog.straggler_window_s", w.straggler_window_s(), &errors);
+  if (w.rank_silent_after_s() > 0 && w.rank_silent_after_s() < 1) {
+    errors.push_back("watchdog.rank_silent_after_s: must be at least 1 (progress is "
+                     "reported every 2 s or so)");
+  }
+  if (w.straggler_ratio() != 0 && w.straggler_ratio() <= 1) {
+    errors.push_back(absl::StrCat("watchdog.straggler_ratio: must be above 1, got ",
+                                  w.straggler_ratio()));
+  }
 
   const tessera::v1::TrainerConfig& t = spec.trainer();
   if (t.model().empty()) errors.push_back("trainer.model: missing");
@@ -834,6 +848,16 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   }
   CheckSpecPath("trainer.data_dir", t.data_dir(), &errors);
   CheckSpecPath("trainer.checkpoint_dir", t.checkpoint_dir(), &errors);
+  if (!t.fault().empty()) {
+    const absl::StatusOr<FaultSpec> fault = ParseFaultSpec(t.fault());
+    if (!fault.ok()) {
+      errors.push_back(absl::StrCat("trainer.", fault.status().message()));
+    } else if (fault->rank >= spec.world_size()) {
+      errors.push_back(absl::StrCat("trainer.fault: rank ", fault->rank,
+                                    " is not a rank of this job (world_size ",
+                                    spec.world_size(), ")"));
+    }
+  }
   CheckEnv(spec, &errors);
 
   if (errors.empty()) return absl::OkStatus();

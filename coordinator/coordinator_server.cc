@@ -140,6 +140,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     bool serving = true;
     while (!stop->WaitForNotificationWithTimeout(interval)) {
       manager->Tick();
+      manager->TickSlurm();
       sweeps->Tick();
       // NOT_SERVING while the store rejects writes, so load balancers and
       // operators see it; SERVING again once a write goes through.

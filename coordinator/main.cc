@@ -1,10 +1,16 @@
 // tessera-coordinator: flags -> Options, wiring, signals. No logic here.
+#include <fcntl.h>
 #include <grp.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <memory>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -18,6 +24,9 @@
 #include "coordinator/coordinator_server.h"
 #include "coordinator/core/auth.h"
 #include "coordinator/core/tls_identity.h"
+#include "coordinator/core/slurm_pool_config.h"
+#include "coordinator/core/slurm_pool_manager.h"
+#include "coordinator/slurm/slurm_cli.h"
 #include "coordinator/store/sqlite_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -43,6 +52,86 @@ bool UserInGroup(const std::string& user, const std::string& group) {
     if (gid == want) return true;
   }
   return false;
+}
+
+// The Slurm pools: their client over sbatch/squeue/scancel and the manager
+// the JobManager ticks. Each allocation gets a join token of its own, written
+// to a 0600 file in `credential_dir` owned by the account the allocation runs
+// as (never in the script or an argv).
+absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
+    std::vector<tessera::SlurmPoolConfig> pools, const tessera::CoordinatorOptions& options,
+    int port, const std::string& slurm_conf, std::string address,
+    const std::string& credential_dir, bool tls_self_signed,
+    std::unique_ptr<tessera::SlurmCli>* cli) {
+  std::error_code ec;
+  std::filesystem::create_directories(credential_dir, ec);
+  if (ec || chmod(credential_dir.c_str(), 0711) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--slurm-credential-dir ", credential_dir, ": cannot create it (",
+        ec ? ec.message() : std::string(std::strerror(errno)), ")"));
+  }
+  if (address.empty()) {
+    std::string host = tessera::HostOfAddress(options.listen);
+    if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
+      char name[256] = {};
+      gethostname(name, sizeof(name) - 1);
+      host = name;
+    }
+    address = absl::StrCat(host, ":", port);
+  }
+  tessera::SlurmCliOptions cli_options;
+  cli_options.slurm_conf = slurm_conf;
+  *cli = std::make_unique<tessera::SlurmCli>(cli_options);
+  auto opened = tessera::SqliteStore::Open(options.db_path);  // for the tokens
+  if (!opened.ok()) return opened.status();
+  std::shared_ptr<tessera::Store> store = *std::move(opened);
+  static const tessera::RealClock clock;
+  std::string pin;
+  if (tls_self_signed) {
+    auto identity = tessera::LoadOrCreateSelfSignedIdentity(
+        *store, {tessera::HostOfAddress(options.listen), tessera::HostOfAddress(options.http)});
+    if (!identity.ok()) return identity.status();
+    auto fingerprint = tessera::CertificateFingerprint(identity->cert_pem);
+    if (!fingerprint.ok()) return fingerprint.status();
+    pin = *fingerprint;
+  }
+  auto write_credential = [store, credential_dir, pin](
+                              const tessera::SlurmSubmitDecision& decision,
+                              const std::string& run_as) -> absl::StatusOr<std::string> {
+    const std::string name = absl::StrCat("slurm-", decision.pool, "-job", decision.job_id);
+    absl::StatusOr<std::string> token =
+        tessera::CreateToken(*store, clock, tessera::kJoinToken, name);
+    if (!token.ok()) return token.status();
+    if (!pin.empty()) *token = tessera::AddPinToToken(*token, pin);
+    const std::string path = absl::StrCat(credential_dir, "/", name, "-",
+                                          absl::ToUnixMillis(absl::Now()), ".token");
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                        0600);
+    if (fd < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+    }
+    const std::string line = *token + "\n";
+    bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    if (ok && !run_as.empty()) {
+      const passwd* pw = getpwnam(run_as.c_str());
+      ok = pw != nullptr && fchown(fd, pw->pw_uid, pw->pw_gid) == 0;
+    }
+    close(fd);
+    if (!ok) {
+      unlink(path.c_str());
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot write the join credential ", path, " for ",
+          run_as.empty() ? std::string("the service account") : run_as));
+    }
+    return path;
+  };
+  tessera::SlurmPoolManagerOptions manager_options;
+  manager_options.coordinator_address = address;
+  manager_options.can_submit_as_owner = tessera::SlurmCli::CanSubmitAsOtherUsers();
+  spdlog::info("Slurm pools: {}; workers in allocations dial {}", pools.size(), address);
+  return std::make_unique<tessera::SlurmPoolManager>(
+      std::move(pools), cli->get(), &clock, std::move(write_credential), manager_options);
 }
 
 }  // namespace
@@ -207,6 +296,71 @@ int main(int argc, char** argv) {
                  "equal-priority jobs")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{365} * 86400));
+  // The watchdog over running attempts and drains (docs/robustness.md).
+  tessera::WatchdogOptions& watchdog = options.manager.watchdog;
+  double rank_silent_after_s = absl::ToDoubleSeconds(watchdog.rank_silent_after);
+  double stall_after_min_s = absl::ToDoubleSeconds(watchdog.stall_after_min);
+  double straggler_window_s = absl::ToDoubleSeconds(watchdog.straggler_window);
+  double progress_interval_s =
+      absl::ToDoubleSeconds(options.manager.progress_report_interval);
+  double drain_timeout_s = absl::ToDoubleSeconds(options.manager.drain_timeout);
+  bool no_watchdog = false;
+  app.add_flag("--no-watchdog", no_watchdog,
+               "never end an attempt for an unresponsive or stalled rank (stragglers "
+               "are still flagged); a job's spec may turn it on or off with "
+               "watchdog.enabled");
+  app.add_option("--rank-silent-after", rank_silent_after_s,
+                 "seconds: a running rank that sent no progress report this long is "
+                 "unresponsive (e.g. stopped); its attempt is ended and restarted from "
+                 "the checkpoint when max_restarts allows")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
+  app.add_option("--stall-after-min", stall_after_min_s,
+                 "seconds: an attempt in which no rank moved (step or phase) for "
+                 "max(this, --stall-step-factor x the median step time) is stalled; "
+                 "the rank not waiting on its peers is named and the attempt ended")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
+  app.add_option("--stall-step-factor", watchdog.stall_step_factor,
+                 "k in the stall threshold max(--stall-after-min, k x median step time)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 10000.0));
+  app.add_option("--straggler-ratio", watchdog.straggler_ratio,
+                 "a rank whose own work per step exceeds this x its peers' median for "
+                 "--straggler-window is flagged (not stopped)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.01, 100.0));
+  app.add_option("--straggler-window", straggler_window_s,
+                 "seconds a rank must stay above --straggler-ratio to be flagged")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
+  app.add_option("--progress-interval", progress_interval_s,
+                 "seconds: how often trainers report progress (with their lease renewal)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 60.0));
+  app.add_option("--drain-timeout", drain_timeout_s,
+                 "seconds a drained worker's ranks get to checkpoint and leave before "
+                 "they are stopped (tessctl drain --timeout overrides it)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
+  // Slurm pools (docs/slurm.md).
+  std::string slurm_pools_file;
+  std::string slurm_conf;
+  std::string slurm_address;
+  std::string slurm_credential_dir;
+  app.add_option("--slurm-pools", slurm_pools_file,
+                 "YAML file of Slurm worker pools: a job the registered workers cannot "
+                 "host gets an allocation from the first pool that fits "
+                 "(docs/slurm.md)");
+  app.add_option("--slurm-conf", slurm_conf,
+                 "slurm.conf for sbatch, squeue and scancel (default: Slurm's own)");
+  app.add_option("--slurm-coordinator-address", slurm_address,
+                 "HOST:PORT the workers in Slurm allocations dial (default: this "
+                 "host's name and the gRPC port)");
+  app.add_option("--slurm-credential-dir", slurm_credential_dir,
+                 "where each allocation's join credential is written (0600, owned by "
+                 "the account the allocation runs as); must be on storage the compute "
+                 "nodes see (default: slurm/ next to --db)");
   bool no_auth = false;
   app.add_flag("--insecure-no-auth", no_auth,
                "accept every call without a token (anyone who can reach the coordinator "
@@ -320,6 +474,17 @@ int main(int argc, char** argv) {
   options.http_limits.request_read_timeout = absl::Milliseconds(http_request_timeout_ms);
   options.grpc_memory_bytes = grpc_memory_mb << 20;
   options.manager.usage_half_life = absl::Seconds(usage_half_life_s);
+  watchdog.enabled = !no_watchdog;
+  watchdog.rank_silent_after = absl::Seconds(rank_silent_after_s);
+  watchdog.stall_after_min = absl::Seconds(stall_after_min_s);
+  watchdog.straggler_window = absl::Seconds(straggler_window_s);
+  options.manager.progress_report_interval = absl::Seconds(progress_interval_s);
+  options.manager.drain_timeout = absl::Seconds(drain_timeout_s);
+  if (options.manager.progress_report_interval * 3 > watchdog.rank_silent_after) {
+    std::cerr << "tessera-coordinator: --rank-silent-after must be at least 3x --progress-interval, so that "
+                 "one late report does not end an attempt\n";
+    return 2;
+  }
   if (!admin_group.empty()) {
     if (getgrnam(admin_group.c_str()) == nullptr) {
       std::cerr << "tessera-coordinator: --admin-group: no group named '" << admin_group
@@ -361,10 +526,42 @@ int main(int argc, char** argv) {
     auto it = files->find(asset->path);
     return it == files->end() ? nullptr : &it->second;
   };
+  std::vector<tessera::SlurmPoolConfig> slurm_pools;
+  if (!slurm_pools_file.empty()) {
+    std::ifstream in(slurm_pools_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto pools = in ? tessera::ParseSlurmPools(text.str())
+                    : absl::StatusOr<std::vector<tessera::SlurmPoolConfig>>(
+                          absl::NotFoundError("cannot read the file"));
+    if (!pools.ok()) {
+      std::cerr << "tessera-coordinator: --slurm-pools " << slurm_pools_file << ": "
+                << pools.status().message() << "\n";
+      return 2;
+    }
+    slurm_pools = *std::move(pools);
+  }
+  std::unique_ptr<tessera::SlurmCli> slurm_cli;
+  std::unique_ptr<tessera::SlurmPoolManager> slurm_manager;
   auto server = tessera::CoordinatorServer::Start(options);
   if (!server.ok()) {
     std::cerr << "tessera-coordinator: " << server.status().message() << "\n";
     return 1;
+  }
+  if (!slurm_pools.empty()) {
+    absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> made = StartSlurmPools(
+        slurm_pools, options, (*server)->port(), slurm_conf, slurm_address,
+        slurm_credential_dir.empty()
+            ? (std::filesystem::path(options.db_path).parent_path() / "slurm").string()
+            : slurm_credential_dir,
+        tls_self_signed, &slurm_cli);
+    if (!made.ok()) {
+      std::cerr << "tessera-coordinator: " << made.status().message() << "\n";
+      (*server)->Shutdown();
+      return 1;
+    }
+    slurm_manager = *std::move(made);
+    (*server)->manager().SetSlurmPools(slurm_manager.get());
   }
   // Written whole, then renamed: a reader never sees a partial number.
   auto write_port = [](const std::string& path, int port) {

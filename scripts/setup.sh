@@ -11,6 +11,7 @@ PACKAGES=(
   libcpp-httplib-dev libmicrohttpd-dev libsystemd-dev libsqlitecpp-dev libbenchmark-dev
   dataset-fashion-mnist python3-torch clang-format iproute2 procps libssl-dev
   nodejs chromium clang libclang-rt-14-dev
+  slurm-wlm munge
 )
 
 missing=()

@@ -1,16 +1,22 @@
 #include "worker/cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -34,6 +40,53 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
 absl::Status MakeDir(const std::string& path) {
   if (mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
+}
+
+// Names of the subdirectories of `dir`.
+std::vector<std::string> SubDirs(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (lstat((dir + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      out.push_back(name);
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+std::vector<pid_t> ReadPids(const std::string& group) {
+  std::vector<pid_t> pids;
+  for (absl::string_view line :
+       absl::StrSplit(Slurp(group + "/cgroup.procs"), '\n', absl::SkipEmpty())) {
+    int pid = 0;
+    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
+  }
+  return pids;
+}
+
+// Kills everything in `group` and below, then removes the directories
+// (deepest first). Returns the number of processes found.
+int EmptyAndRemove(const std::string& group) {
+  int found = 0;
+  for (const std::string& sub : SubDirs(group))
+    found += EmptyAndRemove(group + "/" + sub);
+  std::vector<pid_t> pids = ReadPids(group);
+  found += static_cast<int>(pids.size());
+  if (!pids.empty() && !WriteFile(group + "/cgroup.kill", "1").ok()) {
+    // Kernels before 5.14 have no cgroup.kill.
+    for (pid_t pid : pids) kill(pid, SIGKILL);
+  }
+  // Killed processes leave the group once they are gone.
+  const absl::Time until = absl::Now() + absl::Seconds(2);
+  while (rmdir(group.c_str()) != 0 && errno == EBUSY && absl::Now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return found;
 }
 
 }  // namespace
@@ -67,6 +120,12 @@ absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::Create(
   if (!mount) return absl::UnavailableError("no cgroup2 filesystem is mounted");
   std::string own = OwnCgroupPath(Slurp("/proc/self/cgroup"));
   if (own == "/") own.clear();
+  if (Leftovers left = ReapLeftovers(*mount + own, worker_name); left.trees > 0) {
+    spdlog::warn(
+        "removed {} cgroup tree(s) left by an earlier worker {} that died without "
+        "stopping its ranks; killed {} process(es) still in them",
+        left.trees, worker_name, left.processes);
+  }
   // The pid keeps two worker processes apart even when they share a name (two
   // clusters on one host, or tests): a group is only ever killed by its owner.
   std::string root = absl::StrCat(*mount, own, "/tessera-", worker_name, "-", getpid());
@@ -86,6 +145,27 @@ absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::CreateAt(
   return std::unique_ptr<CgroupTree>(new CgroupTree(root));
 }
 
+CgroupTree::Leftovers CgroupTree::ReapLeftovers(const std::string& parent,
+                                                const std::string& worker_name) {
+  Leftovers left;
+  const std::string prefix = absl::StrCat("tessera-", worker_name, "-");
+  for (const std::string& name : SubDirs(parent)) {
+    if (!absl::StartsWith(name, prefix)) continue;
+    int pid = 0;
+    // All digits: "tessera-w1-2-77" belongs to worker "w1-2", not "w1".
+    const absl::string_view digits = absl::string_view(name).substr(prefix.size());
+    if (digits.empty() ||
+        digits.find_first_not_of("0123456789") != absl::string_view::npos ||
+        !absl::SimpleAtoi(digits, &pid) || pid <= 0 || pid == getpid()) {
+      continue;
+    }
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its worker lives
+    ++left.trees;
+    left.processes += EmptyAndRemove(parent + "/" + name);
+  }
+  return left;
+}
+
 CgroupTree::~CgroupTree() { rmdir(root_.c_str()); }
 
 absl::StatusOr<std::string> CgroupTree::EnsureGroup(int64_t job_id, int32_t attempt) {
@@ -100,13 +180,7 @@ absl::Status CgroupTree::Kill(const std::string& group) {
 }
 
 std::vector<pid_t> CgroupTree::Pids(const std::string& group) const {
-  std::vector<pid_t> pids;
-  for (absl::string_view line :
-       absl::StrSplit(Slurp(group + "/cgroup.procs"), '\n', absl::SkipEmpty())) {
-    int pid = 0;
-    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
-  }
-  return pids;
+  return ReadPids(group);
 }
 
 absl::Status CgroupTree::Remove(const std::string& group) {

@@ -9,6 +9,13 @@
 // writable cgroup2 exists, Create fails and the worker falls back to process
 // groups with a warning.
 //
+// A worker killed with SIGKILL cannot empty its tree. Its trainers die with it
+// (PR_SET_PDEATHSIG, supervisor.h), but what they started may live on in the
+// attempt groups. So Create first reaps the trees of earlier workers of the
+// same name whose process is gone (ReapLeftovers): a restarted worker leaves
+// nothing of its predecessor's ranks running. (Under systemd the unit's
+// cgroup is emptied when its main process dies anyway.)
+//
 // Thread-safety: thread-compatible; the worker agent's loop thread owns it.
 #ifndef TESSERA_WORKER_CGROUP_H_
 #define TESSERA_WORKER_CGROUP_H_
@@ -38,6 +45,16 @@ class CgroupTree {
       const std::string& worker_name);
   // For tests: a tree rooted at an existing directory.
   static absl::StatusOr<std::unique_ptr<CgroupTree>> CreateAt(const std::string& root);
+
+  struct Leftovers {
+    int trees = 0;      // trees of dead workers removed (or tried)
+    int processes = 0;  // processes found in them and killed
+  };
+  // Kills every process in, and removes, each tree `parent`/tessera-
+  // <worker_name>-<pid> whose <pid> is no live process (a worker of that name
+  // that died without cleaning up). Trees of live processes are left alone.
+  static Leftovers ReapLeftovers(const std::string& parent,
+                                 const std::string& worker_name);
 
   // Removes the (then empty) root directory.
   ~CgroupTree();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/grpc_tls.h"
 #include "common/tls.h"
 #include "common/worker_fields.h"
@@ -47,6 +49,15 @@ std::string DefaultTrainerPath() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Blocked in every thread, and so before anything starts one (gRPC does);
+  // the signal thread takes them. Ranks start with an empty mask (supervisor.cc).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   tessera::WorkerOptions options;
   options.hostname = Hostname();
   options.name = options.hostname;
@@ -61,9 +72,16 @@ int main(int argc, char** argv) {
       "Example:\n"
       "  tessera-worker --coordinator 10.0.0.1:50051 --name node07 --cpu-slots 4 "
       "--join-token-file /etc/tessera/join-token\n"
-      "Keeps retrying while the coordinator is unreachable. On SIGTERM or SIGINT it "
-      "stops\n"
-      "its ranks (SIGTERM, then SIGKILL after --kill-grace-ms) and exits.");
+      "  tessera-worker --coordinator 10.0.0.1:50051 --pool gpu-a100 --slurm-job-id "
+      "81234 "
+      "--drain-timeout 5m ...\n"
+      "Keeps retrying while the coordinator is unreachable.\n"
+      "SIGTERM or SIGINT: drains, then exits. The worker takes no new ranks, asks its\n"
+      "ranks to checkpoint and exit (SIGUSR1), and waits until they have and the\n"
+      "coordinator has their exits, at most --drain-timeout; then it stops what is left\n"
+      "(SIGTERM, then SIGKILL after --kill-grace-ms). A second SIGTERM stops at once.\n"
+      "SIGUSR1 (e.g. Slurm's --signal=USR1@120 before preemption or the time limit):\n"
+      "asks the ranks to checkpoint and exit and takes no new ranks, without exiting.");
   app.add_option("--coordinator", options.coordinator,
                  "coordinator gRPC address HOST:PORT")
       ->capture_default_str();
@@ -90,6 +108,22 @@ int main(int argc, char** argv) {
                  "time between SIGTERM and SIGKILL for a rank")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  std::string drain_timeout = "120s";
+  app.add_option("--drain-timeout", drain_timeout,
+                 "on SIGTERM, how long the ranks get to checkpoint and exit before the "
+                 "worker stops them and exits: seconds or a duration (90s, 5m); 0 stops "
+                 "at once")
+      ->capture_default_str();
+  app.add_option("--pool", options.pool,
+                 "worker pool this worker belongs to, sent to the coordinator, e.g. "
+                 "--pool slurm-gpu (default: none)");
+  if (const char* env = std::getenv("SLURM_JOB_ID"); env != nullptr) {
+    options.slurm_job_id = env;
+  }
+  app.add_option("--slurm-job-id", options.slurm_job_id,
+                 "Slurm allocation this worker runs in, sent to the coordinator, e.g. "
+                 "--slurm-job-id 81234 (default: $SLURM_JOB_ID when set)")
+      ->capture_default_str();
   app.add_option("--gpus", gpus_flag,
                  "GPUs to offer: auto (probe /proc/driver/nvidia), none, or a count")
       ->capture_default_str();
@@ -122,6 +156,19 @@ int main(int argc, char** argv) {
   if (!data_roots.empty()) options.data_roots = data_roots;
   if (!checkpoint_roots.empty()) options.checkpoint_roots = checkpoint_roots;
   options.kill_grace = absl::Milliseconds(grace_ms);
+  if (int64_t seconds = 0; absl::SimpleAtoi(drain_timeout, &seconds) && seconds >= 0) {
+    options.drain_timeout = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(drain_timeout, &options.drain_timeout) ||
+             options.drain_timeout < absl::ZeroDuration()) {
+    std::cerr << "tessera-worker: --drain-timeout must be seconds or a duration such as "
+                 "90s or 5m, got '"
+              << drain_timeout << "'\n";
+    return 2;
+  }
+  if (options.drain_timeout > absl::Hours(24)) {
+    std::cerr << "tessera-worker: --drain-timeout is at most 24h\n";
+    return 2;
+  }
   // The token is secret: never a flag value, which every user can read in
   // /proc/PID/cmdline.
   if (!join_token_file.empty()) {
@@ -229,12 +276,6 @@ int main(int argc, char** argv) {
         "join token)");
   }
 
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
@@ -258,14 +299,22 @@ int main(int argc, char** argv) {
     }
   }
   tessera::WorkerAgent agent(options, channel, &launcher, cgroups.get());
-  std::thread signal_thread([&agent, stop_signals] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    spdlog::info("received signal {}; stopping", sig);
-    agent.Stop();
+  std::atomic<bool> done = false;
+  std::thread signal_thread([&agent, &done, signals] {
+    for (int sig = 0; sigwait(&signals, &sig) == 0 && !done.load();) {
+      if (sig == SIGUSR1) {
+        spdlog::info("received SIGUSR1 (preemption notice)");
+        agent.Preempt();
+      } else {
+        spdlog::info("received {}", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        agent.Drain();  // the second one stops at once
+      }
+    }
   });
   agent.Run();
-  // Run() returned on Stop(); the signal thread has finished.
+  // Wake the signal thread, which may still wait (a drain ends by itself).
+  done = true;
+  pthread_kill(signal_thread.native_handle(), SIGTERM);
   signal_thread.join();
   spdlog::info("stopped");
   return 0;

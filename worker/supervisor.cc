@@ -277,6 +277,29 @@ void PosixLauncher::SignalGroup(pid_t pgid, int sig) {
   if (pgid > 0) kill(-pgid, sig);
 }
 
+void PosixLauncher::Signal(pid_t pid, int sig) {
+  if (pid > 0) kill(pid, sig);
+}
+
+char ProcStatState(const std::string& stat) {
+  // "PID (COMM) S ...": COMM may hold ") ", so look for the last one.
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return '\0';
+  return stat[paren + 2];
+}
+
+bool PosixLauncher::IsStopped(pid_t pid) {
+  if (pid <= 0) return false;
+  char buf[512];
+  const int fd = open(absl::StrCat("/proc/", pid, "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = read(fd, buf, sizeof(buf));
+  close(fd);
+  if (n <= 0) return false;
+  const char state = ProcStatState(std::string(buf, static_cast<size_t>(n)));
+  return state == 'T' || state == 't';
+}
+
 std::optional<ProcessExit> PosixLauncher::TryReap(pid_t pid) {
   int status = 0;
   pid_t r;
@@ -327,19 +350,45 @@ absl::Status Supervisor::Start(const RankKey& key, const ProcessSpec& spec_in) {
   return absl::OkStatus();
 }
 
-void Supervisor::Refuse(const RankKey& key, const std::string& reason) {
+void Supervisor::Refuse(const RankKey& key, const std::string& reason, int exit_code) {
   RankProcess& proc = ranks_[key];
   proc.key = key;
   proc.exited = true;
-  proc.exit.exit_code = 127;
+  proc.exit.exit_code = exit_code;
   proc.launch_error = reason;
 }
 
 void Supervisor::Stop(const RankKey& key) {
   auto it = ranks_.find(key);
   if (it == ranks_.end() || it->second.exited || it->second.kill_deadline) return;
-  launcher_->SignalGroup(it->second.pid, SIGTERM);
-  it->second.kill_deadline = clock_->Now() + kill_grace_;
+  RankProcess& proc = it->second;
+  proc.kill_deadline = clock_->Now() + kill_grace_;
+  if (launcher_->IsStopped(proc.pid)) {
+    // SIGTERM would stay pending until someone sent SIGCONT.
+    spdlog::warn("job {} attempt {} rank {} (pid {}) is stopped; sending SIGKILL",
+                 key.job_id, key.attempt, key.rank, proc.pid);
+    Kill(proc);
+    return;
+  }
+  launcher_->SignalGroup(proc.pid, SIGTERM);
+}
+
+bool Supervisor::Preempt(const RankKey& key) {
+  auto it = ranks_.find(key);
+  if (it == ranks_.end()) return false;
+  RankProcess& proc = it->second;
+  if (proc.exited || proc.kill_deadline || proc.preempted || proc.pid <= 0) return false;
+  launcher_->Signal(proc.pid, SIGUSR1);
+  proc.preempted = true;
+  return true;
+}
+
+void Supervisor::Kill(RankProcess& proc) {
+  proc.killed = true;
+  launcher_->SignalGroup(proc.pid, SIGKILL);
+  if (cgroups_ != nullptr && !proc.cgroup.empty()) {
+    (void)cgroups_->Kill(proc.cgroup);
+  }
 }
 
 bool Supervisor::Poll() {
@@ -358,10 +407,13 @@ bool Supervisor::Poll() {
     if (proc.kill_deadline && now >= *proc.kill_deadline) {
       spdlog::warn("job {} rank {} ignored SIGTERM for {}; sending SIGKILL", key.job_id,
                    key.rank, absl::FormatDuration(kill_grace_));
-      launcher_->SignalGroup(proc.pid, SIGKILL);
-      if (cgroups_ != nullptr && !proc.cgroup.empty()) {
-        (void)cgroups_->Kill(proc.cgroup);
-      }
+      Kill(proc);
+      proc.kill_deadline = now + kill_grace_;
+    } else if (proc.kill_deadline && !proc.killed && launcher_->IsStopped(proc.pid)) {
+      // Stopped after its SIGTERM was sent: it would never act on it.
+      spdlog::warn("job {} attempt {} rank {} (pid {}) is stopped; sending SIGKILL",
+                   key.job_id, key.attempt, key.rank, proc.pid);
+      Kill(proc);
       proc.kill_deadline = now + kill_grace_;
     }
   }

@@ -5,7 +5,16 @@
 // interface so tests can substitute a fake. The Supervisor keeps one entry per
 // (job, attempt, rank) until the coordinator acknowledges its exit, stops ranks
 // with SIGTERM to the whole process group and escalates to SIGKILL after a
-// grace period.
+// grace period. A stopped rank (SIGSTOP, state 'T' in /proc/PID/stat) would
+// never act on SIGTERM, which stays pending: it gets SIGKILL at once. A rank
+// asked to checkpoint and leave (Preempt) gets SIGUSR1, once, to its trainer
+// process alone.
+//
+// Ranks die with the worker: the child asks for PR_SET_PDEATHSIG(SIGKILL), so
+// a worker killed with SIGKILL takes its trainer processes with it. What a
+// trainer started itself does not get that signal; with cgroups it stays in
+// the attempt's group, which the next worker of the same name kills on start
+// (cgroup.h).
 //
 // A process may run as another unix account (ProcessSpec::run_as): everything
 // about the account is looked up before fork (LookUpAccount), and the child
@@ -75,6 +84,11 @@ class ProcessLauncher {
   virtual absl::StatusOr<pid_t> Launch(const ProcessSpec& spec) = 0;
   // Sends `sig` to the process group `pgid`.
   virtual void SignalGroup(pid_t pgid, int sig) = 0;
+  // Sends `sig` to the process `pid` alone.
+  virtual void Signal(pid_t pid, int sig) = 0;
+  // Whether `pid` is stopped (job control or ptrace stop): a SIGTERM sent to
+  // it stays pending until it is continued.
+  virtual bool IsStopped(pid_t pid) = 0;
   // Non-blocking: the exit of `pid` if it has ended (and reaps it).
   virtual std::optional<ProcessExit> TryReap(pid_t pid) = 0;
 };
@@ -84,8 +98,15 @@ class PosixLauncher final : public ProcessLauncher {
  public:
   absl::StatusOr<pid_t> Launch(const ProcessSpec& spec) override;
   void SignalGroup(pid_t pgid, int sig) override;
+  void Signal(pid_t pid, int sig) override;
+  // State 'T' or 't' in /proc/PID/stat.
+  bool IsStopped(pid_t pid) override;
   std::optional<ProcessExit> TryReap(pid_t pid) override;
 };
+
+// The state letter of /proc/PID/stat text (the field after the command name,
+// which may itself hold spaces and parentheses); '\0' when unreadable.
+char ProcStatState(const std::string& stat);
 
 struct RankKey {
   int64_t job_id = 0;
@@ -101,6 +122,8 @@ struct RankProcess {
   ProcessExit exit;
   std::string launch_error;  // why it could not be started; empty if it was
   std::optional<absl::Time> kill_deadline;  // set once a stop was requested
+  bool preempted = false;                   // SIGUSR1 was sent (Preempt)
+  bool killed = false;                      // SIGKILL was sent
   std::string cgroup;                       // the attempt's group, empty without cgroups
 };
 
@@ -118,11 +141,19 @@ class Supervisor {
   // failure.
   absl::Status Start(const RankKey& key, const ProcessSpec& spec);
   // Records a rank that is not started at all (e.g. its job's owner has no
-  // account here) as exited with code 127 and `reason`.
-  void Refuse(const RankKey& key, const std::string& reason);
+  // account here) as exited with `exit_code` and `reason`.
+  void Refuse(const RankKey& key, const std::string& reason, int exit_code = 127);
   // Sends SIGTERM to the rank's process group; SIGKILL follows after the grace.
+  // A stopped rank gets SIGKILL at once.
   void Stop(const RankKey& key);
-  // Reaps exited ranks and escalates overdue stops. Returns true if a rank exited.
+  // Asks a running rank to checkpoint and exit (the preempted exit code): sends
+  // SIGUSR1 to its trainer process, not to its group (what the trainer started
+  // is the trainer's business). Once per rank: returns true when it sent it
+  // now, false for a rank already asked, stopping, exited or unknown.
+  bool Preempt(const RankKey& key);
+  // Reaps exited ranks and escalates overdue stops; a rank being stopped that
+  // is found stopped (SIGSTOP after its SIGTERM) gets SIGKILL at once. Returns
+  // true if a rank exited.
   bool Poll();
   // Drops an exited rank (its exit was acknowledged by the coordinator).
   void Forget(const RankKey& key);
@@ -135,6 +166,8 @@ class Supervisor {
   // Kills what is left in an attempt's group once all its ranks here exited,
   // and removes the group.
   void CleanUpGroups();
+  // SIGKILL to the rank's process group and its attempt's cgroup.
+  void Kill(RankProcess& proc);
 
   ProcessLauncher* const launcher_;  // Not owned.
   CgroupTree* const cgroups_;        // Not owned; may be null.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,6 +18,7 @@
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "common/trainer_exit.h"
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 #include "worker/credential_file.h"
@@ -246,6 +248,10 @@ absl::Status WorkerAgent::Register() {
   request.set_slots(options_.gpus > 0 ? options_.gpus : options_.cpu_slots);
   request.set_device_kind(options_.gpus > 0 ? "cuda" : "cpu");
   request.set_worker_credential(credential_);
+  request.set_pool(options_.pool);
+  request.set_slurm_job_id(options_.slurm_job_id);
+  supervisor_.Poll();
+  AddLocalRanks(request.mutable_ranks());
   v1::RegisterWorkerResponse response;
   grpc::ClientContext ctx;
   Prepare(ctx);
@@ -270,20 +276,20 @@ absl::Status WorkerAgent::Register() {
   if (response.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
   }
-  spdlog::info("registered with coordinator {} as {} ({} {} slots), epoch {}",
-               options_.coordinator, options_.name, request.slots(),
-               request.device_kind(), epoch_);
+  spdlog::info(
+      "registered with coordinator {} as {} ({} {} slots{}{}), epoch {}{}",
+      options_.coordinator, options_.name, request.slots(), request.device_kind(),
+      options_.pool.empty() ? "" : ", pool " + options_.pool,
+      options_.slurm_job_id.empty() ? "" : ", Slurm job " + options_.slurm_job_id, epoch_,
+      request.ranks_size() == 0
+          ? ""
+          : absl::StrCat("; listed ", request.ranks_size(), " rank(s) of ours"));
   return absl::OkStatus();
 }
 
-absl::Status WorkerAgent::HeartbeatOnce() {
-  supervisor_.Poll();
-  v1::HeartbeatRequest request;
-  request.set_name(options_.name);
-  request.set_epoch(epoch_);
-  request.set_worker_credential(credential_);
+void WorkerAgent::AddLocalRanks(google::protobuf::RepeatedPtrField<v1::LocalRank>* out) {
   for (const RankProcess& p : supervisor_.Snapshot()) {
-    v1::LocalRank* r = request.add_ranks();
+    v1::LocalRank* r = out->Add();
     r->set_job_id(p.key.job_id);
     r->set_attempt(p.key.attempt);
     r->set_rank(p.key.rank);
@@ -293,6 +299,16 @@ absl::Status WorkerAgent::HeartbeatOnce() {
     r->set_signal(p.exit.signal);
     r->set_launch_error(p.launch_error);
   }
+}
+
+absl::Status WorkerAgent::HeartbeatOnce() {
+  supervisor_.Poll();
+  v1::HeartbeatRequest request;
+  request.set_name(options_.name);
+  request.set_epoch(epoch_);
+  request.set_worker_credential(credential_);
+  request.set_draining(draining_);
+  AddLocalRanks(request.mutable_ranks());
   v1::HeartbeatResponse response;
   grpc::ClientContext ctx;
   Prepare(ctx);
@@ -309,7 +325,28 @@ absl::Status WorkerAgent::HeartbeatOnce() {
       supervisor_.Stop(key);
     }
   }
-  for (const v1::LaunchOrder& order : response.launch()) Launch(order);
+  for (const v1::KillOrder& k : response.preempt()) {
+    // Once per rank: a repeated order finds it already asked.
+    if (supervisor_.Preempt(KeyOf(k.job_id(), k.attempt(), k.rank()))) {
+      spdlog::info(
+          "asked job {} attempt {} rank {} to checkpoint and exit (SIGUSR1) as "
+          "ordered",
+          k.job_id(), k.attempt(), k.rank());
+    }
+  }
+  for (const v1::LaunchOrder& order : response.launch()) {
+    const RankKey key = KeyOf(order.job_id(), order.attempt(), order.rank());
+    if (draining_ && !supervisor_.Has(key)) {
+      // Ordered before the coordinator heard that this worker drains: the
+      // rank leaves before it starts, as a preempted one does.
+      supervisor_.Refuse(key, absl::StrCat("worker ", options_.name, " is draining"),
+                         kTrainerExitPreempted);
+      spdlog::warn("job {} attempt {} rank {}: not launched, this worker is draining",
+                   order.job_id(), order.attempt(), order.rank());
+      continue;
+    }
+    Launch(order);
+  }
   ShipLogs();
   return absl::OkStatus();
 }
@@ -496,17 +533,101 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
                spec.log_path);
 }
 
+void WorkerAgent::Stop() {
+  absl::MutexLock lock(&mu_);
+  stop_requested_ = true;
+}
+
+void WorkerAgent::Drain() {
+  absl::MutexLock lock(&mu_);
+  if (drain_requested_ || options_.drain_timeout <= absl::ZeroDuration()) {
+    stop_requested_ = true;
+    return;
+  }
+  drain_requested_ = true;
+  drain_pending_ = true;
+}
+
+void WorkerAgent::Preempt() {
+  absl::MutexLock lock(&mu_);
+  preempt_pending_ = true;
+}
+
+bool WorkerAgent::HasRequest() const {
+  return stop_requested_ || drain_pending_ || preempt_pending_;
+}
+
+bool WorkerAgent::HandleRequests() {
+  bool drain = false;
+  bool preempt = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_requested_) return false;
+    drain = std::exchange(drain_pending_, false);
+    preempt = std::exchange(preempt_pending_, false);
+  }
+  if (!drain && !preempt) return true;
+  draining_ = true;
+  supervisor_.Poll();
+  int asked = 0;
+  for (const RankProcess& p : supervisor_.Snapshot()) {
+    if (supervisor_.Preempt(p.key)) ++asked;
+  }
+  const int running = supervisor_.running();
+  if (drain) {
+    drain_deadline_ = absl::Now() + options_.drain_timeout;
+    const std::string line = absl::StrCat(
+        "draining: asked ", asked, " rank(s) to checkpoint and exit; waiting up to ",
+        absl::ToDoubleSeconds(options_.drain_timeout), "s for the ", running,
+        " running to exit and the coordinator to acknowledge");
+    spdlog::info("{}", line);
+    notifier_.Stopping();
+    notifier_.Status(line);
+  } else {
+    const std::string line =
+        absl::StrCat("preemption notice: asked ", asked,
+                     " rank(s) to checkpoint and exit (SIGUSR1); taking no new ranks");
+    spdlog::info("{}", line);
+    notifier_.Status(line);
+  }
+  return true;
+}
+
 void WorkerAgent::WaitFor(absl::Duration d) {
   const absl::Time until = absl::Now() + d;
-  while (!stop_.HasBeenNotified()) {
+  while (true) {
     absl::Duration left = until - absl::Now();
     if (left <= absl::ZeroDuration()) return;
     // Short slices, so a rank's exit is reported at once rather than a full
     // interval later.
     notifier_.Watchdog();
-    if (stop_.WaitForNotificationWithTimeout(std::min(left, absl::Milliseconds(100))))
-      return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(this, &WorkerAgent::HasRequest),
+                               std::min(left, absl::Milliseconds(100)))) {
+        return;
+      }
+    }
     if (supervisor_.Poll()) return;
+  }
+}
+
+void WorkerAgent::ReportFinalExits() {
+  if (epoch_ == 0) return;
+  const absl::Time until = absl::Now() + options_.rpc_timeout;
+  while (true) {
+    absl::Status s = HeartbeatOnce();
+    if (!s.ok()) {
+      spdlog::warn("final heartbeat failed: {}", s.ToString());
+      return;
+    }
+    if (supervisor_.Snapshot().empty()) return;
+    if (absl::Now() >= until) {
+      spdlog::warn("the coordinator has not acknowledged the exit of {} rank(s)",
+                   supervisor_.Snapshot().size());
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
   }
 }
 
@@ -524,7 +645,25 @@ void WorkerAgent::Run() {
   }
   absl::Duration backoff = options_.initial_backoff;
   int failures = 0;
-  while (!stop_.HasBeenNotified()) {
+  // How long to wait at most: up to `d`, or the end of a drain.
+  const auto capped = [this](absl::Duration d) {
+    return drain_deadline_ ? std::min(d, *drain_deadline_ - absl::Now()) : d;
+  };
+  while (HandleRequests()) {
+    if (drain_deadline_) {
+      if (supervisor_.Snapshot().empty() && logs_.empty()) {
+        spdlog::info("drained: every rank exited and the coordinator has its exits");
+        break;
+      }
+      if (absl::Now() >= *drain_deadline_) {
+        spdlog::warn(
+            "drain timeout ({}s) passed with {} rank(s) still running and {} exit(s) not "
+            "acknowledged; stopping",
+            absl::ToDoubleSeconds(options_.drain_timeout), supervisor_.running(),
+            supervisor_.Snapshot().size() - supervisor_.running());
+        break;
+      }
+    }
     absl::Status s = epoch_ == 0 ? Register() : HeartbeatOnce();
     if (s.ok()) {
       if (failures > 0) {
@@ -533,7 +672,8 @@ void WorkerAgent::Run() {
       }
       failures = 0;
       backoff = options_.initial_backoff;
-      WaitFor(heartbeat_interval_);
+      if (drain_deadline_ && supervisor_.Snapshot().empty() && logs_.empty()) continue;
+      WaitFor(capped(heartbeat_interval_));
       continue;
     }
     if (epoch_ != 0 &&
@@ -554,18 +694,16 @@ void WorkerAgent::Run() {
         options_.coordinator, absl::StatusCodeToString(s.code()),
         std::string(s.message()), supervisor_.running(), failures,
         absl::FormatDuration(backoff));
-    WaitFor(backoff);
+    WaitFor(capped(backoff));
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
   notifier_.Stopping();
+  draining_ = true;  // no new ranks for a worker on its way out
   if (supervisor_.running() > 0) {
     spdlog::info("stopping {} rank(s)", supervisor_.running());
     supervisor_.StopAll();
   }
-  if (epoch_ != 0) {
-    absl::Status s = HeartbeatOnce();  // report the exits; best effort
-    if (!s.ok()) spdlog::warn("final heartbeat failed: {}", s.ToString());
-  }
+  ReportFinalExits();  // best effort
 }
 
 }  // namespace tessera

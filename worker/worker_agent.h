@@ -23,10 +23,27 @@
 // Identity: the first registration, with the join token, brings the worker a
 // credential of its own (coordinator/core/worker_identity.h); the agent keeps
 // it in WorkerOptions::state_dir (credential_file.h) and sends it on every
-// later call, so that it gets its name back at once after a restart.
+// later call, so that it gets its name back at once after a restart. Every
+// registration lists the ranks this process runs or ran and has not had
+// acknowledged, as a heartbeat does (none for a fresh process): a rank the
+// coordinator believes runs here and that is not listed is lost.
 //
-// Thread-safety: Run() blocks on the calling thread until Stop(); Stop() may be
-// called from any thread.
+// Orders: launch, kill (Supervisor::Stop: SIGTERM, SIGKILL after kill_grace;
+// SIGKILL at once for a stopped rank), and preempt (SIGUSR1 to the trainer
+// process alone, once per rank: it checkpoints and exits with
+// kTrainerExitPreempted).
+//
+// Draining: Drain() (SIGTERM) and Preempt() (a preemption notice, SIGUSR1)
+// make every later heartbeat say `draining`, so the coordinator gives the
+// worker no new ranks, and send SIGUSR1 to each running rank. After Drain()
+// the agent keeps heartbeating and shipping logs until no rank runs and the
+// coordinator has acknowledged every exit, or drain_timeout passes; then Run()
+// stops what is left and returns. After Preempt() it goes on serving. A launch
+// order that arrives while draining is refused as preempted (exit code
+// kTrainerExitPreempted, "worker W is draining").
+//
+// Thread-safety: Run() blocks on the calling thread until it is done; Stop(),
+// Drain() and Preempt() may be called from any thread (a signal thread).
 #ifndef TESSERA_WORKER_WORKER_AGENT_H_
 #define TESSERA_WORKER_WORKER_AGENT_H_
 
@@ -38,7 +55,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/service_notify.h"
 #include "grpcpp/channel.h"
@@ -82,6 +99,15 @@ struct WorkerOptions {
   int64_t log_chunk_bytes = 256 * 1024;
   // Time between SIGTERM and SIGKILL when stopping a rank.
   absl::Duration kill_grace = absl::Seconds(10);
+  // After Drain(): how long the ranks get to checkpoint and exit, and the
+  // coordinator to acknowledge their exits, before the worker stops what is
+  // left (SIGTERM, then SIGKILL after kill_grace) and exits. Zero: Drain()
+  // stops at once, as Stop() does.
+  absl::Duration drain_timeout = absl::Seconds(120);
+  // Sent at registration: the worker pool this worker belongs to (e.g. the
+  // name of a Slurm pool) and the Slurm allocation it runs in. Empty: none.
+  std::string pool;
+  std::string slurm_job_id;
   // The cluster join token, sent on every call ("authorization: Bearer ...").
   std::string join_token;
   // When the worker runs as root: whether a rank may run as root too (a job
@@ -160,17 +186,32 @@ class WorkerAgent {
   WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> channel,
               ProcessLauncher* launcher, CgroupTree* cgroups = nullptr);
 
-  // Serves until Stop(); then stops every rank, reports their exits if the
-  // coordinator is reachable, and returns.
+  // Serves until Stop(), or until a drain ends; then stops every rank still
+  // running, reports their exits if the coordinator is reachable, and returns.
   void Run();
-  void Stop() { stop_.Notify(); }
+  // Stops at once: every rank gets SIGTERM, then SIGKILL after kill_grace.
+  void Stop();
+  // Drains, then ends Run() (see the class comment); a second call, or any
+  // call when drain_timeout is zero, is Stop().
+  void Drain();
+  // A preemption notice: drains without ending Run().
+  void Preempt();
 
  private:
   // Sets the deadline and the join token on a call.
   void Prepare(grpc::ClientContext& ctx) const;
   absl::Status Register();
   absl::Status HeartbeatOnce();
+  // Every supervised rank as the coordinator sees it, for registrations and
+  // heartbeats alike.
+  void AddLocalRanks(google::protobuf::RepeatedPtrField<tessera::v1::LocalRank>* out);
   void Launch(const tessera::v1::LaunchOrder& order);
+  // Acts on Drain() and Preempt(). Returns false once Stop() was called.
+  bool HandleRequests();
+  // After Run()'s loop: heartbeats until every exit is acknowledged, for at
+  // most rpc_timeout.
+  void ReportFinalExits();
+  bool HasRequest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends new bytes of every rank's log file to the coordinator; a rank's
   // shipping ends once it has exited and its whole file was sent.
   void ShipLogs();
@@ -182,8 +223,16 @@ class WorkerAgent {
   RealClock clock_;
   ServiceNotifier notifier_;
   Supervisor supervisor_;
-  absl::Notification stop_;
-  int64_t epoch_ = 0;  // 0: not registered
+  // What other threads asked for; the loop thread acts on it.
+  mutable absl::Mutex mu_;
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool drain_requested_ ABSL_GUARDED_BY(mu_) = false;  // Drain() was called
+  bool drain_pending_ ABSL_GUARDED_BY(mu_) = false;    // and not acted on yet
+  bool preempt_pending_ ABSL_GUARDED_BY(mu_) = false;
+  // The rest belongs to the loop thread.
+  bool draining_ = false;                     // sent in heartbeats
+  std::optional<absl::Time> drain_deadline_;  // set by Drain()
+  int64_t epoch_ = 0;                         // 0: not registered
   // This worker's own credential (empty until issued); read from the state
   // dir when Run() starts.
   std::string credential_;

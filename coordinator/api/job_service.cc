@@ -170,4 +170,20 @@ grpc::Status JobServiceImpl::GetShare(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::DrainWorker(grpc::ServerContext* context,
+                                         const v1::DrainWorkerRequest* request,
+                                         v1::DrainWorkerResponse* response) {
+  absl::StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (request->timeout_ms() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError("timeout_ms: must not be negative"));
+  }
+  absl::StatusOr<v1::Worker> worker =
+      manager_->DrainWorker(*caller, request->name(),
+                            absl::Milliseconds(request->timeout_ms()), request->undrain());
+  if (!worker.ok()) return ToGrpcStatus(worker.status());
+  *response->mutable_worker() = std::move(*worker);
+  return grpc::Status::OK;
+}
+
 }  // namespace tessera

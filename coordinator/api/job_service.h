@@ -56,6 +56,9 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
                            tessera::v1::CancelSweepResponse* response) override;
   grpc::Status GetShare(grpc::ServerContext* context, const v1::GetShareRequest* request,
                         v1::GetShareResponse* response) override;
+  grpc::Status DrainWorker(grpc::ServerContext* context,
+                           const v1::DrainWorkerRequest* request,
+                           v1::DrainWorkerResponse* response) override;
 
  private:
   // The calling user, or the refusal to send back.

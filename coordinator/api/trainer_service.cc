@@ -65,7 +65,11 @@ grpc::ServerUnaryReactor* TrainerServiceImpl::RenewLease(
     return reactor;
   }
   absl::StatusOr<absl::Duration> lease = manager_->RenewLease(*request);
-  if (lease.ok()) response->set_lease_ms(absl::ToInt64Milliseconds(*lease));
+  if (lease.ok()) {
+    response->set_lease_ms(absl::ToInt64Milliseconds(*lease));
+    response->set_report_every_ms(
+        absl::ToInt64Milliseconds(manager_->progress_report_interval()));
+  }
   reactor->Finish(ToGrpcStatus(lease.status()));
   return reactor;
 }

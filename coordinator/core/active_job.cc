@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
+#include "common/trainer_exit.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -11,6 +12,11 @@ namespace {
 
 bool ExitedCleanly(const RankRecord& r) {
   return r.state == RankState::kExited && r.exit_code == 0 && r.signal == 0;
+}
+
+bool ExitedPreempted(const RankRecord& r) {
+  return r.state == RankState::kExited && r.exit_code == kTrainerExitPreempted &&
+         r.signal == 0;
 }
 
 std::string ExitText(const RankRecord& r) {
@@ -34,6 +40,8 @@ void ActiveJob::StartAttempt(const Placement& placement, absl::Time now) {
     ranks.push_back(rank);
   }
   kill_sent.assign(ranks.size(), false);
+  watch.reset();
+  preempting.clear();
   placed_at = now;
   for (const RankRecord& r : ranks) last_contact[{r.attempt, r.rank}] = now;
 }
@@ -63,7 +71,9 @@ RankRecord& ActiveJob::RecordExit(const v1::LocalRank& reported) {
   rank.exit_code = reported.exit_code();
   rank.signal = reported.signal();
   rank.exit_reason = reported.launch_error().empty()
-                         ? ExitText(rank)
+                         ? (ExitedPreempted(rank)
+                                ? std::string("checkpointed and left (preempted)")
+                                : ExitText(rank))
                          : absl::StrCat("could not be launched: ",
                                         reported.launch_error().substr(0, 1024));
   if (kill_sent[reported.rank()])
@@ -73,13 +83,29 @@ RankRecord& ActiveJob::RecordExit(const v1::LocalRank& reported) {
 
 const RankRecord* ActiveJob::FirstFailedRank() const {
   for (const auto& r : ranks) {
-    if (r.state == RankState::kExited && !ExitedCleanly(r)) return &r;
+    if (r.state == RankState::kExited && !ExitedCleanly(r) && !ExitedPreempted(r)) {
+      return &r;
+    }
   }
   return nullptr;
 }
 
 bool ActiveJob::AllExitedCleanly() const {
   return std::all_of(ranks.begin(), ranks.end(), ExitedCleanly);
+}
+
+bool ActiveJob::AllExitedPreempted() const {
+  return !ranks.empty() &&
+         std::all_of(ranks.begin(), ranks.end(),
+                     [](const RankRecord& r) {
+                       return ExitedCleanly(r) || ExitedPreempted(r);
+                     }) &&
+         std::any_of(ranks.begin(), ranks.end(), ExitedPreempted);
+}
+
+bool ActiveJob::AllExited() const {
+  return std::all_of(ranks.begin(), ranks.end(),
+                     [](const RankRecord& r) { return r.state == RankState::kExited; });
 }
 
 std::vector<int32_t> ActiveJob::LocalRanks() const {
@@ -186,9 +212,20 @@ ActiveLog ActiveJob::LogOf(int32_t attempt, int32_t rank) const {
   return log;
 }
 
-v1::Job ActiveJob::ToProto() const {
+v1::Job ActiveJob::ToProto(absl::Time now) const {
   v1::Job job = JobToProto(record, ranks);
   AddEvents(events, job);
+  if (watch.has_value()) {
+    for (v1::RankStatus& s : *job.mutable_ranks()) {
+      if (s.state() == RankStateName(RankState::kExited)) continue;
+      if (const v1::RankProgress* p = watch->Progress(s.rank()); p != nullptr) {
+        *s.mutable_progress() = *p;
+        s.set_progress_age_ms(absl::ToInt64Milliseconds(now - watch->ReceivedAt(s.rank())));
+      }
+      s.set_straggler(watch->IsStraggler(s.rank()));
+    }
+    for (const std::string& text : watch->Stragglers()) job.add_stragglers(text);
+  }
   return job;
 }
 
@@ -207,6 +244,7 @@ v1::Job JobToProto(const JobRecord& record, const std::vector<RankRecord>& ranks
   job.set_sweep_id(record.sweep_id);
   job.set_sweep_point(record.sweep_point);
   job.set_owner(record.owner);
+  job.set_preemptions(record.preemptions);
   for (const auto& r : ranks) {
     v1::RankStatus* s = job.add_ranks();
     s->set_rank(r.rank);

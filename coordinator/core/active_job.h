@@ -14,12 +14,14 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "coordinator/core/rank_outputs.h"
+#include "coordinator/core/rank_watch.h"
 #include "coordinator/core/scheduler.h"
 #include "coordinator/store/store.h"
 #include "tessera/v1/tessera.pb.h"
@@ -53,6 +55,12 @@ struct ActiveJob {
   // Lost ranks of this job. The next attempt waits until each is confirmed
   // stopped by its worker or its lease has run out.
   std::vector<LostRank> lost;
+  // The watchdog over the current attempt, from when it began running.
+  std::optional<AttemptWatch> watch;
+  // Why the current attempt is being preempted ("preempted on w2 (drain by
+  // alice)"); empty while it is not. Its ranks were sent SIGUSR1 and are
+  // expected to checkpoint and exit with the preempted code.
+  std::string preempting;
 
   // Starts the next attempt on the placement's slots at `now`: every rank is
   // assigned, none ordered stopped, and each one's lease counts from now.
@@ -72,6 +80,11 @@ struct ActiveJob {
   const RankRecord* FirstFailedRank() const;
   // Whether every current rank exited with code 0.
   bool AllExitedCleanly() const;
+  // Whether every current rank has exited, each with code 0 or the preempted
+  // code, and at least one was preempted.
+  bool AllExitedPreempted() const;
+  // Whether every current rank has exited.
+  bool AllExited() const;
 
   // Each current rank's index among the job's ranks on the same worker.
   std::vector<int32_t> LocalRanks() const;
@@ -102,8 +115,9 @@ struct ActiveJob {
   // know about the job.
   ActiveLog LogOf(int32_t attempt, int32_t rank) const;
 
-  // The job as the API shows it, with its events.
-  tessera::v1::Job ToProto() const;
+  // The job as the API shows it, with its events and, as of `now`, its ranks'
+  // progress and the stragglers flagged.
+  tessera::v1::Job ToProto(absl::Time now) const;
 };
 
 // A job as the API shows it, from its record and its current attempt's ranks.

@@ -1,11 +1,14 @@
 #include "coordinator/core/job_manager.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <optional>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/job_state.h"
 #include "common/status_macros.h"
 #include "coordinator/core/worker_orders.h"
@@ -130,6 +133,12 @@ absl::Status JobManager::RecoverJobLocked(JobRecord record) {
     rendezvous_.Open(job.record.id, job.record.attempt, job.LocalRanks());
     job.placed_at = clock_->Now();
   }
+  if (job.record.state == v1::JOB_STATE_RUNNING) {
+    // Silence counts from the adoption: the ranks report again within seconds.
+    std::vector<std::string> where;
+    for (const RankRecord& r : job.ranks) where.push_back(r.worker);
+    job.watch.emplace(std::move(where), clock_->Now());
+  }
   int64_t id = job.record.id;
   jobs_.emplace(id, std::move(job));
   return absl::OkStatus();
@@ -199,7 +208,7 @@ absl::StatusOr<v1::Job> JobManager::GetJob(const Caller& caller, int64_t job_id)
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) {
       if (!caller.MaySee(it->second.record.owner)) return NotFound(job_id);
-      return it->second.ToProto();
+      return it->second.ToProto(clock_->Now());
     }
   }
   writer_->Flush();
@@ -364,11 +373,57 @@ std::vector<UserShare> JobManager::GetShare(const Caller& caller) {
 
 absl::StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(v1::RegisterWorkerResponse response, workers_.Register(request));
-  ScheduleLocked();
+  v1::RegisterWorkerResponse response;
+  Rendezvous::Releases releases;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(response, workers_.Register(request));
+    // The new session runs only what it lists: reconcile as for a heartbeat,
+    // and count every other rank placed there as lost at once (a worker that
+    // restarted within the dead threshold would otherwise leave ghosts).
+    v1::HeartbeatRequest listed;
+    listed.set_name(request.name());
+    listed.set_epoch(response.epoch());
+    *listed.mutable_ranks() = request.ranks();
+    const HeartbeatReport report(listed, /*registration=*/true);
+    v1::HeartbeatResponse later;  // orders and acknowledgements go with heartbeats
+    bool changed = ReconcileReportedRanksLocked(report, later, &releases);
+    changed |= ReconcileUnlistedRanksLocked(report);
+    changed |= LoseUnlistedRanksLocked(report, &releases);
+    if (changed) ReapLocked();
+    ScheduleLocked();
+  }
   changes_.Notify();
+  RunReleases(releases);
   return response;
+}
+
+absl::StatusOr<v1::Worker> JobManager::DrainWorker(const Caller& caller,
+                                                   const std::string& name,
+                                                   absl::Duration timeout, bool undrain) {
+  if (!caller.admin) {
+    return absl::PermissionDeniedError(
+        "draining a worker takes an admin token (tessctl token create NAME --admin)");
+  }
+  v1::Worker out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (undrain) {
+      RETURN_IF_ERROR(workers_.Undrain(name));
+      ScheduleLocked();
+    } else {
+      const absl::Duration wait = timeout > absl::ZeroDuration() ? timeout
+                                                                 : options_.drain_timeout;
+      RETURN_IF_ERROR(workers_.Drain(
+          name, absl::StrCat("drain by ", caller.name.empty() ? "an admin" : caller.name),
+          clock_->Now() + wait));
+    }
+    for (v1::Worker& w : workers_.List(UsedSlotsLocked())) {
+      if (w.name() == name) out = std::move(w);
+    }
+  }
+  changes_.Notify();
+  return out;
 }
 
 bool JobManager::WorkerLive(const std::string& name) {
@@ -380,11 +435,19 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     const v1::HeartbeatRequest& request) {
   v1::HeartbeatResponse response;
   Rendezvous::Releases releases;
+  std::vector<RankRecord> exits;  // recorded by this heartbeat
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(const HeartbeatReport report, workers_.Heartbeat(request));
-    bool changed = ReconcileReportedRanksLocked(report, response, &releases);
+    if (request.draining() && !workers_.Draining(request.name())) {
+      // SIGTERM or a preemption notice: the worker asks its ranks to leave.
+      RETURN_IF_ERROR(workers_.Drain(request.name(), "worker stopping",
+                                     clock_->Now() + options_.drain_timeout,
+                                     /*self=*/true));
+    }
+    bool changed = ReconcileReportedRanksLocked(report, response, &releases, &exits);
     changed |= ReconcileUnlistedRanksLocked(report);
+    changed |= LoseUnlistedRanksLocked(report, &releases);
     AddOrdersLocked(report, response);
     if (changed) {
       ReapLocked();
@@ -394,12 +457,63 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
   // The worker's last heartbeat time (and maybe its ranks) changed.
   changes_.Notify();
   RunReleases(releases);
+  // An exit is acknowledged (and then forgotten by the worker) only once it
+  // is durable: a coordinator that crashes before the write hears it again.
+  // The records are written once more with a completion: the writer applies
+  // writes in order and keeps failed state writes for retry, so its success
+  // means these rows are committed.
+  if (!exits.empty()) {
+    auto stored = std::make_shared<absl::Notification>();
+    auto ok = std::make_shared<std::atomic<bool>>(false);
+    writer_->PutRanks(exits, [stored, ok](absl::Status status) {
+      ok->store(status.ok());
+      stored->Notify();
+    });
+    if (!stored->WaitForNotificationWithTimeout(options_.exit_ack_timeout) ||
+        !ok->load()) {
+      spdlog::warn(
+          "the exits worker {} reported are not stored yet; acknowledging them later",
+          request.name());
+      response.clear_acknowledged_exits();
+    }
+  }
   return response;
+}
+
+bool JobManager::LoseUnlistedRanksLocked(const HeartbeatReport& report,
+                                         Rendezvous::Releases* releases) {
+  bool changed = false;
+  for (auto& [id, job] : jobs_) {
+    bool lost = false;
+    for (RankRecord& r : job.ranks) {
+      if (r.worker != report.worker() || report.Lists(id, r.attempt, r.rank) ||
+          report.ReconcileUnlisted(BeliefOf(&r)) != RankVerdict::kLost) {
+        continue;
+      }
+      r.state = kExited;
+      r.exit_code = -1;
+      r.signal = 0;
+      r.exit_reason =
+          report.registration()
+              ? absl::StrCat("lost: worker ", r.worker,
+                             " registered again (restarted) without it")
+              : absl::StrCat("lost: worker ", r.worker, " no longer reports it");
+      spdlog::warn("job {} attempt {} rank {} {}", id, r.attempt, r.rank, r.exit_reason);
+      writer_->PutRanks({r});
+      lost = true;
+    }
+    if (lost) {
+      EvaluateLocked(job, releases);
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 bool JobManager::ReconcileReportedRanksLocked(const HeartbeatReport& report,
                                               v1::HeartbeatResponse& response,
-                                              Rendezvous::Releases* releases) {
+                                              Rendezvous::Releases* releases,
+                                              std::vector<RankRecord>* recorded) {
   bool changed = false;
   // One rank at a time: an exit may end the attempt, which makes the ranks
   // reported after it no longer current.
@@ -418,7 +532,16 @@ bool JobManager::ReconcileReportedRanksLocked(const HeartbeatReport& report,
         writer_->PutRanks({*rank});
         break;
       case RankVerdict::kRecordExit:
+        if (recorded != nullptr) recorded->push_back(*rank);
         RecordExitLocked(*job, lr, releases);
+        if (recorded != nullptr) {
+          // The exit as recorded (RecordExitLocked may have cleared job->ranks).
+          RankRecord& r = recorded->back();
+          r.state = kExited;
+          r.pid = lr.pid();
+          r.exit_code = lr.exit_code();
+          r.signal = lr.signal();
+        }
         changed = true;
         *response.add_acknowledged_exits() = KillOrderFor(lr);
         break;
@@ -430,6 +553,8 @@ bool JobManager::ReconcileReportedRanksLocked(const HeartbeatReport& report,
           changed |= job->ForgetExitedRank(lr.attempt(), lr.rank(), report.worker());
         }
         *response.add_acknowledged_exits() = KillOrderFor(lr);
+        break;
+      case RankVerdict::kLost:  // only for ranks a worker does not list
         break;
       case RankVerdict::kStop:
         if (rank == nullptr) {
@@ -479,6 +604,7 @@ bool JobManager::ReconcileUnlistedRanksLocked(const HeartbeatReport& report) {
 
 void JobManager::AddOrdersLocked(const HeartbeatReport& report,
                                  v1::HeartbeatResponse& response) {
+  const bool draining = workers_.Draining(report.worker());
   for (auto& [id, job] : jobs_) {
     const std::vector<int32_t> local_ranks = job.LocalRanks();
     for (size_t r = 0; r < job.ranks.size(); ++r) {
@@ -486,7 +612,17 @@ void JobManager::AddOrdersLocked(const HeartbeatReport& report,
       if (rank.worker != report.worker()) continue;
       if (job.kill_sent[r] && rank.state != kExited) {
         *response.add_kill() = KillOrderFor(id, job.record.attempt, rank.rank);
-      } else if (rank.state == kAssigned && !IsTerminal(job.record.state) &&
+      } else if (draining && rank.state == kRunning && !IsTerminal(job.record.state)) {
+        // Sent with every heartbeat until the rank leaves; the worker signals
+        // each rank once.
+        if (job.preempting.empty()) {
+          job.preempting = absl::StrCat("preempted on ", report.worker(), " (",
+                                        workers_.DrainReason(report.worker()), ")");
+          spdlog::info("job {} attempt {}: {}; its ranks checkpoint and leave", id,
+                       job.record.attempt, job.preempting);
+        }
+        *response.add_preempt() = KillOrderFor(id, job.record.attempt, rank.rank);
+      } else if (rank.state == kAssigned && !IsTerminal(job.record.state) && !draining &&
                  !report.ListsRank(id, rank.rank)) {
         // The trainer's lease may count from any launch order sent.
         job.last_contact[{job.record.attempt, rank.rank}] = clock_->Now();
@@ -499,29 +635,46 @@ void JobManager::AddOrdersLocked(const HeartbeatReport& report,
 void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) {
   if (IsTerminal(job.record.state) || job.ranks.empty()) return;
   if (const RankRecord* failed = job.FirstFailedRank(); failed != nullptr) {
+    // A rank stopped while its job was being preempted fails for the drain.
+    const bool preempted = !job.preempting.empty();
     FailAttemptLocked(job,
-                      absl::StrCat("rank ", failed->rank, " on ", failed->worker, " ",
+                      absl::StrCat(preempted ? job.preempting + "; " : "", "rank ",
+                                   failed->rank, " on ", failed->worker, " ",
                                    failed->exit_reason),
-                      releases);
+                      releases, preempted);
     return;
   }
   if (job.AllExitedCleanly()) {
     rendezvous_.Close(job.record.id, job.record.attempt, absl::OkStatus());
     Transition(job, v1::JOB_STATE_SUCCEEDED,
                absl::StrCat("all ", job.ranks.size(), " ranks exited with code 0"));
+    return;
+  }
+  // Preempted ranks leave together (they agree on the step); until the last
+  // one has, the others may still be writing the checkpoint.
+  if (job.AllExitedPreempted()) {
+    const std::string cause = job.preempting.empty()
+                                  ? std::string("preempted (SIGUSR1 to its ranks)")
+                                  : job.preempting;
+    const int64_t step = job.watch.has_value() ? job.watch->MaxStep() : 0;
+    FailAttemptLocked(job,
+                      absl::StrCat(cause, ": the ranks checkpointed",
+                                   step > 0 ? absl::StrCat(" at step ", step) : "",
+                                   " and left"),
+                      releases, /*preempted=*/true);
   }
 }
 
 void JobManager::FailAttemptLocked(ActiveJob& job, const std::string& reason,
-                                   Rendezvous::Releases* releases) {
+                                   Rendezvous::Releases* releases, bool preempted) {
   for (size_t r = 0; r < job.ranks.size(); ++r) {
     if (job.ranks[r].state != kExited) job.kill_sent[r] = true;
   }
   auto closed =
       rendezvous_.Close(job.record.id, job.record.attempt, absl::AbortedError(reason));
   for (auto& c : closed) releases->push_back(std::move(c));
-  const int32_t restarts_used = job.record.attempt - 1;
-  if (restarts_used < job.record.spec.max_restarts()) {
+  const int32_t restarts_used = job.record.attempt - 1 - job.record.preemptions;
+  if (preempted || restarts_used < job.record.spec.max_restarts()) {
     // The survivors keep their slots until they are gone; the next attempt is
     // placed once the slots are free.
     for (auto& r : job.ranks) {
@@ -531,6 +684,14 @@ void JobManager::FailAttemptLocked(ActiveJob& job, const std::string& reason,
     job.kill_sent.clear();
     const std::string hold =
         job.lost.empty() ? "" : absl::StrCat("; ", job.HoldReason(clock_->Now()));
+    if (preempted) {
+      job.record.preemptions += 1;
+      Transition(job, v1::JOB_STATE_QUEUED,
+                 absl::StrCat("attempt ", job.record.attempt, " ", reason,
+                              "; requeued (preemption ", job.record.preemptions,
+                              ", not counted as a restart)", hold));
+      return;
+    }
     Transition(job, v1::JOB_STATE_QUEUED,
                absl::StrCat("attempt ", job.record.attempt, " failed: ", reason,
                             "; restarting (restart ", restarts_used + 1, " of ",
@@ -580,6 +741,8 @@ void JobManager::Tick() {
     bool changed = DeclareSilentWorkersDeadLocked(&releases);
     changed |= ExpireLostRanksLocked(now);
     changed |= FailTimedOutRendezvousLocked(now, &releases);
+    changed |= WatchRunningLocked(now, &releases);
+    changed |= EnforceDrainsLocked(now, &releases);
     if (changed) {
       ReapLocked();
       ScheduleLocked();
@@ -603,6 +766,71 @@ bool JobManager::DeclareSilentWorkersDeadLocked(Rendezvous::Releases* releases) 
     LoseWorkerRanksLocked(name, why, releases);
   }
   return !silent.empty();
+}
+
+bool JobManager::WatchRunningLocked(absl::Time now, Rendezvous::Releases* releases) {
+  bool changed = false;
+  for (auto& [id, job] : jobs_) {
+    if (job.record.state != v1::JOB_STATE_RUNNING || !job.watch.has_value()) continue;
+    const WatchdogOptions options =
+        WatchdogFor(options_.watchdog, job.record.spec.watchdog());
+    std::vector<bool> running;
+    for (size_t r = 0; r < job.ranks.size(); ++r) {
+      running.push_back(job.ranks[r].state != kExited && !job.kill_sent[r]);
+    }
+    if (std::optional<WatchVerdict> verdict = job.watch->Check(now, options, running)) {
+      spdlog::warn("job {} attempt {}: watchdog: {}", id, job.record.attempt,
+                   verdict->reason);
+      FailAttemptLocked(job, absl::StrCat("watchdog: ", verdict->reason), releases);
+      changed = true;
+      continue;
+    }
+    for (const std::string& text : job.watch->UpdateStragglers(now, options, running)) {
+      spdlog::warn("job {} attempt {}: straggler: {}", id, job.record.attempt, text);
+      RecordEventLocked(job, absl::StrCat("straggler: ", text));
+    }
+  }
+  return changed;
+}
+
+bool JobManager::EnforceDrainsLocked(absl::Time now, Rendezvous::Releases* releases) {
+  bool changed = false;
+  for (const std::string& name : workers_.DrainingWorkers()) {
+    const absl::Time deadline = workers_.DrainDeadline(name);
+    for (auto& [id, job] : jobs_) {
+      if (IsTerminal(job.record.state)) continue;
+      bool here = false;
+      bool unstarted = false;
+      for (const RankRecord& r : job.ranks) {
+        if (r.worker != name || r.state == kExited) continue;
+        here = true;
+        unstarted |= r.state == kAssigned;
+      }
+      if (!here || (now < deadline && !unstarted)) continue;
+      const std::string cause =
+          job.preempting.empty()
+              ? absl::StrCat("preempted on ", name, " (", workers_.DrainReason(name), ")")
+              : job.preempting;
+      FailAttemptLocked(job,
+                        absl::StrCat(cause, unstarted
+                                                ? ": moved before its ranks there started"
+                                                : ": its ranks did not leave within the "
+                                                  "drain timeout and were stopped"),
+                        releases, /*preempted=*/true);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+void JobManager::RecordEventLocked(ActiveJob& job, const std::string& text) {
+  const int64_t now = NowMs();
+  job.events.push_back(JobEvent{job.record.id, now, job.record.state, job.record.state, text});
+  job.record.updated_unix_ms = now;
+  JobRecord update = job.record;
+  update.event = text;
+  writer_->UpdateJob(std::move(update));
+  changes_.Notify();
 }
 
 bool JobManager::ExpireLostRanksLocked(absl::Time now) {
@@ -682,6 +910,9 @@ absl::StatusOr<absl::Duration> JobManager::RenewLease(
                                            " counts as exited: ", rank.exit_reason));
   }
   job.last_contact[{request.attempt(), request.rank()}] = clock_->Now();
+  if (job.watch.has_value() && request.has_progress()) {
+    job.watch->Report(request.rank(), request.progress(), clock_->Now());
+  }
   return options_.trainer_lease;
 }
 
@@ -715,12 +946,104 @@ void JobManager::ScheduleLocked() {
   for (const auto& [user, load] : LoadByUserLocked()) {
     options.placed_by_owner[user] = load.placed_ranks;
   }
-  ScheduleResult result =
-      Schedule(queue, workers_.Inventory(UsedSlotsLocked()), clock_->Now(), options);
-  for (const Placement& placement : result.placements) PlaceLocked(placement);
-  for (const auto& [id, reason] : result.pending_reasons) {
-    SetPendingReasonLocked(jobs_.at(id), reason);
+  std::vector<WorkerInventory> inventory = workers_.Inventory(UsedSlotsLocked());
+  if (!reserved_workers_.empty()) {
+    // A job that caused a Slurm allocation is placed first on its workers,
+    // which no other job gets while it waits.
+    std::vector<PendingJob> rest;
+    for (const PendingJob& job : queue) {
+      std::vector<WorkerInventory> own = inventory;
+      bool has_own = false;
+      for (WorkerInventory& w : own) {
+        auto it = reserved_workers_.find(w.worker);
+        const bool mine = it != reserved_workers_.end() && it->second == job.job_id;
+        has_own |= mine && w.alive;
+        w.alive = w.alive && mine;
+      }
+      ScheduleResult one;
+      if (has_own) one = Schedule({job}, own, clock_->Now(), options);
+      if (one.placements.empty()) {
+        rest.push_back(job);
+        continue;
+      }
+      PlaceLocked(one.placements[0]);
+      inventory = workers_.Inventory(UsedSlotsLocked());
+    }
+    queue = std::move(rest);
+    for (WorkerInventory& w : inventory) {
+      if (reserved_workers_.contains(w.worker)) w.alive = false;
+    }
   }
+  ScheduleResult result = Schedule(queue, inventory, clock_->Now(), options);
+  for (const Placement& placement : result.placements) PlaceLocked(placement);
+  lacking_workers_ = result.lacking_workers;
+  for (const auto& [id, reason] : result.pending_reasons) {
+    auto slurm = slurm_reasons_.find(id);
+    SetPendingReasonLocked(jobs_.at(id), lacking_workers_.contains(id) &&
+                                                 slurm != slurm_reasons_.end()
+                                             ? slurm->second
+                                             : reason);
+  }
+}
+
+void JobManager::TickSlurm() {
+  SlurmPoolManager* const slurm = slurm_.load();
+  if (slurm == nullptr) return;
+  absl::MutexLock tick(&slurm_tick_mu_);
+  if (clock_->Now() - last_slurm_tick_ < options_.slurm_interval) return;
+  last_slurm_tick_ = clock_->Now();
+  std::vector<WaitingJob> waiting;
+  std::vector<SlurmPoolWorker> workers;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    for (const v1::Worker& w : workers_.List(UsedSlotsLocked())) {
+      if (w.pool().empty() || !workers_.Live(w.name())) continue;
+      auto since = pool_idle_since_.try_emplace(w.name(), now).first;
+      if (w.slots_used() > 0) {
+        since->second = absl::InfiniteFuture();
+      } else if (since->second == absl::InfiniteFuture()) {
+        since->second = now;
+      }
+      workers.push_back(SlurmPoolWorker{.name = w.name(),
+                                        .pool = w.pool(),
+                                        .slurm_job_id = w.slurm_job_id(),
+                                        .running_ranks = w.slots_used(),
+                                        .idle_since = since->second,
+                                        .draining = w.draining()});
+    }
+    for (const auto& [id, job] : jobs_) {
+      if (job.record.state != v1::JOB_STATE_QUEUED || !lacking_workers_.contains(id)) {
+        continue;
+      }
+      const v1::JobSpec& spec = job.record.spec;
+      waiting.push_back(WaitingJob{.job_id = id,
+                                   .world_size = spec.world_size(),
+                                   .nodes = spec.nodes(),
+                                   .per_node = spec.per_node(),
+                                   .gpu = spec.trainer().device() == "cuda",
+                                   .owner = job.record.owner});
+    }
+  }
+  SlurmPoolManager::TickResult result = slurm->Tick(waiting, workers);
+  for (const std::string& line : result.events) spdlog::info("slurm: {}", line);
+  {
+    absl::MutexLock lock(&mu_);
+    slurm_reasons_ = std::move(result.pending_reasons);
+    reserved_workers_ = std::move(result.reserved_workers);
+    for (auto& [id, job] : jobs_) {
+      auto it = slurm_reasons_.find(id);
+      if (job.record.state == v1::JOB_STATE_QUEUED && it != slurm_reasons_.end()) {
+        SetPendingReasonLocked(job, it->second);
+      }
+    }
+    std::erase_if(pool_idle_since_,
+                  [this](const auto& entry) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                    return !workers_.Live(entry.first);
+                  });
+    ScheduleLocked();
+  }
+  changes_.Notify();
 }
 
 std::vector<PendingJob> JobManager::QueueLocked() {
@@ -814,6 +1137,9 @@ void JobManager::Rendezvous(
                                 request.bootstrap(), request.backend(), callback,
                                 &releases, &completed);
       if (status.ok() && completed) {
+        std::vector<std::string> where;
+        for (const RankRecord& r : it->second.ranks) where.push_back(r.worker);
+        it->second.watch.emplace(std::move(where), clock_->Now());
         Transition(it->second, v1::JOB_STATE_RUNNING,
                    absl::StrCat("all ", it->second.ranks.size(), " ranks joined"));
       }

@@ -25,9 +25,11 @@
 #ifndef TESSERA_COORDINATOR_CORE_JOB_MANAGER_H_
 #define TESSERA_COORDINATOR_CORE_JOB_MANAGER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,8 +45,10 @@
 #include "coordinator/core/change_notifier.h"
 #include "coordinator/core/fair_share.h"
 #include "coordinator/core/rank_outputs.h"
+#include "coordinator/core/rank_watch.h"
 #include "coordinator/core/rendezvous.h"
 #include "coordinator/core/scheduler.h"
+#include "coordinator/core/slurm_pool_manager.h"
 #include "coordinator/core/worker_registry.h"
 #include "coordinator/store/store.h"
 #include "coordinator/store/store_writer.h"
@@ -119,6 +123,21 @@ struct JobManagerOptions {
   // ListJobs' page size when the request names none, and the largest allowed.
   int default_list_limit = 100;
   int max_list_limit = 1000;
+  // The watchdog over running attempts (rank_watch.h); a job's spec may
+  // override it.
+  WatchdogOptions watchdog;
+  // How often trainers report progress (and so renew their lease) at least
+  // (--progress-interval): RenewLeaseResponse.report_every_ms.
+  absl::Duration progress_report_interval = absl::Seconds(2);
+  // How often TickSlurm asks Slurm for its allocations' states.
+  absl::Duration slurm_interval = absl::Seconds(2);
+  // How long a drain waits for ranks to checkpoint and exit before it stops
+  // them (--drain-timeout); DrainWorker may name another.
+  absl::Duration drain_timeout = absl::Minutes(2);
+  // A heartbeat reporting exits waits at most this long for them to be
+  // durable before it acknowledges them (unacknowledged exits are reported
+  // again).
+  absl::Duration exit_ack_timeout = absl::Seconds(5);
 };
 
 // Where a job comes from: a sweep point, or (all zero) a plain submit, and who
@@ -185,8 +204,18 @@ class JobManager {
   // caller's own line otherwise.
   std::vector<UserShare> GetShare(const Caller& caller);
 
+  // Registers a worker (a new session). Every rank the coordinator believes
+  // runs there and that the request does not list is lost at once.
   absl::StatusOr<tessera::v1::RegisterWorkerResponse> RegisterWorker(
       const tessera::v1::RegisterWorkerRequest& request);
+  // Admin only (PermissionDenied otherwise; NotFound for an unknown worker).
+  // Drain: the worker gets no new ranks; each running rank there is sent
+  // SIGUSR1 (checkpoint and exit with the preempted code) and its job
+  // requeues without counting a restart; ranks still running after `timeout`
+  // (zero: drain_timeout) are stopped. Undrain: it takes ranks again.
+  absl::StatusOr<tessera::v1::Worker> DrainWorker(const Caller& caller,
+                                                  const std::string& name,
+                                                  absl::Duration timeout, bool undrain);
   absl::StatusOr<tessera::v1::HeartbeatResponse> Heartbeat(
       const tessera::v1::HeartbeatRequest& request);
   // Whether a worker of this name is registered and not declared dead.
@@ -204,8 +233,13 @@ class JobManager {
   // Renews the lease of a current rank and returns its duration. Aborted for
   // a rank that is no longer current (the trainer then stops), NotFound for a
   // job that is not active.
+  // The request's progress report feeds the attempt's watchdog.
   absl::StatusOr<absl::Duration> RenewLease(
       const tessera::v1::RenewLeaseRequest& request);
+  // How often trainers should renew (and report progress) at least.
+  absl::Duration progress_report_interval() const {
+    return options_.progress_report_interval;
+  }
 
   // Stops every rank of the job and records CANCELLED; returns the job's state
   // afterwards. FailedPrecondition when the job had already ended.
@@ -219,9 +253,20 @@ class JobManager {
       const Caller& caller, const tessera::v1::GetLogsRequest& request);
 
   // Periodic checks, run by the coordinator's monitor thread (and by tests with
-  // a fake clock): declares silent workers dead and fails attempts whose
-  // rendezvous timed out.
+  // a fake clock): declares silent workers dead, fails attempts whose
+  // rendezvous timed out, runs the watchdog over running attempts (ending
+  // those with an unresponsive or stalled rank, flagging stragglers), and
+  // ends drains whose time is up.
   void Tick();
+
+  // Slurm pools (slurm_pool_manager.h), not owned; null (the default): none.
+  // Set once, before serving.
+  void SetSlurmPools(SlurmPoolManager* pools) { slurm_.store(pools); }
+  // One round of the Slurm pools, at most every slurm_interval: submits
+  // allocations for jobs the workers cannot host, cancels idle or drained
+  // ones, and shows the jobs why they wait. Runs sbatch, squeue and scancel
+  // without holding the lock; called by the monitor thread after Tick().
+  void TickSlurm();
 
   // Bumped whenever a job, worker, metric or log changes; live views wait on it.
   ChangeNotifier& changes() { return changes_; }
@@ -257,9 +302,11 @@ class JobManager {
   //
   // Applies the verdict on each rank the worker lists; stop orders and
   // acknowledged exits go into `response`.
+  // Exits recorded are appended to `recorded` when it is not null.
   bool ReconcileReportedRanksLocked(const HeartbeatReport& report,
                                     tessera::v1::HeartbeatResponse& response,
-                                    Rendezvous::Releases* releases)
+                                    Rendezvous::Releases* releases,
+                                    std::vector<RankRecord>* recorded = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the exit of the current rank of `job` that `reported` names, and
   // decides the job's outcome.
@@ -270,9 +317,25 @@ class JobManager {
   // longer lists: it stopped, so its slot is free and no restart waits for it.
   bool ReconcileUnlistedRanksLocked(const HeartbeatReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Orders for the worker: launches not yet seen running, stops not yet done.
+  // Orders for the worker: launches not yet seen running, stops not yet done,
+  // and, on a draining worker, preemption of its running ranks.
   void AddOrdersLocked(const HeartbeatReport& report,
                        tessera::v1::HeartbeatResponse& response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts each current rank the report's worker no longer runs (kLost) as
+  // exited, and decides its job's outcome. Returns whether any was.
+  bool LoseUnlistedRanksLocked(const HeartbeatReport& report,
+                               Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick: the watchdog over every running attempt.
+  bool WatchRunningLocked(absl::Time now, Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick: ends the attempts still on a draining worker past its deadline, or
+  // placed there but not started.
+  bool EnforceDrainsLocked(absl::Time now, Rendezvous::Releases* releases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records an event of the job that is not a state change (a straggler).
+  void RecordEventLocked(ActiveJob& job, const std::string& text)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Tick steps; each returns whether a job changed.
@@ -286,9 +349,10 @@ class JobManager {
   void EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the current attempt: stops its ranks, then restarts the job (back to
-  // QUEUED for a new attempt) if restarts are left, else marks it FAILED.
+  // QUEUED for a new attempt) if restarts are left, else marks it FAILED. A
+  // preempted attempt always requeues and does not count as a restart.
   void FailAttemptLocked(ActiveJob& job, const std::string& reason,
-                         Rendezvous::Releases* releases)
+                         Rendezvous::Releases* releases, bool preempted = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts every rank on a worker declared dead (for `why`) as lost.
   void LoseWorkerRanksLocked(const std::string& worker, const std::string& why,
@@ -324,6 +388,16 @@ class JobManager {
   FairShare usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_accrual_ ABSL_GUARDED_BY(mu_);
   absl::Time last_usage_save_ ABSL_GUARDED_BY(mu_);
+  // Slurm pools: the manager, the jobs the last schedule left waiting for
+  // workers, what each waits for in Slurm, the workers reserved for the job
+  // that caused their allocation, and when each pool worker last went idle.
+  std::atomic<SlurmPoolManager*> slurm_{nullptr};  // Not owned.
+  absl::Mutex slurm_tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  absl::Time last_slurm_tick_ ABSL_GUARDED_BY(slurm_tick_mu_) = absl::InfinitePast();
+  std::set<int64_t> lacking_workers_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::string> slurm_reasons_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> reserved_workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Time> pool_idle_since_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs released rendezvous callbacks; call without locks held.

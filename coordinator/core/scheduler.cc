@@ -189,6 +189,7 @@ ScheduleResult Schedule(const std::vector<PendingJob>& queue_in,
     }
     if (std::optional<std::string> never = NeverFits(job, free, registered)) {
       result.pending_reasons[job.job_id] = *never;
+      result.lacking_workers.insert(job.job_id);
       continue;
     }
     if (holder) {
@@ -207,6 +208,7 @@ ScheduleResult Schedule(const std::vector<PendingJob>& queue_in,
       for (const FreeSlots& worker : free) free_total += worker.slots.size();
       result.pending_reasons[job.job_id] =
           absl::StrCat("needs ", job.world_size, " slots; ", free_total, " free");
+      result.lacking_workers.insert(job.job_id);
       if (now - job.queued_since >= options.reserve_after) holder = job.job_id;
       continue;
     }

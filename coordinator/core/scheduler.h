@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,9 @@ struct Placement {
 struct ScheduleResult {
   std::vector<Placement> placements;
   std::map<int64_t, std::string> pending_reasons;  // job id -> reason
+  // Jobs left waiting only because the workers lack slots (not held by a
+  // limit or behind the queue's holder): more workers would start them.
+  std::set<int64_t> lacking_workers;
 };
 
 // `inventory` in worker-name order. Without `now`, no job ever holds the queue.

@@ -1,5 +1,6 @@
 #include "coordinator/core/worker_registry.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -7,8 +8,8 @@
 
 namespace tessera {
 
-HeartbeatReport::HeartbeatReport(const v1::HeartbeatRequest& request)
-    : request_(&request) {
+HeartbeatReport::HeartbeatReport(const v1::HeartbeatRequest& request, bool registration)
+    : request_(&request), registration_(registration) {
   for (const v1::LocalRank& lr : request.ranks()) {
     listed_.insert({lr.job_id(), lr.attempt(), lr.rank()});
     listed_ranks_.insert({lr.job_id(), lr.rank()});
@@ -43,7 +44,10 @@ RankVerdict HeartbeatReport::Reconcile(const v1::LocalRank& reported,
 }
 
 RankVerdict HeartbeatReport::ReconcileUnlisted(const RankBelief& belief) const {
-  return belief.current ? RankVerdict::kNone : RankVerdict::kForget;
+  if (!belief.current) return RankVerdict::kForget;
+  if (belief.state == RankState::kExited) return RankVerdict::kNone;
+  if (belief.state == RankState::kRunning || registration_) return RankVerdict::kLost;
+  return RankVerdict::kNone;
 }
 
 WorkerRegistry::WorkerRegistry(StoreWriter* writer, const Clock* clock,
@@ -74,7 +78,16 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   w.record.device_kind = request.device_kind().empty() ? "cpu" : request.device_kind();
   w.record.epoch += 1;
   w.record.last_seen_unix_ms = absl::ToUnixMillis(clock_->Now());
+  w.record.pool = request.pool();
+  w.record.slurm_job_id = request.slurm_job_id();
   w.dead = false;
+  if (w.self_drain) {
+    // It drained itself to stop; a new session is a fresh start.
+    w.draining = false;
+    w.self_drain = false;
+    w.drain_reason.clear();
+    w.drain_deadline = absl::InfiniteFuture();
+  }
   writer_->UpsertWorker(w.record);
   spdlog::info("worker {} registered from {}: {} {} slots, epoch {}", w.record.name,
                w.record.hostname, w.record.slots, w.record.device_kind, w.record.epoch);
@@ -124,6 +137,65 @@ bool WorkerRegistry::Alive(const std::string& name) const {
   return it != workers_.end() && AliveState(it->second);
 }
 
+absl::Status WorkerRegistry::Drain(const std::string& name, const std::string& reason,
+                                   absl::Time deadline, bool self) {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", name, " is not registered"));
+  }
+  WorkerState& w = it->second;
+  if (w.draining) {
+    // A second drain may only shorten the wait.
+    w.drain_deadline = std::min(w.drain_deadline, deadline);
+    if (!self) w.self_drain = false;
+    return absl::OkStatus();
+  }
+  w.draining = true;
+  w.self_drain = self;
+  w.drain_reason = reason;
+  w.drain_deadline = deadline;
+  spdlog::info("worker {} draining ({})", name, reason);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::Undrain(const std::string& name) {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", name, " is not registered"));
+  }
+  WorkerState& w = it->second;
+  w.draining = false;
+  w.self_drain = false;
+  w.drain_reason.clear();
+  w.drain_deadline = absl::InfiniteFuture();
+  spdlog::info("worker {} takes ranks again (undrained)", name);
+  return absl::OkStatus();
+}
+
+bool WorkerRegistry::Draining(const std::string& name) const {
+  auto it = workers_.find(name);
+  return it != workers_.end() && it->second.draining;
+}
+
+absl::Time WorkerRegistry::DrainDeadline(const std::string& name) const {
+  auto it = workers_.find(name);
+  return it == workers_.end() || !it->second.draining ? absl::InfiniteFuture()
+                                                       : it->second.drain_deadline;
+}
+
+std::string WorkerRegistry::DrainReason(const std::string& name) const {
+  auto it = workers_.find(name);
+  return it == workers_.end() ? "" : it->second.drain_reason;
+}
+
+std::vector<std::string> WorkerRegistry::DrainingWorkers() const {
+  std::vector<std::string> out;
+  for (const auto& [name, w] : workers_) {
+    if (w.draining) out.push_back(name);
+  }
+  return out;
+}
+
 bool WorkerRegistry::Live(const std::string& name) const {
   auto it = workers_.find(name);
   return it != workers_.end() && !it->second.dead;
@@ -156,7 +228,7 @@ std::vector<WorkerInventory> WorkerRegistry::Inventory(
     auto it = used.find(name);
     out.push_back(WorkerInventory{name, w.record.slots,
                                   it == used.end() ? std::vector<int32_t>() : it->second,
-                                  AliveState(w)});
+                                  AliveState(w) && !w.draining});
   }
   return out;
 }
@@ -176,6 +248,11 @@ std::vector<v1::Worker> WorkerRegistry::List(
     p.set_last_seen_unix_ms(w.record.last_seen_unix_ms);
     p.set_epoch(w.record.epoch);
     p.set_device_kind(w.record.device_kind);
+    p.set_draining(w.draining);
+    p.set_drained(w.draining && p.slots_used() == 0);
+    p.set_drain_reason(w.drain_reason);
+    p.set_pool(w.record.pool);
+    p.set_slurm_job_id(w.record.slurm_job_id);
     out.push_back(std::move(p));
   }
   return out;

@@ -78,6 +78,10 @@ enum class RankVerdict {
   // A rank that is not current has stopped: stop waiting for it (and
   // acknowledge its exit when the worker reported one).
   kForget,
+  // A current rank the worker no longer runs, although it did (or a new
+  // session of the worker, which runs none of the old one's ranks): count it
+  // as lost at once, so its slot is freed and its attempt ends.
+  kLost,
   // The rank runs but must not (not current, or counted as exited already):
   // order it stopped.
   kStop,
@@ -89,7 +93,10 @@ enum class RankVerdict {
 // which must outlive it.
 class HeartbeatReport {
  public:
-  explicit HeartbeatReport(const tessera::v1::HeartbeatRequest& request);
+  // `registration`: the list comes with a registration (a new session of
+  // the worker), not a heartbeat of the current one.
+  explicit HeartbeatReport(const tessera::v1::HeartbeatRequest& request,
+                           bool registration = false);
 
   const std::string& worker() const { return request_->name(); }
   // The ranks as listed, in the order the worker sent them.
@@ -106,13 +113,17 @@ class HeartbeatReport {
   RankVerdict Reconcile(const tessera::v1::LocalRank& reported,
                         const RankBelief& belief) const;
   // What a rank the coordinator believes is on this worker means when the
-  // worker does not list it: one that is not current has stopped (a worker
-  // lists every rank it started until told its exit was seen); a current one
-  // is left as it is (one not launched yet is ordered launched again).
+  // worker does not list it. A worker lists every rank it started until told
+  // its exit was seen, so: one that is not current has stopped (kForget); a
+  // current one recorded running is gone (kLost); a current one not seen
+  // running yet is left as it is (it is ordered launched again), except in a
+  // registration, whose new session runs none of the old one's ranks (kLost).
   RankVerdict ReconcileUnlisted(const RankBelief& belief) const;
+  bool registration() const { return registration_; }
 
  private:
   const tessera::v1::HeartbeatRequest* request_;            // Not owned.
+  bool registration_ = false;
   std::set<std::tuple<int64_t, int32_t, int32_t>> listed_;  // (job, attempt, rank)
   std::set<std::pair<int64_t, int32_t>> listed_ranks_;      // (job, rank)
 };
@@ -148,6 +159,22 @@ class WorkerRegistry {
   // Heard from within suspect_after and not declared dead.
   bool Alive(const std::string& name) const;
 
+  // Drain: the worker gets no new ranks (Inventory marks it not alive) until
+  // Undrain; `deadline` is when ranks still running there are stopped.
+  // NotFound for an unknown worker. A worker that registers again stays
+  // drained (an admin's drain outlives a restart); one that drained itself
+  // (SIGTERM) is not, since it came back.
+  absl::Status Drain(const std::string& name, const std::string& reason,
+                     absl::Time deadline, bool self = false);
+  absl::Status Undrain(const std::string& name);
+  bool Draining(const std::string& name) const;
+  // When the drain of `name` stops what still runs (InfiniteFuture: none).
+  absl::Time DrainDeadline(const std::string& name) const;
+  // The reason given for the drain ("drain by alice", "worker stopping").
+  std::string DrainReason(const std::string& name) const;
+  // Names of the workers being drained.
+  std::vector<std::string> DrainingWorkers() const;
+
   // Registered and not declared dead: its name is held (WorkerIdentity).
   bool Live(const std::string& name) const;
 
@@ -175,6 +202,10 @@ class WorkerRegistry {
   struct WorkerState {
     WorkerRecord record;
     bool dead = false;  // declared dead; cleared when it registers again
+    bool draining = false;
+    bool self_drain = false;  // asked for by the worker itself (SIGTERM)
+    std::string drain_reason;
+    absl::Time drain_deadline = absl::InfiniteFuture();
   };
 
   bool AliveState(const WorkerState& w) const;

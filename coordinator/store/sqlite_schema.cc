@@ -159,6 +159,13 @@ CREATE TABLE worker_credentials (
   issued_ms INTEGER NOT NULL
 );
 )sql"},
+    // Attempts ended by a drain or preemption (not counted as restarts);
+    // workers' pool and Slurm allocation.
+    {8, R"sql(
+ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE workers ADD COLUMN pool TEXT NOT NULL DEFAULT '';
+ALTER TABLE workers ADD COLUMN slurm_job_id TEXT NOT NULL DEFAULT '';
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;

@@ -33,23 +33,23 @@ constexpr char kInsertJob[] =
 // The three job queries select the columns ReadJob() reads, in its order.
 constexpr char kSelectJob[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner FROM jobs "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, preemptions FROM jobs "
     "WHERE id "
     "= ?1";
 constexpr char kListJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner FROM jobs "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, preemptions FROM jobs "
     "WHERE (?1 = '' OR state = ?1) AND (?2 = 0 OR sweep_id = ?2) AND (?4 = '' OR owner = "
     "?4) "
     "AND (?5 = 0 OR id < ?5) ORDER BY id DESC LIMIT ?3";
 constexpr char kListActiveJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner FROM jobs "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, preemptions FROM jobs "
     "WHERE state IN ('QUEUED', 'SCHEDULED', 'RUNNING') ORDER BY id";
 constexpr char kSelectJobState[] = "SELECT state FROM jobs WHERE id = ?1";
 constexpr char kUpdateJob[] =
     "UPDATE jobs SET state = ?2, reason = ?3, pending_reason = ?4, attempt = ?5, "
-    "updated_ms = ?6 WHERE id = ?1";
+    "updated_ms = ?6, preemptions = ?7 WHERE id = ?1";
 constexpr char kInsertEvent[] =
     "INSERT INTO events (job_id, time_ms, from_state, to_state, reason) "
     "VALUES (?1, ?2, ?3, ?4, ?5)";
@@ -102,6 +102,7 @@ absl::StatusOr<JobRecord> ReadJob(const Statement& row) {
   job.sweep_id = row.Int(11);
   job.sweep_point = static_cast<int32_t>(row.Int(12));
   job.owner = row.Bytes(13);
+  job.preemptions = static_cast<int32_t>(row.Int(14));
   return job;
 }
 
@@ -245,15 +246,16 @@ absl::Status SqliteStore::UpdateJob(const JobRecord& job) {
                       .BindText(4, job.pending_reason)
                       .BindInt(5, job.attempt)
                       .BindInt(6, job.updated_unix_ms)
+                      .BindInt(7, job.preemptions)
                       .Run());
-  if (old_state != state) {
+  if (old_state != state || !job.event.empty()) {
     ASSIGN_OR_RETURN(sqlite3_stmt * event, Prepare(kInsertEvent));
     RETURN_IF_ERROR(Statement(db, event)
                         .BindInt(1, job.id)
                         .BindInt(2, job.updated_unix_ms)
                         .BindText(3, old_state)
                         .BindText(4, state)
-                        .BindText(5, job.reason)
+                        .BindText(5, job.event.empty() ? job.reason : job.event)
                         .Run());
   }
   return txn.Commit();

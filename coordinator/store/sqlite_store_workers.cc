@@ -22,9 +22,10 @@ using sqlite_internal::Statement;
 // cache.
 constexpr char kUpsertWorker[] =
     "INSERT OR REPLACE INTO workers (name, hostname, slots, device_kind, epoch, "
-    "last_seen_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    "last_seen_ms, pool, slurm_job_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 constexpr char kListWorkers[] =
-    "SELECT name, hostname, slots, device_kind, epoch, last_seen_ms FROM workers "
+    "SELECT name, hostname, slots, device_kind, epoch, last_seen_ms, pool, slurm_job_id "
+    "FROM workers "
     "ORDER BY name";
 
 absl::StatusOr<WorkerRecord> ReadWorker(const Statement& row) {
@@ -35,6 +36,8 @@ absl::StatusOr<WorkerRecord> ReadWorker(const Statement& row) {
   worker.device_kind = row.Bytes(3);
   worker.epoch = row.Int(4);
   worker.last_seen_unix_ms = row.Int(5);
+  worker.pool = row.Bytes(6);
+  worker.slurm_job_id = row.Bytes(7);
   return worker;
 }
 
@@ -52,6 +55,8 @@ absl::Status SqliteStore::UpsertWorker(const WorkerRecord& worker) {
       .BindText(4, worker.device_kind)
       .BindInt(5, worker.epoch)
       .BindInt(6, worker.last_seen_unix_ms)
+      .BindText(7, worker.pool)
+      .BindText(8, worker.slurm_job_id)
       .Run();
 }
 

@@ -39,6 +39,11 @@ struct JobRecord {
   // Name of the user token that submitted it (for a sweep point: the sweep's);
   // empty when submitted without authentication. Set by CreateJob only.
   std::string owner;
+  // Attempts ended by a drain or preemption; they do not count as restarts.
+  int32_t preemptions = 0;
+  // UpdateJob only: when set, the event recorded for this update, also
+  // without a state change (e.g. a straggler flagged); not stored in the row.
+  std::string event;
 };
 
 // Which jobs ListJobs returns.
@@ -107,6 +112,8 @@ struct WorkerRecord {
   std::string device_kind;  // "cpu" | "cuda"
   int64_t epoch = 0;
   int64_t last_seen_unix_ms = 0;
+  std::string pool;          // worker pool label (e.g. a Slurm pool); empty: static
+  std::string slurm_job_id;  // the Slurm allocation it runs in, if any
 };
 
 // One rank of one attempt of a job.
@@ -180,8 +187,9 @@ class Store {
   // Non-terminal jobs (QUEUED, SCHEDULED, RUNNING), oldest first.
   virtual absl::StatusOr<std::vector<JobRecord>> ListActiveJobs() = 0;
   // Replaces the mutable fields (state, reason, pending_reason, attempt,
-  // updated_unix_ms) of an existing job; when the state changes, also appends
-  // a row to the events table. NotFound if no such job.
+  // updated_unix_ms, preemptions) of an existing job; when the state changes,
+  // or `event` is set, also appends a row to the events table (its reason:
+  // `event` when set, else `reason`). NotFound if no such job.
   virtual absl::Status UpdateJob(const JobRecord& job) = 0;
   // The job's state transitions, oldest first, starting with the one recorded
   // by CreateJob (time created_unix_ms, reason job.reason); UpdateJob records

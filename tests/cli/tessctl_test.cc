@@ -370,10 +370,40 @@ TEST_F(TessctlTest, StatusTableShowsFieldsAndRankRows) {
   EXPECT_THAT(out, HasSubstr("--model=vit-micro --batch-size=64"));
   EXPECT_THAT(
       out,
-      HasSubstr("RANK  WORKER  SLOT  STATE   PID   EXIT  PARAM_HASH  TEST_ACCURACY"));
-  EXPECT_THAT(out,
-              HasSubstr("0     node-0  0     exited  4000  0     9f1c2a      84.12%"));
-  EXPECT_THAT(out, HasSubstr("1     node-1  1     exited  4001  3     -           -"));
+      HasSubstr(
+          "RANK  WORKER  SLOT  STATE   STEP  PHASE  PID   EXIT  PARAM_HASH  TEST_ACCURACY"));
+  EXPECT_THAT(out, HasSubstr("0     node-0  0     exited  -     -      4000  0     9f1c2a "
+                             "     84.12%"));
+  EXPECT_THAT(out, HasSubstr("1     node-1  1     exited  -     -      4001  3     -      "
+                             "     -"));
+}
+
+TEST_F(TessctlTest, StatusShowsEachRanksStepPhaseAndTheStragglers) {
+  v1::Job job = MakeJob(9, "slow", v1::JOB_STATE_RUNNING);
+  v1::RankStatus* r0 = AddRank(job, 0, false, 0);
+  r0->set_state("running");
+  r0->mutable_progress()->set_step(412);
+  r0->mutable_progress()->set_phase("collective");
+  r0->mutable_progress()->set_collective("allreduce #830 (bucket 3)");
+  r0->mutable_progress()->set_phase_elapsed_ms(11000);
+  r0->set_progress_age_ms(1000);
+  v1::RankStatus* r1 = AddRank(job, 1, false, 0);
+  r1->set_state("running");
+  r1->mutable_progress()->set_step(412);
+  r1->mutable_progress()->set_phase("forward");
+  r1->set_progress_age_ms(9000);
+  r1->set_straggler(true);
+  job.add_stragglers("rank 1 on node-1: 1.9x the median step work of its peers");
+  job.set_preemptions(1);
+  job.set_attempt(2);
+  service_.AddJob(job);
+  ASSERT_EQ(RunStatus({.job_id = 9}, *client_, out_, err_), kExitOk) << err_.str();
+  const std::string out = out_.str();
+  EXPECT_THAT(out, ::testing::ContainsRegex(
+                       "STRAGGLER +rank 1 on node-1: 1.9x the median step work"));
+  EXPECT_THAT(out, HasSubstr("2 (1 preempted, not counted as restarts)"));
+  EXPECT_THAT(out, HasSubstr("412   collective allreduce #830 (bucket 3) 12s"));
+  EXPECT_THAT(out, HasSubstr("412   forward 9s (silent 9s) STRAGGLER"));
 }
 
 TEST_F(TessctlTest, StatusShowsWhoseJobItIs) {
@@ -438,8 +468,30 @@ TEST_F(TessctlTest, WorkersTableListsSlotsAndLiveness) {
   ASSERT_EQ(RunWorkers({}, *client_, out_, err_), kExitOk);
   const std::vector<std::string> lines = Lines(out_.str());
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0], "NAME    HOST        KIND  SLOTS  USED  ALIVE  LAST-SEEN");
-  EXPECT_EQ(lines[1], "node-a  node-a.lan  cpu   4      2     yes    -");
+  EXPECT_EQ(lines[0],
+            "NAME    HOST        KIND  SLOTS  USED  ALIVE  STATE  POOL  LAST-SEEN");
+  EXPECT_EQ(lines[1], "node-a  node-a.lan  cpu   4      2     yes    ok     -     -");
+}
+
+TEST_F(TessctlTest, WorkersTableShowsDrainStateAndSlurmPool) {
+  v1::Worker a;
+  a.set_name("a");
+  a.set_slots(2);
+  a.set_slots_used(1);
+  a.set_draining(true);
+  service_.AddWorker(a);
+  v1::Worker b;
+  b.set_name("b");
+  b.set_slots(2);
+  b.set_draining(true);
+  b.set_drained(true);
+  b.set_pool("gpu-a");
+  b.set_slurm_job_id("1234");
+  service_.AddWorker(b);
+  ASSERT_EQ(RunWorkers({}, *client_, out_, err_), kExitOk);
+  const std::string out = out_.str();
+  EXPECT_THAT(out, HasSubstr("no     draining  -"));
+  EXPECT_THAT(out, HasSubstr("no     drained   gpu-a (slurm 1234)"));
 }
 
 // ---- wait ----
@@ -970,8 +1022,8 @@ TEST_F(TessctlTest, WorkersAndMetricsCsvFromTheCommandLine) {
   ASSERT_EQ(Cli({"workers", "-o", "csv"}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(),
             "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms,"
-            "slots_used_by_others\n"
-            "node-a,node-a.lan,cuda,8,4,true,1714564800000,0\n");
+            "slots_used_by_others,draining,drained,pool,slurm_job_id\n"
+            "node-a,node-a.lan,cuda,8,4,true,1714564800000,0,false,false,,\n");
 
   out_.str("");
   service_.AddJob(MakeJob(1, "demo", v1::JOB_STATE_RUNNING));
@@ -1023,8 +1075,8 @@ TEST_F(TessctlTest, EveryCommandAndSubcommandHelpHasAnExampleAndExitCodes) {
     }
   }
   EXPECT_THAT(visited, ::testing::UnorderedElementsAre(
-                           "", "submit", "jobs", "status", "workers", "share", "wait",
-                           "cancel", "logs", "metrics", "sweep", "sweep submit",
+                           "", "submit", "jobs", "status", "workers", "share", "drain",
+                           "undrain", "wait", "cancel", "logs", "metrics", "sweep", "sweep submit",
                            "sweep follow", "sweep list", "sweep status", "sweep report",
                            "sweep cancel", "completion"));
   EXPECT_TRUE(addresses_.empty());  // help talks to nobody
@@ -1080,8 +1132,9 @@ class CompletionTest : public TessctlTest {
 TEST_F(CompletionTest, CompletesEveryTopLevelCommandAndNestedSweepCommands) {
   EXPECT_THAT(Complete({"tessctl", ""}),
               ::testing::UnorderedElementsAre("submit", "jobs", "status", "workers",
-                                              "share", "wait", "cancel", "logs",
-                                              "metrics", "sweep", "completion"));
+                                              "share", "drain", "undrain", "wait",
+                                              "cancel", "logs", "metrics", "sweep",
+                                              "completion"));
   EXPECT_THAT(Complete({"tessctl", "s"}),
               ::testing::UnorderedElementsAre("submit", "status", "share", "sweep"));
   EXPECT_THAT(Complete({"tessctl", "sweep", ""}),

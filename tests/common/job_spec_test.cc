@@ -194,6 +194,18 @@ TEST(JobSpecTest, WorldSizeOutOfRangeIsRejected) {
   EXPECT_TRUE(ValidateJobSpec(spec, SpecLimits{.max_world_size = 8}).ok());
 }
 
+TEST(JobSpecTest, FaultHookIsCheckedForSyntaxAndForARankOfTheJob) {
+  v1::JobSpec spec = *ParseJobSpec(kValidSpec);  // world_size 2
+  spec.mutable_trainer()->set_fault("hang:rank=1,step=5,phase=data,attempt=1");
+  EXPECT_TRUE(ValidateJobSpec(spec, SpecLimits{}).ok());
+  spec.mutable_trainer()->set_fault("hang:rank=2,step=5,phase=data");
+  EXPECT_EQ(ValidateJobSpec(spec, SpecLimits{}).message(),
+            "trainer.fault: rank 2 is not a rank of this job (world_size 2)");
+  spec.mutable_trainer()->set_fault("slow:rank=0,phase=data");
+  EXPECT_THAT(ValidateJobSpec(spec, SpecLimits{}).message(),
+              HasSubstr("trainer.fault \"slow:rank=0,phase=data\": slow needs ms="));
+}
+
 TEST(JobSpecTest, NonPositiveBatchSizeIsRejected) {
   v1::JobSpec spec = *ParseJobSpec(kValidSpec);
   spec.mutable_trainer()->set_batch_size(-4);

@@ -1,9 +1,12 @@
 #include "worker/supervisor.h"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -149,6 +152,101 @@ TEST_F(SupervisorTest, StopEscalatesToSigkillAfterGraceWhenSigtermIsIgnored) {
   EXPECT_EQ(Find(sup_, key).exit.signal, SIGKILL);
 }
 
+// Waits until `path` exists.
+bool WaitForFile(const std::string& path) {
+  for (int i = 0; i < 1000 && !std::filesystem::exists(path); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::filesystem::exists(path);
+}
+
+// Waits until `pid` is stopped (state 'T').
+bool WaitStopped(pid_t pid) {
+  for (int i = 0; i < 1000; ++i) {
+    if (ProcStatState(testing::ReadFile("/proc/" + std::to_string(pid) + "/stat")) == 'T')
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+TEST(ProcStatStateTest, ReadsTheStateAfterTheLastParenthesis) {
+  EXPECT_EQ(ProcStatState("123 (tessera-train) T 1 123 123 0"), 'T');
+  EXPECT_EQ(ProcStatState("123 (a) b) (c) S 1 123"), 'S');
+  EXPECT_EQ(ProcStatState(""), '\0');
+  EXPECT_EQ(ProcStatState("123 (cut"), '\0');
+}
+
+TEST_F(SupervisorTest, StopKillsAStoppedRankAtOnceInsteadOfWaitingForTheGrace) {
+  RankKey key{3, 1, 1};
+  ProcessSpec spec;
+  spec.argv = {"/bin/sleep", "60"};
+  spec.log_path = dir_.File("rank.log");
+  ASSERT_TRUE(sup_.Start(key, spec).ok());
+  const pid_t pid = Find(sup_, key).pid;
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  ASSERT_TRUE(WaitStopped(pid));
+  EXPECT_TRUE(launcher_.IsStopped(pid));
+
+  sup_.Stop(key);
+  // The fake clock never reaches the grace: only an immediate SIGKILL ends it.
+  WaitExited(sup_, key);
+  EXPECT_EQ(Find(sup_, key).exit.signal, SIGKILL);
+}
+
+TEST_F(SupervisorTest, RankStoppedAfterItsSigtermIsKilledAtTheNextPoll) {
+  RankKey key{3, 1, 2};
+  ProcessSpec spec;
+  const std::string ready = dir_.File("ready");
+  spec.argv = {"/bin/sh", "-c", "trap '' TERM; touch " + ready + "; exec sleep 60"};
+  spec.log_path = dir_.File("rank.log");
+  ASSERT_TRUE(sup_.Start(key, spec).ok());
+  ASSERT_TRUE(WaitForFile(ready));
+  const pid_t pid = Find(sup_, key).pid;
+  sup_.Stop(key);  // SIGTERM, ignored
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  ASSERT_TRUE(WaitStopped(pid));
+  WaitExited(sup_, key);  // Poll sees it stopped; the clock stands still
+  EXPECT_EQ(Find(sup_, key).exit.signal, SIGKILL);
+}
+
+TEST_F(SupervisorTest, PreemptSendsSigusr1ToTheTrainerAloneAndOnlyOnce) {
+  RankKey key{5, 1, 0};
+  ProcessSpec spec;
+  const std::string trainer = dir_.File("trainer.signals");
+  const std::string child = dir_.File("child.signals");
+  const std::string ready = dir_.File("ready");
+  // A child in the trainer's process group notes the signals it gets, too.
+  // USR2 to the whole group afterwards shows when both have handled what
+  // came before it.
+  spec.argv = {"/bin/sh", "-c",
+               "(trap 'echo usr1 >> " + child + "' USR1; trap 'echo usr2 >> " + child +
+                   "' USR2; touch " + ready + ".child; while :; do sleep 0.02; done) & " +
+                   "trap 'echo usr1 >> " + trainer + "' USR1; trap 'echo usr2 >> " +
+                   trainer + "' USR2; touch " + ready + "; while :; do sleep 0.02; done"};
+  spec.log_path = dir_.File("rank.log");
+  ASSERT_TRUE(sup_.Start(key, spec).ok());
+  ASSERT_TRUE(WaitForFile(ready));
+  ASSERT_TRUE(WaitForFile(ready + ".child"));
+  const pid_t pid = Find(sup_, key).pid;
+
+  EXPECT_TRUE(sup_.Preempt(key));
+  EXPECT_FALSE(sup_.Preempt(key)) << "asked once already";
+  EXPECT_TRUE(Find(sup_, key).preempted);
+  ::kill(-pid, SIGUSR2);
+  for (int i = 0; i < 1000; ++i) {
+    if (testing::ReadFile(trainer).find("usr2") != std::string::npos &&
+        testing::ReadFile(child).find("usr2") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(testing::ReadFile(trainer), "usr1\nusr2\n");
+  EXPECT_EQ(testing::ReadFile(child), "usr2\n") << "SIGUSR1 went to the group";
+  sup_.StopAll();
+  EXPECT_FALSE(sup_.Preempt(key)) << "an exited rank is not asked";
+}
+
 TEST_F(SupervisorTest, StopAllTerminatesEveryRankAndForgetDropsExited) {
   ProcessSpec spec;
   spec.argv = {"/bin/sleep", "60"};
@@ -245,6 +343,52 @@ TEST(SupervisorCgroupTest, RankProcessesJoinTheAttemptGroupAndStoppingEmptiesIt)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_FALSE(Alive(helper)) << "the escaped helper survived the job";
+}
+
+// A pid that no process has: a child that has exited and been reaped.
+pid_t DeadPid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return pid;
+}
+
+TEST(CgroupLeftoversTest, ReapsTreesOfDeadWorkersOfTheSameNameAndNothingElse) {
+  const std::optional<std::string> mount =
+      FindCgroup2Mount(testing::ReadFile("/proc/self/mountinfo"));
+  if (!mount) GTEST_SKIP() << "no cgroup2 here";
+  std::string own = OwnCgroupPath(testing::ReadFile("/proc/self/cgroup"));
+  if (own == "/") own.clear();
+  const std::string parent = *mount + own;
+  const std::string name = "reap-" + std::to_string(getpid());
+  const std::string dead = parent + "/tessera-" + name + "-" + std::to_string(DeadPid());
+  const std::string live = parent + "/tessera-" + name + "-" + std::to_string(getpid());
+  const std::string other =
+      parent + "/tessera-" + name + "-2-" + std::to_string(DeadPid());  // worker NAME-2
+  if (::mkdir(dead.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create cgroups here";
+  ASSERT_EQ(::mkdir((dead + "/job-1-attempt-1").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(live.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(other.c_str(), 0755), 0);
+  // What a trainer of the dead worker left behind.
+  testing::TempDir dir;
+  auto left = testing::ChildProcess::Start({"/bin/sleep", "60"}, dir.File("sleep.log"));
+  ASSERT_TRUE(left.ok());
+  std::ofstream(dead + "/job-1-attempt-1/cgroup.procs") << (*left)->pid();
+  ASSERT_THAT(testing::ReadFile(dead + "/job-1-attempt-1/cgroup.procs"),
+              ::testing::HasSubstr(std::to_string((*left)->pid())));
+
+  const CgroupTree::Leftovers reaped = CgroupTree::ReapLeftovers(parent, name);
+  EXPECT_EQ(reaped.trees, 1);
+  EXPECT_EQ(reaped.processes, 1);
+  const std::optional<int> status = (*left)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.has_value()) << "the leftover process still runs";
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(live)) << "a live worker's tree was touched";
+  EXPECT_TRUE(std::filesystem::exists(other)) << "another worker's tree was touched";
+  ::rmdir(live.c_str());
+  ::rmdir(other.c_str());
 }
 
 }  // namespace

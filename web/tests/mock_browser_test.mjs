@@ -68,6 +68,16 @@ try {
     assert((await page.textContent('#live')) === 'live', 'job page is not on the stream');
   });
 
+  await steps.run('job page names the straggler next to the heatmap and shows each rank\'s phase', async () => {
+    await page.waitForSelector('#stragglers li');
+    const text = await page.textContent('#stragglers');
+    assert(text.includes('rank 3 on w2: 1.9x the median step work'), `stragglers: ${text}`);
+    assert(await page.locator('#stragglers b').count() === 0, 'a <b> element was created in the stragglers');
+    const phases = await page.locator('#ranks-table td.phase').allTextContents();
+    assert(phases[0].startsWith('collective allreduce #240 (bucket 1)'), `phases: ${JSON.stringify(phases)}`);
+    assert(phases[3].includes('straggler'), `rank 3 not marked: ${JSON.stringify(phases)}`);
+  });
+
   await steps.run('log tail and reasons show markup as text', async () => {
     await waitFor('log text', async () => (await page.textContent('#log-text')).includes('<script>x</script>'));
     assert(await page.locator('#log-text script, #log-text *').count() === 0, 'log text produced elements');

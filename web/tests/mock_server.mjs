@@ -42,7 +42,12 @@ function makeWorld(now) {
   jobs[0].ranks = [0, 1, 2, 3].map((r) => ({
     rank: r, worker: r < 2 ? 'w1' : 'w2', slot: r % 2, state: 'running', pid: 4000 + r,
     exit_code: 0, signal: 0, param_hash: '', test_accuracy: 0, has_result: false, exit_reason: '',
+    progress: r === 3
+      ? { step: 120, phase: 'forward', phase_elapsed_ms: 300 }
+      : { step: 120, phase: 'collective', collective: 'allreduce #240 (bucket 1)', phase_elapsed_ms: 1200 },
+    progress_age_ms: 400, straggler: r === 3,
   }));
+  jobs[0].stragglers = ['rank 3 on w2: 1.9x the median step work of its peers (forward <b>190</b> ms vs 50 ms per step)'];
   jobs[0].events = [
     { unix_ms: S(now - 60000), from_state: 'JOB_STATE_UNSPECIFIED', to_state: 'JOB_STATE_QUEUED', reason: 'submitted' },
     { unix_ms: S(now - 59000), from_state: 'JOB_STATE_QUEUED', to_state: 'JOB_STATE_SCHEDULED', reason: 'placed on w1, w2' },

@@ -1,5 +1,6 @@
 // The trainer's view of the coordinator's TrainerService: rendezvous, metric
-// batches and the final result of one rank of one job attempt.
+// batches, the lease renewals that carry the progress reports, and the final
+// result of one rank of one job attempt.
 //
 // An interface without gRPC so the training code, the reporter and their tests do
 // not depend on it; grpc_coordinator_client.h is the real implementation (absent
@@ -14,6 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/trainer/progress.h"
 
 namespace tessera::trainer {
 
@@ -40,6 +43,13 @@ struct TrainingResult {
   double test_loss = 0;
 };
 
+// The coordinator's answer to a lease renewal (tessera.v1.RenewLeaseResponse).
+struct LeaseGrant {
+  absl::Duration lease;  // counted from the renewal's send time
+  // Renew (and so report progress) at least this often; zero: every lease/4.
+  absl::Duration report_every;
+};
+
 class CoordinatorClient {
  public:
   virtual ~CoordinatorClient() = default;
@@ -55,6 +65,13 @@ class CoordinatorClient {
 
   // Reports this rank's final result.
   virtual absl::Status ReportResult(const TrainingResult& result) = 0;
+
+  // Renews this rank's lease and delivers its progress report, within
+  // `deadline` (one attempt; the lease keeper retries, see lease.h).
+  // Unimplemented from a coordinator without leases; Aborted or NotFound when
+  // the coordinator no longer counts this rank.
+  virtual absl::StatusOr<LeaseGrant> RenewLease(absl::Duration deadline,
+                                                const ProgressReport& progress) = 0;
 };
 
 }  // namespace tessera::trainer

@@ -121,12 +121,22 @@ absl::Status GrpcCoordinatorClient::ReportResult(const TrainingResult& result) {
                 "ReportResult");
 }
 
-absl::StatusOr<absl::Duration> GrpcCoordinatorClient::RenewLease(
-    absl::Duration deadline) {
+absl::StatusOr<LeaseGrant> GrpcCoordinatorClient::RenewLease(
+    absl::Duration deadline, const ProgressReport& progress) {
   tessera::v1::RenewLeaseRequest request;
   request.set_job_id(identity_.job_id);
   request.set_attempt(identity_.attempt);
   request.set_rank(identity_.rank);
+  tessera::v1::RankProgress* report = request.mutable_progress();
+  report->set_step(progress.step);
+  report->set_phase(progress.phase);
+  report->set_collective(progress.collective);
+  report->set_phase_elapsed_ms(progress.phase_elapsed_ms);
+  report->set_step_time_ms(progress.step_time_ms);
+  for (const auto& [phase, ms] : progress.phase_ms) {
+    (*report->mutable_phase_ms())[phase] = ms;
+  }
+  report->set_window_steps(progress.window_steps);
   tessera::v1::RenewLeaseResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
@@ -137,7 +147,8 @@ absl::StatusOr<absl::Duration> GrpcCoordinatorClient::RenewLease(
     grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
     return ToAbsl(status, "RenewLease");
   }
-  return absl::Milliseconds(response.lease_ms());
+  return LeaseGrant{.lease = absl::Milliseconds(response.lease_ms()),
+                    .report_every = absl::Milliseconds(response.report_every_ms())};
 }
 
 }  // namespace tessera::trainer

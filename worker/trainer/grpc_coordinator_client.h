@@ -55,11 +55,13 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   absl::Status ReportMetrics(const std::vector<MetricSample>& points) override;
   absl::Status ReportResult(const TrainingResult& result) override;
 
-  // One renewal of this rank's lease: the coordinator's lease duration.
-  // Waits for the channel to connect, up to `deadline`. After a failure it
-  // resets the channel's reconnect backoff, so that the next renewal reaches a
-  // restarted coordinator at once rather than after a backoff of minutes.
-  absl::StatusOr<absl::Duration> RenewLease(absl::Duration deadline);
+  // One renewal of this rank's lease, carrying `progress` as
+  // RenewLeaseRequest.progress. Waits for the channel to connect, up to
+  // `deadline`. After a failure it resets the channel's reconnect backoff, so
+  // that the next renewal reaches a restarted coordinator at once rather than
+  // after a backoff of minutes.
+  absl::StatusOr<LeaseGrant> RenewLease(absl::Duration deadline,
+                                        const ProgressReport& progress) override;
 
  private:
   void Authorize(grpc::ClientContext* context) const;

@@ -8,8 +8,12 @@
 // that renewal, which is later, and adds a margin, so the trainer always stops
 // before the coordinator's deadline (see RenewLeaseRequest in tessera.proto).
 //
-// LeaseKeeper renews from one background thread: every lease/4 while
-// renewals succeed, every `retry_every` while they fail. When the lease runs
+// LeaseKeeper renews from one background thread: every min(lease/4,
+// report_every) while renewals succeed, every `retry_every` while they fail.
+// Each renewal carries the rank's progress report (progress.h), so the period
+// is also the reporting period: report_every is what the coordinator's last
+// answer asked for (RenewLeaseResponse.report_every_ms; 0: lease/4), 2 s
+// before the first answer. When the lease runs
 // out, or the coordinator answers that the rank is no longer current
 // (ABORTED / NOT_FOUND), it calls `fence`; a coordinator without leases
 // (UNIMPLEMENTED) turns it off, which in tessera-train logs the
@@ -42,6 +46,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "worker/trainer/coordinator_client.h"
+#include "worker/trainer/progress.h"
 
 namespace tessera::trainer {
 
@@ -87,12 +93,14 @@ struct LeaseKeeperOptions {
   absl::Duration retry_every = absl::Seconds(1);
   // Longest deadline of one renewal (never past the lease's end).
   absl::Duration max_rpc_deadline = absl::Seconds(5);
+  // Renewal (and progress report) period until the coordinator says otherwise.
+  absl::Duration report_every = absl::Seconds(2);
 };
 
 class LeaseKeeper {
  public:
-  // One renewal with the given deadline: the coordinator's lease, or an error.
-  using Renew = std::function<absl::StatusOr<absl::Duration>(absl::Duration deadline)>;
+  // One renewal with the given deadline: the coordinator's answer, or an error.
+  using Renew = std::function<absl::StatusOr<LeaseGrant>(absl::Duration deadline)>;
   // Ends the rank; in tessera-train it does not return (FenceProcess).
   using Fence = std::function<void(const std::string& why)>;
   using Log = std::function<void(const std::string& line)>;
@@ -105,7 +113,8 @@ class LeaseKeeper {
         log_(std::move(log)),
         now_(std::move(now)),
         options_(options),
-        state_(start, options.first_contact) {}
+        state_(start, options.first_contact),
+        report_every_(options.report_every) {}
 
   ~LeaseKeeper() {
     stop_.Notify();
@@ -134,7 +143,10 @@ class LeaseKeeper {
     const absl::Duration deadline =
         std::max(absl::Milliseconds(1),
                  std::min(options_.max_rpc_deadline, state_.expires() - sent));
-    absl::StatusOr<absl::Duration> lease = renew_(deadline);
+    absl::StatusOr<LeaseGrant> grant = renew_(deadline);
+    const absl::StatusOr<absl::Duration> lease =
+        grant.ok() ? absl::StatusOr<absl::Duration>(grant->lease)
+                   : absl::StatusOr<absl::Duration>(grant.status());
     absl::Duration next = options_.retry_every;
     if (lease.ok() && *lease > absl::ZeroDuration()) {
       if (failures_ > 0) {
@@ -142,7 +154,9 @@ class LeaseKeeper {
       }
       failures_ = 0;
       state_.Renewed(sent, *lease);
-      next = *lease / 4;
+      report_every_ =
+          grant->report_every > absl::ZeroDuration() ? grant->report_every : *lease / 4;
+      next = std::min(*lease / 4, report_every_);
     } else if (!lease.ok() && absl::IsUnimplemented(lease.status())) {
       // A coordinator older than leases: it does not wait for them either.
       log_("the coordinator does not keep trainer leases; running without one");
@@ -172,6 +186,8 @@ class LeaseKeeper {
 
   bool fenced() const { return fenced_; }
   const LeaseState& state() const { return state_; }
+  // The reporting period the coordinator asked for last (the option before).
+  absl::Duration report_every() const { return report_every_; }
 
  private:
   bool CheckExpired() {
@@ -199,12 +215,22 @@ class LeaseKeeper {
   const std::function<absl::Time()> now_;
   const LeaseKeeperOptions options_;
   LeaseState state_;
+  absl::Duration report_every_;
   int failures_ = 0;
   bool fenced_ = false;
   bool disabled_ = false;  // the coordinator has no leases
   absl::Notification stop_;
   std::thread thread_;  // Last: runs Step(), which uses everything above.
 };
+
+// The renewal of tessera-train: `client`'s RenewLease carrying `progress`'s
+// snapshot at the moment of each renewal. Both must outlive the keeper.
+inline LeaseKeeper::Renew RenewWithProgress(CoordinatorClient& client,
+                                            const ProgressTracker& progress) {
+  return [&client, &progress](absl::Duration deadline) {
+    return client.RenewLease(deadline, progress.Snapshot());
+  };
+}
 
 // A monotonic clock as absl::Time (only differences mean anything).
 inline absl::Time MonotonicNow() {

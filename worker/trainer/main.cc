@@ -1,10 +1,14 @@
 // tessera-train: one rank of a data-parallel ViT training job.
 //
 // Wiring only: flags -> options, data, process group (rendezvous through the
-// coordinator, a static TCPStore, or standalone), reporter, training loop, result.
+// coordinator, a static TCPStore, or standalone), reporter, progress reports
+// on the lease renewals, training loop, result.
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 lost the
 // coordinator's lease (lease.h), 4 a collective failed or timed out
-// (--collective-timeout; collective_watchdog.h).
+// (--collective-timeout; collective_watchdog.h), 5 preempted: SIGUSR1 asked
+// the rank to checkpoint and leave, and it did so at the step all ranks agreed
+// on (kTrainerExitPreempted, common/trainer_exit.h; preemption.h); its job
+// resumes from that checkpoint.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -19,12 +23,18 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/fault_spec.h"
+#include "common/trainer_exit.h"
 #include "worker/trainer/collective_watchdog.h"
 #include "worker/trainer/coordinator_client.h"
+#include "worker/trainer/fault_injector.h"
 #include "worker/trainer/image_dataset.h"
 #include "worker/trainer/lease.h"
 #include "worker/trainer/metrics_reporter.h"
+#include "worker/trainer/preemption.h"
 #include "worker/trainer/process_group.h"
+#include "worker/trainer/progress.h"
 #include "worker/trainer/trainer.h"
 #include "worker/trainer/trainer_flags.h"
 #include "worker/trainer/trainer_options.h"
@@ -135,27 +145,26 @@ std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(const LaunchOptions& la
 }
 
 // Keeps this rank's lease with the coordinator (lease.h) from a background
-// thread; a rank that loses it stops itself. Null without a coordinator.
-std::unique_ptr<LeaseKeeper> StartLease(CoordinatorClient* coordinator) {
-#if TESSERA_TRAINER_WITH_GRPC
-  auto* client = dynamic_cast<GrpcCoordinatorClient*>(coordinator);
-  if (client == nullptr) return nullptr;
+// thread; a rank that loses it stops itself. Every renewal carries the rank's
+// progress report. Null without a coordinator. Both must outlive the keeper.
+std::unique_ptr<LeaseKeeper> StartLease(CoordinatorClient* coordinator,
+                                        const ProgressTracker& progress) {
+  if (coordinator == nullptr) return nullptr;
   auto keeper = std::make_unique<LeaseKeeper>(
-      [client](absl::Duration deadline) { return client->RenewLease(deadline); },
-      FenceProcess,
+      RenewWithProgress(*coordinator, progress), FenceProcess,
       [](const std::string& line) {
         std::cerr << "tessera-train: " << line << std::endl;
       },
       MonotonicNow, MonotonicNow() - ProcessAge());
   keeper->Start();
   return keeper;
-#else
-  (void)coordinator;
-  return nullptr;
-#endif
 }
 
 int Run(int argc, char** argv) {
+  // First: a SIGUSR1 that comes during start-up is remembered (the rank stops
+  // after its first step) rather than ending the process.
+  const absl::Status handler = InstallPreemptionHandler();
+  if (!handler.ok()) return Fail("starting", handler);
   absl::StatusOr<TrainerFlags> flags =
       ParseTrainerFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!flags.ok()) {
@@ -206,9 +215,11 @@ int Run(int argc, char** argv) {
 #endif
 
   // The lease first: it counts from the process start, and loading data may
-  // take a while.
+  // take a while. Its renewals report the rank's progress from the start.
+  const RealClock clock;
+  ProgressTracker progress(clock);
   const std::unique_ptr<CoordinatorClient> coordinator = MakeCoordinatorClient(launch);
-  const std::unique_ptr<LeaseKeeper> lease = StartLease(coordinator.get());
+  const std::unique_ptr<LeaseKeeper> lease = StartLease(coordinator.get(), progress);
 
   if (!ConfigureHostAllocator()) {
     std::cerr << "tessera-train: note: the C library did not take the allocator "
@@ -258,12 +269,39 @@ int Run(int argc, char** argv) {
       MetricsReporter::Create(reporting, coordinator.get());
   if (!reporter.ok()) return fail_and_abort("setting up metrics", reporter.status());
 
+  // Validated with the options above.
+  const FaultSpec fault_spec = ParseFaultSpec(options.fault).value_or(FaultSpec{});
+  FaultInjectorOptions faulting;
+  faulting.log = [](const std::string& line) {
+    std::cerr << "tessera-train: " << line << std::endl;
+  };
+  FaultInjector fault(fault_spec, group->rank, launch.attempt, faulting);
+
   TrainerLoopOptions loop;
   loop.log = &std::cout;
   loop.local_rank = launch.local_rank;  // the device ResolveDevice chose above
+  loop.progress = &progress;
+  loop.stop_requested = &PreemptionRequested();
+  loop.fault = &fault;
   Trainer trainer(options, *train, *test, *group->communicator, **reporter, loop);
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
   if (!outcome.ok()) return fail_and_abort("training", outcome.status());
+
+  if (outcome->preempted) {
+    // Every rank stopped after the same step; the job resumes from there.
+    const absl::Status flushed = (*reporter)->Flush(kFinalFlushTimeout);
+    if (!flushed.ok()) std::cerr << "tessera-train: " << flushed << std::endl;
+    if (outcome->checkpointed) {
+      std::cout << "tessera-train: preempted: checkpointed at step " << outcome->steps
+                << "; exiting with code " << kTrainerExitPreempted << std::endl;
+    } else {
+      std::cout << "tessera-train: preempted at step " << outcome->steps
+                << " without a --checkpoint-dir: the work since the start is lost; "
+                   "exiting with code "
+                << kTrainerExitPreempted << std::endl;
+    }
+    return kTrainerExitPreempted;
+  }
 
   std::cout << absl::StrFormat(
                    "[rank %d] done: %d steps, %.1f images/s, test_accuracy=%.4f "

@@ -64,7 +64,13 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, Communicator& communicator,
                                   .device(parameters_.empty() ? torch::Device(torch::kCPU)
                                                               : parameters_[0].device());
   for (const Bucket& bucket : plan_.buckets) {
-    buffers_.push_back(torch::zeros({bucket.numel}, tensor_options));
+    // Bucket 0 carries the control word after its gradients.
+    const int64_t extra = buffers_.empty() ? 1 : 0;
+    buffers_.push_back(torch::zeros({bucket.numel + extra}, tensor_options));
+    gradients_.push_back(buffers_.back().narrow(0, 0, bucket.numel));
+  }
+  if (!buffers_.empty()) {
+    control_word_ = buffers_.front().narrow(0, plan_.buckets.front().numel, 1);
   }
   views_.resize(parameters_.size());
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -142,6 +148,10 @@ void Reducer::ZeroGradients() {
   for (at::Tensor& buffer : buffers_) buffer.zero_();
 }
 
+void Reducer::SetControlWord(float value) {
+  if (control_word_.defined()) control_word_.fill_(value);
+}
+
 void Reducer::PrepareForBackward(bool synchronize) {
   BindGradientViews();
   absl::MutexLock lock(&mu_);
@@ -190,7 +200,7 @@ absl::Status Reducer::FinishBackward(double grad_scale) {
                             : grad_scale;
   if (factor != 1.0) {
     torch::NoGradGuard no_grad;
-    for (at::Tensor& buffer : buffers_) buffer.mul_(factor);
+    for (at::Tensor& gradients : gradients_) gradients.mul_(factor);
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,12 @@
 // micro-batch keeps the gradients local (DDP's no_sync); they keep accumulating in
 // the buffers and the last backward all-reduces the sum.
 //
+// The control word: bucket 0's buffer holds one float32 more than its
+// gradients. Every synchronized all-reduce sums it over the ranks with the
+// gradients, at no extra collective and unscaled, so the ranks can agree on a
+// decision each step (the trainer's preemption stop: any rank votes 1, all
+// see a sum > 0 after the same step).
+//
 // Thread-safety: one training loop drives a Reducer; the gradient hooks may run on
 // LibTorch's autograd threads (CUDA), so the launch state is guarded by a mutex.
 // The Reducer must outlive every backward pass over its parameters (its hooks are
@@ -89,8 +95,17 @@ class Reducer {
   // that is, overlapped with computing the rest of the gradients.
   int launched_during_backward() const;
 
-  // The flat gradient buffer of each bucket (the gradients are views into them).
-  const std::vector<at::Tensor>& gradient_buffers() const { return buffers_; }
+  // The flat gradient buffer of each bucket (the gradients are views into
+  // them), without the control word.
+  const std::vector<at::Tensor>& gradient_buffers() const { return gradients_; }
+
+  // Sets this rank's control word for the next synchronized all-reduce. Call
+  // after ZeroGradients (which zeroes it) and before the synchronizing
+  // backward pass.
+  void SetControlWord(float value);
+  // The control word: one float32 element; after a synchronized FinishBackward
+  // it holds the sum of the ranks' values (on the parameters' device).
+  const at::Tensor& control_word() const { return control_word_; }
 
  private:
   struct Hooks;  // the gradient accumulators and their hook keys; in the .cc
@@ -110,8 +125,10 @@ class Reducer {
   Communicator& communicator_;  // Not owned.
   const std::vector<at::Tensor> parameters_;
   const BucketPlan plan_;
-  std::vector<at::Tensor> buffers_;  // one flat float32 buffer per bucket
-  std::vector<at::Tensor> views_;    // per parameter: its slot, shaped
+  std::vector<at::Tensor> buffers_;    // one flat float32 buffer per bucket
+  std::vector<at::Tensor> gradients_;  // per bucket: its gradients' part of buffers_
+  at::Tensor control_word_;            // the element after bucket 0's gradients
+  std::vector<at::Tensor> views_;      // per parameter: its slot, shaped
   std::unique_ptr<Hooks> hooks_;
 
   mutable absl::Mutex mu_;

@@ -1,34 +1,41 @@
 #include "worker/trainer/trainer.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rank_phase.h"
 #include "common/status_macros.h"
 #include "worker/trainer/batch_feed.h"
 #include "worker/trainer/batch_loader.h"
 #include "worker/trainer/batch_prefetcher.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/distributed_sampler.h"
+#include "worker/trainer/fault_injector.h"
 #include "worker/trainer/fused_adamw.h"
 #include "worker/trainer/fused_layers.h"
 #include "worker/trainer/loss_scaler.h"
 #include "worker/trainer/param_hash.h"
+#include "worker/trainer/progress.h"
 #include "worker/trainer/reducer.h"
 #include "worker/trainer/step_timer.h"
 #include "worker/trainer/vit.h"
@@ -168,6 +175,110 @@ bool AnyNonFinite(const std::vector<torch::Tensor>& buffers) {
   for (const torch::Tensor& buffer : buffers) total.add_(buffer.sum());
   return !std::isfinite(total.item<double>());
 }
+
+// The ranks' agreement on when to stop for a preemption (see trainer.h): Vote
+// before the step's synchronizing backward, Decide after FinishBackward;
+// Decide answers the same on every rank of the step.
+class StopAgreement {
+ public:
+  // `requested` null: the agreement is off and Decide always answers false.
+  StopAgreement(const std::atomic<bool>* requested, Reducer& reducer,
+                Communicator& communicator, bool gradients_synchronized,
+                const torch::Device& device)
+      : requested_(requested),
+        reducer_(reducer),
+        communicator_(communicator),
+        mode_(requested == nullptr             ? Mode::kOff
+              : communicator.world_size() == 1 ? Mode::kAlone
+              : !gradients_synchronized        ? Mode::kOwnCollective
+              : device.is_cuda()               ? Mode::kControlWordLagged
+                                               : Mode::kControlWord),
+        device_(device) {
+    if (mode_ == Mode::kControlWordLagged) {
+      host_ = torch::empty(
+          {1}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(true));
+      copied_.emplace(c10::DeviceType::CUDA);
+    }
+  }
+
+  // Puts this rank's vote in the control word (before the synchronizing
+  // backward pass, after the previous step's ZeroGradients).
+  void Vote() {
+    if ((mode_ == Mode::kControlWord || mode_ == Mode::kControlWordLagged) &&
+        Requested()) {
+      reducer_.SetControlWord(1.0f);
+    }
+  }
+
+  // Whether the ranks agreed to stop after this step.
+  absl::StatusOr<bool> Decide() {
+    switch (mode_) {
+      case Mode::kOff:
+        return false;
+      case Mode::kAlone:
+        return Requested();
+      case Mode::kControlWord:
+        return reducer_.control_word().item<float>() > 0;
+      case Mode::kControlWordLagged: {
+        // The previous step's sum, copied to the host then; the copy is
+        // almost always done by now, so this waits for nothing.
+        bool agreed = false;
+        if (pending_) {
+          while (!copied_->query()) std::this_thread::yield();
+          agreed = host_.data_ptr<float>()[0] > 0;
+        }
+        host_.copy_(reducer_.control_word(), /*non_blocking=*/true);
+        copied_->record(
+            c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_));
+        pending_ = true;
+        return agreed;
+      }
+      case Mode::kOwnCollective: {
+        torch::Tensor vote =
+            torch::full({1}, Requested() ? 1.0 : 0.0,
+                        torch::TensorOptions(device_).dtype(torch::kFloat));
+        RETURN_IF_ERROR(communicator_.AllReduceSum(vote));
+        return vote.item<float>() > 0;
+      }
+    }
+    return false;
+  }
+
+ private:
+  enum class Mode { kOff, kAlone, kControlWord, kControlWordLagged, kOwnCollective };
+
+  bool Requested() const {
+    return requested_ != nullptr && requested_->load(std::memory_order_relaxed);
+  }
+
+  const std::atomic<bool>* const requested_;  // Not owned.
+  Reducer& reducer_;                          // Not owned.
+  Communicator& communicator_;                // Not owned.
+  const Mode mode_;
+  const torch::Device device_;
+  // kControlWordLagged: the pinned host copy of the last sum and its event.
+  torch::Tensor host_;
+  std::optional<c10::Event> copied_;
+  bool pending_ = false;
+};
+
+// Names the communicator's collectives in the progress reports for as long as
+// it lives (the communicator outlives the trainer's run, not the lease thread).
+class CollectivesInProgress {
+ public:
+  CollectivesInProgress(ProgressTracker* progress, const Communicator& communicator)
+      : progress_(progress) {
+    if (progress_ != nullptr) progress_->SetCollectives(communicator.collectives());
+  }
+  ~CollectivesInProgress() {
+    if (progress_ != nullptr) progress_->SetCollectives(nullptr);
+  }
+  CollectivesInProgress(const CollectivesInProgress&) = delete;
+  CollectivesInProgress& operator=(const CollectivesInProgress&) = delete;
+
+ private:
+  ProgressTracker* const progress_;  // Not owned.
+};
 
 }  // namespace
 
@@ -366,8 +477,15 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     reducing.min_buckets = options_.min_buckets;
     ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
                      Reducer::Create(parameters, communicator_, reducing));
+    CollectivesInProgress named_collectives(loop_.progress, communicator_);
+    // Reports a phase (progress.h).
+    auto report_phase = [progress = loop_.progress](RankPhase phase) {
+      if (progress != nullptr) progress->Enter(phase);
+    };
     // Rank 0's initial values become everyone's.
+    report_phase(RankPhase::kCollective);
     RETURN_IF_ERROR(reducer->BroadcastParameters(0));
+    report_phase(RankPhase::kStartup);
     // Dropout masks must differ across ranks.
     torch::manual_seed(static_cast<uint64_t>(options_.seed) + 7919u * (rank + 1u));
 
@@ -400,6 +518,17 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       }
     }
     reducer->ZeroGradients();
+    if (loop_.progress != nullptr) loop_.progress->SetStep(step);
+    FaultInjector* const fault =
+        loop_.fault != nullptr && loop_.fault->active() ? loop_.fault : nullptr;
+    // A phase of the loop itself (not the collectives nested in evaluation and
+    // checkpoints): reported, and where the --fault hook acts.
+    auto enter = [&](RankPhase phase) {
+      report_phase(phase);
+      if (fault != nullptr) fault->OnPhase(phase, step);
+    };
+    StopAgreement stop_agreement(loop_.stop_requested, *reducer, communicator_,
+                                 synchronize, device);
 
     // Both splits are normalised with the training split's statistics. On a
     // GPU the loaders only gather uint8 images at their native size (into
@@ -464,6 +593,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     }
 
     auto evaluate = [&]() -> absl::StatusOr<Evaluation> {
+      enter(RankPhase::kEval);
       torch::NoGradGuard no_grad;
       model->eval();
       const std::vector<int64_t> indices = test_sampler.EpochIndices(0);
@@ -491,7 +621,9 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       torch::Tensor totals =
           torch::stack({correct, loss_sum,
                         torch::full({}, static_cast<double>(n), correct.options())});
+      report_phase(RankPhase::kCollective);
       RETURN_IF_ERROR(communicator_.AllReduceSum(totals));
+      report_phase(RankPhase::kEval);
       const torch::Tensor host = totals.cpu();
       const double count = host[2].item<double>();
       if (count <= 0) return absl::FailedPreconditionError("the test set is empty");
@@ -499,6 +631,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     };
 
     auto save_checkpoint = [&]() -> absl::Status {
+      enter(RankPhase::kCheckpoint);
       RankCheckpoint state;
       state.rank = rank;
       state.world_size = world;
@@ -509,7 +642,9 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       CaptureRngState(placement.index, state);
       RETURN_IF_ERROR(SaveCheckpointFiles(*checkpoints, state, *model, *optimizer));
       // `latest` moves only once every rank's files are in place.
+      report_phase(RankPhase::kCollective);
       RETURN_IF_ERROR(communicator_.Barrier());
+      report_phase(RankPhase::kCheckpoint);
       if (rank == 0) {
         RETURN_IF_ERROR(checkpoints->PublishLatest(step));
         RETURN_IF_ERROR(checkpoints->Prune(step, loop_.checkpoint_keep));
@@ -536,11 +671,14 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     while (step < total_steps) {
       const Clock::time_point step_start = Clock::now();
       timer->BeginStep();
+      if (loop_.progress != nullptr) loop_.progress->BeginStep();
       for (int64_t m = 0; m < accum; ++m) {
+        enter(RankPhase::kData);
         ASSIGN_OR_RETURN(const Batch batch, train_feed.Next());
         const torch::Tensor& images = batch.images;
         const torch::Tensor& labels = batch.labels;
         timer->Mark(StepPhase::kData);
+        enter(RankPhase::kForward);
         torch::Tensor loss;
         {
           AutocastScope mixed(autocast, autocast_dtype);
@@ -548,7 +686,10 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
                                                       crossentropy);
         }
         timer->Mark(StepPhase::kForward);
-        reducer->PrepareForBackward(synchronize && m == accum - 1);
+        const bool last = m == accum - 1;
+        if (last) stop_agreement.Vote();
+        reducer->PrepareForBackward(synchronize && last);
+        enter(RankPhase::kBackward);
         // Micro-batch means are averaged over the step; fp16 scales the loss up.
         const double factor = (fp16 ? scaler.scale() : 1.0) / static_cast<double>(accum);
         (factor == 1.0 ? loss : loss * factor).backward();
@@ -558,8 +699,11 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
         outcome.train_images += batch.labels.size(0);
       }
       interval_micro_batches += accum;
+      if (world > 1) enter(RankPhase::kCollective);
       RETURN_IF_ERROR(reducer->FinishBackward(fp16 ? 1.0 / scaler.scale() : 1.0));
+      ASSIGN_OR_RETURN(const bool stop, stop_agreement.Decide());
       timer->Mark(StepPhase::kComm);
+      enter(RankPhase::kOptimizer);
 
       bool take_step = true;
       if (fp16) take_step = scaler.Update(AnyNonFinite(reducer->gradient_buffers()));
@@ -578,6 +722,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       timer->Mark(StepPhase::kOptimizer);
       timer->EndStep();
       ++step;
+      if (loop_.progress != nullptr) loop_.progress->EndStep(step);
       const double step_seconds = SecondsSince(step_start);
       train_seconds += step_seconds;
       epoch_seconds += step_seconds;
@@ -609,6 +754,21 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
         interval_micro_batches = 0;
         interval_images = 0;
       }
+      if (stop && step < total_steps) {
+        // Every rank decided the same after this step: checkpoint here and
+        // leave, without evaluating.
+        outcome.preempted = true;
+        if (checkpoints.has_value()) {
+          RETURN_IF_ERROR(save_checkpoint());
+          outcome.checkpointed = true;
+        }
+        if (loop_.log != nullptr) {
+          *loop_.log << "[rank " << rank
+                     << "] asked to stop: the ranks agreed to stop after step " << step
+                     << std::endl;
+        }
+        break;
+      }
       if (step % steps_per_epoch == 0 || step == total_steps) {
         // Epochs timed whole by this run report their training time; the run's
         // end also reports its total, so partial epochs (max_steps, a resume)
@@ -638,7 +798,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
       }
     }
     // A run resumed from its final checkpoint still reports the test metrics.
-    if (evaluated_at != step) {
+    if (!outcome.preempted && evaluated_at != step) {
       ASSIGN_OR_RETURN(last_eval, evaluate());
       reporter_.Report(
           step, {{"test_accuracy", last_eval.accuracy}, {"test_loss", last_eval.loss}});
@@ -656,6 +816,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
     outcome.parameter_count = parameter_count;
     outcome.device = placement.name();
     outcome.param_hash = hash.Hex();
+    report_phase(RankPhase::kDone);
     return outcome;
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("training failed: ", e.what()));

@@ -23,11 +23,29 @@
 // their bytes in registration order): ranks that trained in sync report equal
 // hashes.
 //
+// Progress: the loop tells TrainerLoopOptions::progress (progress.h) every
+// phase it enters (common/rank_phase.h) and every step it completes; waiting
+// on peers is "collective" (the buckets' all-reduce at the end of backward,
+// the initial broadcast, the evaluation's counts, checkpoint barriers).
+//
+// Preemption (preemption.h): once a rank's stop_requested flag is set, the
+// ranks agree on a step to stop at, checkpoint there (without evaluating) and
+// Run returns with `preempted` set. The agreement costs no collective of its
+// own: each rank's vote (1: stop) rides the step's gradient all-reduce as the
+// reducer's control word (reducer.h), and every rank reads the same sum. On
+// the CPU the ranks stop after the step that carried the vote; on CUDA the
+// sum is read one step later from a host copy, so that the host never waits
+// on the device for it, and the ranks stop one step later. Without gradient
+// all-reduce (--allreduce=false) and more than one rank, the vote is a
+// one-element all-reduce of its own every step; a world of one needs none. A
+// stop requested during the final step is ignored: the run completes.
+//
 // LibTorch stays in the .cc; Run turns every c10::Error into a status. A Trainer
 // runs once, on one thread; its collaborators must outlive it.
 #ifndef TESSERA_WORKER_TRAINER_TRAINER_H_
 #define TESSERA_WORKER_TRAINER_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -40,6 +58,9 @@
 #include "worker/trainer/trainer_options.h"
 
 namespace tessera::trainer {
+
+class FaultInjector;
+class ProgressTracker;
 
 // Loop settings that are not part of the job's TrainerConfig.
 struct TrainerLoopOptions {
@@ -61,10 +82,22 @@ struct TrainerLoopOptions {
   // the device exactly when it is a CUDA device. Tests set it to run the GPU
   // path's data pipeline on the CPU.
   std::optional<bool> finish_batches_on_device;
+  // Where the loop reports its step and phase; null: nowhere. Not owned.
+  ProgressTracker* progress = nullptr;
+  // This rank's stop request (tessera-train: the SIGUSR1 flag); null: the
+  // ranks never stop early. Every rank of a job must have one or none. Not
+  // owned.
+  const std::atomic<bool>* stop_requested = nullptr;
+  // The --fault test hook; null: none. Not owned.
+  FaultInjector* fault = nullptr;
 };
 
 struct TrainingOutcome {
-  int64_t steps = 0;          // optimizer steps done, including resumed ones
+  int64_t steps = 0;  // optimizer steps done, including resumed ones
+  // Stopped early on a stop request, after `steps` steps, at the same step as
+  // every other rank; no final evaluation (test_* are 0).
+  bool preempted = false;
+  bool checkpointed = false;  // preempted with a checkpoint at `steps`
   int64_t resumed_from = 0;   // the checkpoint's step when resumed; 0 otherwise
   int64_t skipped_steps = 0;  // fp16 steps skipped for overflowing gradients
   int64_t train_images = 0;   // images this rank trained on in this run

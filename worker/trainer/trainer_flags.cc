@@ -86,6 +86,14 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   config("first-bucket-mb", t.first_bucket_mb,
          "size of the first gradient bucket in MiB (DDP: 1)");
   config("overlap", t.overlap, "start each bucket's allreduce during backward");
+  config("fault", t.fault,
+         "TEST HOOK, off by default: make one rank misbehave so tests can show the "
+         "coordinator's watchdog. hang:rank=R,step=N,phase=P blocks rank R for good "
+         "once it has done N steps and enters phase P (data, forward, backward, "
+         "collective, optimizer, eval, checkpoint) while its lease and progress "
+         "reports go on; slow:rank=R,phase=P,ms=M makes rank R spend M ms more in "
+         "phase P every step. Add ,attempt=A to act in that attempt only "
+         "(worker/trainer/README.md)");
 
   app.add_option("--gloo-allreduce", flags.gloo_allreduce,
                  "two-rank Gloo all-reduce: exchange (one round) or ring (Gloo's)")

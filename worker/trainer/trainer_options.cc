@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/fault_spec.h"
 #include "common/status_macros.h"
 #include "worker/trainer/image_dataset.h"
 #include "worker/trainer/net_util.h"
@@ -111,6 +112,10 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
   RETURN_IF_ERROR(CheckRange<int32_t>("min-buckets", o.min_buckets, 1, 4096));
   if (o.resume && o.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
+  }
+  const absl::StatusOr<FaultSpec> fault = ParseFaultSpec(o.fault);
+  if (!fault.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", fault.status().message()));
   }
   return absl::OkStatus();
 }

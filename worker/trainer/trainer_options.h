@@ -53,6 +53,8 @@ struct TrainerOptions {
   int32_t data_workers = 2;         // background data loading threads
   double first_bucket_mb = 1.0;     // first (last-layer) bucket size (MiB), as DDP
   bool overlap = true;              // allreduce buckets during backward
+  // TEST HOOK (common/fault_spec.h): make one rank hang or dawdle; empty: off.
+  std::string fault;
   // Not a TrainerConfig field (set by flag only): split small models into at
   // least this many buckets so their communication overlaps backward too.
   int32_t min_buckets = 1;

@@ -293,12 +293,37 @@ TEST_F(HeartbeatReportTest, CurrentRankCountedAsExitedButStillRunningIsStopped) 
             RankVerdict::kStop);
 }
 
-TEST_F(HeartbeatReportTest, UnlistedRankIsForgottenUnlessItIsCurrent) {
+TEST_F(HeartbeatReportTest, UnlistedRankIsForgottenLostOrLeftAsItIs) {
   HeartbeatReport report(request_);
   EXPECT_EQ(report.ReconcileUnlisted(RankBelief{}), RankVerdict::kForget);
+  // Not started yet: launched again.
   EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kAssigned)), RankVerdict::kNone);
+  // Seen running, now missing: gone.
   EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kRunning, 100)),
-            RankVerdict::kNone);
+            RankVerdict::kLost);
+  EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kExited)), RankVerdict::kNone);
+}
+
+TEST_F(HeartbeatReportTest, RegistrationLosesEveryCurrentRankItDoesNotList) {
+  HeartbeatReport report(request_, /*registration=*/true);
+  EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kAssigned)), RankVerdict::kLost);
+  EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kRunning, 100)),
+            RankVerdict::kLost);
+  EXPECT_EQ(report.ReconcileUnlisted(RankBelief{}), RankVerdict::kForget);
+}
+
+TEST_F(WorkerRegistryTest, DrainedWorkerGetsNoNewSlotsUntilUndrained) {
+  Register("a");
+  ASSERT_TRUE(registry_->Drain("a", "drain by root", absl::InfiniteFuture()).ok());
+  EXPECT_TRUE(registry_->Draining("a"));
+  EXPECT_FALSE(registry_->Inventory({})[0].alive);
+  EXPECT_TRUE(registry_->List({})[0].drained());
+  EXPECT_TRUE(absl::IsNotFound(registry_->Drain("zz", "x", absl::InfiniteFuture())));
+  // An admin's drain outlives a restart of the worker.
+  Register("a");
+  EXPECT_TRUE(registry_->Draining("a"));
+  ASSERT_TRUE(registry_->Undrain("a").ok());
+  EXPECT_TRUE(registry_->Inventory({})[0].alive);
 }
 
 TEST_F(WorkerRegistryTest, AcceptedHeartbeatReturnsTheReportOfItsRanks) {

@@ -1,13 +1,19 @@
 // LeaseState and LeaseKeeper with a fake clock: the rank stops once the lease
 // has run out since the send time of its last successful renewal, and not
-// before; a coordinator that no longer counts the rank stops it at once.
+// before; a coordinator that no longer counts the rank stops it at once. The
+// keeper renews at the reporting period the coordinator asks for, and every
+// renewal carries the rank's progress report.
 #include "worker/trainer/lease.h"
 
 #include <deque>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/rank_phase.h"
 #include "gtest/gtest.h"
+#include "tests/worker/trainer/fake_coordinator_client.h"
+#include "worker/trainer/progress.h"
 
 namespace tessera::trainer {
 namespace {
@@ -35,13 +41,14 @@ class LeaseKeeperTest : public ::testing::Test {
  protected:
   LeaseKeeperTest()
       : keeper_(
-            [this](absl::Duration deadline) -> absl::StatusOr<absl::Duration> {
+            [this](absl::Duration deadline) -> absl::StatusOr<LeaseGrant> {
               deadlines_.push_back(deadline);
               now_ += rpc_time_;
               if (answers_.empty()) return absl::UnavailableError("no answer");
               absl::StatusOr<absl::Duration> a = answers_.front();
               answers_.pop_front();
-              return a;
+              if (!a.ok()) return a.status();
+              return LeaseGrant{.lease = *a, .report_every = report_every_};
             },
             [this](const std::string& why) { fences_.push_back(why); },
             [this](const std::string& line) { logs_.push_back(line); },
@@ -49,14 +56,18 @@ class LeaseKeeperTest : public ::testing::Test {
 
   absl::Time now_ = kStart;
   absl::Duration rpc_time_ = absl::Milliseconds(10);
+  // The leases the coordinator answers, in order (an error: that renewal fails).
   std::deque<absl::StatusOr<absl::Duration>> answers_;
+  // The reporting period every answer asks for (zero: not set, as from a
+  // coordinator older than progress reports).
+  absl::Duration report_every_ = absl::ZeroDuration();
   std::vector<absl::Duration> deadlines_;
   std::vector<std::string> fences_;
   std::vector<std::string> logs_;
   LeaseKeeper keeper_;
 };
 
-TEST_F(LeaseKeeperTest, RenewsEveryQuarterLeaseWhileTheCoordinatorAnswers) {
+TEST_F(LeaseKeeperTest, RenewsEveryQuarterLeaseWhenTheCoordinatorSetsNoReportPeriod) {
   for (int i = 0; i < 20; ++i) {
     answers_.push_back(absl::Seconds(20));
     const absl::Duration wait = keeper_.Step();
@@ -65,6 +76,67 @@ TEST_F(LeaseKeeperTest, RenewsEveryQuarterLeaseWhileTheCoordinatorAnswers) {
   }
   EXPECT_TRUE(fences_.empty());
   EXPECT_EQ(deadlines_.size(), 20u);
+}
+
+TEST_F(LeaseKeeperTest, RenewsAtTheReportPeriodTheCoordinatorAsksFor) {
+  EXPECT_EQ(keeper_.report_every(), absl::Seconds(2));  // before any answer
+  report_every_ = absl::Seconds(2);
+  for (int i = 0; i < 10; ++i) {
+    answers_.push_back(absl::Seconds(90));
+    const absl::Duration wait = keeper_.Step();
+    EXPECT_EQ(wait, absl::Seconds(2));
+    now_ += wait;
+  }
+  EXPECT_EQ(deadlines_.size(), 10u);
+  EXPECT_EQ(keeper_.report_every(), absl::Seconds(2));
+}
+
+TEST_F(LeaseKeeperTest, AQuarterLeaseShorterThanTheReportPeriodWins) {
+  report_every_ = absl::Seconds(2);
+  answers_.push_back(absl::Seconds(4));
+  EXPECT_EQ(keeper_.Step(), absl::Seconds(1));
+}
+
+TEST_F(LeaseKeeperTest, FollowsAChangedReportPeriod) {
+  report_every_ = absl::Seconds(2);
+  answers_.push_back(absl::Seconds(90));
+  EXPECT_EQ(keeper_.Step(), absl::Seconds(2));
+  report_every_ = absl::Seconds(5);
+  answers_.push_back(absl::Seconds(90));
+  now_ += absl::Seconds(2);
+  EXPECT_EQ(keeper_.Step(), absl::Seconds(5));
+  report_every_ = absl::ZeroDuration();  // back to lease/4
+  answers_.push_back(absl::Seconds(90));
+  now_ += absl::Seconds(5);
+  EXPECT_EQ(keeper_.Step(), absl::Milliseconds(22500));
+}
+
+TEST(LeaseRenewalTest, EveryRenewalCarriesTheProgressAtThatMoment) {
+  FakeClock clock;
+  ProgressTracker progress(clock);
+  testing::FakeCoordinatorClient coordinator;
+  coordinator.SetLeaseGrant(
+      LeaseGrant{.lease = absl::Seconds(90), .report_every = absl::Seconds(2)});
+  const LeaseKeeper::Renew renew = RenewWithProgress(coordinator, progress);
+
+  absl::StatusOr<LeaseGrant> grant = renew(absl::Seconds(5));
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_EQ(grant->lease, absl::Seconds(90));
+  EXPECT_EQ(grant->report_every, absl::Seconds(2));
+
+  progress.SetStep(411);
+  progress.BeginStep();
+  progress.Enter(RankPhase::kData);
+  clock.Advance(absl::Seconds(7));
+  ASSERT_TRUE(renew(absl::Seconds(5)).ok());
+
+  const std::vector<ProgressReport> reports = coordinator.progress_reports();
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].phase, "startup");
+  EXPECT_EQ(reports[0].step, 0);
+  EXPECT_EQ(reports[1].phase, "data");
+  EXPECT_EQ(reports[1].step, 411);
+  EXPECT_EQ(reports[1].phase_elapsed_ms, 7000);
 }
 
 TEST_F(LeaseKeeperTest, FencesOnceTheLeaseRunsOutSinceTheLastSuccessfulSend) {
@@ -172,9 +244,10 @@ TEST(LeaseKeeperThreadTest, StopsItsThreadWhenDestroyed) {
   absl::Notification renewed;
   {
     LeaseKeeper keeper(
-        [&](absl::Duration) -> absl::StatusOr<absl::Duration> {
+        [&](absl::Duration) -> absl::StatusOr<LeaseGrant> {
           if (!renewed.HasBeenNotified()) renewed.Notify();
-          return absl::Seconds(60);
+          return LeaseGrant{.lease = absl::Seconds(60),
+                            .report_every = absl::Seconds(15)};
         },
         [](const std::string& why) { FAIL() << "fenced: " << why; },
         [](const std::string&) {}, MonotonicNow, MonotonicNow());

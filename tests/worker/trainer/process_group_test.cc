@@ -20,6 +20,7 @@
 #include "tessera/v1/tessera.grpc.pb.h"
 #include "worker/trainer/gloo_communicator.h"
 #include "worker/trainer/grpc_coordinator_client.h"
+#include "worker/trainer/progress.h"
 
 namespace tessera::trainer {
 namespace {
@@ -27,7 +28,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // Answers Rendezvous once `world_size` ranks have joined, with rank 0's
-// bootstrap; records metrics and results.
+// bootstrap; records metrics, results and lease renewals.
 class FakeTrainerService final : public tessera::v1::TrainerService::Service {
  public:
   explicit FakeTrainerService(int world_size) : world_size_(world_size) {}
@@ -75,9 +76,23 @@ class FakeTrainerService final : public tessera::v1::TrainerService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status RenewLease(grpc::ServerContext* /*context*/,
+                          const tessera::v1::RenewLeaseRequest* request,
+                          tessera::v1::RenewLeaseResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    renewals_.push_back(*request);
+    response->set_lease_ms(90000);
+    response->set_report_every_ms(2000);
+    return grpc::Status::OK;
+  }
+
   std::string bootstrap() const {
     absl::MutexLock lock(&mu_);
     return bootstrap_;
+  }
+  std::vector<tessera::v1::RenewLeaseRequest> renewals() const {
+    absl::MutexLock lock(&mu_);
+    return renewals_;
   }
   std::vector<std::string> backends() const {
     absl::MutexLock lock(&mu_);
@@ -101,6 +116,7 @@ class FakeTrainerService final : public tessera::v1::TrainerService::Service {
   std::vector<std::string> backends_ ABSL_GUARDED_BY(mu_);
   std::vector<tessera::v1::ReportMetricsRequest> metrics_ ABSL_GUARDED_BY(mu_);
   std::vector<tessera::v1::ReportResultRequest> results_ ABSL_GUARDED_BY(mu_);
+  std::vector<tessera::v1::RenewLeaseRequest> renewals_ ABSL_GUARDED_BY(mu_);
 };
 
 class CoordinatorGroupTest : public ::testing::Test {
@@ -212,6 +228,39 @@ TEST_F(CoordinatorGroupTest, ClientSendsMetricsAndResultForItsRankAndAttempt) {
   EXPECT_EQ(results[0].test_accuracy(), 0.875);
   EXPECT_EQ(results[0].test_loss(), 0.25);
   EXPECT_EQ(results[0].rank(), 1);
+}
+
+TEST_F(CoordinatorGroupTest, LeaseRenewalCarriesTheProgressReportAndReadsThePeriod) {
+  Serve(1);
+  const auto client = Client(1);
+  ProgressReport progress;
+  progress.step = 412;
+  progress.phase = "collective";
+  progress.collective = "allreduce #412 (bucket 3)";
+  progress.phase_elapsed_ms = 64000;
+  progress.step_time_ms = 95.5;
+  progress.phase_ms = {{"forward", 20}, {"collective", 75.5}};
+  progress.window_steps = 20;
+  const absl::StatusOr<LeaseGrant> grant = client->RenewLease(absl::Seconds(5), progress);
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_EQ(grant->lease, absl::Seconds(90));
+  EXPECT_EQ(grant->report_every, absl::Seconds(2));
+
+  const auto renewals = service_->renewals();
+  ASSERT_EQ(renewals.size(), 1u);
+  EXPECT_EQ(renewals[0].job_id(), 42);
+  EXPECT_EQ(renewals[0].attempt(), 3);
+  EXPECT_EQ(renewals[0].rank(), 1);
+  const tessera::v1::RankProgress& sent = renewals[0].progress();
+  EXPECT_EQ(sent.step(), 412);
+  EXPECT_EQ(sent.phase(), "collective");
+  EXPECT_EQ(sent.collective(), "allreduce #412 (bucket 3)");
+  EXPECT_EQ(sent.phase_elapsed_ms(), 64000);
+  EXPECT_EQ(sent.step_time_ms(), 95.5);
+  EXPECT_EQ(sent.window_steps(), 20);
+  ASSERT_EQ(sent.phase_ms_size(), 2);
+  EXPECT_EQ(sent.phase_ms().at("forward"), 20);
+  EXPECT_EQ(sent.phase_ms().at("collective"), 75.5);
 }
 
 TEST(GrpcCoordinatorClientTest, UnreachableCoordinatorIsUnavailableAfterTheRetryWindow) {

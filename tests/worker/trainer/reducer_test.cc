@@ -122,6 +122,44 @@ TEST(ReducerTest, TwoRanksAverageGradientsInBucketsLaunchedDuringBackward) {
   }
 }
 
+// The preemption vote rides the gradient all-reduce: no collective of its own,
+// the sum arrives unscaled, and the gradients are untouched by it.
+TEST(ReducerTest, TheControlWordIsSummedWithTheGradientsAtNoExtraCollective) {
+  std::vector<torch::nn::Sequential> models = {MakeModel(1), MakeModel(1)};
+  const std::vector<torch::Tensor> g0 = Gradients(models[0], Input(0));
+  const std::vector<torch::Tensor> g1 = Gradients(models[0], Input(1));
+  std::vector<float> sums(2, -1);
+  std::vector<uint64_t> collectives(2, 0);
+  RunGroup(2, [&](int rank, Communicator& communicator) {
+    torch::nn::Sequential& model = models[static_cast<size_t>(rank)];
+    auto reducer = Reducer::Create(model->parameters(), communicator, SmallBuckets());
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    const uint64_t issued_before = communicator.collectives()->issued();
+    (*reducer)->ZeroGradients();
+    if (rank == 1) (*reducer)->SetControlWord(1.0f);
+    (*reducer)->PrepareForBackward(true);
+    model->forward(Input(rank)).square().mean().backward();
+    ASSERT_TRUE((*reducer)->FinishBackward().ok());
+    sums[static_cast<size_t>(rank)] = (*reducer)->control_word().item<float>();
+    collectives[static_cast<size_t>(rank)] =
+        communicator.collectives()->issued() - issued_before;
+    const std::vector<torch::Tensor> parameters = model->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(parameters[i].grad(), (g0[i] + g1[i]) / 2, 1e-5, 1e-6))
+          << "rank " << rank << " parameter " << i;
+    }
+    const BucketPlan& plan = (*reducer)->plan();
+    for (size_t b = 0; b < plan.buckets.size(); ++b) {
+      EXPECT_EQ((*reducer)->gradient_buffers()[b].numel(), plan.buckets[b].numel);
+    }
+    collectives[static_cast<size_t>(rank)] -= plan.buckets.size();
+    (*reducer)->ZeroGradients();
+    EXPECT_EQ((*reducer)->control_word().item<float>(), 0);
+  });
+  EXPECT_EQ(sums, std::vector<float>({1.0f, 1.0f}));
+  EXPECT_EQ(collectives, std::vector<uint64_t>({0, 0}));  // one per bucket, no more
+}
+
 TEST(ReducerTest, WithoutOverlapAllBucketsGoOutAfterBackwardWithTheSameResult) {
   std::vector<torch::nn::Sequential> models = {MakeModel(2), MakeModel(2)};
   const std::vector<torch::Tensor> g0 = Gradients(models[0], Input(0));

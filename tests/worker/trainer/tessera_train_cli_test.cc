@@ -197,6 +197,96 @@ TEST_F(TesseraTrainCliTest, AHungPeerEndsTheWaitingRankWithCodeFourNamingTheColl
       << r0.output;
 }
 
+// SIGUSR1 to one rank only (a worker signals its own ranks): both ranks
+// checkpoint at the step they agreed on, say so, and exit with code 5; the
+// job's normal resume path continues from that checkpoint.
+TEST_F(TesseraTrainCliTest, SigUsr1ToOneRankCheckpointsBothAtOneStepAndExitsFive) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    absl::StrCat("cli_preempt_", ::getpid());
+  std::filesystem::remove_all(dir);
+  auto free_port = [] {
+    auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+    EXPECT_TRUE(probe.ok()) << probe.status();
+    return probe.ok() ? (*probe)->port() : 0;
+  };
+  auto rank_args = [&](int port, int rank, bool resume) {
+    std::vector<std::string> args = {"--dataset=synthetic",
+                                     "--train-subset=2048",
+                                     "--test-subset=64",
+                                     "--batch-size=32",
+                                     "--max-steps=30",
+                                     "--metrics-every=1",
+                                     "--checkpoint-dir=" + dir.string(),
+                                     absl::StrCat("--resume=", resume ? "true" : "false"),
+                                     absl::StrCat("--rendezvous-store=127.0.0.1:", port),
+                                     "--world-size=2",
+                                     absl::StrCat("--rank=", rank)};
+    return args;
+  };
+  const int port = free_port();
+  std::future<RunResult> rank0 =
+      std::async(std::launch::async, RunTrainer, rank_args(port, 0, false));
+
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const std::string binary = Binary();
+  std::vector<std::string> args = rank_args(port, 1, false);
+  std::vector<char*> argv{const_cast<char*>(binary.c_str())};
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const pid_t rank1 = fork();
+  ASSERT_GE(rank1, 0);
+  if (rank1 == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    close(out[1]);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* from_rank1 = fdopen(out[0], "r");
+  std::string output1;
+  bool training = false;
+  char line[4096];
+  while (!training && std::fgets(line, sizeof(line), from_rank1) != nullptr) {
+    output1 += line;
+    training = std::strstr(line, "[rank 1] step 1 ") != nullptr;
+  }
+  kill(rank1, SIGUSR1);
+  while (std::fgets(line, sizeof(line), from_rank1) != nullptr) output1 += line;
+  std::fclose(from_rank1);
+  int status = 0;
+  waitpid(rank1, &status, 0);
+  const RunResult r0 = rank0.get();
+
+  ASSERT_TRUE(training) << output1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5) << output1;
+  EXPECT_EQ(r0.exit_code, 5) << r0.output;
+  std::smatch match;
+  static const std::regex kPreempted(
+      "preempted: checkpointed at step ([0-9]+); exiting with code 5");
+  ASSERT_TRUE(std::regex_search(r0.output, match, kPreempted)) << r0.output;
+  const std::string step = match[1].str();
+  EXPECT_THAT(output1, HasSubstr("preempted: checkpointed at step " + step +
+                                 "; exiting with code 5"));
+  std::ifstream latest(dir / "latest");
+  std::string published;
+  std::getline(latest, published);
+  EXPECT_EQ(published, absl::StrCat("step-", std::string(12 - step.size(), '0'), step));
+
+  const int again = free_port();
+  std::future<RunResult> resumed0 =
+      std::async(std::launch::async, RunTrainer, rank_args(again, 0, true));
+  std::future<RunResult> resumed1 =
+      std::async(std::launch::async, RunTrainer, rank_args(again, 1, true));
+  for (const RunResult& resumed : {resumed0.get(), resumed1.get()}) {
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_THAT(resumed.output, HasSubstr("resumed at step " + step));
+    EXPECT_THAT(resumed.output, HasSubstr("done: 30 steps"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(TesseraTrainCliTest, MixedPrecisionOnTheCpuIsAUsageError) {
   std::vector<std::string> args = SmallSyntheticRun();
   args.push_back("--device=cpu");

@@ -98,6 +98,7 @@ TrainerConfig AsConfig(const TrainerOptions& o) {
   config.set_data_workers(o.data_workers);
   config.set_first_bucket_mb(o.first_bucket_mb);
   config.set_overlap(o.overlap);
+  config.set_fault(o.fault);
   return config;
 }
 

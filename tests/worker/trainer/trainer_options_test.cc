@@ -46,6 +46,17 @@ TEST(TrainerOptionsTest, RejectsOutOfRangeValuesNamingTheFlag) {
   }
 }
 
+TEST(TrainerOptionsTest, AMalformedFaultHookIsAUsageErrorNamingTheFlag) {
+  TrainerOptions options;
+  options.fault = "hang:rank=1,phase=data";
+  const absl::Status status = ValidateTrainerOptions(options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--fault \"hang:rank=1,phase=data\""));
+  EXPECT_THAT(status.message(), HasSubstr("hang needs step="));
+  options.fault = "hang:rank=1,step=3,phase=data";
+  EXPECT_TRUE(ValidateTrainerOptions(options).ok());
+}
+
 TEST(TrainerOptionsTest, UnknownModelListsKnownPresets) {
   TrainerOptions options;
   options.model = "vit-huge";

@@ -73,9 +73,12 @@ export function mountJob(root, { id }, ctx) {
   const heatLegend = h('div', { class: 'heat-legend' },
     h('span', { class: 'heat-lo' }), h('span', { class: 'heat-swatch' }), h('span', { class: 'heat-hi' }));
   heatPanel.el.append(heatLegend);
+  // Ranks flagged slower than their peers (the coordinator's straggler check).
+  const stragglersEl = h('ul', { id: 'stragglers', class: 'stragglers', hidden: true });
+  heatPanel.el.append(stragglersEl);
 
   // ---- ranks, logs, events ----
-  const ranksTable = table([['Rank', 'num'], 'Worker', ['Slot', 'num'], 'State', ['PID', 'num'],
+  const ranksTable = table([['Rank', 'num'], 'Worker', ['Slot', 'num'], 'State', ['Step', 'num'], 'Phase', ['PID', 'num'],
     ['Exit', 'num'], 'Signal', 'Exit reason', ['Test acc.', 'num'], 'Param hash'], 'ranks-table');
   ranksTable.el.id = 'ranks-table';
   const eventsTable = table(['Time', 'Transition', 'Reason'], 'events-table');
@@ -161,7 +164,7 @@ export function mountJob(root, { id }, ctx) {
   function renderRanks() {
     const ranks = [...(job?.ranks || [])].sort((a, b) => num(a.rank) - num(b.rank));
     if (!ranks.length) {
-      setChildren(ranksTable.tbody, h('tr', null, h('td', { colspan: 10, class: 'empty' },
+      setChildren(ranksTable.tbody, h('tr', null, h('td', { colspan: 12, class: 'empty' },
         job && stateName(job.state) === 'QUEUED' ? 'Not placed yet.' : 'No ranks.')));
       return;
     }
@@ -173,6 +176,8 @@ export function mountJob(root, { id }, ctx) {
         h('td', { class: 'num' }, String(num(r.slot))),
         h('td', null, h('span', { class: `badge rank-${String(r.state || 'none').replace(/[^a-z]/g, '')}` },
           r.state || '–')),
+        h('td', { class: 'num' }, r.progress ? String(num(r.progress.step)) : ''),
+        h('td', { class: r.straggler ? 'phase straggler' : 'phase' }, phaseText(r)),
         h('td', { class: 'num' }, num(r.pid) ? String(num(r.pid)) : ''),
         h('td', { class: 'num' }, exited && !num(r.signal) ? String(num(r.exit_code)) : ''),
         h('td', null, num(r.signal) ? `signal ${num(r.signal)}` : ''),
@@ -180,6 +185,12 @@ export function mountJob(root, { id }, ctx) {
         h('td', { class: 'num' }, r.has_result ? fmtPct(r.test_accuracy) : ''),
         h('td', { class: 'mono hash', title: r.param_hash || '' }, r.param_hash || ''));
     }));
+  }
+
+  function renderStragglers() {
+    const list = job?.stragglers || [];
+    stragglersEl.hidden = list.length === 0;
+    setChildren(stragglersEl, list.map((s) => h('li', null, `Straggler: ${s}`)));
   }
 
   function renderEvents() {
@@ -464,6 +475,7 @@ export function mountJob(root, { id }, ctx) {
     content.hidden = false;
     renderHeader();
     renderRanks();
+    renderStragglers();
     renderEvents();
     renderLog();
   }
@@ -528,4 +540,19 @@ export function mountJob(root, { id }, ctx) {
       for (const p of [lossPanel, accPanel, ipsPanel, breakdownPanel, heatPanel]) p.destroy();
     },
   };
+}
+
+// What a running rank is doing, from its last progress report: "collective
+// allreduce #31 (bucket 2) · 12 s", "forward", with "silent 9 s" when the
+// report is old and "straggler" when flagged.
+export function phaseText(rank) {
+  const p = rank.progress;
+  if (!p) return '';
+  const parts = [p.phase || '?'];
+  if (p.collective) parts[0] += ` ${p.collective}`;
+  const inPhase = (num(p.phase_elapsed_ms) + num(rank.progress_age_ms)) / 1000;
+  if (inPhase >= 1) parts.push(`${Math.round(inPhase)} s`);
+  if (num(rank.progress_age_ms) >= 5000) parts.push(`silent ${Math.round(num(rank.progress_age_ms) / 1000)} s`);
+  if (rank.straggler) parts.push('straggler');
+  return parts.join(' · ');
 }

@@ -14,6 +14,8 @@ import { badge, errorBox, meter } from '../ui.js';
 export const SUSPECT_AFTER_MS = 3000;
 
 export function liveness(worker, now = Date.now()) {
+  if (worker.drained) return 'drained';
+  if (worker.draining) return 'draining';
   if (!worker.alive) return 'dead';
   if (now - num(worker.last_seen_unix_ms) > SUSPECT_AFTER_MS) return 'suspect';
   return 'alive';
@@ -57,7 +59,8 @@ export function mountWorkers(root, _params, ctx) {
       liveCells.push({ w, cell });
       return h('tr', { dataset: { worker: String(w.name) } },
         h('td', { class: 'name' }, w.name || ''),
-        h('td', null, w.hostname || ''),
+        h('td', null, [w.hostname || '', w.pool ? `pool ${w.pool}` : '',
+          w.slurm_job_id ? `Slurm job ${w.slurm_job_id}` : ''].filter(Boolean).join(' · ')),
         h('td', null, `${num(w.slots)} × ${kind === 'cuda' ? 'GPU' : 'CPU slot'}${num(w.slots) === 1 ? '' : 's'}`),
         h('td', null, meter(num(w.slots_used), num(w.slots))),
         h('td', { title: fmtTime(w.last_seen_unix_ms), dataset: { ago: String(num(w.last_seen_unix_ms)) } },

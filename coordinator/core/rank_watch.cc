@@ -1,0 +1,308 @@
+#include "coordinator/core/rank_watch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+
+constexpr char kCollective[] = "collective";
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Time per step spent on the rank's own work: every phase but waiting on peers.
+double OwnWorkMs(const v1::RankProgress& p) {
+  double sum = 0;
+  for (const auto& [phase, ms] : p.phase_ms()) {
+    if (phase != kCollective) sum += ms;
+  }
+  return sum;
+}
+
+std::string Seconds(absl::Duration d) {
+  return absl::StrCat(absl::ToInt64Seconds(d), " s");
+}
+
+bool Moved(const v1::RankProgress& before, const v1::RankProgress& after) {
+  return before.step() != after.step() || before.phase() != after.phase() ||
+         before.phase_items() != after.phase_items() ||
+         before.collective() != after.collective();
+}
+
+}  // namespace
+
+WatchdogOptions WatchdogFor(const WatchdogOptions& defaults, const v1::WatchdogSpec& spec) {
+  WatchdogOptions o = defaults;
+  if (spec.has_enabled()) o.enabled = spec.enabled();
+  if (spec.rank_silent_after_s() > 0) {
+    o.rank_silent_after = absl::Seconds(spec.rank_silent_after_s());
+  }
+  if (spec.stall_after_min_s() > 0) {
+    o.stall_after_min = absl::Seconds(spec.stall_after_min_s());
+  }
+  if (spec.stall_step_factor() > 0) o.stall_step_factor = spec.stall_step_factor();
+  if (spec.straggler_ratio() > 0) o.straggler_ratio = spec.straggler_ratio();
+  if (spec.straggler_window_s() > 0) {
+    o.straggler_window = absl::Seconds(spec.straggler_window_s());
+  }
+  return o;
+}
+
+AttemptWatch::AttemptWatch(std::vector<std::string> workers, absl::Time start)
+    : workers_(std::move(workers)),
+      start_(start),
+      last_move_(start),
+      ranks_(workers_.size()) {}
+
+void AttemptWatch::Report(int32_t rank, const v1::RankProgress& progress,
+                          absl::Time now) {
+  if (rank < 0 || rank >= static_cast<int32_t>(ranks_.size())) return;
+  RankState& r = ranks_[rank];
+  if (!r.reported || Moved(r.last, progress)) last_move_ = std::max(last_move_, now);
+  r.reported = true;
+  r.last = progress;
+  r.received = now;
+}
+
+absl::Duration AttemptWatch::PhaseAge(const RankState& r, absl::Time now) const {
+  return absl::Milliseconds(r.last.phase_elapsed_ms()) + (now - r.received);
+}
+
+std::string AttemptWatch::Name(int32_t rank) const {
+  return absl::StrCat("rank ", rank, " on ", workers_[rank]);
+}
+
+std::string AttemptWatch::WaitingText(const std::vector<int32_t>& waiting,
+                                      absl::Time now) const {
+  // Group the waiting ranks by what they wait on.
+  std::map<std::string, std::pair<std::vector<int32_t>, absl::Duration>> groups;
+  for (int32_t r : waiting) {
+    const RankState& s = ranks_[r];
+    const std::string what =
+        s.last.collective().empty() ? std::string("a collective") : s.last.collective();
+    auto& [ranks, longest] = groups[what];
+    ranks.push_back(r);
+    longest = std::max(longest, PhaseAge(s, now));
+  }
+  std::string out;
+  for (const auto& [what, group] : groups) {
+    absl::StrAppend(&out, "; ", group.first.size() == 1 ? "rank " : "ranks ",
+                    absl::StrJoin(group.first, ","), " waiting on ", what, " for ",
+                    Seconds(group.second));
+  }
+  return out;
+}
+
+std::optional<WatchVerdict> AttemptWatch::Check(absl::Time now,
+                                                const WatchdogOptions& options,
+                                                const std::vector<bool>& running) const {
+  if (!options.enabled) return std::nullopt;
+  auto is_running = [&](size_t r) { return r < running.size() && running[r]; };
+
+  // Unresponsive: silent past the threshold (counted from the start before
+  // the first report).
+  std::vector<int32_t> silent;
+  std::vector<int32_t> waiting;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (!is_running(r)) continue;
+    const RankState& s = ranks_[r];
+    const absl::Time heard = s.reported ? std::max(s.received, start_) : start_;
+    if (now - heard > options.rank_silent_after) {
+      silent.push_back(static_cast<int32_t>(r));
+    } else if (s.reported && s.last.phase() == kCollective) {
+      waiting.push_back(static_cast<int32_t>(r));
+    }
+  }
+  if (!silent.empty()) {
+    WatchVerdict v{.kind = WatchVerdict::Kind::kUnresponsive, .culprits = silent};
+    std::vector<std::string> parts;
+    for (int32_t r : silent) {
+      const RankState& s = ranks_[r];
+      const absl::Time heard = s.reported ? std::max(s.received, start_) : start_;
+      std::string last = s.reported ? absl::StrCat("last at step ", s.last.step(), " in ",
+                                                   s.last.phase())
+                                    : "none since the attempt started";
+      parts.push_back(absl::StrCat(Name(r), " unresponsive: no progress report for ",
+                                   Seconds(now - heard), " (", last, ")"));
+    }
+    v.reason = absl::StrCat(absl::StrJoin(parts, "; "), WaitingText(waiting, now));
+    return v;
+  }
+
+  // Stalled: nothing moved for the threshold.
+  std::vector<double> step_ms;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (is_running(r) && ranks_[r].reported && ranks_[r].last.step_time_ms() > 0) {
+      step_ms.push_back(ranks_[r].last.step_time_ms());
+    }
+  }
+  const absl::Duration threshold =
+      std::max(options.stall_after_min,
+               absl::Milliseconds(options.stall_step_factor * Median(step_ms)));
+  if (now - last_move_ <= threshold) return std::nullopt;
+
+  std::vector<int32_t> working;  // running, reported, not waiting on peers
+  waiting.clear();
+  int64_t lowest = INT64_MAX;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (!is_running(r) || !ranks_[r].reported) continue;
+    const RankState& s = ranks_[r];
+    (s.last.phase() == kCollective ? waiting : working).push_back(static_cast<int32_t>(r));
+    lowest = std::min(lowest, s.last.step());
+  }
+  if (working.empty() && waiting.empty()) return std::nullopt;
+  WatchVerdict v{.kind = WatchVerdict::Kind::kStalled};
+  if (!working.empty() && !waiting.empty()) {
+    v.culprits = working;
+  } else {
+    // Everyone waits (a collective that never completes) or everyone works:
+    // the ranks that fell behind are the suspects.
+    const std::vector<int32_t>& all = working.empty() ? waiting : working;
+    for (int32_t r : all) {
+      if (ranks_[r].last.step() == lowest) v.culprits.push_back(r);
+    }
+  }
+  std::vector<std::string> parts;
+  for (int32_t r : v.culprits) {
+    const RankState& s = ranks_[r];
+    std::string phase = s.last.phase();
+    if (phase == kCollective && !s.last.collective().empty()) {
+      phase = absl::StrCat("collective ", s.last.collective());
+    }
+    parts.push_back(absl::StrCat(Name(r), " stalled at step ", s.last.step(), " in ",
+                                 phase, " for ", Seconds(PhaseAge(s, now))));
+  }
+  std::vector<int32_t> peers;
+  for (int32_t r : waiting) {
+    if (!std::binary_search(v.culprits.begin(), v.culprits.end(), r)) peers.push_back(r);
+  }
+  v.reason = absl::StrCat(absl::StrJoin(parts, "; "), WaitingText(peers, now),
+                          " (no rank moved for ", Seconds(now - last_move_),
+                          "; stall threshold ", Seconds(threshold), ")");
+  return v;
+}
+
+std::vector<std::string> AttemptWatch::UpdateStragglers(absl::Time now,
+                                                        const WatchdogOptions& options,
+                                                        const std::vector<bool>& running) {
+  std::vector<std::string> flagged;
+  // Ranks whose report covers enough steps to compare.
+  std::vector<int32_t> comparable;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const RankState& s = ranks_[r];
+    if (r < running.size() && running[r] && s.reported &&
+        s.last.window_steps() >= options.straggler_min_steps &&
+        s.last.phase() != "done") {
+      comparable.push_back(static_cast<int32_t>(r));
+    }
+  }
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    RankState& s = ranks_[r];
+    const bool usable =
+        std::find(comparable.begin(), comparable.end(), static_cast<int32_t>(r)) !=
+        comparable.end();
+    std::vector<double> peer_own;
+    for (int32_t p : comparable) {
+      if (p != static_cast<int32_t>(r)) peer_own.push_back(OwnWorkMs(ranks_[p].last));
+    }
+    if (!usable || peer_own.empty()) {
+      s.slow_since = absl::InfiniteFuture();
+      s.flagged = false;
+      s.text.clear();
+      continue;
+    }
+    const double median = Median(peer_own);
+    const double own = OwnWorkMs(s.last);
+    const double ratio = median > 0 ? own / median : 0;
+    const double release = 1 + (options.straggler_ratio - 1) / 2;
+    if (ratio > options.straggler_ratio) {
+      if (s.slow_since == absl::InfiniteFuture()) s.slow_since = now;
+    } else {
+      s.slow_since = absl::InfiniteFuture();
+      if (s.flagged && ratio < release) {
+        s.flagged = false;
+        s.text.clear();
+      }
+    }
+    if (s.slow_since == absl::InfiniteFuture() && !s.flagged) continue;
+    // The phase that accounts for most of the excess over the peers.
+    std::string slow_phase;
+    double excess = -1, mine = 0, theirs = 0;
+    for (const auto& [phase, ms] : s.last.phase_ms()) {
+      if (phase == kCollective) continue;
+      std::vector<double> peer_phase;
+      for (int32_t p : comparable) {
+        if (p == static_cast<int32_t>(r)) continue;
+        auto it = ranks_[p].last.phase_ms().find(phase);
+        peer_phase.push_back(it == ranks_[p].last.phase_ms().end() ? 0 : it->second);
+      }
+      const double m = Median(peer_phase);
+      if (ms - m > excess) {
+        excess = ms - m;
+        slow_phase = phase;
+        mine = ms;
+        theirs = m;
+      }
+    }
+    const std::string text = absl::StrFormat(
+        "%s: %.1fx the median step work of its peers (%s %.0f ms vs %.0f ms per step)",
+        Name(static_cast<int32_t>(r)), ratio, slow_phase, mine, theirs);
+    if (s.flagged) {
+      s.text = text;
+    } else if (now - s.slow_since >= options.straggler_window) {
+      s.flagged = true;
+      s.text = text;
+      flagged.push_back(text);
+    }
+  }
+  return flagged;
+}
+
+std::vector<std::string> AttemptWatch::Stragglers() const {
+  std::vector<std::string> out;
+  for (const RankState& s : ranks_) {
+    if (s.flagged) out.push_back(s.text);
+  }
+  return out;
+}
+
+bool AttemptWatch::IsStraggler(int32_t rank) const {
+  return rank >= 0 && rank < static_cast<int32_t>(ranks_.size()) && ranks_[rank].flagged;
+}
+
+const v1::RankProgress* AttemptWatch::Progress(int32_t rank) const {
+  if (rank < 0 || rank >= static_cast<int32_t>(ranks_.size()) || !ranks_[rank].reported) {
+    return nullptr;
+  }
+  return &ranks_[rank].last;
+}
+
+absl::Time AttemptWatch::ReceivedAt(int32_t rank) const {
+  if (rank < 0 || rank >= static_cast<int32_t>(ranks_.size())) {
+    return absl::InfinitePast();
+  }
+  return ranks_[rank].received;
+}
+
+int64_t AttemptWatch::MaxStep() const {
+  int64_t m = 0;
+  for (const RankState& s : ranks_) {
+    if (s.reported) m = std::max(m, s.last.step());
+  }
+  return m;
+}
+
+}  // namespace tessera

@@ -1,0 +1,107 @@
+// SlurmPoolManager: keeps the coordinator's Slurm allocations and, on each
+// Tick, brings them in line with the jobs that wait: it asks Slurm for the
+// allocations' states, plans with PlanSlurmPools (slurm_pool.h), cancels and
+// submits through a SlurmClient, and returns the pending reasons and the
+// workers reserved for the jobs that caused their allocations.
+//
+// Who sbatch runs as: a pool with submit_as_owner submits as the job's
+// owner when Options::can_submit_as_owner (the coordinator runs as root)
+// and the owner is a local account other than root; otherwise, or when the
+// owner has no account here, as the coordinator's service account. The
+// owner is recorded on the allocation either way.
+//
+// The join credential: before each submission the CredentialWriter is asked
+// for the path of a file holding a credential for that allocation, readable
+// by the account the job will run as (0600, on storage the nodes see). The
+// path goes into the script; the credential never does.
+//
+// Use: the JobManager calls Tick() from its tick thread, WITHOUT holding its
+// own lock (Tick runs sbatch, squeue and scancel), with the waiting jobs and
+// the pool workers it copied under its lock, then applies the result under
+// its lock. Allocation() is for `tessctl status`.
+//
+// Thread-safety: thread-safe. Ticks run one at a time (tick_mu_); the
+// allocation list is guarded by mu_, which is never held across a Slurm
+// command.
+#ifndef TESSERA_COORDINATOR_CORE_SLURM_POOL_MANAGER_H_
+#define TESSERA_COORDINATOR_CORE_SLURM_POOL_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "coordinator/core/slurm_client.h"
+#include "coordinator/core/slurm_pool.h"
+#include "coordinator/core/slurm_pool_config.h"
+
+namespace tessera {
+
+struct SlurmPoolManagerOptions {
+  // HOST:PORT the workers in the allocations dial (the coordinator's
+  // address as the compute nodes reach it).
+  std::string coordinator_address;
+  // Whether sbatch may run as the job's owner (SlurmCli::CanSubmitAsOtherUsers()).
+  bool can_submit_as_owner = false;
+  // Directory sbatch runs in (SbatchRequest::working_dir); "/" by default.
+  std::string submit_dir = "/";
+  SlurmPoolOptions plan;
+};
+
+class SlurmPoolManager {
+ public:
+  // Returns the absolute path of a 0600 file, owned by `run_as` (the
+  // service account when empty), holding a join credential scoped to the
+  // allocation about to be submitted for `decision`.
+  using CredentialWriter = std::function<absl::StatusOr<std::string>(
+      const SlurmSubmitDecision& decision, const std::string& run_as)>;
+
+  struct TickResult {
+    std::map<int64_t, std::string> pending_reasons;   // job -> reason
+    std::map<std::string, int64_t> reserved_workers;  // worker name -> job
+    // What happened, one line each ("submitted Slurm allocation 1234 for job
+    // 7 in pool cpu as alice"), for the log and the jobs' events.
+    std::vector<std::string> events;
+  };
+
+  // `client` and `clock` are not owned and must outlive the manager.
+  SlurmPoolManager(std::vector<SlurmPoolConfig> pools, SlurmClient* client,
+                   const Clock* clock, CredentialWriter credentials,
+                   SlurmPoolManagerOptions options);
+
+  // One round (see the header comment). Blocks on Slurm's commands.
+  TickResult Tick(const std::vector<WaitingJob>& waiting,
+                  const std::vector<SlurmPoolWorker>& workers) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The live allocation submitted for `job_id`, if any.
+  std::optional<SlurmAllocation> Allocation(int64_t job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<SlurmAllocation> Allocations() const ABSL_LOCKS_EXCLUDED(mu_);
+  const std::vector<SlurmPoolConfig>& pools() const { return pools_; }
+
+ private:
+  // Who sbatch runs as for a job of `owner` in `pool` ("" = service account).
+  std::string SubmitAccount(const SlurmPoolConfig& pool, const std::string& owner) const;
+  const SlurmPoolConfig* Pool(const std::string& name) const;
+
+  const std::vector<SlurmPoolConfig> pools_;
+  SlurmClient* const client_;  // Not owned.
+  const Clock* const clock_;   // Not owned.
+  const CredentialWriter credentials_;
+  const SlurmPoolManagerOptions options_;
+
+  absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one Tick at a time
+  mutable absl::Mutex mu_;
+  std::vector<SlurmAllocation> allocations_ ABSL_GUARDED_BY(mu_);
+  std::vector<SlurmSubmitFailure> failures_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_CORE_SLURM_POOL_MANAGER_H_

@@ -1,0 +1,202 @@
+// SlurmPoolManager (coordinator/core/slurm_pool_manager.h) over a fake
+// SlurmClient and a fake clock: submissions with their script, account and
+// credential file, the pending reasons from Slurm's states, idle cancels,
+// forgetting ended allocations, failed commands.
+#include "coordinator/core/slurm_pool_manager.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+// Records every call; jobs get ids from 100 up and sit in `jobs` until the
+// test changes or removes them.
+class FakeSlurmClient : public SlurmClient {
+ public:
+  absl::StatusOr<std::string> Submit(const SbatchRequest& request) override {
+    submitted.push_back(request);
+    if (!submit_errors.empty()) {
+      absl::Status e = submit_errors.front();
+      submit_errors.erase(submit_errors.begin());
+      return e;
+    }
+    const std::string id = absl::StrCat(next_id++);
+    jobs[id] = {id, "PD", "None", ""};
+    return id;
+  }
+  absl::StatusOr<std::map<std::string, SlurmJobInfo>> Query(
+      const std::vector<std::string>& ids) override {
+    ++queries;
+    if (!query_error.ok()) return query_error;
+    std::map<std::string, SlurmJobInfo> out;
+    for (const std::string& id : ids) {
+      if (jobs.contains(id)) out[id] = jobs[id];
+    }
+    return out;
+  }
+  absl::Status Cancel(const std::string& id, std::optional<std::string> signal) override {
+    cancelled.push_back(id);
+    if (jobs.contains(id)) jobs[id].state = "CA";
+    return absl::OkStatus();
+  }
+
+  std::map<std::string, SlurmJobInfo> jobs;
+  std::vector<SbatchRequest> submitted;
+  std::vector<absl::Status> submit_errors;
+  std::vector<std::string> cancelled;
+  absl::Status query_error;
+  int queries = 0;
+  int next_id = 100;
+};
+
+SlurmPoolConfig CpuPool() {
+  SlurmPoolConfig p;
+  p.name = "cpu";
+  p.cpus_per_node = 2;
+  p.max_nodes = 2;
+  p.idle_timeout = absl::Minutes(5);
+  return p;
+}
+
+WaitingJob Job(int64_t id, int32_t world, const std::string& owner = "alice") {
+  return {.job_id = id, .world_size = world, .owner = owner};
+}
+
+class SlurmPoolManagerTest : public ::testing::Test {
+ protected:
+  SlurmPoolManager Make(bool can_submit_as_owner, SlurmPoolConfig pool = CpuPool()) {
+    return SlurmPoolManager(
+        {pool}, &slurm_, &clock_,
+        [this](const SlurmSubmitDecision& d, const std::string& run_as) {
+          credential_requests_.push_back(absl::StrCat(d.job_id, ":", run_as));
+          return absl::StatusOr<std::string>(absl::StrCat("/shared/join/job", d.job_id));
+        },
+        {.coordinator_address = "coord:50051",
+         .can_submit_as_owner = can_submit_as_owner});
+  }
+
+  FakeSlurmClient slurm_;
+  FakeClock clock_;
+  std::vector<std::string> credential_requests_;
+};
+
+TEST_F(SlurmPoolManagerTest, SubmitsTheRenderedScriptAndReportsSlurmsState) {
+  SlurmPoolManager m = Make(/*can_submit_as_owner=*/false);
+  SlurmPoolManager::TickResult r = m.Tick({Job(7, 2)}, {});
+  ASSERT_EQ(slurm_.submitted.size(), 1u);
+  const std::string& script = slurm_.submitted[0].script;
+  EXPECT_TRUE(absl::StrContains(script, "#SBATCH --nodes=1\n")) << script;
+  EXPECT_TRUE(absl::StrContains(script, "--coordinator 'coord:50051'")) << script;
+  EXPECT_TRUE(absl::StrContains(script, "--join-token-file '/shared/join/job7'"))
+      << script;
+  EXPECT_EQ(slurm_.submitted[0].run_as, "");
+  EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 100 (PD)");
+  ASSERT_TRUE(m.Allocation(7).has_value());
+  EXPECT_EQ(m.Allocation(7)->slurm_job_id, "100");
+  EXPECT_EQ(m.Allocation(7)->owner,
+            "alice");  // recorded, though submitted as the service
+
+  slurm_.jobs["100"].reason = "Resources";
+  r = m.Tick({Job(7, 2)}, {});
+  EXPECT_EQ(slurm_.submitted.size(), 1u);
+  EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 100 (PD: Resources)");
+}
+
+TEST_F(SlurmPoolManagerTest, SubmitsAsTheOwnerWhenItMay) {
+  SlurmPoolManager m = Make(/*can_submit_as_owner=*/true);
+  m.Tick({Job(7, 2, "alice"), Job(8, 2, "root"), Job(9, 2, "")}, {});
+  ASSERT_EQ(slurm_.submitted.size(), 3u);
+  EXPECT_EQ(slurm_.submitted[0].run_as, "alice");
+  EXPECT_EQ(slurm_.submitted[1].run_as, "");  // never as root
+  EXPECT_EQ(slurm_.submitted[2].run_as, "");  // no owner: the service account
+  EXPECT_EQ(credential_requests_, (std::vector<std::string>{"7:alice", "8:", "9:"}));
+}
+
+TEST_F(SlurmPoolManagerTest, OwnerWithoutAnAccountIsSubmittedAsTheService) {
+  SlurmPoolManager m = Make(/*can_submit_as_owner=*/true);
+  slurm_.submit_errors = {absl::NotFoundError("no user carol")};
+  SlurmPoolManager::TickResult r = m.Tick({Job(7, 2, "carol")}, {});
+  ASSERT_EQ(slurm_.submitted.size(), 2u);
+  EXPECT_EQ(slurm_.submitted[0].run_as, "carol");
+  EXPECT_EQ(slurm_.submitted[1].run_as, "");
+  // The credential file is written again, for the account that submits now.
+  EXPECT_EQ(credential_requests_, (std::vector<std::string>{"7:carol", "7:"}));
+  EXPECT_EQ(m.Allocation(7)->owner, "carol");
+  EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 100 (PD)");
+}
+
+TEST_F(SlurmPoolManagerTest, CancelsTheIdleAllocationAndForgetsItOnceEnded) {
+  SlurmPoolManager m = Make(false);
+  m.Tick({Job(7, 2)}, {});
+  slurm_.jobs["100"].state = "R";
+  SlurmPoolWorker w{.name = "n1-slurm-100",
+                    .pool = "cpu",
+                    .slurm_job_id = "100",
+                    .running_ranks = 0,
+                    .idle_since = clock_.Now()};
+  SlurmPoolManager::TickResult r = m.Tick({Job(7, 2)}, {w});
+  EXPECT_EQ(r.reserved_workers, (std::map<std::string, int64_t>{{"n1-slurm-100", 7}}));
+  // The job ran there and finished; the worker is idle from now.
+  w.idle_since = clock_.Now();
+  clock_.Advance(absl::Minutes(4));
+  m.Tick({}, {w});
+  EXPECT_TRUE(slurm_.cancelled.empty());
+  clock_.Advance(absl::Minutes(1));
+  r = m.Tick({}, {w});
+  EXPECT_EQ(slurm_.cancelled, (std::vector<std::string>{"100"}));
+  ASSERT_FALSE(r.events.empty());
+  EXPECT_TRUE(absl::StrContains(r.events.back(), "idle for 5m")) << r.events.back();
+  // Not cancelled twice; forgotten once Slurm shows it ended.
+  m.Tick({}, {w});
+  EXPECT_EQ(slurm_.cancelled.size(), 1u);
+  EXPECT_TRUE(m.Allocations().empty());
+}
+
+TEST_F(SlurmPoolManagerTest, FailedQueryDoesNotLookLikeEndedAllocations) {
+  SlurmPoolManager m = Make(false);
+  m.Tick({Job(7, 2)}, {});
+  slurm_.query_error = absl::UnavailableError("Unable to contact slurm controller");
+  SlurmPoolManager::TickResult r = m.Tick({Job(7, 2)}, {});
+  EXPECT_EQ(m.Allocations().size(), 1u);
+  EXPECT_EQ(slurm_.submitted.size(), 1u);  // no second allocation either
+  EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 100 (PD)");
+  EXPECT_TRUE(absl::StrContains(r.events[0], "cannot query Slurm")) << r.events[0];
+}
+
+TEST_F(SlurmPoolManagerTest, FailedSubmissionIsReportedAndRetriedLater) {
+  SlurmPoolManager m = Make(false);
+  slurm_.submit_errors = {absl::FailedPreconditionError(
+      "sbatch failed (exit code 1): sbatch: error: Invalid account")};
+  SlurmPoolManager::TickResult r = m.Tick({Job(7, 2)}, {});
+  EXPECT_EQ(r.pending_reasons[7],
+            "Slurm submission to pool cpu failed: sbatch failed (exit code 1): sbatch: "
+            "error: Invalid account");
+  r = m.Tick({Job(7, 2)}, {});
+  EXPECT_EQ(slurm_.submitted.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(r.pending_reasons[7], "retrying in"))
+      << r.pending_reasons[7];
+  clock_.Advance(absl::Seconds(61));
+  r = m.Tick({Job(7, 2)}, {});
+  EXPECT_EQ(slurm_.submitted.size(), 2u);
+  EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 100 (PD)");
+}
+
+TEST_F(SlurmPoolManagerTest, AllocationKilledBySlurmIsReplacedForItsJob) {
+  SlurmPoolManager m = Make(false);
+  m.Tick({Job(7, 2)}, {});
+  slurm_.jobs.erase("100");  // ended (e.g. node failure) and purged
+  SlurmPoolManager::TickResult r = m.Tick({Job(7, 2)}, {});
+  ASSERT_EQ(slurm_.submitted.size(), 2u);
+  EXPECT_EQ(m.Allocation(7)->slurm_job_id, "101");
+  EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 101 (PD)");
+}
+
+}  // namespace
+}  // namespace tessera

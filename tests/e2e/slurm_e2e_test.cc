@@ -1,0 +1,204 @@
+// Tessera inside Slurm, end to end against a real slurmctld and slurmd
+// (Debian's slurm-wlm, started by the test on this host): a coordinator with
+// a Slurm pool and no static workers submits an allocation for a queued job,
+// workers start inside it and register, the job runs there, and the idle
+// allocation is given back; `scancel --signal=USR1` (a preemption notice)
+// drains the allocation's worker and the job resumes from its checkpoint on a
+// new allocation. Needs root; skips otherwise, except under
+// TESSERA_REQUIRE_SLURM=1 (.ci/run), where a skip is a failure.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "tests/e2e/cluster_fixture.h"
+#include "tests/testing/slurm_cluster.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+using ::tessera::testing::SlurmCluster;
+
+class SlurmE2eTest : public ClusterTest {
+ protected:
+  void SetUp() override {
+    if (absl::Status s = SlurmCluster::CheckSupported(); !s.ok()) {
+      if (SlurmCluster::Required()) GTEST_FAIL() << s.message();
+      GTEST_SKIP() << s.message();
+    }
+    absl::StatusOr<std::unique_ptr<SlurmCluster>> cluster = SlurmCluster::Start();
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    slurm_ = *std::move(cluster);
+  }
+
+  void TearDown() override {
+    ClusterTest::TearDown();
+    if (slurm_ != nullptr) EXPECT_TRUE(slurm_->Stop().ok());
+  }
+
+  // A coordinator whose only workers come from one Slurm pool "cpu": one
+  // node with 2 CPU slots per allocation, given back after 5 s idle.
+  void StartWithPool() {
+    const std::string pools = dir_.File("pools.yaml");
+    std::ofstream(pools) << absl::StrCat(R"(pools:
+  - name: cpu
+    partition: )",
+                                         slurm_->partition(), R"(
+    cpus_per_node: 2
+    max_nodes: 1
+    time_limit: 30m
+    idle_timeout: 5s
+    register_timeout: 60s
+    submit_as: service
+    output: )",
+                                         slurm_->dir(), R"(/alloc-%j.out
+    worker:
+      path: )",
+                                         testing::BinDir(), R"(/tessera-worker
+      args: ["--allow-root-jobs", "--no-cgroups", "--kill-grace-ms", "3000",
+             "--data-root", "/usr/share/datasets", "--data-root", ")",
+                                         dir_.path(), R"(", "--checkpoint-root", ")",
+                                         dir_.path(), R"("]
+)");
+    StartCoordinator(0, {"--slurm-pools", pools, "--slurm-conf", slurm_->conf_path(),
+                         "--slurm-credential-dir", dir_.File("slurm-credentials")});
+  }
+
+  // Slurm job ids squeue lists (any state but the final ones).
+  std::vector<std::string> Allocations() {
+    absl::StatusOr<std::string> out = slurm_->Run({"squeue", "-h", "-o", "%i"});
+    if (!out.ok()) return {};
+    std::vector<std::string> ids;
+    for (absl::string_view line : absl::StrSplit(*out, '\n', absl::SkipWhitespace())) {
+      ids.emplace_back(absl::StripAsciiWhitespace(line));
+    }
+    return ids;
+  }
+
+  // The registered worker running job `id`'s rank 0, with its Slurm job id.
+  v1::Worker WorkerOfRank0(int64_t id) {
+    const v1::Job job = Get(id);
+    if (job.ranks_size() == 0) return {};
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse resp;
+    if (!jobs_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) return {};
+    for (const v1::Worker& w : resp.workers()) {
+      if (w.name() == job.ranks(0).worker()) return w;
+    }
+    return {};
+  }
+
+  std::unique_ptr<SlurmCluster> slurm_;
+};
+
+std::string Job(const std::string& name, int64_t steps, const std::string& extra) {
+  return absl::StrCat("name: ", name, R"(
+world_size: 2
+trainer:
+  model: vit-micro
+  dataset: synthetic
+  epochs: 1000
+  max_steps: )",
+                      steps, R"(
+  batch_size: 16
+  train_subset: 4096
+  test_subset: 64
+  metrics_every: 5
+  threads: 1
+)",
+                      extra);
+}
+
+TEST_F(SlurmE2eTest, QueuedJobGetsAnAllocationRunsOnItAndTheIdleAllocationIsGivenBack) {
+  StartWithPool();
+  const absl::Time submitted = absl::Now();
+  const int64_t id = Submit(Job("slurm-e2e", 30, ""));
+
+  // What a new user sees while the allocation is pending or starting.
+  std::string pending;
+  for (int i = 0; i < 300 && pending.empty(); ++i) {
+    const v1::Job job = Get(id);
+    if (absl::StrContains(job.pending_reason(), "Slurm allocation")) {
+      pending = job.pending_reason();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(pending.empty()) << DumpLogs() << slurm_->DaemonLogs();
+  std::printf("NOTE pending_reason=\"%s\"\n", pending.c_str());
+  const std::vector<std::string> allocations = Allocations();
+  ASSERT_EQ(allocations.size(), 1u) << slurm_->DaemonLogs();
+  const std::string allocation = allocations[0];
+  EXPECT_THAT(pending, HasSubstr(absl::StrCat("waiting for Slurm allocation ", allocation)));
+
+  // The job runs on the allocation's worker.
+  absl::Time running_at = absl::InfiniteFuture();
+  for (int i = 0; i < 1200 && running_at == absl::InfiniteFuture(); ++i) {
+    if (Get(id).state() == v1::JOB_STATE_RUNNING) running_at = absl::Now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(running_at, absl::InfiniteFuture()) << DumpLogs() << slurm_->DaemonLogs();
+  std::printf("FIGURE slurm_submit_to_running_s=%.1f\n",
+              absl::ToDoubleSeconds(running_at - submitted));
+  const v1::Worker worker = WorkerOfRank0(id);
+  EXPECT_EQ(worker.pool(), "cpu");
+  EXPECT_EQ(worker.slurm_job_id(), allocation);
+
+  const v1::Job job = WaitForEnd(id, absl::Minutes(3));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason() << "\n" << DumpLogs();
+
+  // Idle for the pool's 5 s: the allocation is cancelled.
+  const absl::Time ended = absl::Now();
+  absl::Status gone = slurm_->WaitForJobState(allocation, {"CA", "CD", ""}, absl::Minutes(1));
+  EXPECT_TRUE(gone.ok()) << gone << "\n" << DumpLogs();
+  std::printf("FIGURE slurm_idle_to_released_s=%.1f\n",
+              absl::ToDoubleSeconds(absl::Now() - ended));
+}
+
+TEST_F(SlurmE2eTest, PreemptionNoticeDrainsTheAllocationAndTheJobResumesOnANewOne) {
+  StartWithPool();
+  const std::string ckpt = dir_.File("ckpt-slurm");
+  const int64_t id = Submit(Job(
+      "slurm-preempt", 300,
+      absl::StrCat("  checkpoint_every: 100000\n  checkpoint_dir: ", ckpt, "\n")));
+  WaitForTraining(id, 2, absl::Minutes(3));
+  int64_t last = 0;
+  while (last < 30) {
+    for (const auto& p : Metrics(id)) last = std::max(last, p.step());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const std::string first = WorkerOfRank0(id).slurm_job_id();
+  ASSERT_FALSE(first.empty());
+
+  // Slurm's warning before a preemption or the time limit.
+  ASSERT_TRUE(slurm_->Run({"scancel", "--signal=USR1", first}).ok());
+  const v1::Job job = WaitForEnd(id, absl::Minutes(4));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason() << "\n" << DumpLogs();
+  EXPECT_EQ(job.attempt(), 2);
+  EXPECT_EQ(job.preemptions(), 1);
+  bool preempted = false;
+  for (const v1::JobEvent& e : job.events()) {
+    preempted |= absl::StrContains(e.reason(), "preempted on");
+  }
+  EXPECT_TRUE(preempted);
+  // Attempt 2 ran under another allocation, from the checkpoint.
+  ASSERT_EQ(job.ranks_size(), 2);
+  EXPECT_THAT(job.ranks(0).worker(), ::testing::Not(HasSubstr(first)));
+  int64_t first_step_2 = -1;
+  for (const auto& p : Metrics(id)) {
+    if (p.attempt() == 2 && p.name() == "loss" &&
+        (first_step_2 < 0 || p.step() < first_step_2)) {
+      first_step_2 = p.step();
+    }
+  }
+  EXPECT_GT(first_step_2, 5) << "attempt 2 did not resume from the drain's checkpoint";
+  EXPECT_TRUE(slurm_->WaitForJobState(first, {"CA", "CD", ""}, absl::Minutes(1)).ok());
+}
+
+}  // namespace
+}  // namespace tessera
