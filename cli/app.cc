@@ -212,7 +212,8 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
                    "Seconds to wait for the ranks to checkpoint and leave before they "
                    "are stopped (default: the coordinator's --drain-timeout, 120)")
       ->check(CLI::NonNegativeNumber);
-  drain_cmd->footer(Footer("  tessctl drain node-3\n  tessctl drain node-3 --timeout 300"));
+  drain_cmd->footer(
+      Footer("  tessctl drain node-3\n  tessctl drain node-3 --timeout 300"));
   DrainOptions undrain{.undrain = true};
   CLI::App* undrain_cmd =
       app.add_subcommand("undrain", "Return a drained worker to service (admin)");

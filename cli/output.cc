@@ -240,8 +240,9 @@ std::string ProgressCell(const v1::RankStatus& rank) {
       static_cast<double>(p.phase_elapsed_ms() + rank.progress_age_ms()) / 1000;
   if (in_phase_s >= 1) absl::StrAppend(&out, absl::StrFormat(" %.0fs", in_phase_s));
   if (rank.progress_age_ms() >= 5000) {
-    absl::StrAppend(&out, absl::StrFormat(" (silent %.0fs)",
-                                          static_cast<double>(rank.progress_age_ms()) / 1000));
+    absl::StrAppend(&out,
+                    absl::StrFormat(" (silent %.0fs)",
+                                    static_cast<double>(rank.progress_age_ms()) / 1000));
   }
   if (rank.straggler()) absl::StrAppend(&out, " STRAGGLER");
   return out;
@@ -254,6 +255,10 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   if (!job.owner().empty()) fields.AddRow({"OWNER", job.owner()});
   if (!job.reason().empty()) fields.AddRow({"REASON", job.reason()});
   if (!job.pending_reason().empty()) fields.AddRow({"PENDING", job.pending_reason()});
+  if (!job.slurm_allocation().empty()) {
+    fields.AddRow(
+        {"SLURM", absl::StrCat("allocation ", Sanitize(job.slurm_allocation()))});
+  }
   fields.AddRow({"ATTEMPT", job.preemptions() > 0
                                 ? absl::StrCat(job.attempt(), " (", job.preemptions(),
                                                " preempted, not counted as restarts)")
@@ -439,8 +444,9 @@ json JobToJson(const v1::Job& job, bool include_spec_yaml) {
       {"pending_reason", job.pending_reason()},
       {"attempt", job.attempt()},
       {"preemptions", job.preemptions()},
-      {"stragglers", json(std::vector<std::string>(job.stragglers().begin(),
-                                                   job.stragglers().end()))},
+      {"slurm_allocation", job.slurm_allocation()},
+      {"stragglers",
+       json(std::vector<std::string>(job.stragglers().begin(), job.stragglers().end()))},
       {"world_size", job.spec().world_size()},
       {"sweep_id", job.sweep_id() != 0 ? json(job.sweep_id()) : json(nullptr)},
       {"sweep_point", job.sweep_id() != 0 ? json(job.sweep_point()) : json(nullptr)},

@@ -781,8 +781,9 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   CheckNonNegative("watchdog.stall_step_factor", w.stall_step_factor(), &errors);
   CheckNonNegative("watchdog.straggler_window_s", w.straggler_window_s(), &errors);
   if (w.rank_silent_after_s() > 0 && w.rank_silent_after_s() < 1) {
-    errors.push_back("watchdog.rank_silent_after_s: must be at least 1 (progress is "
-                     "reported every 2 s or so)");
+    errors.push_back(
+        "watchdog.rank_silent_after_s: must be at least 1 (progress is "
+        "reported every 2 s or so)");
   }
   if (w.straggler_ratio() != 0 && w.straggler_ratio() <= 1) {
     errors.push_back(absl::StrCat("watchdog.straggler_ratio: must be above 1, got ",

@@ -7,14 +7,14 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
-#include <memory>
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,9 +23,9 @@
 #include "common/service_notify.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/core/auth.h"
-#include "coordinator/core/tls_identity.h"
 #include "coordinator/core/slurm_pool_config.h"
 #include "coordinator/core/slurm_pool_manager.h"
+#include "coordinator/core/tls_identity.h"
 #include "coordinator/slurm/slurm_cli.h"
 #include "coordinator/store/sqlite_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -59,16 +59,16 @@ bool UserInGroup(const std::string& user, const std::string& group) {
 // to a 0600 file in `credential_dir` owned by the account the allocation runs
 // as (never in the script or an argv).
 absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
-    std::vector<tessera::SlurmPoolConfig> pools, const tessera::CoordinatorOptions& options,
-    int port, const std::string& slurm_conf, std::string address,
-    const std::string& credential_dir, bool tls_self_signed,
+    std::vector<tessera::SlurmPoolConfig> pools,
+    const tessera::CoordinatorOptions& options, int port, const std::string& slurm_conf,
+    std::string address, const std::string& credential_dir, bool tls_self_signed,
     std::unique_ptr<tessera::SlurmCli>* cli) {
   std::error_code ec;
   std::filesystem::create_directories(credential_dir, ec);
   if (ec || chmod(credential_dir.c_str(), 0711) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--slurm-credential-dir ", credential_dir, ": cannot create it (",
-        ec ? ec.message() : std::string(std::strerror(errno)), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--slurm-credential-dir ", credential_dir, ": cannot create it (",
+                     ec ? ec.message() : std::string(std::strerror(errno)), ")"));
   }
   if (address.empty()) {
     std::string host = tessera::HostOfAddress(options.listen);
@@ -89,7 +89,8 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
   std::string pin;
   if (tls_self_signed) {
     auto identity = tessera::LoadOrCreateSelfSignedIdentity(
-        *store, {tessera::HostOfAddress(options.listen), tessera::HostOfAddress(options.http)});
+        *store,
+        {tessera::HostOfAddress(options.listen), tessera::HostOfAddress(options.http)});
     if (!identity.ok()) return identity.status();
     auto fingerprint = tessera::CertificateFingerprint(identity->cert_pem);
     if (!fingerprint.ok()) return fingerprint.status();
@@ -98,15 +99,16 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
   auto write_credential = [store, credential_dir, pin](
                               const tessera::SlurmSubmitDecision& decision,
                               const std::string& run_as) -> absl::StatusOr<std::string> {
-    const std::string name = absl::StrCat("slurm-", decision.pool, "-job", decision.job_id);
+    const std::string name =
+        absl::StrCat("slurm-", decision.pool, "-job", decision.job_id);
     absl::StatusOr<std::string> token =
         tessera::CreateToken(*store, clock, tessera::kJoinToken, name);
     if (!token.ok()) return token.status();
     if (!pin.empty()) *token = tessera::AddPinToToken(*token, pin);
     const std::string path = absl::StrCat(credential_dir, "/", name, "-",
                                           absl::ToUnixMillis(absl::Now()), ".token");
-    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                        0600);
+    const int fd =
+        open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
@@ -120,9 +122,9 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
     close(fd);
     if (!ok) {
       unlink(path.c_str());
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot write the join credential ", path, " for ",
-          run_as.empty() ? std::string("the service account") : run_as));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write the join credential ", path, " for ",
+                       run_as.empty() ? std::string("the service account") : run_as));
     }
     return path;
   };
@@ -481,7 +483,8 @@ int main(int argc, char** argv) {
   options.manager.progress_report_interval = absl::Seconds(progress_interval_s);
   options.manager.drain_timeout = absl::Seconds(drain_timeout_s);
   if (options.manager.progress_report_interval * 3 > watchdog.rank_silent_after) {
-    std::cerr << "tessera-coordinator: --rank-silent-after must be at least 3x --progress-interval, so that "
+    std::cerr << "tessera-coordinator: --rank-silent-after must be at least 3x "
+                 "--progress-interval, so that "
                  "one late report does not end an attempt\n";
     return 2;
   }

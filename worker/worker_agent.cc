@@ -651,7 +651,7 @@ void WorkerAgent::Run() {
   };
   while (HandleRequests()) {
     if (drain_deadline_) {
-      if (supervisor_.Snapshot().empty() && logs_.empty()) {
+      if (Drained()) {
         spdlog::info("drained: every rank exited and the coordinator has its exits");
         break;
       }
@@ -672,7 +672,7 @@ void WorkerAgent::Run() {
       }
       failures = 0;
       backoff = options_.initial_backoff;
-      if (drain_deadline_ && supervisor_.Snapshot().empty() && logs_.empty()) continue;
+      if (drain_deadline_ && Drained()) continue;
       WaitFor(capped(heartbeat_interval_));
       continue;
     }

@@ -206,6 +206,8 @@ class WorkerAgent {
   // heartbeats alike.
   void AddLocalRanks(google::protobuf::RepeatedPtrField<tessera::v1::LocalRank>* out);
   void Launch(const tessera::v1::LaunchOrder& order);
+  // No rank left to report: every exit acknowledged, every log shipped.
+  bool Drained() const { return supervisor_.Snapshot().empty() && logs_.empty(); }
   // Acts on Drain() and Preempt(). Returns false once Stop() was called.
   bool HandleRequests();
   // After Run()'s loop: heartbeats until every exit is acknowledged, for at

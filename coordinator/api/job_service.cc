@@ -178,9 +178,9 @@ grpc::Status JobServiceImpl::DrainWorker(grpc::ServerContext* context,
   if (request->timeout_ms() < 0) {
     return ToGrpcStatus(absl::InvalidArgumentError("timeout_ms: must not be negative"));
   }
-  absl::StatusOr<v1::Worker> worker =
-      manager_->DrainWorker(*caller, request->name(),
-                            absl::Milliseconds(request->timeout_ms()), request->undrain());
+  absl::StatusOr<v1::Worker> worker = manager_->DrainWorker(
+      *caller, request->name(), absl::Milliseconds(request->timeout_ms()),
+      request->undrain());
   if (!worker.ok()) return ToGrpcStatus(worker.status());
   *response->mutable_worker() = std::move(*worker);
   return grpc::Status::OK;

@@ -70,12 +70,12 @@ RankRecord& ActiveJob::RecordExit(const v1::LocalRank& reported) {
   rank.pid = reported.pid();
   rank.exit_code = reported.exit_code();
   rank.signal = reported.signal();
-  rank.exit_reason = reported.launch_error().empty()
-                         ? (ExitedPreempted(rank)
-                                ? std::string("checkpointed and left (preempted)")
-                                : ExitText(rank))
-                         : absl::StrCat("could not be launched: ",
-                                        reported.launch_error().substr(0, 1024));
+  rank.exit_reason =
+      reported.launch_error().empty()
+          ? (ExitedPreempted(rank) ? std::string("checkpointed and left (preempted)")
+                                   : ExitText(rank))
+          : absl::StrCat("could not be launched: ",
+                         reported.launch_error().substr(0, 1024));
   if (kill_sent[reported.rank()])
     absl::StrAppend(&rank.exit_reason, " after a stop order");
   return rank;
@@ -220,7 +220,8 @@ v1::Job ActiveJob::ToProto(absl::Time now) const {
       if (s.state() == RankStateName(RankState::kExited)) continue;
       if (const v1::RankProgress* p = watch->Progress(s.rank()); p != nullptr) {
         *s.mutable_progress() = *p;
-        s.set_progress_age_ms(absl::ToInt64Milliseconds(now - watch->ReceivedAt(s.rank())));
+        s.set_progress_age_ms(
+            absl::ToInt64Milliseconds(now - watch->ReceivedAt(s.rank())));
       }
       s.set_straggler(watch->IsStraggler(s.rank()));
     }

@@ -208,7 +208,15 @@ absl::StatusOr<v1::Job> JobManager::GetJob(const Caller& caller, int64_t job_id)
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) {
       if (!caller.MaySee(it->second.record.owner)) return NotFound(job_id);
-      return it->second.ToProto(clock_->Now());
+      v1::Job job = it->second.ToProto(clock_->Now());
+      if (SlurmPoolManager* slurm = slurm_.load(); slurm != nullptr) {
+        if (std::optional<SlurmAllocation> a = slurm->Allocation(job_id)) {
+          job.set_slurm_allocation(
+              absl::StrCat(a->slurm_job_id, " in pool ", a->pool, " (",
+                           a->state.empty() ? "ended" : a->state, ")"));
+        }
+      }
+      return job;
     }
   }
   writer_->Flush();
@@ -412,8 +420,8 @@ absl::StatusOr<v1::Worker> JobManager::DrainWorker(const Caller& caller,
       RETURN_IF_ERROR(workers_.Undrain(name));
       ScheduleLocked();
     } else {
-      const absl::Duration wait = timeout > absl::ZeroDuration() ? timeout
-                                                                 : options_.drain_timeout;
+      const absl::Duration wait =
+          timeout > absl::ZeroDuration() ? timeout : options_.drain_timeout;
       RETURN_IF_ERROR(workers_.Drain(
           name, absl::StrCat("drain by ", caller.name.empty() ? "an admin" : caller.name),
           clock_->Now() + wait));
@@ -532,16 +540,7 @@ bool JobManager::ReconcileReportedRanksLocked(const HeartbeatReport& report,
         writer_->PutRanks({*rank});
         break;
       case RankVerdict::kRecordExit:
-        if (recorded != nullptr) recorded->push_back(*rank);
-        RecordExitLocked(*job, lr, releases);
-        if (recorded != nullptr) {
-          // The exit as recorded (RecordExitLocked may have cleared job->ranks).
-          RankRecord& r = recorded->back();
-          r.state = kExited;
-          r.pid = lr.pid();
-          r.exit_code = lr.exit_code();
-          r.signal = lr.signal();
-        }
+        RecordExitLocked(*job, lr, releases, recorded);
         changed = true;
         *response.add_acknowledged_exits() = KillOrderFor(lr);
         break;
@@ -571,9 +570,11 @@ bool JobManager::ReconcileReportedRanksLocked(const HeartbeatReport& report,
 }
 
 void JobManager::RecordExitLocked(ActiveJob& job, const v1::LocalRank& reported,
-                                  Rendezvous::Releases* releases) {
+                                  Rendezvous::Releases* releases,
+                                  std::vector<RankRecord>* recorded) {
   const RankRecord& rank = job.RecordExit(reported);
   writer_->PutRanks({rank});
+  if (recorded != nullptr) recorded->push_back(rank);
   spdlog::info("job {} attempt {} rank {} {}", job.record.id, job.record.attempt,
                rank.rank, rank.exit_reason);
   // May end the attempt, which clears job.ranks: `rank` is not used after this.
@@ -637,11 +638,11 @@ void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) 
   if (const RankRecord* failed = job.FirstFailedRank(); failed != nullptr) {
     // A rank stopped while its job was being preempted fails for the drain.
     const bool preempted = !job.preempting.empty();
-    FailAttemptLocked(job,
-                      absl::StrCat(preempted ? job.preempting + "; " : "", "rank ",
-                                   failed->rank, " on ", failed->worker, " ",
-                                   failed->exit_reason),
-                      releases, preempted);
+    FailAttemptLocked(
+        job,
+        absl::StrCat(preempted ? job.preempting + "; " : "", "rank ", failed->rank,
+                     " on ", failed->worker, " ", failed->exit_reason),
+        releases, preempted);
     return;
   }
   if (job.AllExitedCleanly()) {
@@ -657,11 +658,11 @@ void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) 
                                   ? std::string("preempted (SIGUSR1 to its ranks)")
                                   : job.preempting;
     const int64_t step = job.watch.has_value() ? job.watch->MaxStep() : 0;
-    FailAttemptLocked(job,
-                      absl::StrCat(cause, ": the ranks checkpointed",
-                                   step > 0 ? absl::StrCat(" at step ", step) : "",
-                                   " and left"),
-                      releases, /*preempted=*/true);
+    FailAttemptLocked(
+        job,
+        absl::StrCat(cause, ": the ranks checkpointed",
+                     step > 0 ? absl::StrCat(" at step ", step) : "", " and left"),
+        releases, /*preempted=*/true);
   }
 }
 
@@ -811,12 +812,12 @@ bool JobManager::EnforceDrainsLocked(absl::Time now, Rendezvous::Releases* relea
           job.preempting.empty()
               ? absl::StrCat("preempted on ", name, " (", workers_.DrainReason(name), ")")
               : job.preempting;
-      FailAttemptLocked(job,
-                        absl::StrCat(cause, unstarted
-                                                ? ": moved before its ranks there started"
-                                                : ": its ranks did not leave within the "
-                                                  "drain timeout and were stopped"),
-                        releases, /*preempted=*/true);
+      FailAttemptLocked(
+          job,
+          absl::StrCat(cause, unstarted ? ": moved before its ranks there started"
+                                        : ": its ranks did not leave within the "
+                                          "drain timeout and were stopped"),
+          releases, /*preempted=*/true);
       changed = true;
     }
   }
@@ -825,7 +826,8 @@ bool JobManager::EnforceDrainsLocked(absl::Time now, Rendezvous::Releases* relea
 
 void JobManager::RecordEventLocked(ActiveJob& job, const std::string& text) {
   const int64_t now = NowMs();
-  job.events.push_back(JobEvent{job.record.id, now, job.record.state, job.record.state, text});
+  job.events.push_back(
+      JobEvent{job.record.id, now, job.record.state, job.record.state, text});
   job.record.updated_unix_ms = now;
   JobRecord update = job.record;
   update.event = text;
@@ -979,10 +981,10 @@ void JobManager::ScheduleLocked() {
   lacking_workers_ = result.lacking_workers;
   for (const auto& [id, reason] : result.pending_reasons) {
     auto slurm = slurm_reasons_.find(id);
-    SetPendingReasonLocked(jobs_.at(id), lacking_workers_.contains(id) &&
-                                                 slurm != slurm_reasons_.end()
-                                             ? slurm->second
-                                             : reason);
+    SetPendingReasonLocked(jobs_.at(id),
+                           lacking_workers_.contains(id) && slurm != slurm_reasons_.end()
+                               ? slurm->second
+                               : reason);
   }
 }
 

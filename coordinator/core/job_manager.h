@@ -310,8 +310,10 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the exit of the current rank of `job` that `reported` names, and
   // decides the job's outcome.
+  // Appends the record to `recorded` when it is not null.
   void RecordExitLocked(ActiveJob& job, const tessera::v1::LocalRank& reported,
-                        Rendezvous::Releases* releases)
+                        Rendezvous::Releases* releases,
+                        std::vector<RankRecord>* recorded = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the verdict on each rank of an earlier attempt the worker no
   // longer lists: it stopped, so its slot is free and no restart waits for it.

@@ -44,7 +44,8 @@ bool Moved(const v1::RankProgress& before, const v1::RankProgress& after) {
 
 }  // namespace
 
-WatchdogOptions WatchdogFor(const WatchdogOptions& defaults, const v1::WatchdogSpec& spec) {
+WatchdogOptions WatchdogFor(const WatchdogOptions& defaults,
+                            const v1::WatchdogSpec& spec) {
   WatchdogOptions o = defaults;
   if (spec.has_enabled()) o.enabled = spec.enabled();
   if (spec.rank_silent_after_s() > 0) {
@@ -160,7 +161,8 @@ std::optional<WatchVerdict> AttemptWatch::Check(absl::Time now,
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (!is_running(r) || !ranks_[r].reported) continue;
     const RankState& s = ranks_[r];
-    (s.last.phase() == kCollective ? waiting : working).push_back(static_cast<int32_t>(r));
+    (s.last.phase() == kCollective ? waiting : working)
+        .push_back(static_cast<int32_t>(r));
     lowest = std::min(lowest, s.last.step());
   }
   if (working.empty() && waiting.empty()) return std::nullopt;
@@ -195,9 +197,8 @@ std::optional<WatchVerdict> AttemptWatch::Check(absl::Time now,
   return v;
 }
 
-std::vector<std::string> AttemptWatch::UpdateStragglers(absl::Time now,
-                                                        const WatchdogOptions& options,
-                                                        const std::vector<bool>& running) {
+std::vector<std::string> AttemptWatch::UpdateStragglers(
+    absl::Time now, const WatchdogOptions& options, const std::vector<bool>& running) {
   std::vector<std::string> flagged;
   // Ranks whose report covers enough steps to compare.
   std::vector<int32_t> comparable;
@@ -211,9 +212,8 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(absl::Time now,
   }
   for (size_t r = 0; r < ranks_.size(); ++r) {
     RankState& s = ranks_[r];
-    const bool usable =
-        std::find(comparable.begin(), comparable.end(), static_cast<int32_t>(r)) !=
-        comparable.end();
+    const bool usable = std::find(comparable.begin(), comparable.end(),
+                                  static_cast<int32_t>(r)) != comparable.end();
     std::vector<double> peer_own;
     for (int32_t p : comparable) {
       if (p != static_cast<int32_t>(r)) peer_own.push_back(OwnWorkMs(ranks_[p].last));

@@ -46,7 +46,7 @@ RankVerdict HeartbeatReport::Reconcile(const v1::LocalRank& reported,
 RankVerdict HeartbeatReport::ReconcileUnlisted(const RankBelief& belief) const {
   if (!belief.current) return RankVerdict::kForget;
   if (belief.state == RankState::kExited) return RankVerdict::kNone;
-  if (belief.state == RankState::kRunning || registration_) return RankVerdict::kLost;
+  if (belief.state == RankState::kRunning) return RankVerdict::kLost;
   return RankVerdict::kNone;
 }
 
@@ -180,7 +180,7 @@ bool WorkerRegistry::Draining(const std::string& name) const {
 absl::Time WorkerRegistry::DrainDeadline(const std::string& name) const {
   auto it = workers_.find(name);
   return it == workers_.end() || !it->second.draining ? absl::InfiniteFuture()
-                                                       : it->second.drain_deadline;
+                                                      : it->second.drain_deadline;
 }
 
 std::string WorkerRegistry::DrainReason(const std::string& name) const {

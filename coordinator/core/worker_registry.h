@@ -94,7 +94,8 @@ enum class RankVerdict {
 class HeartbeatReport {
  public:
   // `registration`: the list comes with a registration (a new session of
-  // the worker), not a heartbeat of the current one.
+  // the worker), not a heartbeat of the current one (it changes only the
+  // reasons given).
   explicit HeartbeatReport(const tessera::v1::HeartbeatRequest& request,
                            bool registration = false);
 
@@ -114,15 +115,15 @@ class HeartbeatReport {
                         const RankBelief& belief) const;
   // What a rank the coordinator believes is on this worker means when the
   // worker does not list it. A worker lists every rank it started until told
-  // its exit was seen, so: one that is not current has stopped (kForget); a
-  // current one recorded running is gone (kLost); a current one not seen
-  // running yet is left as it is (it is ordered launched again), except in a
-  // registration, whose new session runs none of the old one's ranks (kLost).
+  // its exit was seen, and a registration lists all that the new session
+  // runs, so: one that is not current has stopped (kForget); a current one
+  // recorded running is gone (kLost); a current one not seen running yet is
+  // left as it is (it is ordered launched, again).
   RankVerdict ReconcileUnlisted(const RankBelief& belief) const;
   bool registration() const { return registration_; }
 
  private:
-  const tessera::v1::HeartbeatRequest* request_;            // Not owned.
+  const tessera::v1::HeartbeatRequest* request_;  // Not owned.
   bool registration_ = false;
   std::set<std::tuple<int64_t, int32_t, int32_t>> listed_;  // (job, attempt, rank)
   std::set<std::pair<int64_t, int32_t>> listed_ranks_;      // (job, rank)

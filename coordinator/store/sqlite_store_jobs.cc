@@ -33,18 +33,21 @@ constexpr char kInsertJob[] =
 // The three job queries select the columns ReadJob() reads, in its order.
 constexpr char kSelectJob[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, preemptions FROM jobs "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, "
+    "preemptions FROM jobs "
     "WHERE id "
     "= ?1";
 constexpr char kListJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, preemptions FROM jobs "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, "
+    "preemptions FROM jobs "
     "WHERE (?1 = '' OR state = ?1) AND (?2 = 0 OR sweep_id = ?2) AND (?4 = '' OR owner = "
     "?4) "
     "AND (?5 = 0 OR id < ?5) ORDER BY id DESC LIMIT ?3";
 constexpr char kListActiveJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
-    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, preemptions FROM jobs "
+    "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, "
+    "preemptions FROM jobs "
     "WHERE state IN ('QUEUED', 'SCHEDULED', 'RUNNING') ORDER BY id";
 constexpr char kSelectJobState[] = "SELECT state FROM jobs WHERE id = ?1";
 constexpr char kUpdateJob[] =

@@ -368,14 +368,14 @@ TEST_F(TessctlTest, StatusTableShowsFieldsAndRankRows) {
   EXPECT_THAT(out, HasSubstr("FAILED"));
   EXPECT_THAT(out, HasSubstr("rank 1 exited with code 3"));
   EXPECT_THAT(out, HasSubstr("--model=vit-micro --batch-size=64"));
-  EXPECT_THAT(
-      out,
-      HasSubstr(
-          "RANK  WORKER  SLOT  STATE   STEP  PHASE  PID   EXIT  PARAM_HASH  TEST_ACCURACY"));
-  EXPECT_THAT(out, HasSubstr("0     node-0  0     exited  -     -      4000  0     9f1c2a "
-                             "     84.12%"));
-  EXPECT_THAT(out, HasSubstr("1     node-1  1     exited  -     -      4001  3     -      "
-                             "     -"));
+  EXPECT_THAT(out, HasSubstr("RANK  WORKER  SLOT  STATE   STEP  PHASE  PID   EXIT  "
+                             "PARAM_HASH  TEST_ACCURACY"));
+  EXPECT_THAT(out,
+              HasSubstr("0     node-0  0     exited  -     -      4000  0     9f1c2a "
+                        "     84.12%"));
+  EXPECT_THAT(out,
+              HasSubstr("1     node-1  1     exited  -     -      4001  3     -      "
+                        "     -"));
 }
 
 TEST_F(TessctlTest, StatusShowsEachRanksStepPhaseAndTheStragglers) {
@@ -1076,9 +1076,9 @@ TEST_F(TessctlTest, EveryCommandAndSubcommandHelpHasAnExampleAndExitCodes) {
   }
   EXPECT_THAT(visited, ::testing::UnorderedElementsAre(
                            "", "submit", "jobs", "status", "workers", "share", "drain",
-                           "undrain", "wait", "cancel", "logs", "metrics", "sweep", "sweep submit",
-                           "sweep follow", "sweep list", "sweep status", "sweep report",
-                           "sweep cancel", "completion"));
+                           "undrain", "wait", "cancel", "logs", "metrics", "sweep",
+                           "sweep submit", "sweep follow", "sweep list", "sweep status",
+                           "sweep report", "sweep cancel", "completion"));
   EXPECT_TRUE(addresses_.empty());  // help talks to nobody
 }
 
@@ -1131,10 +1131,9 @@ class CompletionTest : public TessctlTest {
 
 TEST_F(CompletionTest, CompletesEveryTopLevelCommandAndNestedSweepCommands) {
   EXPECT_THAT(Complete({"tessctl", ""}),
-              ::testing::UnorderedElementsAre("submit", "jobs", "status", "workers",
-                                              "share", "drain", "undrain", "wait",
-                                              "cancel", "logs", "metrics", "sweep",
-                                              "completion"));
+              ::testing::UnorderedElementsAre(
+                  "submit", "jobs", "status", "workers", "share", "drain", "undrain",
+                  "wait", "cancel", "logs", "metrics", "sweep", "completion"));
   EXPECT_THAT(Complete({"tessctl", "s"}),
               ::testing::UnorderedElementsAre("submit", "status", "share", "sweep"));
   EXPECT_THAT(Complete({"tessctl", "sweep", ""}),

@@ -106,21 +106,13 @@ class ClusterTest : public ::testing::Test {
   void StartWorker(const std::string& name, int port,
                    std::vector<std::string> extra = {}) {
     EnsureTokens();  // a worker may start before its coordinator
-    std::vector<std::string> argv = {testing::BinDir() + "/tessera-worker",
-                                     "--coordinator",
-                                     absl::StrCat("127.0.0.1:", port),
-                                     "--name",
-                                     name,
-                                     "--cpu-slots",
-                                     "1",
-                                     "--work-dir",
-                                     dir_.File("work-" + name),
-                                     "--state-dir",
-                                     dir_.File("state-" + name),
-                                     "--kill-grace-ms",
-                                     "3000",
-                                     "--join-token-file",
-                                     dir_.File("join-token")};
+    std::vector<std::string> argv = {
+        testing::BinDir() + "/tessera-worker", "--coordinator",
+        absl::StrCat("127.0.0.1:", port), "--name", name, "--cpu-slots", "1",
+        "--work-dir", dir_.File("work-" + name), "--state-dir",
+        dir_.File("state-" + name), "--kill-grace-ms", "3000",
+        // SIGTERM drains first; TearDown waits 20 s.
+        "--drain-timeout", "10", "--join-token-file", dir_.File("join-token")};
     // Tests run as root in CI: their jobs, owned by root (the user token is
     // named after this process's account), may run as root. Specs read and
     // write under the test's directory.

@@ -53,10 +53,9 @@ class RobustnessE2eTest : public ClusterTest {
   // With TESSERA_ROBUSTNESS_DEFAULTS=1 (scripts/robustness_campaign.sh) the
   // coordinator keeps its default thresholds.
   void StartCluster(int workers, std::vector<std::string> extra = {}) {
-    std::vector<std::string> flags = {"--rank-silent-after", "3",  "--stall-after-min",
-                                      "10",                  "--progress-interval",
-                                      "0.5",                 "--straggler-window",
-                                      "5"};
+    std::vector<std::string> flags = {
+        "--rank-silent-after", "3",   "--stall-after-min",  "10",
+        "--progress-interval", "0.5", "--straggler-window", "5"};
     if (const char* d = std::getenv("TESSERA_ROBUSTNESS_DEFAULTS");
         d != nullptr && std::string(d) == "1") {
       flags.clear();
@@ -105,10 +104,10 @@ class RobustnessE2eTest : public ClusterTest {
   std::unique_ptr<v1::JobService::Stub> AdminStub() {
     const std::string name = absl::StrCat("tsr-admin", getpid());
     const std::string log = dir_.File("token-admin.out");
-    auto p = ChildProcess::Start({testing::BinDir() + "/tessera-coordinator", "--db",
-                                  dir_.File("tessera.db"), "token", "create", "--name",
-                                  name, "--admin"},
-                                 log);
+    auto p = ChildProcess::Start(
+        {testing::BinDir() + "/tessera-coordinator", "--db", dir_.File("tessera.db"),
+         "token", "create", "--name", name, "--admin"},
+        log);
     EXPECT_TRUE(p.ok());
     if (!p.ok()) return nullptr;
     (*p)->Wait(absl::Seconds(30));
@@ -150,7 +149,8 @@ TEST_F(RobustnessE2eTest, StoppedRankIsNamedAndTheJobResumesFromItsCheckpoint) {
   EXPECT_EQ(ended->to_state(), v1::JOB_STATE_QUEUED);
   EXPECT_THAT(ended->reason(),
               HasSubstr(absl::StrCat("rank 1 on ", victim_worker, " unresponsive")));
-  std::printf("FIGURE hang_to_restart_s=%.1f\n", SecondsBetween(stopped_at, ended->unix_ms()));
+  std::printf("FIGURE hang_to_restart_s=%.1f\n",
+              SecondsBetween(stopped_at, ended->unix_ms()));
 
   job = WaitForEnd(id, absl::Minutes(3));
   EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason() << "\n" << DumpLogs();
@@ -170,10 +170,11 @@ TEST_F(RobustnessE2eTest, RankStuckInDataWaitIsNamedWithItsPhaseWhilePeersWait) 
   for (int i = 0; i < 600 && stuck_at == absl::InfiniteFuture(); ++i) {
     v1::Job job = Get(id);
     if (job.ranks_size() == 2 && job.ranks(1).has_progress() &&
-        job.ranks(1).progress().phase() == "data" && job.ranks(1).progress().step() >= 30) {
-      stuck_at = absl::Now() -
-                 absl::Milliseconds(job.ranks(1).progress().phase_elapsed_ms() +
-                                    job.ranks(1).progress_age_ms());
+        job.ranks(1).progress().phase() == "data" &&
+        job.ranks(1).progress().step() >= 30) {
+      stuck_at =
+          absl::Now() - absl::Milliseconds(job.ranks(1).progress().phase_elapsed_ms() +
+                                           job.ranks(1).progress_age_ms());
       worker = job.ranks(1).worker();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -182,8 +183,8 @@ TEST_F(RobustnessE2eTest, RankStuckInDataWaitIsNamedWithItsPhaseWhilePeersWait) 
 
   v1::Job job = WaitForEnd(id, absl::Minutes(2));
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(job.reason(),
-              HasSubstr(absl::StrCat("rank 1 on ", worker, " stalled at step 30 in data")));
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("rank 1 on ", worker,
+                                                   " stalled at step 30 in data")));
   EXPECT_THAT(job.reason(), HasSubstr("rank 0 waiting on allreduce"));
   int64_t ended_ms = 0;
   for (const v1::JobEvent& e : job.events()) {
@@ -217,7 +218,8 @@ TEST_F(RobustnessE2eTest, SlowRankIsFlaggedAsAStragglerAndTheJobSucceeds) {
   // Time from the job's training start to the flag.
   int64_t running_ms = 0;
   for (const v1::JobEvent& e : job.events()) {
-    if (e.to_state() == v1::JOB_STATE_RUNNING && running_ms == 0) running_ms = e.unix_ms();
+    if (e.to_state() == v1::JOB_STATE_RUNNING && running_ms == 0)
+      running_ms = e.unix_ms();
   }
   std::printf("FIGURE straggler_flagged_after_s=%.1f\n",
               absl::ToDoubleSeconds(absl::FromUnixMillis(flagged->unix_ms()) -
@@ -268,9 +270,9 @@ class DrainE2eTest : public RobustnessE2eTest {
     StartCluster(2);
     const std::string ckpt = dir_.File("ckpt-drain");
     // Checkpoints only at the end: what attempt 2 resumes from is the drain's.
-    const int64_t id = Submit(Job(
-        "drain", 1, 300, 0,
-        absl::StrCat("  checkpoint_every: 100000\n  checkpoint_dir: ", ckpt, "\n")));
+    const int64_t id = Submit(
+        Job("drain", 1, 300, 0,
+            absl::StrCat("  checkpoint_every: 100000\n  checkpoint_dir: ", ckpt, "\n")));
     WaitForTraining(id, 1, absl::Minutes(2));
     while (StepsOf(id, 1).second < 40) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -22,8 +22,8 @@
 namespace tessera {
 namespace {
 
-using ::testing::HasSubstr;
 using ::tessera::testing::SlurmCluster;
+using ::testing::HasSubstr;
 
 class SlurmE2eTest : public ClusterTest {
  protected:
@@ -134,7 +134,8 @@ TEST_F(SlurmE2eTest, QueuedJobGetsAnAllocationRunsOnItAndTheIdleAllocationIsGive
   const std::vector<std::string> allocations = Allocations();
   ASSERT_EQ(allocations.size(), 1u) << slurm_->DaemonLogs();
   const std::string allocation = allocations[0];
-  EXPECT_THAT(pending, HasSubstr(absl::StrCat("waiting for Slurm allocation ", allocation)));
+  EXPECT_THAT(pending,
+              HasSubstr(absl::StrCat("waiting for Slurm allocation ", allocation)));
 
   // The job runs on the allocation's worker.
   absl::Time running_at = absl::InfiniteFuture();
@@ -148,13 +149,17 @@ TEST_F(SlurmE2eTest, QueuedJobGetsAnAllocationRunsOnItAndTheIdleAllocationIsGive
   const v1::Worker worker = WorkerOfRank0(id);
   EXPECT_EQ(worker.pool(), "cpu");
   EXPECT_EQ(worker.slurm_job_id(), allocation);
+  // tessctl status shows the allocation behind the job.
+  EXPECT_THAT(Get(id).slurm_allocation(),
+              HasSubstr(absl::StrCat(allocation, " in pool cpu (R)")));
 
   const v1::Job job = WaitForEnd(id, absl::Minutes(3));
   EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason() << "\n" << DumpLogs();
 
   // Idle for the pool's 5 s: the allocation is cancelled.
   const absl::Time ended = absl::Now();
-  absl::Status gone = slurm_->WaitForJobState(allocation, {"CA", "CD", ""}, absl::Minutes(1));
+  absl::Status gone =
+      slurm_->WaitForJobState(allocation, {"CA", "CD", ""}, absl::Minutes(1));
   EXPECT_TRUE(gone.ok()) << gone << "\n" << DumpLogs();
   std::printf("FIGURE slurm_idle_to_released_s=%.1f\n",
               absl::ToDoubleSeconds(absl::Now() - ended));
@@ -163,9 +168,9 @@ TEST_F(SlurmE2eTest, QueuedJobGetsAnAllocationRunsOnItAndTheIdleAllocationIsGive
 TEST_F(SlurmE2eTest, PreemptionNoticeDrainsTheAllocationAndTheJobResumesOnANewOne) {
   StartWithPool();
   const std::string ckpt = dir_.File("ckpt-slurm");
-  const int64_t id = Submit(Job(
-      "slurm-preempt", 300,
-      absl::StrCat("  checkpoint_every: 100000\n  checkpoint_dir: ", ckpt, "\n")));
+  const int64_t id = Submit(
+      Job("slurm-preempt", 300,
+          absl::StrCat("  checkpoint_every: 100000\n  checkpoint_dir: ", ckpt, "\n")));
   WaitForTraining(id, 2, absl::Minutes(3));
   int64_t last = 0;
   while (last < 30) {

@@ -278,6 +278,8 @@ class FaultTest : public ::testing::Test {
                                      dir_.File("state-" + name),
                                      "--kill-grace-ms",
                                      absl::StrCat(kKillGraceMs),
+                                     "--drain-timeout",
+                                     "5",
                                      "--join-token-file",
                                      dir_.File("join-token"),
                                      "--no-cgroups",

@@ -278,6 +278,9 @@ TEST_F(WorkerProcessTest, RanksDieWithASigkilledWorkerAndItsRestartReapsWhatThey
   ASSERT_TRUE(WaitExit(*w, absl::Seconds(10)).has_value());
   // PR_SET_PDEATHSIG: the trainer goes with its worker.
   EXPECT_TRUE(WaitGone(rank, absl::Seconds(5))) << "the rank outlived its worker";
+  // What the trainer started gets no parent-death signal: it lives
+  // on (in the dead worker's cgroup, when there is one).
+  EXPECT_TRUE(Alive(helper));
 
   auto restarted = StartWorker({}, cgroups);
   ASSERT_NE(restarted, nullptr);

@@ -137,6 +137,7 @@ absl::StatusOr<LeaseGrant> GrpcCoordinatorClient::RenewLease(
     (*report->mutable_phase_ms())[phase] = ms;
   }
   report->set_window_steps(progress.window_steps);
+  report->set_phase_items(progress.phase_items);
   tessera::v1::RenewLeaseResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));

@@ -19,10 +19,14 @@
 // (UNIMPLEMENTED) turns it off, which in tessera-train logs the
 // reason and ends the process at once with kExitLeaseLost (FenceProcess).
 // Step() is one iteration of that loop; tests drive it with a fake clock.
+// ReportNow() asks the started keeper for one renewal at once and waits for it,
+// so that a rank about to exit can report its final progress (a preempted
+// rank: the step it checkpointed at).
 //
 // Plain C++ (no gRPC, no LibTorch): the renewal is a callback.
-// Thread-safety: Start() and the destructor from the owning thread; Step()
-// only from one thread at a time (the keeper's own once started).
+// Thread-safety: Start(), ReportNow() and the destructor from the owning
+// thread; Step() only from one thread at a time (the keeper's own once
+// started).
 #ifndef TESSERA_WORKER_TRAINER_LEASE_H_
 #define TESSERA_WORKER_TRAINER_LEASE_H_
 
@@ -31,6 +35,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -41,10 +46,11 @@
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/trainer/coordinator_client.h"
 #include "worker/trainer/progress.h"
@@ -117,7 +123,10 @@ class LeaseKeeper {
         report_every_(options.report_every) {}
 
   ~LeaseKeeper() {
-    stop_.Notify();
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
     if (thread_.joinable()) thread_.join();
   }
 
@@ -127,11 +136,35 @@ class LeaseKeeper {
   // Starts the background thread; its first renewal goes out at once.
   void Start() {
     thread_ = std::thread([this] {
-      while (!stop_.HasBeenNotified()) {
+      while (true) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (stop_) break;
+          renew_now_ = false;
+          ++steps_started_;
+        }
         const absl::Duration wait = Step();
-        if (fenced_ || disabled_ || stop_.WaitForNotificationWithTimeout(wait)) return;
+        absl::MutexLock lock(&mu_);
+        ++steps_done_;
+        if (fenced_ || disabled_) break;
+        mu_.AwaitWithTimeout(absl::Condition(this, &LeaseKeeper::Woken), wait);
       }
+      absl::MutexLock lock(&mu_);
+      exited_ = true;
     });
+  }
+
+  // Makes the started keeper renew (and report progress) at once, and waits
+  // up to `timeout` for a renewal that began after this call to finish.
+  // Returns whether one did; false at once for a keeper that stopped renewing
+  // (fenced, or a coordinator without leases) or was never started.
+  bool ReportNow(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    if (!thread_.joinable() || exited_) return false;
+    report_wanted_ = steps_started_ + 1;
+    renew_now_ = true;
+    mu_.AwaitWithTimeout(absl::Condition(this, &LeaseKeeper::ReportDoneOrOver), timeout);
+    return steps_done_ >= report_wanted_;
   }
 
   // Checks the lease, renews it once, and returns how long to wait before the
@@ -190,6 +223,11 @@ class LeaseKeeper {
   absl::Duration report_every() const { return report_every_; }
 
  private:
+  bool Woken() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || renew_now_; }
+  bool ReportDoneOrOver() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return exited_ || steps_done_ >= report_wanted_;
+  }
+
   bool CheckExpired() {
     const absl::Time now = now_();
     if (!state_.Expired(now)) return false;
@@ -219,7 +257,14 @@ class LeaseKeeper {
   int failures_ = 0;
   bool fenced_ = false;
   bool disabled_ = false;  // the coordinator has no leases
-  absl::Notification stop_;
+  // The started keeper's loop: stop, renew at once, and its progress.
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool renew_now_ ABSL_GUARDED_BY(mu_) = false;
+  bool exited_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t steps_started_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t steps_done_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t report_wanted_ ABSL_GUARDED_BY(mu_) = 0;  // the step ReportNow waits for
   std::thread thread_;  // Last: runs Step(), which uses everything above.
 };
 

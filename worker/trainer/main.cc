@@ -66,6 +66,8 @@ constexpr bool kCoordinatorSupported = false;
 // (--trainer-lease-ms, 90 s by default) without losing a point; past the lease
 // the trainer stops itself anyway (lease.h).
 constexpr absl::Duration kFinalFlushTimeout = absl::Seconds(120);
+// Time allowed for a preempted rank's last progress report.
+constexpr absl::Duration kFinalReportTimeout = absl::Seconds(5);
 
 int Fail(const std::string& context, const absl::Status& status) {
   std::cerr << "tessera-train: " << context << ": " << status << std::endl;
@@ -161,10 +163,12 @@ std::unique_ptr<LeaseKeeper> StartLease(CoordinatorClient* coordinator,
 }
 
 int Run(int argc, char** argv) {
-  // First: a SIGUSR1 that comes during start-up is remembered (the rank stops
-  // after its first step) rather than ending the process.
-  const absl::Status handler = InstallPreemptionHandler();
-  if (!handler.ok()) return Fail("starting", handler);
+  // First, before any other thread starts: SIGUSR1 is taken on a thread of
+  // its own (preemption.h), and one that comes during start-up is remembered
+  // (the rank stops after its first step) rather than ending the process.
+  absl::StatusOr<std::unique_ptr<PreemptionListener>> preemption =
+      PreemptionListener::Start();
+  if (!preemption.ok()) return Fail("starting", preemption.status());
   absl::StatusOr<TrainerFlags> flags =
       ParseTrainerFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!flags.ok()) {
@@ -291,6 +295,9 @@ int Run(int argc, char** argv) {
     // Every rank stopped after the same step; the job resumes from there.
     const absl::Status flushed = (*reporter)->Flush(kFinalFlushTimeout);
     if (!flushed.ok()) std::cerr << "tessera-train: " << flushed << std::endl;
+    // One last progress report ("done" at the checkpoint's step), so that the
+    // coordinator knows where the ranks stopped before it sees the exit.
+    if (lease != nullptr) lease->ReportNow(kFinalReportTimeout);
     if (outcome->checkpointed) {
       std::cout << "tessera-train: preempted: checkpointed at step " << outcome->steps
                 << "; exiting with code " << kTrainerExitPreempted << std::endl;

@@ -45,6 +45,12 @@ void ProgressTracker::Enter(RankPhase phase) {
   AccrueLocked(now);
   phase_ = phase;
   phase_since_ = now;
+  phase_items_ = 0;
+}
+
+void ProgressTracker::AddPhaseItem() {
+  absl::MutexLock lock(&mu_);
+  ++phase_items_;
 }
 
 void ProgressTracker::BeginStep() {
@@ -87,6 +93,7 @@ ProgressReport ProgressTracker::Snapshot() const {
   absl::MutexLock lock(&mu_);
   report.step = step_;
   report.phase = RankPhaseName(phase_);
+  report.phase_items = phase_items_;
   report.phase_elapsed_ms =
       std::max<int64_t>(0, absl::ToInt64Milliseconds(now - phase_since_));
   if (phase_ == RankPhase::kCollective && collectives_ != nullptr) {

@@ -50,6 +50,9 @@ struct ProgressReport {
   // order; they add up to step_time_ms.
   std::vector<std::pair<std::string, double>> phase_ms;
   int32_t window_steps = 0;  // steps the means cover
+  // Units of work done in the current phase (eval: test batches), so that a
+  // long evaluation shows progress to the coordinator's stall check.
+  int64_t phase_items = 0;
 };
 
 struct ProgressTrackerOptions {
@@ -85,6 +88,10 @@ class ProgressTracker {
   // The step ends now; `completed_steps` steps are done.
   void EndStep(int64_t completed_steps);
 
+  // One unit of work of the current phase is done (an eval batch); the count
+  // restarts at each phase change.
+  void AddPhaseItem();
+
   ProgressReport Snapshot() const;
 
   RankPhase phase() const;
@@ -105,6 +112,7 @@ class ProgressTracker {
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   RankPhase phase_ ABSL_GUARDED_BY(mu_) = RankPhase::kStartup;
   absl::Time phase_since_ ABSL_GUARDED_BY(mu_);
+  int64_t phase_items_ ABSL_GUARDED_BY(mu_) = 0;
   bool in_step_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time step_start_ ABSL_GUARDED_BY(mu_);
   absl::Time accrued_until_ ABSL_GUARDED_BY(mu_);

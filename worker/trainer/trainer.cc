@@ -1,22 +1,18 @@
 #include "worker/trainer/trainer.h"
 
 #include <ATen/autocast_mode.h>
-#include <c10/core/Event.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -38,6 +34,7 @@
 #include "worker/trainer/progress.h"
 #include "worker/trainer/reducer.h"
 #include "worker/trainer/step_timer.h"
+#include "worker/trainer/stop_agreement.h"
 #include "worker/trainer/vit.h"
 #include "worker/trainer/vit_config.h"
 
@@ -175,92 +172,6 @@ bool AnyNonFinite(const std::vector<torch::Tensor>& buffers) {
   for (const torch::Tensor& buffer : buffers) total.add_(buffer.sum());
   return !std::isfinite(total.item<double>());
 }
-
-// The ranks' agreement on when to stop for a preemption (see trainer.h): Vote
-// before the step's synchronizing backward, Decide after FinishBackward;
-// Decide answers the same on every rank of the step.
-class StopAgreement {
- public:
-  // `requested` null: the agreement is off and Decide always answers false.
-  StopAgreement(const std::atomic<bool>* requested, Reducer& reducer,
-                Communicator& communicator, bool gradients_synchronized,
-                const torch::Device& device)
-      : requested_(requested),
-        reducer_(reducer),
-        communicator_(communicator),
-        mode_(requested == nullptr             ? Mode::kOff
-              : communicator.world_size() == 1 ? Mode::kAlone
-              : !gradients_synchronized        ? Mode::kOwnCollective
-              : device.is_cuda()               ? Mode::kControlWordLagged
-                                               : Mode::kControlWord),
-        device_(device) {
-    if (mode_ == Mode::kControlWordLagged) {
-      host_ = torch::empty(
-          {1}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(true));
-      copied_.emplace(c10::DeviceType::CUDA);
-    }
-  }
-
-  // Puts this rank's vote in the control word (before the synchronizing
-  // backward pass, after the previous step's ZeroGradients).
-  void Vote() {
-    if ((mode_ == Mode::kControlWord || mode_ == Mode::kControlWordLagged) &&
-        Requested()) {
-      reducer_.SetControlWord(1.0f);
-    }
-  }
-
-  // Whether the ranks agreed to stop after this step.
-  absl::StatusOr<bool> Decide() {
-    switch (mode_) {
-      case Mode::kOff:
-        return false;
-      case Mode::kAlone:
-        return Requested();
-      case Mode::kControlWord:
-        return reducer_.control_word().item<float>() > 0;
-      case Mode::kControlWordLagged: {
-        // The previous step's sum, copied to the host then; the copy is
-        // almost always done by now, so this waits for nothing.
-        bool agreed = false;
-        if (pending_) {
-          while (!copied_->query()) std::this_thread::yield();
-          agreed = host_.data_ptr<float>()[0] > 0;
-        }
-        host_.copy_(reducer_.control_word(), /*non_blocking=*/true);
-        copied_->record(
-            c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_));
-        pending_ = true;
-        return agreed;
-      }
-      case Mode::kOwnCollective: {
-        torch::Tensor vote =
-            torch::full({1}, Requested() ? 1.0 : 0.0,
-                        torch::TensorOptions(device_).dtype(torch::kFloat));
-        RETURN_IF_ERROR(communicator_.AllReduceSum(vote));
-        return vote.item<float>() > 0;
-      }
-    }
-    return false;
-  }
-
- private:
-  enum class Mode { kOff, kAlone, kControlWord, kControlWordLagged, kOwnCollective };
-
-  bool Requested() const {
-    return requested_ != nullptr && requested_->load(std::memory_order_relaxed);
-  }
-
-  const std::atomic<bool>* const requested_;  // Not owned.
-  Reducer& reducer_;                          // Not owned.
-  Communicator& communicator_;                // Not owned.
-  const Mode mode_;
-  const torch::Device device_;
-  // kControlWordLagged: the pinned host copy of the last sum and its event.
-  torch::Tensor host_;
-  std::optional<c10::Event> copied_;
-  bool pending_ = false;
-};
 
 // Names the communicator's collectives in the progress reports for as long as
 // it lives (the communicator outlives the trainer's run, not the lease thread).
@@ -614,6 +525,7 @@ absl::StatusOr<TrainingOutcome> Trainer::Run() {
             logits, labels,
             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
         correct.add_(logits.argmax(1).eq(labels).sum());
+        if (loop_.progress != nullptr) loop_.progress->AddPhaseItem();
       }
       model->train();
       // Summed over ranks whether or not gradients are: every rank reports the

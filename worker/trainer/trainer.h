@@ -29,16 +29,13 @@
 // the initial broadcast, the evaluation's counts, checkpoint barriers).
 //
 // Preemption (preemption.h): once a rank's stop_requested flag is set, the
-// ranks agree on a step to stop at, checkpoint there (without evaluating) and
-// Run returns with `preempted` set. The agreement costs no collective of its
-// own: each rank's vote (1: stop) rides the step's gradient all-reduce as the
-// reducer's control word (reducer.h), and every rank reads the same sum. On
-// the CPU the ranks stop after the step that carried the vote; on CUDA the
-// sum is read one step later from a host copy, so that the host never waits
-// on the device for it, and the ranks stop one step later. Without gradient
-// all-reduce (--allreduce=false) and more than one rank, the vote is a
-// one-element all-reduce of its own every step; a world of one needs none. A
-// stop requested during the final step is ignored: the run completes.
+// ranks agree on a step to stop at (stop_agreement.h), checkpoint there
+// (without evaluating) and Run returns with `preempted` set. The agreement
+// costs no collective of its own: each rank's vote (1: stop) rides the step's
+// gradient all-reduce as the reducer's control word (reducer.h), and every
+// rank reads the same sum. On the CPU the ranks stop after the step that
+// carried the vote; on CUDA one step later. A stop requested during the final
+// step is ignored: the run completes.
 //
 // LibTorch stays in the .cc; Run turns every c10::Error into a status. A Trainer
 // runs once, on one thread; its collaborators must outlive it.

@@ -3,9 +3,8 @@
 // watchdog ending attempts with an unresponsive rank and flagging stragglers.
 #include <unistd.h>
 
-#include <cstdio>
-
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -178,9 +177,11 @@ TEST_F(RobustnessTest, WorkerRestartedWithinTheDeadThresholdLosesItsRanksAtOnce)
   const int64_t e2 = Register("a", 1);
   v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(job.reason(), HasSubstr("worker a registered again (restarted) without it"));
+  EXPECT_THAT(job.reason(),
+              HasSubstr("worker a registered again (restarted) without it"));
   EXPECT_EQ(WorkerNamed("a").slots_used(), 0);
-  std::printf("FIGURE ghost_slots_after_worker_restart=%d\n", WorkerNamed("a").slots_used());
+  std::printf("FIGURE ghost_slots_after_worker_restart=%d\n",
+              WorkerNamed("a").slots_used());
 
   // The next job is placed there at once.
   const int64_t next = Submit(1);
@@ -280,8 +281,8 @@ TEST_F(RobustnessTest, DrainPreemptsTheRankAndRequeuesElsewhereWithoutCountingAR
   EXPECT_TRUE(absl::IsNotFound(
       manager_->DrainWorker(Caller::Admin("root"), "zz", absl::ZeroDuration(), false)
           .status()));
-  auto drained = manager_->DrainWorker(Caller::Admin("root"), "a", absl::ZeroDuration(),
-                                       false);
+  auto drained =
+      manager_->DrainWorker(Caller::Admin("root"), "a", absl::ZeroDuration(), false);
   ASSERT_TRUE(drained.ok()) << drained.status();
   EXPECT_TRUE(drained->draining());
   EXPECT_FALSE(drained->drained());

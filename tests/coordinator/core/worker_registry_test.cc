@@ -304,9 +304,10 @@ TEST_F(HeartbeatReportTest, UnlistedRankIsForgottenLostOrLeftAsItIs) {
   EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kExited)), RankVerdict::kNone);
 }
 
-TEST_F(HeartbeatReportTest, RegistrationLosesEveryCurrentRankItDoesNotList) {
+TEST_F(HeartbeatReportTest, RegistrationLosesTheRunningRanksItDoesNotList) {
   HeartbeatReport report(request_, /*registration=*/true);
-  EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kAssigned)), RankVerdict::kLost);
+  // Never seen running: launched again by the new session.
+  EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kAssigned)), RankVerdict::kNone);
   EXPECT_EQ(report.ReconcileUnlisted(Current(RankState::kRunning, 100)),
             RankVerdict::kLost);
   EXPECT_EQ(report.ReconcileUnlisted(RankBelief{}), RankVerdict::kForget);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "common/rank_phase.h"
 #include "gtest/gtest.h"
@@ -254,6 +255,45 @@ TEST(LeaseKeeperThreadTest, StopsItsThreadWhenDestroyed) {
     keeper.Start();
     ASSERT_TRUE(renewed.WaitForNotificationWithTimeout(absl::Seconds(30)));
   }  // joins without waiting for the next renewal (15 s away)
+}
+
+TEST(LeaseKeeperThreadTest, ReportNowRenewsAtOnceCarryingTheLatestProgress) {
+  FakeClock clock;
+  ProgressTracker progress(clock);
+  testing::FakeCoordinatorClient coordinator;
+  // The next renewal would be 15 s away.
+  coordinator.SetLeaseGrant(
+      LeaseGrant{.lease = absl::Seconds(60), .report_every = absl::ZeroDuration()});
+  LeaseKeeper keeper(
+      RenewWithProgress(coordinator, progress),
+      [](const std::string& why) { FAIL() << "fenced: " << why; },
+      [](const std::string&) {}, MonotonicNow, MonotonicNow());
+  EXPECT_FALSE(keeper.ReportNow(absl::Seconds(1)));  // not started
+  keeper.Start();
+  progress.SetStep(208);
+  progress.Enter(RankPhase::kDone);
+  ASSERT_TRUE(keeper.ReportNow(absl::Seconds(30)));
+  const std::vector<ProgressReport> reports = coordinator.progress_reports();
+  ASSERT_GE(reports.size(), 1u);
+  EXPECT_EQ(reports.back().step, 208);
+  EXPECT_EQ(reports.back().phase, "done");
+}
+
+TEST(LeaseKeeperThreadTest, ReportNowReturnsAtOnceFromAKeeperThatStoppedRenewing) {
+  testing::FakeCoordinatorClient coordinator;
+  coordinator.SetLeaseGrant(absl::UnimplementedError("unknown method RenewLease"));
+  FakeClock clock;
+  ProgressTracker progress(clock);
+  LeaseKeeper keeper(
+      RenewWithProgress(coordinator, progress),
+      [](const std::string& why) { FAIL() << "fenced: " << why; },
+      [](const std::string&) {}, MonotonicNow, MonotonicNow());
+  keeper.Start();
+  // The first renewal (which this call may still catch) turns the keeper off;
+  // after it nothing renews, and ReportNow does not wait.
+  keeper.ReportNow(absl::Seconds(30));
+  EXPECT_FALSE(keeper.ReportNow(absl::Seconds(30)));
+  EXPECT_EQ(coordinator.progress_reports().size(), 1u);
 }
 
 TEST(ProcessAgeTest, IsTheTimeSinceThisProcessStarted) {

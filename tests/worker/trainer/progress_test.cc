@@ -59,6 +59,19 @@ TEST(ProgressTrackerTest, CountsStepsOnFromAResumedCheckpoint) {
   EXPECT_EQ(tracker.Snapshot().step, 401);
 }
 
+TEST(ProgressTrackerTest, EvalBatchesAreCountedAndTheCountRestartsWithThePhase) {
+  FakeClock clock;
+  ProgressTracker tracker(clock);
+  tracker.Enter(RankPhase::kEval);
+  tracker.AddPhaseItem();
+  tracker.AddPhaseItem();
+  EXPECT_EQ(tracker.Snapshot().phase_items, 2);
+  tracker.Enter(RankPhase::kEval);  // the same phase: the count goes on
+  EXPECT_EQ(tracker.Snapshot().phase_items, 2);
+  tracker.Enter(RankPhase::kCollective);
+  EXPECT_EQ(tracker.Snapshot().phase_items, 0);
+}
+
 TEST(ProgressTrackerTest, PhaseElapsedCountsFromEntryAndReenteringKeepsIt) {
   FakeClock clock;
   ProgressTracker tracker(clock);

@@ -277,14 +277,14 @@ TEST(TrainerFaultTest, AHungRankReportsItsStepAndPhaseWhileItsPeerWaitsOnTheColl
   }
 }
 
-// A straggler: rank 0 sleeps 60 ms more in forward every step. Its reports
+// A straggler: rank 0 sleeps 150 ms more in forward every step. Its reports
 // show the time in its own forward; its peer's show the same time waiting in
 // "collective".
 TEST(TrainerFaultTest, ASlowRankShowsItsOwnPhaseAndItsPeerWaitsInCollective) {
   RealClock clock;
   ProgressTracker progress0(clock);
   ProgressTracker progress1(clock);
-  const FaultSpec spec = *ParseFaultSpec("slow:rank=0,phase=forward,ms=60");
+  const FaultSpec spec = *ParseFaultSpec("slow:rank=0,phase=forward,ms=150");
   FaultInjector fault0(spec, 0, 1);
   FaultInjector fault1(spec, 1, 1);
   std::vector<RankRun> runs(2);
@@ -303,9 +303,10 @@ TEST(TrainerFaultTest, ASlowRankShowsItsOwnPhaseAndItsPeerWaitsInCollective) {
             << " peer_forward_ms=" << f["forward"]
             << " slow_rank_collective_ms=" << s["collective"]
             << " peer_collective_ms=" << f["collective"] << std::endl;
-  // Most of the 60 ms: the peer's own phases vary on a loaded machine.
-  EXPECT_GE(s["forward"], f["forward"] + 50);
-  EXPECT_GE(f["collective"], s["collective"] + 30);
+  // At least half of the 150 ms each way: the ranks' own compute varies by
+  // tens of milliseconds on a loaded machine.
+  EXPECT_GE(s["forward"], f["forward"] + 75);
+  EXPECT_GE(f["collective"], s["collective"] + 75);
 }
 
 }  // namespace

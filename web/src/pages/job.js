@@ -132,6 +132,8 @@ export function mountJob(root, { id }, ctx) {
       ['Attempt', `${num(job.attempt)}${num(job.spec?.max_restarts) ? ` of ${num(job.spec.max_restarts) + 1}` : ''}`],
       ['Ranks', String(num(job.spec?.world_size))],
       job.owner ? ['Owner', job.owner] : null,
+      job.slurm_allocation ? ['Slurm', `allocation ${job.slurm_allocation}`] : null,
+      num(job.preemptions) ? ['Preempted', `${num(job.preemptions)} (not counted as restarts)`] : null,
       ['Model', `${tr.model || '–'} · ${tr.dataset || '–'}`],
       ['Batch', `${num(tr.batch_size)}/rank`],
       ['Created', h('span', { title: fmtTime(created) }, fmtShortTime(created))],
