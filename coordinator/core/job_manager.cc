@@ -913,7 +913,18 @@ absl::StatusOr<absl::Duration> JobManager::RenewLease(
   }
   job.last_contact[{request.attempt(), request.rank()}] = clock_->Now();
   if (job.watch.has_value() && request.has_progress()) {
-    job.watch->Report(request.rank(), request.progress(), clock_->Now());
+    // Reports are shown to users and kept per rank: a malformed one (more
+    // phases than exist, overlong names) is dropped; the renewal still counts.
+    const v1::RankProgress& p = request.progress();
+    bool bounded =
+        p.phase().size() <= 32 && p.collective().size() <= 128 && p.phase_ms_size() <= 16;
+    for (const auto& [phase, ms] : p.phase_ms()) bounded &= phase.size() <= 32;
+    if (bounded) {
+      job.watch->Report(request.rank(), p, clock_->Now());
+    } else {
+      spdlog::warn("job {} rank {}: malformed progress report dropped", job.record.id,
+                   request.rank());
+    }
   }
   return options_.trainer_lease;
 }

@@ -395,6 +395,23 @@ TEST_F(RobustnessTest, UnresponsiveRankEndsTheAttemptNamingItAndItsWorker) {
   EXPECT_EQ(Beat("a", ea, {Running(la->launch(0))})->kill_size(), 1);
 }
 
+TEST_F(RobustnessTest, MalformedProgressReportIsDroppedButTheLeaseIsRenewed) {
+  const int64_t ea = Register("a", 1);
+  const int64_t id = Submit(1);
+  auto la = Beat("a", ea);
+  JoinAll(id, 1, 1);
+  v1::RankProgress huge;
+  huge.set_step(3);
+  huge.set_phase(std::string(10000, 'x'));
+  Report(id, 1, 0, huge);  // asserts the renewal succeeded
+  EXPECT_FALSE(Get(id).ranks(0).has_progress());
+  v1::RankProgress fine;
+  fine.set_step(4);
+  fine.set_phase("forward");
+  Report(id, 1, 0, fine);
+  EXPECT_EQ(Get(id).ranks(0).progress().step(), 4);
+}
+
 TEST_F(RobustnessTest, JobSpecCanTurnTheWatchdogOff) {
   const int64_t ea = Register("a", 1);
   v1::JobSpec spec;
