@@ -386,6 +386,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(response, workers_.Register(request));
+    if (SlurmPoolManager* slurm = slurm_.load();
+        slurm != nullptr && !request.slurm_job_id().empty()) {
+      slurm->WorkerJoined(request.slurm_job_id());  // takes only its own lock
+    }
     // The new session runs only what it lists: reconcile as for a heartbeat,
     // and count every other rank placed there as lost at once (a worker that
     // restarted within the dead threshold would otherwise leave ghosts).

@@ -58,6 +58,13 @@ SlurmPoolManager::TickResult SlurmPoolManager::Tick(
         }
         a.state = it->second.state;
         a.reason = it->second.reason;
+        if (IsSlurmStatePending(a.state) &&
+            std::any_of(workers.begin(), workers.end(), [&](const SlurmPoolWorker& w) {
+              return w.slurm_job_id == a.slurm_job_id;
+            })) {
+          a.state = "R";  // squeue lags: a worker of it is registered
+          a.reason.clear();
+        }
         if (!IsSlurmStatePending(a.state) && !IsSlurmStateFinal(a.state) &&
             a.running_since == absl::InfiniteFuture()) {
           a.running_since = now;
@@ -183,6 +190,16 @@ SlurmPoolManager::TickResult SlurmPoolManager::Tick(
                      " as ", run_as.empty() ? "the service account" : run_as));
   }
   return result;
+}
+
+void SlurmPoolManager::WorkerJoined(const std::string& slurm_job_id) {
+  absl::MutexLock lock(&mu_);
+  for (SlurmAllocation& a : allocations_) {
+    if (a.slurm_job_id != slurm_job_id || !IsSlurmStatePending(a.state)) continue;
+    a.state = "R";
+    a.reason.clear();
+    if (a.running_since == absl::InfiniteFuture()) a.running_since = clock_->Now();
+  }
 }
 
 std::optional<SlurmAllocation> SlurmPoolManager::Allocation(int64_t job_id) const {

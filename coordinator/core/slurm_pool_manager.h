@@ -79,6 +79,11 @@ class SlurmPoolManager {
   TickResult Tick(const std::vector<WaitingJob>& waiting,
                   const std::vector<SlurmPoolWorker>& workers) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A worker started inside allocation `slurm_job_id` registered: its batch
+  // script runs, so the allocation is running even if the latest squeue
+  // (polled every slurm_interval) still said pending. Unknown ids are ignored.
+  void WorkerJoined(const std::string& slurm_job_id) ABSL_LOCKS_EXCLUDED(mu_);
+
   // The live allocation submitted for `job_id`, if any.
   std::optional<SlurmAllocation> Allocation(int64_t job_id) const
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -109,6 +109,24 @@ TEST_F(SlurmPoolManagerTest, SubmitsTheRenderedScriptAndReportsSlurmsState) {
   EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 100 (PD: Resources)");
 }
 
+TEST_F(SlurmPoolManagerTest, AWorkerThatJoinedShowsItsAllocationRunningBeforeSqueueDoes) {
+  SlurmPoolManager m = Make(/*can_submit_as_owner=*/false);
+  m.Tick({Job(7, 2)}, {});
+  ASSERT_EQ(m.Allocation(7)->state, "PD");
+  m.WorkerJoined("999");  // not ours
+  EXPECT_EQ(m.Allocation(7)->state, "PD");
+
+  clock_.Advance(absl::Seconds(3));
+  m.WorkerJoined("100");
+  EXPECT_EQ(m.Allocation(7)->state, "R");
+  EXPECT_EQ(m.Allocation(7)->running_since, clock_.Now());
+
+  // squeue still says PD on the next round; the registered worker wins.
+  SlurmPoolWorker w{.name = "node1", .pool = "cpu", .slurm_job_id = "100"};
+  m.Tick({}, {w});
+  EXPECT_EQ(m.Allocation(7)->state, "R");
+}
+
 TEST_F(SlurmPoolManagerTest, SubmitsAsTheOwnerWhenItMay) {
   SlurmPoolManager m = Make(/*can_submit_as_owner=*/true);
   m.Tick({Job(7, 2, "alice"), Job(8, 2, "root"), Job(9, 2, "")}, {});
