@@ -159,6 +159,13 @@ echo "tessera-train (LibTorch 2.6, and 1.13) vs PyTorch $torch_version DDP: $COR
 RESULTS=()
 for model in $MODELS; do
   read -r batch warmup steps < <(settings "$model")
+  # The fp32 matrix-product floor of a step here (bench/trainer_vs_ddp/gemm_floor.cc):
+  # batch / floor is the most images/s per rank any fp32 trainer can reach.
+  ceiling=-
+  if [ -x "$BUILD/bench/gemm_floor" ]; then
+    ceiling=$(OMP_NUM_THREADS=$THREADS "$BUILD/bench/gemm_floor" --model "$model" \
+      --batch-size "$batch" --threads "$THREADS" | sed -n 's/.*ceiling_images_per_s=//p')
+  fi
   for world in $WORLDS; do
     t26_runs=() t113_runs=() peer_runs=() t26_best=""
     for ((r = 0; r < REPEATS; r++)); do
@@ -192,14 +199,18 @@ for model in $MODELS; do
     echo "   peer:         $(cat "$WORK/peer-command") ($(cat "$WORK/peer-kind"))"
     echo "   runs (images/s per rank): tessera 2.6 ${t26_runs[*]}; peer ${peer_runs[*]};" \
       "tessera 1.13 ${t113_runs[*]}"
-    RESULTS+=("$(printf '%-15s %5s %6s %11s %12s %10s %9s %10s %12s' "$model" "$world" \
-      "$batch" "$t26" "$t113" "$peer" "$(ratio "$t26" "$peer")" "$(ratio "$t113" "$peer")" \
-      "$(python3 -c "print(f'{100 * $share:.1f}%')")")")
+    max_ratio=-
+    [ "$ceiling" != - ] && max_ratio=$(ratio "$ceiling" "$peer")
+    RESULTS+=("$(printf '%-15s %5s %6s %11s %12s %10s %9s %10s %12s %9s %9s' "$model" \
+      "$world" "$batch" "$t26" "$t113" "$peer" "$(ratio "$t26" "$peer")" \
+      "$(ratio "$t113" "$peer")" "$(python3 -c "print(f'{100 * $share:.1f}%')")" \
+      "$ceiling" "$max_ratio")")
   done
 done
 echo
-printf '%-15s %5s %6s %11s %12s %10s %9s %10s %12s\n' model world batch tessera26 \
-  tessera113 peer26 ratio26 ratio113 exposed_comm
+printf '%-15s %5s %6s %11s %12s %10s %9s %10s %12s %9s %9s\n' model world batch tessera26 \
+  tessera113 peer26 ratio26 ratio113 exposed_comm ceiling max_ratio
 printf '%s\n' "${RESULTS[@]}"
 echo "(ratio26 = tessera on LibTorch 2.6 / the PyTorch 2.6 peer, target >= 1.5;" \
-  "ratio113 = tessera on LibTorch 1.13 / the same peer)"
+  "ratio113 = tessera on LibTorch 1.13 / the same peer; ceiling = batch / the step's" \
+  "fp32 matrix products alone on oneDNN here (gemm_floor), max_ratio = ceiling / peer)"

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "worker/trainer/fused_layers.h"
 
@@ -59,9 +60,12 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const torch::Tensor qkv = ApplyLinear(qkv_, x, cpu_kernels_)
                                 .reshape({batch, tokens, 3, heads_, dim / heads_})
                                 .permute({2, 0, 3, 1, 4});
-  const torch::Tensor q = qkv[0];
-  const torch::Tensor k = qkv[1];
-  const torch::Tensor v = qkv[2];
+  // unbind, not qkv[0..2]: its backward stacks the three gradients once, where
+  // each select's backward would zero a full-size qkv gradient and add it.
+  const std::vector<torch::Tensor> parts = qkv.unbind(0);
+  const torch::Tensor& q = parts[0];
+  const torch::Tensor& k = parts[1];
+  const torch::Tensor& v = parts[2];
 #if TORCH_VERSION_MAJOR >= 2
   // The fused kernel (flash / memory-efficient on CUDA, a fused CPU kernel
   // otherwise); it scales by 1/sqrt(head_dim) itself.
