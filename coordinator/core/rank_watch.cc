@@ -111,8 +111,14 @@ std::optional<WatchVerdict> AttemptWatch::Check(absl::Time now,
                                                 const WatchdogOptions& options,
                                                 const std::vector<bool>& running) const {
   if (!options.enabled) return std::nullopt;
-  auto is_running = [&](size_t r) { return r < running.size() && running[r]; };
+  if (std::optional<WatchVerdict> v = CheckSilent(now, options, running)) return v;
+  return CheckStalled(now, options, running);
+}
 
+std::optional<WatchVerdict> AttemptWatch::CheckSilent(
+    absl::Time now, const WatchdogOptions& options,
+    const std::vector<bool>& running) const {
+  auto is_running = [&](size_t r) { return r < running.size() && running[r]; };
   // Unresponsive: silent past the threshold (counted from the start before
   // the first report).
   std::vector<int32_t> silent;
@@ -142,7 +148,13 @@ std::optional<WatchVerdict> AttemptWatch::Check(absl::Time now,
     v.reason = absl::StrCat(absl::StrJoin(parts, "; "), WaitingText(waiting, now));
     return v;
   }
+  return std::nullopt;
+}
 
+std::optional<WatchVerdict> AttemptWatch::CheckStalled(
+    absl::Time now, const WatchdogOptions& options,
+    const std::vector<bool>& running) const {
+  auto is_running = [&](size_t r) { return r < running.size() && running[r]; };
   // Stalled: nothing moved for the threshold.
   std::vector<double> step_ms;
   for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -156,7 +168,7 @@ std::optional<WatchVerdict> AttemptWatch::Check(absl::Time now,
   if (now - last_move_ <= threshold) return std::nullopt;
 
   std::vector<int32_t> working;  // running, reported, not waiting on peers
-  waiting.clear();
+  std::vector<int32_t> waiting;
   int64_t lowest = INT64_MAX;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (!is_running(r) || !ranks_[r].reported) continue;

@@ -98,6 +98,12 @@ class AttemptWatch {
   int64_t MaxStep() const;
 
  private:
+  // Check's two verdicts: ranks silent past rank_silent_after; no rank moved
+  // for the stall threshold.
+  std::optional<WatchVerdict> CheckSilent(absl::Time now, const WatchdogOptions& options,
+                                          const std::vector<bool>& running) const;
+  std::optional<WatchVerdict> CheckStalled(absl::Time now, const WatchdogOptions& options,
+                                           const std::vector<bool>& running) const;
   struct RankState {
     bool reported = false;
     tessera::v1::RankProgress last;

@@ -62,6 +62,32 @@ std::string CancelRunning(const SlurmPoolConfig* pool, const SlurmAllocation& a,
   return "";
 }
 
+// The nodes of the allocation `pool` would get for `job` now, or why it gets
+// none: it cannot host the job, its last submission for the job failed less
+// than retry_after ago, or it has max_allocations in flight.
+absl::StatusOr<int32_t> NodesToSubmit(const SlurmPoolConfig& pool, const WaitingJob& job,
+                                      const std::vector<SlurmSubmitFailure>& failures,
+                                      int32_t in_flight, absl::Time now,
+                                      const SlurmPoolOptions& options) {
+  absl::StatusOr<int32_t> nodes = AllocationNodes(pool, job);
+  if (!nodes.ok()) return nodes;
+  for (const SlurmSubmitFailure& f : failures) {
+    if (f.pool != pool.name || f.job_id != job.job_id) continue;
+    if (now - f.at < options.retry_after) {
+      return absl::UnavailableError(absl::StrCat(
+          "Slurm submission to pool ", pool.name, " failed: ", f.error, "; retrying in ",
+          absl::FormatDuration(
+              absl::Trunc(options.retry_after - (now - f.at), absl::Seconds(1)))));
+    }
+  }
+  if (pool.max_allocations > 0 && in_flight >= pool.max_allocations) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Slurm pool ", pool.name, " has ", pool.max_allocations, " of ",
+                     pool.max_allocations, " allocations in flight"));
+  }
+  return nodes;
+}
+
 }  // namespace
 
 absl::StatusOr<int32_t> AllocationNodes(const SlurmPoolConfig& pool,
@@ -164,27 +190,10 @@ SlurmPoolPlan PlanSlurmPools(const std::vector<SlurmPoolConfig>& pools,
     std::vector<std::string> why_not;
     bool submitted = false;
     for (const SlurmPoolConfig& pool : pools) {
-      absl::StatusOr<int32_t> nodes = AllocationNodes(pool, job);
+      absl::StatusOr<int32_t> nodes =
+          NodesToSubmit(pool, job, state.failures, in_flight[pool.name], now, options);
       if (!nodes.ok()) {
         why_not.emplace_back(nodes.status().message());
-        continue;
-      }
-      const SlurmSubmitFailure* failure = nullptr;
-      for (const SlurmSubmitFailure& f : state.failures) {
-        if (f.pool == pool.name && f.job_id == job.job_id) failure = &f;
-      }
-      if (failure != nullptr && now - failure->at < options.retry_after) {
-        why_not.push_back(absl::StrCat(
-            "Slurm submission to pool ", pool.name, " failed: ", failure->error,
-            "; retrying in ",
-            absl::FormatDuration(absl::Trunc(options.retry_after - (now - failure->at),
-                                             absl::Seconds(1)))));
-        continue;
-      }
-      if (pool.max_allocations > 0 && in_flight[pool.name] >= pool.max_allocations) {
-        why_not.push_back(absl::StrCat("Slurm pool ", pool.name, " has ",
-                                       pool.max_allocations, " of ", pool.max_allocations,
-                                       " allocations in flight"));
         continue;
       }
       ++in_flight[pool.name];

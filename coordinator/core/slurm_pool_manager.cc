@@ -36,160 +36,164 @@ SlurmPoolManager::TickResult SlurmPoolManager::Tick(
     const std::vector<WaitingJob>& waiting, const std::vector<SlurmPoolWorker>& workers) {
   absl::MutexLock tick(&tick_mu_);
   TickResult result;
+  const absl::Time now = clock_->Now();
+  const SlurmPoolState state = Observe(waiting, workers, now, &result);
+  const SlurmPoolPlan plan = PlanSlurmPools(pools_, state, now, options_.plan);
+  result.pending_reasons = plan.pending_reasons;
+  result.reserved_workers = plan.reserved_workers;
+  Cancel(plan.cancel, &result);
+  Forget(plan.forget, &result);
+  for (const SlurmSubmitDecision& d : plan.submit) Submit(d, now, &result);
+  return result;
+}
 
-  // 1. Slurm's view of the allocations (no lock held while squeue runs).
+SlurmPoolState SlurmPoolManager::Observe(const std::vector<WaitingJob>& waiting,
+                                         const std::vector<SlurmPoolWorker>& workers,
+                                         absl::Time now, TickResult* result) {
+  // Slurm's view of the allocations (no lock held while squeue runs).
   std::vector<std::string> ids;
   {
     absl::MutexLock lock(&mu_);
     for (const SlurmAllocation& a : allocations_) ids.push_back(a.slurm_job_id);
   }
   absl::StatusOr<std::map<std::string, SlurmJobInfo>> seen = client_->Query(ids);
-  const absl::Time now = clock_->Now();
   SlurmPoolState state;
-  {
-    absl::MutexLock lock(&mu_);
-    if (seen.ok()) {
-      for (SlurmAllocation& a : allocations_) {
-        auto it = seen->find(a.slurm_job_id);
-        if (it == seen->end()) {
-          a.state.clear();  // ended and purged
-          a.reason.clear();
-          continue;
-        }
-        a.state = it->second.state;
-        a.reason = it->second.reason;
-        if (IsSlurmStatePending(a.state) &&
-            std::any_of(workers.begin(), workers.end(), [&](const SlurmPoolWorker& w) {
-              return w.slurm_job_id == a.slurm_job_id;
-            })) {
-          a.state = "R";  // squeue lags: a worker of it is registered
-          a.reason.clear();
-        }
-        if (!IsSlurmStatePending(a.state) && !IsSlurmStateFinal(a.state) &&
-            a.running_since == absl::InfiniteFuture()) {
-          a.running_since = now;
-        }
+  absl::MutexLock lock(&mu_);
+  if (seen.ok()) {
+    for (SlurmAllocation& a : allocations_) {
+      auto it = seen->find(a.slurm_job_id);
+      if (it == seen->end()) {
+        a.state.clear();  // ended and purged
+        a.reason.clear();
+        continue;
       }
-    } else if (!ids.empty()) {
-      // Keep the last known states: a failed squeue must not look like ended jobs.
-      result.events.push_back(
-          absl::StrCat("cannot query Slurm: ", seen.status().message()));
+      a.state = it->second.state;
+      a.reason = it->second.reason;
+      if (IsSlurmStatePending(a.state) &&
+          std::any_of(workers.begin(), workers.end(), [&](const SlurmPoolWorker& w) {
+            return w.slurm_job_id == a.slurm_job_id;
+          })) {
+        a.state = "R";  // squeue lags: a worker of it is registered
+        a.reason.clear();
+      }
+      if (!IsSlurmStatePending(a.state) && !IsSlurmStateFinal(a.state) &&
+          a.running_since == absl::InfiniteFuture()) {
+        a.running_since = now;
+      }
     }
-    // Failures of jobs that no longer wait are of no use.
-    failures_.erase(std::remove_if(failures_.begin(), failures_.end(),
-                                   [&](const SlurmSubmitFailure& f) {
-                                     return std::none_of(waiting.begin(), waiting.end(),
-                                                         [&](const WaitingJob& j) {
-                                                           return j.job_id == f.job_id;
-                                                         });
-                                   }),
-                    failures_.end());
-    state.allocations = allocations_;
-    state.failures = failures_;
+  } else if (!ids.empty()) {
+    // Keep the last known states: a failed squeue must not look like ended jobs.
+    result->events.push_back(
+        absl::StrCat("cannot query Slurm: ", seen.status().message()));
   }
+  // Failures of jobs that no longer wait are of no use.
+  std::erase_if(failures_, [&](const SlurmSubmitFailure& f) {
+    return std::none_of(waiting.begin(), waiting.end(),
+                        [&](const WaitingJob& j) { return j.job_id == f.job_id; });
+  });
+  state.allocations = allocations_;
+  state.failures = failures_;
   state.waiting = waiting;
   state.workers = workers;
+  return state;
+}
 
-  // 2. The plan.
-  SlurmPoolPlan plan = PlanSlurmPools(pools_, state, now, options_.plan);
-  result.pending_reasons = plan.pending_reasons;
-  result.reserved_workers = plan.reserved_workers;
-
-  // 3. Cancels, then forgets.
-  for (const SlurmCancelDecision& c : plan.cancel) {
+void SlurmPoolManager::Cancel(const std::vector<SlurmCancelDecision>& cancels,
+                              TickResult* result) {
+  for (const SlurmCancelDecision& c : cancels) {
     absl::Status s = client_->Cancel(c.slurm_job_id);
     if (!s.ok()) {
-      result.events.push_back(absl::StrCat("cannot cancel Slurm allocation ",
-                                           c.slurm_job_id, " (", c.reason,
-                                           "): ", s.message()));
+      result->events.push_back(absl::StrCat("cannot cancel Slurm allocation ",
+                                            c.slurm_job_id, " (", c.reason,
+                                            "): ", s.message()));
       continue;
     }
-    result.events.push_back(
+    result->events.push_back(
         absl::StrCat("cancelled Slurm allocation ", c.slurm_job_id, ": ", c.reason));
     absl::MutexLock lock(&mu_);
     for (SlurmAllocation& a : allocations_) {
       if (a.slurm_job_id == c.slurm_job_id) a.cancel_sent = true;
     }
   }
-  {
-    absl::MutexLock lock(&mu_);
-    for (const std::string& id : plan.forget) {
-      auto it =
-          std::find_if(allocations_.begin(), allocations_.end(),
-                       [&](const SlurmAllocation& a) { return a.slurm_job_id == id; });
-      if (it == allocations_.end()) continue;
-      result.events.push_back(
-          absl::StrCat("Slurm allocation ", id, " of job ", it->job_id, " has ended",
-                       it->state.empty() ? "" : " (" + it->state + ")"));
-      allocations_.erase(it);
-    }
-  }
+}
 
-  // 4. Submissions.
-  for (const SlurmSubmitDecision& d : plan.submit) {
-    const SlurmPoolConfig* pool = Pool(d.pool);
-    if (pool == nullptr) continue;
-    std::string run_as = SubmitAccount(*pool, d.owner);
-    absl::StatusOr<std::string> id;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      absl::StatusOr<std::string> token = credentials_(d, run_as);
-      if (!token.ok()) {
-        id = token.status();
-        break;
-      }
-      absl::StatusOr<std::string> script =
-          RenderSbatchScript(*pool, {.job_id = d.job_id,
-                                     .nodes = d.nodes,
-                                     .coordinator_address = options_.coordinator_address,
-                                     .join_token_file = *token});
-      if (!script.ok()) {
-        id = script.status();
-        break;
-      }
-      id = client_->Submit(
-          {.script = *script, .run_as = run_as, .working_dir = options_.submit_dir});
-      // An owner without an account here (or rights we lack): the service
-      // account submits, and the owner stays recorded on the allocation.
-      const bool account_problem =
-          !id.ok() && !run_as.empty() &&
-          (id.status().code() == absl::StatusCode::kNotFound ||
-           id.status().code() == absl::StatusCode::kPermissionDenied);
-      if (!account_problem) break;
-      result.events.push_back(absl::StrCat("cannot submit as ", run_as, " (",
-                                           id.status().message(),
-                                           "); submitting as the service account"));
-      run_as.clear();
-    }
-    absl::MutexLock lock(&mu_);
-    failures_.erase(std::remove_if(failures_.begin(), failures_.end(),
-                                   [&](const SlurmSubmitFailure& f) {
-                                     return f.pool == d.pool && f.job_id == d.job_id;
-                                   }),
-                    failures_.end());
-    if (!id.ok()) {
-      failures_.push_back({d.pool, d.job_id, std::string(id.status().message()), now});
-      const std::string why = absl::StrCat("Slurm submission to pool ", d.pool,
-                                           " failed: ", id.status().message());
-      result.pending_reasons[d.job_id] = why;
-      result.events.push_back(absl::StrCat("job ", d.job_id, ": ", why));
-      continue;
-    }
-    SlurmAllocation a;
-    a.pool = d.pool;
-    a.slurm_job_id = *id;
-    a.job_id = d.job_id;
-    a.owner = d.owner;
-    a.nodes = d.nodes;
-    a.submitted_at = now;
-    a.state = "PD";
-    allocations_.push_back(a);
-    result.pending_reasons[d.job_id] = SlurmWaitReason(a, 0);
-    result.events.push_back(
-        absl::StrCat("submitted Slurm allocation ", *id, " (", d.nodes, " node",
-                     d.nodes == 1 ? "" : "s", ") for job ", d.job_id, " in pool ", d.pool,
-                     " as ", run_as.empty() ? "the service account" : run_as));
+void SlurmPoolManager::Forget(const std::vector<std::string>& ended, TickResult* result) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : ended) {
+    auto it =
+        std::find_if(allocations_.begin(), allocations_.end(),
+                     [&](const SlurmAllocation& a) { return a.slurm_job_id == id; });
+    if (it == allocations_.end()) continue;
+    result->events.push_back(
+        absl::StrCat("Slurm allocation ", id, " of job ", it->job_id, " has ended",
+                     it->state.empty() ? "" : " (" + it->state + ")"));
+    allocations_.erase(it);
   }
-  return result;
+}
+
+absl::StatusOr<std::string> SlurmPoolManager::Sbatch(const SlurmPoolConfig& pool,
+                                                     const SlurmSubmitDecision& d,
+                                                     std::string* run_as,
+                                                     TickResult* result) {
+  absl::StatusOr<std::string> id;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    absl::StatusOr<std::string> token = credentials_(d, *run_as);
+    if (!token.ok()) return token.status();
+    absl::StatusOr<std::string> script =
+        RenderSbatchScript(pool, {.job_id = d.job_id,
+                                  .nodes = d.nodes,
+                                  .coordinator_address = options_.coordinator_address,
+                                  .join_token_file = *token});
+    if (!script.ok()) return script.status();
+    id = client_->Submit(
+        {.script = *script, .run_as = *run_as, .working_dir = options_.submit_dir});
+    // An owner without an account here (or rights we lack): the service
+    // account submits, and the owner stays recorded on the allocation.
+    const bool account_problem =
+        !id.ok() && !run_as->empty() &&
+        (id.status().code() == absl::StatusCode::kNotFound ||
+         id.status().code() == absl::StatusCode::kPermissionDenied);
+    if (!account_problem) break;
+    result->events.push_back(absl::StrCat("cannot submit as ", *run_as, " (",
+                                          id.status().message(),
+                                          "); submitting as the service account"));
+    run_as->clear();
+  }
+  return id;
+}
+
+void SlurmPoolManager::Submit(const SlurmSubmitDecision& d, absl::Time now,
+                              TickResult* result) {
+  const SlurmPoolConfig* pool = Pool(d.pool);
+  if (pool == nullptr) return;
+  std::string run_as = SubmitAccount(*pool, d.owner);
+  const absl::StatusOr<std::string> id = Sbatch(*pool, d, &run_as, result);
+  absl::MutexLock lock(&mu_);
+  std::erase_if(failures_, [&](const SlurmSubmitFailure& f) {
+    return f.pool == d.pool && f.job_id == d.job_id;
+  });
+  if (!id.ok()) {
+    failures_.push_back({d.pool, d.job_id, std::string(id.status().message()), now});
+    const std::string why = absl::StrCat("Slurm submission to pool ", d.pool,
+                                         " failed: ", id.status().message());
+    result->pending_reasons[d.job_id] = why;
+    result->events.push_back(absl::StrCat("job ", d.job_id, ": ", why));
+    return;
+  }
+  SlurmAllocation a;
+  a.pool = d.pool;
+  a.slurm_job_id = *id;
+  a.job_id = d.job_id;
+  a.owner = d.owner;
+  a.nodes = d.nodes;
+  a.submitted_at = now;
+  a.state = "PD";
+  allocations_.push_back(a);
+  result->pending_reasons[d.job_id] = SlurmWaitReason(a, 0);
+  result->events.push_back(absl::StrCat("submitted Slurm allocation ", *id, " (", d.nodes,
+                                        " node", d.nodes == 1 ? "" : "s", ") for job ",
+                                        d.job_id, " in pool ", d.pool, " as ",
+                                        run_as.empty() ? "the service account" : run_as));
 }
 
 void SlurmPoolManager::WorkerJoined(const std::string& slurm_job_id) {

@@ -93,6 +93,23 @@ class SlurmPoolManager {
  private:
   // Who sbatch runs as for a job of `owner` in `pool` ("" = service account).
   std::string SubmitAccount(const SlurmPoolConfig& pool, const std::string& owner) const;
+  // Tick's steps. Observe: Slurm's states into allocations_, stale failures
+  // dropped; returns what the planner reads.
+  SlurmPoolState Observe(const std::vector<WaitingJob>& waiting,
+                         const std::vector<SlurmPoolWorker>& workers, absl::Time now,
+                         TickResult* result) ABSL_LOCKS_EXCLUDED(mu_);
+  void Cancel(const std::vector<SlurmCancelDecision>& cancels, TickResult* result)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Forget(const std::vector<std::string>& ended, TickResult* result)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Submit(const SlurmSubmitDecision& d, absl::Time now, TickResult* result)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes the credential, renders the script and runs sbatch as *run_as,
+  // falling back to the service account (clearing *run_as) when the owner
+  // cannot submit. Returns Slurm's job id.
+  absl::StatusOr<std::string> Sbatch(const SlurmPoolConfig& pool,
+                                     const SlurmSubmitDecision& d, std::string* run_as,
+                                     TickResult* result);
   const SlurmPoolConfig* Pool(const std::string& name) const;
 
   const std::vector<SlurmPoolConfig> pools_;
