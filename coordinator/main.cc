@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
@@ -14,12 +15,15 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/service_notify.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/core/auth.h"
@@ -96,7 +100,14 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
     if (!fingerprint.ok()) return fingerprint.status();
     pin = *fingerprint;
   }
-  auto write_credential = [store, credential_dir, pin](
+  // Credential file -> its token's id, for the revocation once the
+  // allocation has ended.
+  struct Issued {
+    absl::Mutex mu;
+    std::map<std::string, int64_t> ids ABSL_GUARDED_BY(mu);
+  };
+  auto issued = std::make_shared<Issued>();
+  auto write_credential = [store, credential_dir, pin, issued](
                               const tessera::SlurmSubmitDecision& decision,
                               const std::string& run_as) -> absl::StatusOr<std::string> {
     const std::string name =
@@ -104,6 +115,8 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
     absl::StatusOr<std::string> token =
         tessera::CreateToken(*store, clock, tessera::kJoinToken, name);
     if (!token.ok()) return token.status();
+    absl::StatusOr<int64_t> token_id = tessera::TokenIdOf(*token);
+    if (!token_id.ok()) return token_id.status();
     if (!pin.empty()) *token = tessera::AddPinToToken(*token, pin);
     const std::string path = absl::StrCat(credential_dir, "/", name, "-",
                                           absl::ToUnixMillis(absl::Now()), ".token");
@@ -122,18 +135,38 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
     close(fd);
     if (!ok) {
       unlink(path.c_str());
+      (void)store->RevokeToken(*token_id);
       return absl::FailedPreconditionError(
           absl::StrCat("cannot write the join credential ", path, " for ",
                        run_as.empty() ? std::string("the service account") : run_as));
     }
+    absl::MutexLock lock(&issued->mu);
+    issued->ids[path] = *token_id;
     return path;
+  };
+  auto revoke_credential = [store, issued](const std::string& path) {
+    std::optional<int64_t> id;
+    {
+      absl::MutexLock lock(&issued->mu);
+      if (auto it = issued->ids.find(path); it != issued->ids.end()) {
+        id = it->second;
+        issued->ids.erase(it);
+      }
+    }
+    if (id.has_value()) {
+      if (absl::Status s = store->RevokeToken(*id); !s.ok()) {
+        spdlog::warn("cannot revoke the join credential of {}: {}", path, s.ToString());
+      }
+    }
+    unlink(path.c_str());
   };
   tessera::SlurmPoolManagerOptions manager_options;
   manager_options.coordinator_address = address;
   manager_options.can_submit_as_owner = tessera::SlurmCli::CanSubmitAsOtherUsers();
   spdlog::info("Slurm pools: {}; workers in allocations dial {}", pools.size(), address);
   return std::make_unique<tessera::SlurmPoolManager>(
-      std::move(pools), cli->get(), &clock, std::move(write_credential), manager_options);
+      std::move(pools), cli->get(), &clock, std::move(write_credential), manager_options,
+      std::move(revoke_credential));
 }
 
 }  // namespace

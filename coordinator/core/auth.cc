@@ -76,6 +76,16 @@ absl::StatusOr<std::string> CreateToken(Store& store, const Clock& clock,
   return absl::StrCat("tsr_", kind, "_", id, "_", secret);
 }
 
+absl::StatusOr<int64_t> TokenIdOf(absl::string_view token) {
+  token = token.substr(0, token.find(kTokenPinSeparator));
+  std::vector<absl::string_view> parts = absl::StrSplit(token, '_');
+  int64_t id = 0;
+  if (parts.size() != 4 || parts[0] != "tsr" || !absl::SimpleAtoi(parts[2], &id)) {
+    return absl::InvalidArgumentError("malformed token");
+  }
+  return id;
+}
+
 absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(Store* store,
                                                                      const Clock* clock,
                                                                      Options options) {
@@ -129,10 +139,9 @@ absl::StatusOr<TokenRecord> Authenticator::Verify(absl::string_view authorizatio
   token = token.substr(0, token.find(kTokenPinSeparator));
   // tsr_<kind>_<id>_<secret>
   std::vector<absl::string_view> parts = absl::StrSplit(token, '_');
-  int64_t id = 0;
-  if (parts.size() != 4 || parts[0] != "tsr" || !absl::SimpleAtoi(parts[2], &id)) {
-    return Reject("malformed token");
-  }
+  absl::StatusOr<int64_t> parsed = TokenIdOf(token);
+  if (!parsed.ok()) return Reject("malformed token");
+  const int64_t id = *parsed;
   if (parts[1] != kind) {
     return Reject(absl::StrCat(
         "a ", parts[1], " token cannot make this call; it needs a ", kind, " token"));

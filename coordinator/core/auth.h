@@ -46,6 +46,10 @@ absl::StatusOr<std::string> CreateToken(Store& store, const Clock& clock,
                                         const std::string& kind, const std::string& name,
                                         bool admin = false);
 
+// The id in a token's text (tsr_<kind>_<id>_<secret>, a certificate pin after
+// it ignored), for Store::RevokeToken. InvalidArgument when malformed.
+absl::StatusOr<int64_t> TokenIdOf(absl::string_view token);
+
 class Authenticator {
  public:
   struct Options {

@@ -61,6 +61,8 @@ struct SlurmAllocation {
   absl::Time running_since = absl::InfiniteFuture();
   // A cancel was already sent; the allocation is only waited for now.
   bool cancel_sent = false;
+  // The join credential file its workers read (CredentialWriter's path).
+  std::string credential;
 };
 
 // A registered worker that belongs to a pool (RegisterWorkerRequest.pool).

@@ -11,12 +11,18 @@ namespace tessera {
 SlurmPoolManager::SlurmPoolManager(std::vector<SlurmPoolConfig> pools,
                                    SlurmClient* client, const Clock* clock,
                                    CredentialWriter credentials,
-                                   SlurmPoolManagerOptions options)
+                                   SlurmPoolManagerOptions options,
+                                   CredentialRevoker revoke)
     : pools_(std::move(pools)),
       client_(client),
       clock_(clock),
       credentials_(std::move(credentials)),
+      revoke_(std::move(revoke)),
       options_(std::move(options)) {}
+
+void SlurmPoolManager::Revoke(const std::string& credential) const {
+  if (revoke_ && !credential.empty()) revoke_(credential);
+}
 
 const SlurmPoolConfig* SlurmPoolManager::Pool(const std::string& name) const {
   for (const SlurmPoolConfig& p : pools_) {
@@ -118,27 +124,37 @@ void SlurmPoolManager::Cancel(const std::vector<SlurmCancelDecision>& cancels,
 }
 
 void SlurmPoolManager::Forget(const std::vector<std::string>& ended, TickResult* result) {
-  absl::MutexLock lock(&mu_);
-  for (const std::string& id : ended) {
-    auto it =
-        std::find_if(allocations_.begin(), allocations_.end(),
-                     [&](const SlurmAllocation& a) { return a.slurm_job_id == id; });
-    if (it == allocations_.end()) continue;
-    result->events.push_back(
-        absl::StrCat("Slurm allocation ", id, " of job ", it->job_id, " has ended",
-                     it->state.empty() ? "" : " (" + it->state + ")"));
-    allocations_.erase(it);
+  std::vector<std::string> credentials;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : ended) {
+      auto it =
+          std::find_if(allocations_.begin(), allocations_.end(),
+                       [&](const SlurmAllocation& a) { return a.slurm_job_id == id; });
+      if (it == allocations_.end()) continue;
+      result->events.push_back(
+          absl::StrCat("Slurm allocation ", id, " of job ", it->job_id, " has ended",
+                       it->state.empty() ? "" : " (" + it->state + ")"));
+      credentials.push_back(it->credential);
+      allocations_.erase(it);
+    }
   }
+  // Its workers are gone: their join credential must not let anyone else in.
+  for (const std::string& c : credentials) Revoke(c);
 }
 
 absl::StatusOr<std::string> SlurmPoolManager::Sbatch(const SlurmPoolConfig& pool,
                                                      const SlurmSubmitDecision& d,
                                                      std::string* run_as,
+                                                     std::string* credential,
                                                      TickResult* result) {
   absl::StatusOr<std::string> id;
   for (int attempt = 0; attempt < 2; ++attempt) {
+    Revoke(*credential);  // written for an account that could not submit
+    credential->clear();
     absl::StatusOr<std::string> token = credentials_(d, *run_as);
     if (!token.ok()) return token.status();
+    *credential = *token;
     absl::StatusOr<std::string> script =
         RenderSbatchScript(pool, {.job_id = d.job_id,
                                   .nodes = d.nodes,
@@ -167,7 +183,9 @@ void SlurmPoolManager::Submit(const SlurmSubmitDecision& d, absl::Time now,
   const SlurmPoolConfig* pool = Pool(d.pool);
   if (pool == nullptr) return;
   std::string run_as = SubmitAccount(*pool, d.owner);
-  const absl::StatusOr<std::string> id = Sbatch(*pool, d, &run_as, result);
+  std::string credential;
+  const absl::StatusOr<std::string> id = Sbatch(*pool, d, &run_as, &credential, result);
+  if (!id.ok()) Revoke(credential);
   absl::MutexLock lock(&mu_);
   std::erase_if(failures_, [&](const SlurmSubmitFailure& f) {
     return f.pool == d.pool && f.job_id == d.job_id;
@@ -188,6 +206,7 @@ void SlurmPoolManager::Submit(const SlurmSubmitDecision& d, absl::Time now,
   a.nodes = d.nodes;
   a.submitted_at = now;
   a.state = "PD";
+  a.credential = credential;
   allocations_.push_back(a);
   result->pending_reasons[d.job_id] = SlurmWaitReason(a, 0);
   result->events.push_back(absl::StrCat("submitted Slurm allocation ", *id, " (", d.nodes,

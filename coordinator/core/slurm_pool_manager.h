@@ -13,7 +13,9 @@
 // The join credential: before each submission the CredentialWriter is asked
 // for the path of a file holding a credential for that allocation, readable
 // by the account the job will run as (0600, on storage the nodes see). The
-// path goes into the script; the credential never does.
+// path goes into the script; the credential never does. The CredentialRevoker
+// invalidates it (and removes the file) once the allocation has ended, or at
+// once when it went unused.
 //
 // Use: the JobManager calls Tick() from its tick thread, WITHOUT holding its
 // own lock (Tick runs sbatch, squeue and scancel), with the waiting jobs and
@@ -61,6 +63,10 @@ class SlurmPoolManager {
   // allocation about to be submitted for `decision`.
   using CredentialWriter = std::function<absl::StatusOr<std::string>(
       const SlurmSubmitDecision& decision, const std::string& run_as)>;
+  // Invalidates the credential behind a path CredentialWriter returned and
+  // removes its file: called once the allocation has ended, and at once for a
+  // credential whose submission failed or was made again for another account.
+  using CredentialRevoker = std::function<void(const std::string& path)>;
 
   struct TickResult {
     std::map<int64_t, std::string> pending_reasons;   // job -> reason
@@ -73,7 +79,7 @@ class SlurmPoolManager {
   // `client` and `clock` are not owned and must outlive the manager.
   SlurmPoolManager(std::vector<SlurmPoolConfig> pools, SlurmClient* client,
                    const Clock* clock, CredentialWriter credentials,
-                   SlurmPoolManagerOptions options);
+                   SlurmPoolManagerOptions options, CredentialRevoker revoke = nullptr);
 
   // One round (see the header comment). Blocks on Slurm's commands.
   TickResult Tick(const std::vector<WaitingJob>& waiting,
@@ -106,16 +112,19 @@ class SlurmPoolManager {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Writes the credential, renders the script and runs sbatch as *run_as,
   // falling back to the service account (clearing *run_as) when the owner
-  // cannot submit. Returns Slurm's job id.
+  // cannot submit. Returns Slurm's job id and sets *credential to the path the
+  // allocation's workers read; credentials not used are revoked.
   absl::StatusOr<std::string> Sbatch(const SlurmPoolConfig& pool,
                                      const SlurmSubmitDecision& d, std::string* run_as,
-                                     TickResult* result);
+                                     std::string* credential, TickResult* result);
+  void Revoke(const std::string& credential) const;
   const SlurmPoolConfig* Pool(const std::string& name) const;
 
   const std::vector<SlurmPoolConfig> pools_;
   SlurmClient* const client_;  // Not owned.
   const Clock* const clock_;   // Not owned.
   const CredentialWriter credentials_;
+  const CredentialRevoker revoke_;  // may be empty
   const SlurmPoolManagerOptions options_;
 
   absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one Tick at a time

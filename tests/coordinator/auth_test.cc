@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/tls.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
@@ -64,6 +65,21 @@ TEST_F(AuthenticatorTest, StoredTokenIsOnlyAHashAndAuthenticatesItsKindOnly) {
   EXPECT_TRUE(absl::IsUnauthenticated(
       auth_->Authenticate("Bearer tsr_user_99_abcd", kUserToken).status()));
   EXPECT_EQ(auth_->rejected(), 4);
+}
+
+TEST_F(AuthenticatorTest, TokenIdOfNamesTheStoredTokenWithOrWithoutAPin) {
+  auto first = CreateToken(*store_, clock_, kUserToken, "alice");
+  auto second = CreateToken(*store_, clock_, kJoinToken, "rack-1");
+  ASSERT_TRUE(first.ok() && second.ok());
+  auto stored = store_->ListTokens();
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 2u);
+  EXPECT_EQ(TokenIdOf(*first).value_or(-1), (*stored)[0].id);
+  EXPECT_EQ(TokenIdOf(*second).value_or(-1), (*stored)[1].id);
+  EXPECT_EQ(TokenIdOf(AddPinToToken(*second, std::string(64, 'a'))).value_or(-1),
+            (*stored)[1].id);
+  EXPECT_TRUE(absl::IsInvalidArgument(TokenIdOf("tsr_user_x_abcd").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(TokenIdOf("Bearer abc").status()));
 }
 
 TEST_F(AuthenticatorTest, RevokedTokenStopsWorkingOnceTheCacheExpires) {

@@ -7,6 +7,7 @@
 // new allocation. Needs root; skips otherwise, except under
 // TESSERA_REQUIRE_SLURM=1 (.ci/run), where a skip is a failure.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -146,6 +147,16 @@ TEST_F(SlurmE2eTest, QueuedJobGetsAnAllocationRunsOnItAndTheIdleAllocationIsGive
   ASSERT_NE(running_at, absl::InfiniteFuture()) << DumpLogs() << slurm_->DaemonLogs();
   std::printf("FIGURE slurm_submit_to_running_s=%.1f\n",
               absl::ToDoubleSeconds(running_at - submitted));
+  // The allocation's join credential, in a file of its own.
+  const std::filesystem::path credentials = dir_.File("slurm-credentials");
+  auto token_files = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(credentials)) {
+      n += e.path().extension() == ".token";
+    }
+    return n;
+  };
+  EXPECT_EQ(token_files(), 1);
   const v1::Worker worker = WorkerOfRank0(id);
   EXPECT_EQ(worker.pool(), "cpu");
   EXPECT_EQ(worker.slurm_job_id(), allocation);
@@ -163,6 +174,13 @@ TEST_F(SlurmE2eTest, QueuedJobGetsAnAllocationRunsOnItAndTheIdleAllocationIsGive
   EXPECT_TRUE(gone.ok()) << gone << "\n" << DumpLogs();
   std::printf("FIGURE slurm_idle_to_released_s=%.1f\n",
               absl::ToDoubleSeconds(absl::Now() - ended));
+
+  // Once the coordinator sees it ended, the allocation's join credential is
+  // revoked and its file removed.
+  for (int i = 0; i < 300 && token_files() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(token_files(), 0) << DumpLogs();
 }
 
 TEST_F(SlurmE2eTest, PreemptionNoticeDrainsTheAllocationAndTheJobResumesOnANewOne) {

@@ -76,15 +76,18 @@ class SlurmPoolManagerTest : public ::testing::Test {
         {pool}, &slurm_, &clock_,
         [this](const SlurmSubmitDecision& d, const std::string& run_as) {
           credential_requests_.push_back(absl::StrCat(d.job_id, ":", run_as));
-          return absl::StatusOr<std::string>(absl::StrCat("/shared/join/job", d.job_id));
+          return absl::StatusOr<std::string>(absl::StrCat(
+              "/shared/join/job", d.job_id, run_as.empty() ? "" : "-" + run_as));
         },
         {.coordinator_address = "coord:50051",
-         .can_submit_as_owner = can_submit_as_owner});
+         .can_submit_as_owner = can_submit_as_owner},
+        [this](const std::string& path) { revoked_.push_back(path); });
   }
 
   FakeSlurmClient slurm_;
   FakeClock clock_;
   std::vector<std::string> credential_requests_;
+  std::vector<std::string> revoked_;
 };
 
 TEST_F(SlurmPoolManagerTest, SubmitsTheRenderedScriptAndReportsSlurmsState) {
@@ -186,6 +189,34 @@ TEST_F(SlurmPoolManagerTest, FailedQueryDoesNotLookLikeEndedAllocations) {
   EXPECT_EQ(slurm_.submitted.size(), 1u);  // no second allocation either
   EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 100 (PD)");
   EXPECT_TRUE(absl::StrContains(r.events[0], "cannot query Slurm")) << r.events[0];
+}
+
+TEST_F(SlurmPoolManagerTest,
+       JoinCredentialsAreRevokedWhenUnusedAndWhenTheAllocationEnds) {
+  SlurmPoolManager m = Make(/*can_submit_as_owner=*/true);
+  // carol has no account here: the credential written for her goes unused.
+  slurm_.submit_errors = {absl::NotFoundError("no user carol")};
+  m.Tick({Job(7, 2, "carol")}, {});
+  EXPECT_EQ(revoked_, (std::vector<std::string>{"/shared/join/job7-carol"}));
+  EXPECT_EQ(m.Allocation(7)->credential, "/shared/join/job7");
+  // A failed submission's credential is revoked at once.
+  slurm_.submit_errors = {
+      absl::FailedPreconditionError("sbatch: error: Invalid account")};
+  m.Tick({Job(7, 2, "carol"), Job(8, 2, "root")}, {});
+  EXPECT_EQ(revoked_,
+            (std::vector<std::string>{"/shared/join/job7-carol", "/shared/join/job8"}));
+
+  // Allocation 100 is still pending when job 7 stops waiting: it is cancelled,
+  // and its credential revoked only once Slurm shows it ended.
+  m.Tick({}, {});
+  EXPECT_EQ(slurm_.cancelled, (std::vector<std::string>{"100"}));
+  EXPECT_EQ(revoked_.size(), 2u);
+  slurm_.jobs.erase("100");
+  m.Tick({}, {});
+  EXPECT_FALSE(m.Allocation(7).has_value());
+  EXPECT_EQ(revoked_,
+            (std::vector<std::string>{"/shared/join/job7-carol", "/shared/join/job8",
+                                      "/shared/join/job7"}));
 }
 
 TEST_F(SlurmPoolManagerTest, FailedSubmissionIsReportedAndRetriedLater) {
