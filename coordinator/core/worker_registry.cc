@@ -71,6 +71,21 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
     return absl::InvalidArgumentError(
         absl::StrCat("slots: must be between 0 and 4096, got ", request.slots()));
   }
+  // Labels shown in tessctl and the dashboard and kept in the store.
+  const struct {
+    const char* what;
+    const std::string& value;
+    size_t max;
+  } labels[] = {{"hostname", request.hostname(), 255},
+                {"device_kind", request.device_kind(), 32},
+                {"pool", request.pool(), 64},
+                {"slurm_job_id", request.slurm_job_id(), 64}};
+  for (const auto& label : labels) {
+    if (label.value.size() > label.max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label.what, ": at most ", label.max, " characters, got ", label.value.size()));
+    }
+  }
   WorkerState& w = workers_[request.name()];
   w.record.name = request.name();
   w.record.hostname = request.hostname();

@@ -88,6 +88,33 @@ TEST_F(WorkerRegistryTest, EachRegistrationStartsASessionWithTheNextEpoch) {
   EXPECT_TRUE(absl::IsAborted(registry_->CheckSession("a", 1)));
 }
 
+TEST_F(WorkerRegistryTest, RegistrationWithOversizedLabelsIsInvalidArgument) {
+  auto request = [](auto set) {
+    v1::RegisterWorkerRequest req;
+    req.set_name("w");
+    req.set_slots(1);
+    set(req);
+    return req;
+  };
+  const v1::RegisterWorkerRequest bad[] = {
+      request([](auto& r) { r.set_hostname(std::string(256, 'h')); }),
+      request([](auto& r) { r.set_device_kind(std::string(33, 'd')); }),
+      request([](auto& r) { r.set_pool(std::string(65, 'p')); }),
+      request([](auto& r) { r.set_slurm_job_id(std::string(65, '1')); }),
+  };
+  for (const auto& req : bad) {
+    absl::Status s = registry_->Register(req).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  }
+  EXPECT_EQ(registry_->size(), 0u);
+  const v1::RegisterWorkerRequest fine = request([](auto& r) {
+    r.set_hostname(std::string(255, 'h'));
+    r.set_pool("gpu");
+    r.set_slurm_job_id("1234");
+  });
+  EXPECT_TRUE(registry_->Register(fine).ok());
+}
+
 TEST_F(WorkerRegistryTest, RegistrationWithBadNameOrSlotsIsInvalidArgument) {
   v1::RegisterWorkerRequest req;
   req.set_slots(1);
