@@ -58,7 +58,16 @@ void WorkerRegistry::Recover(std::vector<WorkerRecord> workers) {
   for (auto& w : workers) {
     w.last_seen_unix_ms = absl::ToUnixMillis(clock_->Now());
     std::string name = w.name;
-    workers_[name] = WorkerState{std::move(w)};
+    WorkerState& state = workers_[name] = WorkerState{std::move(w)};
+    if (!state.record.admin_drain.empty()) {
+      // An admin's drain outlives the restart; a past deadline acts at once.
+      state.draining = true;
+      state.drain_reason = state.record.admin_drain;
+      state.drain_deadline =
+          state.record.admin_drain_deadline_unix_ms == 0
+              ? absl::InfiniteFuture()
+              : absl::FromUnixMillis(state.record.admin_drain_deadline_unix_ms);
+    }
   }
 }
 
@@ -163,13 +172,14 @@ absl::Status WorkerRegistry::Drain(const std::string& name, const std::string& r
     // A second drain may only shorten the wait.
     w.drain_deadline = std::min(w.drain_deadline, deadline);
     if (!self) w.self_drain = false;
-    return absl::OkStatus();
+  } else {
+    w.draining = true;
+    w.self_drain = self;
+    w.drain_reason = reason;
+    w.drain_deadline = deadline;
+    spdlog::info("worker {} draining ({})", name, reason);
   }
-  w.draining = true;
-  w.self_drain = self;
-  w.drain_reason = reason;
-  w.drain_deadline = deadline;
-  spdlog::info("worker {} draining ({})", name, reason);
+  if (!w.self_drain) StoreAdminDrain(w);
   return absl::OkStatus();
 }
 
@@ -183,8 +193,19 @@ absl::Status WorkerRegistry::Undrain(const std::string& name) {
   w.self_drain = false;
   w.drain_reason.clear();
   w.drain_deadline = absl::InfiniteFuture();
+  StoreAdminDrain(w);
   spdlog::info("worker {} takes ranks again (undrained)", name);
   return absl::OkStatus();
+}
+
+void WorkerRegistry::StoreAdminDrain(WorkerState& w) {
+  const bool admin = w.draining && !w.self_drain;
+  w.record.admin_drain = admin ? w.drain_reason : "";
+  w.record.admin_drain_deadline_unix_ms =
+      admin && w.drain_deadline != absl::InfiniteFuture()
+          ? absl::ToUnixMillis(w.drain_deadline)
+          : 0;
+  writer_->UpsertWorker(w.record);
 }
 
 bool WorkerRegistry::Draining(const std::string& name) const {

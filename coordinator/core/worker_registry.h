@@ -164,7 +164,8 @@ class WorkerRegistry {
   // Undrain; `deadline` is when ranks still running there are stopped.
   // NotFound for an unknown worker. A worker that registers again stays
   // drained (an admin's drain outlives a restart); one that drained itself
-  // (SIGTERM) is not, since it came back.
+  // (SIGTERM) is not, since it came back. An admin's drain is stored with the
+  // worker, so Recover() after a coordinator restart keeps it.
   absl::Status Drain(const std::string& name, const std::string& reason,
                      absl::Time deadline, bool self = false);
   absl::Status Undrain(const std::string& name);
@@ -211,6 +212,8 @@ class WorkerRegistry {
 
   bool AliveState(const WorkerState& w) const;
   absl::Duration SilentFor(const WorkerState& w) const;
+  // Writes w's admin drain (or its absence) to the record and the store.
+  void StoreAdminDrain(WorkerState& w);
 
   StoreWriter* const writer_;  // Not owned.
   const Clock* const clock_;   // Not owned.

@@ -166,6 +166,11 @@ ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE workers ADD COLUMN pool TEXT NOT NULL DEFAULT '';
 ALTER TABLE workers ADD COLUMN slurm_job_id TEXT NOT NULL DEFAULT '';
 )sql"},
+    // An admin's drain outlives a coordinator restart.
+    {9, R"sql(
+ALTER TABLE workers ADD COLUMN admin_drain TEXT NOT NULL DEFAULT '';
+ALTER TABLE workers ADD COLUMN admin_drain_deadline_ms INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;

@@ -22,10 +22,11 @@ using sqlite_internal::Statement;
 // cache.
 constexpr char kUpsertWorker[] =
     "INSERT OR REPLACE INTO workers (name, hostname, slots, device_kind, epoch, "
-    "last_seen_ms, pool, slurm_job_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+    "last_seen_ms, pool, slurm_job_id, admin_drain, admin_drain_deadline_ms) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 constexpr char kListWorkers[] =
-    "SELECT name, hostname, slots, device_kind, epoch, last_seen_ms, pool, slurm_job_id "
-    "FROM workers "
+    "SELECT name, hostname, slots, device_kind, epoch, last_seen_ms, pool, slurm_job_id, "
+    "admin_drain, admin_drain_deadline_ms FROM workers "
     "ORDER BY name";
 
 absl::StatusOr<WorkerRecord> ReadWorker(const Statement& row) {
@@ -38,6 +39,8 @@ absl::StatusOr<WorkerRecord> ReadWorker(const Statement& row) {
   worker.last_seen_unix_ms = row.Int(5);
   worker.pool = row.Bytes(6);
   worker.slurm_job_id = row.Bytes(7);
+  worker.admin_drain = row.Bytes(8);
+  worker.admin_drain_deadline_unix_ms = row.Int(9);
   return worker;
 }
 
@@ -57,6 +60,8 @@ absl::Status SqliteStore::UpsertWorker(const WorkerRecord& worker) {
       .BindInt(6, worker.last_seen_unix_ms)
       .BindText(7, worker.pool)
       .BindText(8, worker.slurm_job_id)
+      .BindText(9, worker.admin_drain)
+      .BindInt(10, worker.admin_drain_deadline_unix_ms)
       .Run();
 }
 

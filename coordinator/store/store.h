@@ -114,6 +114,11 @@ struct WorkerRecord {
   int64_t last_seen_unix_ms = 0;
   std::string pool;          // worker pool label (e.g. a Slurm pool); empty: static
   std::string slurm_job_id;  // the Slurm allocation it runs in, if any
+  // An admin's drain, kept across coordinator restarts: its reason (empty:
+  // not drained by an admin) and when what still runs there is stopped
+  // (0: never).
+  std::string admin_drain;
+  int64_t admin_drain_deadline_unix_ms = 0;
 };
 
 // One rank of one attempt of a job.

@@ -340,6 +340,36 @@ TEST_F(HeartbeatReportTest, RegistrationLosesTheRunningRanksItDoesNotList) {
   EXPECT_EQ(report.ReconcileUnlisted(RankBelief{}), RankVerdict::kForget);
 }
 
+TEST_F(WorkerRegistryTest, AdminDrainIsStoredAndSurvivesACoordinatorRestart) {
+  Register("a");
+  Register("b");
+  const absl::Time deadline = clock_.Now() + absl::Minutes(2);
+  ASSERT_TRUE(registry_->Drain("a", "drain by root", deadline).ok());
+  ASSERT_TRUE(registry_
+                  ->Drain("b", "worker stopping", absl::InfiniteFuture(),
+                          /*self=*/true)
+                  .ok());
+  EXPECT_EQ(Stored("a").admin_drain, "drain by root");
+  EXPECT_EQ(Stored("a").admin_drain_deadline_unix_ms, absl::ToUnixMillis(deadline));
+  EXPECT_EQ(Stored("b").admin_drain, "");  // the worker's own drain is not kept
+
+  // A new coordinator on the same store.
+  writer_->Flush();
+  auto restarted =
+      std::make_unique<WorkerRegistry>(writer_.get(), &clock_, WorkerRegistryOptions());
+  auto stored = store_->ListWorkers();
+  ASSERT_TRUE(stored.ok());
+  restarted->Recover(*stored);
+  EXPECT_TRUE(restarted->Draining("a"));
+  EXPECT_EQ(restarted->DrainReason("a"), "drain by root");
+  EXPECT_EQ(restarted->DrainDeadline("a"), deadline);
+  EXPECT_FALSE(restarted->Draining("b"));
+
+  ASSERT_TRUE(restarted->Undrain("a").ok());
+  EXPECT_EQ(Stored("a").admin_drain, "");
+  EXPECT_EQ(Stored("a").admin_drain_deadline_unix_ms, 0);
+}
+
 TEST_F(WorkerRegistryTest, DrainedWorkerGetsNoNewSlotsUntilUndrained) {
   Register("a");
   ASSERT_TRUE(registry_->Drain("a", "drain by root", absl::InfiniteFuture()).ok());
