@@ -44,6 +44,38 @@ absl::StatusOr<v1::JobState> ParseJobState(absl::string_view text) {
       absl::StrJoin(JobStateNames(), ", "), " (any case, JOB_STATE_ prefix optional)"));
 }
 
+bool IsLegalTransition(v1::JobState from, v1::JobState to) {
+  struct Change {
+    v1::JobState from;
+    v1::JobState to;
+  };
+  // The table in job_state.h; docs/design.md draws the same one.
+  static constexpr Change kLegal[] = {
+      {v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED},
+      {v1::JOB_STATE_QUEUED, v1::JOB_STATE_CANCELLED},
+      {v1::JOB_STATE_QUEUED, v1::JOB_STATE_FAILED},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_QUEUED},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_FAILED},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_CANCELLED},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_SUCCEEDED},
+      {v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED},
+      {v1::JOB_STATE_RUNNING, v1::JOB_STATE_QUEUED},
+      {v1::JOB_STATE_RUNNING, v1::JOB_STATE_FAILED},
+      {v1::JOB_STATE_RUNNING, v1::JOB_STATE_CANCELLED},
+  };
+  for (const Change& c : kLegal) {
+    if (c.from == from && c.to == to) return true;
+  }
+  return false;
+}
+
+absl::Status CheckTransition(v1::JobState from, v1::JobState to) {
+  if (IsLegalTransition(from, to)) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("illegal job state change ", JobStateName(from),
+                                          " -> ", JobStateName(to)));
+}
+
 std::vector<std::string> JobStateNames() {
   std::vector<std::string> names;
   const google::protobuf::EnumDescriptor* desc = v1::JobState_descriptor();

@@ -33,6 +33,35 @@ absl::StatusOr<v1::JobState> ParseJobState(absl::string_view text);
 // The names of every state but UNSPECIFIED, in enum order ("QUEUED", ...).
 std::vector<std::string> JobStateNames();
 
+// The legal changes of a job's state, the one table every change goes through
+// (JobManager::Transition):
+//
+//   QUEUED    -> SCHEDULED   placed (attempt N)
+//   QUEUED    -> CANCELLED   cancelled while waiting
+//   QUEUED    -> FAILED      can never be placed (e.g. its Slurm pool is gone)
+//   SCHEDULED -> RUNNING     every rank joined the rendezvous
+//   SCHEDULED -> QUEUED      a rank failed or was lost before all joined, a
+//                            rendezvous timed out, or a drain preempted it:
+//                            requeued for attempt N+1
+//   SCHEDULED -> FAILED      the same, with no restart left
+//   SCHEDULED -> CANCELLED
+//   SCHEDULED -> SUCCEEDED   every rank exited with code 0 before all had
+//                            joined (a program that needs no peers)
+//   RUNNING   -> SUCCEEDED   every rank exited with code 0
+//   RUNNING   -> QUEUED      a rank failed, was lost or hung, or the job was
+//                            preempted: requeued for attempt N+1
+//   RUNNING   -> FAILED      the same, with no restart left
+//   RUNNING   -> CANCELLED
+//
+// Nothing leaves SUCCEEDED, FAILED or CANCELLED, nothing reaches RUNNING but
+// from SCHEDULED, nothing goes back to SCHEDULED but through QUEUED (a new
+// attempt is placed from the queue), and a state never changes to itself.
+bool IsLegalTransition(v1::JobState from, v1::JobState to);
+
+// OkStatus for a legal change; InternalError naming both states otherwise
+// ("illegal job state change RUNNING -> SCHEDULED").
+absl::Status CheckTransition(v1::JobState from, v1::JobState to);
+
 // Where one rank of one attempt is: assigned to a worker slot, running there
 // (the worker reported its pid), or exited (exit code or signal recorded).
 enum class RankState { kAssigned, kRunning, kExited };

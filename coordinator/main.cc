@@ -325,6 +325,10 @@ int main(int argc, char** argv) {
                  "distinct metric names one job may store (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  bool no_fair_share = false;
+  app.add_flag("--no-fair-share", no_fair_share,
+               "order equal-priority jobs by age alone (first come, first served) "
+               "instead of by each owner's recent usage");
   int64_t usage_half_life_s = absl::ToInt64Seconds(options.manager.usage_half_life);
   app.add_option("--usage-half-life-s", usage_half_life_s,
                  "fair share: a user's usage this old counts half when ordering "
@@ -509,6 +513,7 @@ int main(int argc, char** argv) {
   options.http_limits.request_read_timeout = absl::Milliseconds(http_request_timeout_ms);
   options.grpc_memory_bytes = grpc_memory_mb << 20;
   options.manager.usage_half_life = absl::Seconds(usage_half_life_s);
+  options.manager.fair_share = !no_fair_share;
   watchdog.enabled = !no_watchdog;
   watchdog.rank_silent_after = absl::Seconds(rank_silent_after_s);
   watchdog.stall_after_min = absl::Seconds(stall_after_min_s);

@@ -11,12 +11,30 @@
 #     ccache/          compiler cache, shared (mounted at /ccache)
 #
 # The repository is bind-mounted read-only at /src. Everything comes from
-# Debian's archive (deb.debian.org, or $TESSERA_LANES_MIRROR). Needs root; runs
-# in a private mount namespace, and unmounts on exit.
+# Debian's archive: the mirror this machine's apt already uses (the first
+# Debian main archive in /etc/apt/sources.list or sources.list.d/*.list and
+# *.sources), or $TESSERA_LANES_MIRROR. Needs root; runs in a private mount
+# namespace, and unmounts on exit.
 
 set -euo pipefail
 
-LANE_MIRROR="${TESSERA_LANES_MIRROR:-http://deb.debian.org/debian}"
+# The first Debian archive (a URI ending in /debian, not -security) that apt
+# is configured with, one-line or deb822 style; empty when there is none.
+lane_apt_mirror() {
+  local files=()
+  [ -f /etc/apt/sources.list ] && files+=(/etc/apt/sources.list)
+  for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] && files+=("$f")
+  done
+  [ ${#files[@]} -gt 0 ] || return 0
+  awk '
+    /^[[:space:]]*#/ { next }
+    $1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/) { print $i; break } }
+    tolower($1) == "uris:" { for (i = 2; i <= NF; i++) print $i }
+  ' "${files[@]}" | grep -E '^(https?|file)://.*/debian/?$' | head -1 | sed 's:/$::'
+}
+
+LANE_MIRROR="${TESSERA_LANES_MIRROR:-$(lane_apt_mirror)}"
 LANE_SUITE=trixie
 LANE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LANE_MOUNTS=()
@@ -91,6 +109,8 @@ lane_unmount_all() {
 # The root's own trixie, with the archive's non-free components (CUDA, NCCL).
 lane_write_sources() {
   local root="$1"
+  [ -n "$LANE_MIRROR" ] ||
+    lane_die "apt has no Debian archive configured; set TESSERA_LANES_MIRROR to one"
   rm -f "$root/etc/apt/sources.list"
   cat >"$root/etc/apt/sources.list.d/debian.sources" <<EOF
 Types: deb
@@ -114,7 +134,9 @@ lane_ensure_root() {
     return
   fi
   local partial="$LANE_ROOT.partial"
-  lane_log "debootstrap --variant=minbase $LANE_SUITE into $partial"
+  [ -n "$LANE_MIRROR" ] ||
+    lane_die "apt has no Debian archive configured; set TESSERA_LANES_MIRROR to one"
+  lane_log "debootstrap --variant=minbase $LANE_SUITE from $LANE_MIRROR into $partial"
   rm -rf "$partial"
   mkdir -p "$LANE_CACHE/debootstrap-debs"
   debootstrap --variant=minbase --components=main,contrib,non-free,non-free-firmware \

@@ -351,12 +351,14 @@ void HttpServer::Core::EnforceReadDeadline() {
     if (!conn->reading || now - conn->read_started <= limits_.request_read_timeout) {
       continue;
     }
+    // Counted before the shutdown, so that anyone who sees the connection
+    // end also sees it counted: the count and the close are one event.
+    conn->reading = false;
+    read_timeouts.fetch_add(1);
     // The polling thread sees end of input and closes the connection; it
     // closes the fd only after OnConnection(CLOSED) has taken `conn` out of
     // conns_ under mu_, so this fd is still this connection's.
     shutdown(conn->fd, SHUT_RDWR);
-    conn->reading = false;
-    read_timeouts.fetch_add(1);
   }
 }
 

@@ -450,6 +450,12 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
   std::vector<RankRecord> exits;  // recorded by this heartbeat
   {
     absl::MutexLock lock(&mu_);
+    // An exit in this report can end a placement, and a reaped job is no
+    // longer charged: its time up to now is charged first, at the load it had.
+    if (std::any_of(request.ranks().begin(), request.ranks().end(),
+                    [](const v1::LocalRank& r) { return r.exited(); })) {
+      AccrueUsageLocked();
+    }
     ASSIGN_OR_RETURN(const HeartbeatReport report, workers_.Heartbeat(request));
     if (request.draining() && !workers_.Draining(request.name())) {
       // SIGTERM or a preemption notice: the worker asks its ranks to leave.
@@ -934,6 +940,15 @@ absl::StatusOr<absl::Duration> JobManager::RenewLease(
 }
 
 void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason) {
+  if (absl::Status legal = CheckTransition(job.record.state, to); !legal.ok()) {
+    ++illegal_transitions_;
+    spdlog::error("job {}: {} ({}): a bug in the coordinator", job.record.id,
+                  std::string(legal.message()), reason);
+    if (IsTerminal(job.record.state) || to == job.record.state) return;
+    // A state nobody designed for is not run on: the job ends, saying why.
+    to = v1::JOB_STATE_FAILED;
+    reason = absl::StrCat("internal error: ", legal.message(), " (", reason, ")");
+  }
   spdlog::info("job {} {} -> {}: {}", job.record.id, JobStateName(job.record.state),
                JobStateName(to), reason);
   const int64_t now = NowMs();
@@ -955,8 +970,10 @@ void JobManager::ScheduleLocked() {
   AccrueUsageLocked();
   std::set<std::string> owners;
   for (const PendingJob& job : queue) owners.insert(job.owner);
-  const std::map<std::string, double> factors = usage_.Factors(clock_->Now(), owners);
-  for (PendingJob& job : queue) job.fair_share = factors.at(job.owner);
+  if (options_.fair_share) {
+    const std::map<std::string, double> factors = usage_.Factors(clock_->Now(), owners);
+    for (PendingJob& job : queue) job.fair_share = factors.at(job.owner);
+  }
   SchedulerOptions options{.reserve_after = options_.reserve_after,
                            .max_ranks_per_owner = options_.user_limits.max_running_ranks,
                            .max_slot_share = options_.user_limits.max_slot_share};
@@ -1038,7 +1055,7 @@ void JobManager::TickSlurm() {
                                    .world_size = spec.world_size(),
                                    .nodes = spec.nodes(),
                                    .per_node = spec.per_node(),
-                                   .gpu = spec.trainer().device() == "cuda",
+                                   .kind = SlurmNodeKindOf(spec.trainer()),
                                    .owner = job.record.owner});
     }
   }
@@ -1232,6 +1249,7 @@ absl::StatusOr<v1::JobState> JobManager::CancelJob(const Caller& caller, int64_t
   std::optional<v1::JobState> ended;  // set when the job had already ended
   {
     absl::MutexLock lock(&mu_);
+    AccrueUsageLocked();  // before ranks that never launched stop counting
     auto it = jobs_.find(job_id);
     if (it != jobs_.end() && IsTerminal(it->second.record.state)) {
       ended = it->second.record.state;

@@ -116,6 +116,10 @@ struct JobManagerOptions {
   // Per-user and per-job limits.
   UserLimits user_limits;
   JobLimits job_limits;
+  // Fair share: the queue is ordered by priority, then by each owner's
+  // fair-share factor (fair_share.h), then by age. Off (--no-fair-share): by
+  // priority, then age, first come first served.
+  bool fair_share = true;
   // Fair share: the half-life of each user's recorded usage (slot-seconds).
   absl::Duration usage_half_life = absl::Hours(24);
   // How often the usage is saved to the store (it survives restarts).
@@ -278,6 +282,15 @@ class JobManager {
   // shut down; trainers retry against the restarted coordinator.
   void Shutdown();
 
+  // State changes the transition table (common/job_state.h) refused since
+  // construction. Each one is a bug: it is logged as an error naming both
+  // states, and the job is failed with that reason (a terminal job is left
+  // as it was). The JobManager tests check that it stays 0.
+  int64_t illegal_transitions() const {
+    absl::MutexLock lock(&mu_);
+    return illegal_transitions_;
+  }
+
  private:
   // Recover: adds one stored active job.
   absl::Status RecoverJobLocked(JobRecord record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -383,8 +396,9 @@ class JobManager {
 
   ChangeNotifier changes_;
   RankOutputs outputs_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  int64_t illegal_transitions_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);
   tessera::Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
   FairShare usage_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,8 @@
 #include "common/job_state.h"
 
+#include <set>
+#include <utility>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -46,6 +49,44 @@ TEST(JobStateTest, ParseErrorNamesTheTextOnOneLineAndTheAcceptedNames) {
 TEST(JobStateTest, NamesListEveryStateButUnspecifiedInEnumOrder) {
   EXPECT_THAT(JobStateNames(), ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "SUCCEEDED",
                                            "FAILED", "CANCELLED"));
+}
+
+TEST(JobStateTest, TheTransitionTableAllowsExactlyTheDesignedChanges) {
+  using S = v1::JobState;
+  const S all[] = {v1::JOB_STATE_QUEUED,    v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING,
+                   v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED,    v1::JOB_STATE_CANCELLED};
+  // docs/design.md draws the same table.
+  const std::set<std::pair<S, S>> legal = {
+      {v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED},
+      {v1::JOB_STATE_QUEUED, v1::JOB_STATE_CANCELLED},
+      {v1::JOB_STATE_QUEUED, v1::JOB_STATE_FAILED},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_QUEUED},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_FAILED},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_CANCELLED},
+      {v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_SUCCEEDED},
+      {v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED},
+      {v1::JOB_STATE_RUNNING, v1::JOB_STATE_QUEUED},
+      {v1::JOB_STATE_RUNNING, v1::JOB_STATE_FAILED},
+      {v1::JOB_STATE_RUNNING, v1::JOB_STATE_CANCELLED},
+  };
+  for (S from : all) {
+    for (S to : all) {
+      EXPECT_EQ(IsLegalTransition(from, to), legal.contains({from, to}))
+          << JobStateName(from) << " -> " << JobStateName(to);
+    }
+  }
+}
+
+TEST(JobStateTest, AnIllegalChangeIsAnInternalErrorNamingBothStates) {
+  absl::Status s = CheckTransition(v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(s.message(), "illegal job state change SUCCEEDED -> RUNNING");
+  EXPECT_EQ(CheckTransition(v1::JOB_STATE_RUNNING, v1::JOB_STATE_SCHEDULED).message(),
+            "illegal job state change RUNNING -> SCHEDULED");
+  EXPECT_EQ(CheckTransition(v1::JOB_STATE_QUEUED, v1::JOB_STATE_QUEUED).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_TRUE(CheckTransition(v1::JOB_STATE_RUNNING, v1::JOB_STATE_QUEUED).ok());
 }
 
 TEST(RankStateTest, NamesRoundTripAndUnknownTextIsRefused) {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -163,6 +164,34 @@ class ClusterTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     FAIL() << "job " << id << " did not start training\n" << DumpLogs();
+  }
+
+  // Waits until some rank of job `id` has reported a metric at `step` or
+  // later (of `attempt`; 0: any attempt). On timeout the test fails with what
+  // it waited for: the job's state, its events, the highest step reached and
+  // the logs.
+  bool WaitForStep(int64_t id, int64_t step, absl::Duration timeout, int32_t attempt = 0) {
+    const absl::Time until = absl::Now() + timeout;
+    int64_t reached = -1;
+    while (absl::Now() < until) {
+      for (const auto& p : Metrics(id)) {
+        if (attempt == 0 || p.attempt() == attempt) reached = std::max(reached, p.step());
+      }
+      if (reached >= step) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    const v1::Job job = Get(id);
+    std::string events;
+    for (const v1::JobEvent& e : job.events()) {
+      absl::StrAppend(&events, "  ", v1::JobState_Name(e.from_state()), " -> ",
+                      v1::JobState_Name(e.to_state()), ": ", e.reason(), "\n");
+    }
+    ADD_FAILURE() << "job " << id << " did not reach step " << step << " within "
+                  << timeout << " (highest step " << reached << "); state "
+                  << v1::JobState_Name(job.state()) << " (" << job.reason()
+                  << "), events:\n"
+                  << events << DumpLogs();
+    return false;
   }
 
   // Trainer processes of this cluster's job `id`, found by scanning /proc.

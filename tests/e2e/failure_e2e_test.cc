@@ -137,17 +137,21 @@ TEST_F(FailureTest, LogsStayReadableAfterWorkersAreGone) {
     v1::GetLogsRequest req;
     req.set_job_id(id);
     req.set_rank(rank);
-    for (;;) {
+    // Pages until an empty one; a log that never ends is a failure, not a hang.
+    bool ended = false;
+    for (int page = 0; page < 10000 && !ended; ++page) {
       grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
       v1::GetLogsResponse resp;
       ASSERT_TRUE(jobs_->GetLogs(&ctx, req, &resp).ok());
       if (resp.data().empty()) {
         EXPECT_TRUE(resp.complete());
-        break;
+        ended = true;
       }
       text += resp.data();
       req.set_offset(resp.next_offset());
     }
+    ASSERT_TRUE(ended) << "rank " << rank << "'s log did not end after 10000 pages";
     EXPECT_THAT(text, HasSubstr("step")) << "rank " << rank << " log:\n" << text;
   }
 }

@@ -274,9 +274,7 @@ class DrainE2eTest : public RobustnessE2eTest {
         Job("drain", 1, 300, 0,
             absl::StrCat("  checkpoint_every: 100000\n  checkpoint_dir: ", ckpt, "\n")));
     WaitForTraining(id, 1, absl::Minutes(2));
-    while (StepsOf(id, 1).second < 40) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    ASSERT_TRUE(WaitForStep(id, 40, absl::Minutes(2), /*attempt=*/1));
     const std::string from = Get(id).ranks(0).worker();
     drain(from);
     std::optional<v1::JobEvent> moved =

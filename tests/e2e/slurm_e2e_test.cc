@@ -190,11 +190,7 @@ TEST_F(SlurmE2eTest, PreemptionNoticeDrainsTheAllocationAndTheJobResumesOnANewOn
       Job("slurm-preempt", 300,
           absl::StrCat("  checkpoint_every: 100000\n  checkpoint_dir: ", ckpt, "\n")));
   WaitForTraining(id, 2, absl::Minutes(3));
-  int64_t last = 0;
-  while (last < 30) {
-    for (const auto& p : Metrics(id)) last = std::max(last, p.step());
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  ASSERT_TRUE(WaitForStep(id, 30, absl::Minutes(2))) << slurm_->DaemonLogs();
   const std::string first = WorkerOfRank0(id).slurm_job_id();
   ASSERT_FALSE(first.empty());
 

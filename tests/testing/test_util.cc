@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 
 namespace tessera::testing {
 
@@ -139,6 +140,15 @@ std::vector<pid_t> FindProcesses(const std::vector<std::string>& needles) {
     if (all) found.push_back(pid);
   }
   return found;
+}
+
+bool WaitFor(const std::function<bool()>& done, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() >= deadline) return done();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
 }
 
 int PickUnusedPort() {

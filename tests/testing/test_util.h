@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,11 @@ class ChildProcess {
 
 // Waits until `path` holds a port number (written by --port-file).
 absl::StatusOr<int> WaitForPortFile(const std::string& path, absl::Duration timeout);
+
+// Polls `done` every 10 ms until it returns true or `timeout` passes; returns
+// its last answer. For waits on another process, which sends no notification:
+// every wait in a test has a deadline, and its caller says what it waited for.
+bool WaitFor(const std::function<bool()>& done, absl::Duration timeout);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int PickUnusedPort();

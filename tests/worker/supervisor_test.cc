@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -32,6 +33,12 @@ void WaitExited(Supervisor& sup, const RankKey& key) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   FAIL() << "rank did not exit";
+}
+
+// Lines in `path` (0 when it does not exist yet).
+int CountLines(const std::string& path) {
+  const std::string text = testing::ReadFile(path);
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
 }
 
 RankProcess Find(const Supervisor& sup, const RankKey& key) {
@@ -132,17 +139,31 @@ TEST_F(SupervisorTest, StopEscalatesToSigkillAfterGraceWhenSigtermIsIgnored) {
   RankKey key{3, 1, 0};
   ProcessSpec spec;
   const std::string ready = dir_.File("ready");
-  // Ignored signals stay ignored across exec, so sleep ignores SIGTERM too.
-  spec.argv = {"/bin/sh", "-c", "trap '' TERM; touch " + ready + "; exec sleep 60"};
+  const std::string got_term = dir_.File("got-term");
+  const std::string beats = dir_.File("beats");
+  // The rank notes each SIGTERM in a file and carries on, adding a line to
+  // `beats` every 50 ms.
+  spec.argv = {"/bin/sh", "-c",
+               "trap 'touch " + got_term + "' TERM; touch " + ready +
+                   "; while :; do echo . >> " + beats + "; sleep 0.05; done"};
   spec.log_path = dir_.File("rank.log");
   ASSERT_TRUE(sup_.Start(key, spec).ok());
-  for (int i = 0; i < 1000 && !std::filesystem::exists(ready); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(std::filesystem::exists(ready));
+  ASSERT_TRUE(testing::WaitFor([&] { return std::filesystem::exists(ready); },
+                               absl::Seconds(10)))
+      << "the rank did not start";
 
   sup_.Stop(key);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The events the check is about: the SIGTERM arrived and was shrugged off,
+  // the supervisor looked again (a supervisor that ignored the grace would
+  // kill here), and the rank kept working after that.
+  ASSERT_TRUE(testing::WaitFor([&] { return std::filesystem::exists(got_term); },
+                               absl::Seconds(10)))
+      << "the rank never received SIGTERM";
+  sup_.Poll();
+  const int after_term = CountLines(beats);
+  ASSERT_TRUE(testing::WaitFor([&] { return CountLines(beats) >= after_term + 3; },
+                               absl::Seconds(10)))
+      << "the rank stopped working inside the grace period";
   sup_.Poll();
   EXPECT_FALSE(Find(sup_, key).exited)
       << "SIGTERM is ignored; only the grace expiry kills";

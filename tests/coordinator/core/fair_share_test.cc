@@ -1,18 +1,24 @@
-// FairShare's usage decay and factors, and the pure scheduler ordering
-// equal-priority jobs by them under owner limits, over a fake clock.
+// FairShare's usage decay and factors, the pure scheduler's owner limits, and
+// the JobManager's own charging and ordering of equal-priority jobs by them
+// (against first come, first served), over a fake clock.
 #include "coordinator/core/fair_share.h"
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "coordinator/core/job_manager.h"
 #include "coordinator/core/scheduler.h"
+#include "coordinator/store/sqlite_store.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
 namespace {
+
+namespace v1 = ::tessera::v1;
 
 const absl::Time kStart = absl::FromUnixSeconds(1'800'000'000);
 
@@ -59,89 +65,144 @@ PendingJob OneSlotJob(int64_t id, const std::string& owner, absl::Time queued) {
 }
 
 // Alice queues 20 one-slot jobs, then Bob 5, at equal priority, on a 2-slot
-// cluster where each job runs 60 s. Starts are recorded in order.
-std::vector<std::string> SimulateStarts(const SchedulerOptions& limits) {
-  FairShare share(absl::Hours(24));
-  absl::Time now = kStart;
-  std::vector<PendingJob> queue;
-  int64_t next_id = 1;
-  for (int i = 0; i < 20; ++i) queue.push_back(OneSlotJob(next_id++, "alice", now));
-  bool bob_queued = false;
-  struct Running {
-    std::string owner;
-    int32_t slot;
-    absl::Time until;
-  };
-  std::vector<Running> running;
-  std::vector<std::string> starts;
-  while (!queue.empty() && starts.size() < 25) {
-    // Charge the running ranks, end those that are done.
-    std::vector<int32_t> used;
-    std::map<std::string, int32_t> placed;
-    for (const Running& r : running) {
-      used.push_back(r.slot);
-      ++placed[r.owner];
-    }
-    std::set<std::string> owners;
-    for (const PendingJob& j : queue) owners.insert(j.owner);
-    std::map<std::string, double> factors = share.Factors(now, owners);
-    for (PendingJob& j : queue) j.fair_share = factors.at(j.owner);
-    SchedulerOptions options = limits;
-    options.placed_by_owner = placed;
-    ScheduleResult result =
-        Schedule(queue, {WorkerInventory{.worker = "w", .slots = 2, .used_slots = used}},
-                 now, options);
-    for (const Placement& p : result.placements) {
-      auto it = std::find_if(queue.begin(), queue.end(),
-                             [&](const PendingJob& j) { return j.job_id == p.job_id; });
-      starts.push_back(it->owner);
-      running.push_back(Running{it->owner, p.ranks[0].slot, now + absl::Seconds(60)});
-      queue.erase(it);
-    }
-    if (!bob_queued) {
-      // Bob queues once Alice's first jobs hold the whole cluster.
-      for (int i = 0; i < 5; ++i) queue.push_back(OneSlotJob(next_id++, "bob", now));
-      bob_queued = true;
-    }
-    // Run to the next end.
-    absl::Time next = absl::InfiniteFuture();
-    for (const Running& r : running) next = std::min(next, r.until);
-    if (next == absl::InfiniteFuture()) break;
-    for (const Running& r : running) {
-      share.Charge(r.owner, absl::ToDoubleSeconds(next - now), next);
-    }
-    now = next;
-    std::erase_if(running, [&](const Running& r) { return r.until <= now; });
+// worker where each job runs 60 s: the real JobManager over an in-memory store
+// and a fake clock, its own charging loop (AccrueUsageLocked) feeding its own
+// scheduler. Returns the owners of the first `limit` starts, in order.
+class FairShareRun {
+ public:
+  explicit FairShareRun(bool fair_share) {
+    auto store = SqliteStore::Open(":memory:");
+    EXPECT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    writer_ = std::make_unique<StoreWriter>(store_.get());
+    JobManagerOptions options;
+    options.fair_share = fair_share;
+    // Only the fair-share order differs between the two runs: no slot-share cap.
+    options.user_limits.max_slot_share = 1.0;
+    options.worker_suspect_after = absl::Minutes(10);
+    options.worker_dead_after = absl::Minutes(20);
+    manager_ = std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_, options);
   }
-  return starts;
+  ~FairShareRun() { EXPECT_EQ(manager_->illegal_transitions(), 0); }
+
+  std::vector<std::string> Starts(size_t limit) {
+    v1::RegisterWorkerRequest reg;
+    reg.set_name("w");
+    reg.set_slots(2);
+    absl::StatusOr<v1::RegisterWorkerResponse> registered = manager_->RegisterWorker(reg);
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    epoch_ = registered->epoch();
+    for (int i = 0; i < 20; ++i) SubmitAs("alice");
+    Beat({});  // Alice's first two jobs start and hold the worker
+    for (int i = 0; i < 5; ++i) SubmitAs("bob");
+    for (int round = 0; round < 40 && starts_.size() < limit; ++round) {
+      // Run 60 s, heartbeating and renewing leases, then report the exits.
+      for (int s = 0; s < 12; ++s) {
+        clock_.Advance(absl::Seconds(5));
+        std::vector<v1::LocalRank> ranks;
+        for (const auto& [id, order] : running_) {
+          ranks.push_back(Rank(order, false));
+          v1::RenewLeaseRequest lease;
+          lease.set_job_id(id);
+          lease.set_attempt(order.attempt());
+          lease.set_rank(order.rank());
+          EXPECT_TRUE(manager_->RenewLease(lease).ok());
+        }
+        Beat(ranks);
+      }
+      std::vector<v1::LocalRank> exits;
+      for (const auto& [id, order] : running_) exits.push_back(Rank(order, true));
+      running_.clear();
+      Beat(exits);
+    }
+    starts_.resize(std::min(starts_.size(), limit));
+    return starts_;
+  }
+
+ private:
+  void SubmitAs(const std::string& owner) {
+    v1::JobSpec spec;
+    spec.set_name("job");
+    spec.set_world_size(1);
+    spec.mutable_trainer()->set_model("vit-micro");
+    spec.mutable_trainer()->set_dataset("synthetic");
+    spec.mutable_trainer()->set_batch_size(8);
+    spec.mutable_trainer()->set_epochs(1);
+    JobOrigin origin;
+    origin.owner = owner;
+    absl::StatusOr<int64_t> id = manager_->Submit(spec, "", "", origin);
+    ASSERT_TRUE(id.ok()) << id.status();
+    owners_[*id] = owner;
+  }
+  static v1::LocalRank Rank(const v1::LaunchOrder& o, bool exited) {
+    v1::LocalRank r;
+    r.set_job_id(o.job_id());
+    r.set_attempt(o.attempt());
+    r.set_rank(o.rank());
+    r.set_pid(1000 + static_cast<int>(o.job_id()));
+    r.set_exited(exited);
+    return r;
+  }
+  // One heartbeat; every launch it orders joins its rendezvous (world size
+  // 1), so the job is RUNNING and charged to its owner.
+  void Beat(const std::vector<v1::LocalRank>& ranks) {
+    v1::HeartbeatRequest req;
+    req.set_name("w");
+    req.set_epoch(epoch_);
+    for (const v1::LocalRank& r : ranks) *req.add_ranks() = r;
+    absl::StatusOr<v1::HeartbeatResponse> resp = manager_->Heartbeat(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    for (const v1::LaunchOrder& order : resp->launch()) {
+      starts_.push_back(owners_.at(order.job_id()));
+      running_[order.job_id()] = order;
+      v1::RendezvousRequest join;
+      join.set_job_id(order.job_id());
+      join.set_attempt(order.attempt());
+      join.set_rank(order.rank());
+      join.set_bootstrap("127.0.0.1:1234");
+      manager_->Rendezvous(join, [](absl::StatusOr<v1::RendezvousResponse>) {});
+    }
+  }
+
+  FakeClock clock_{kStart};
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<StoreWriter> writer_;
+  std::unique_ptr<JobManager> manager_;
+  int64_t epoch_ = 0;
+  std::map<int64_t, std::string> owners_;
+  std::map<int64_t, v1::LaunchOrder> running_;
+  std::vector<std::string> starts_;
+};
+
+// Starts after Bob queued (the first two are Alice's, before he did) until
+// his first one.
+int64_t StartsBeforeBob(const std::vector<std::string>& starts) {
+  auto first = std::find(starts.begin() + 2, starts.end(), "bob");
+  return first == starts.end() ? -1 : first - (starts.begin() + 2);
 }
 
 TEST(FairShareSchedulingTest, LightUserIsNotStarvedByHeavyUsersQueue) {
-  const std::vector<std::string> starts = SimulateStarts(SchedulerOptions{});
-  ASSERT_GE(starts.size(), 12u);
-  // The first two starts are Alice's, before Bob queued; then the next 10.
+  const std::vector<std::string> starts = FairShareRun(/*fair_share=*/true).Starts(12);
+  ASSERT_EQ(starts.size(), 12u);
   EXPECT_EQ(starts[0], "alice");
   EXPECT_EQ(starts[1], "alice");
-  std::vector<std::string> next(starts.begin() + 2, starts.begin() + 12);
-  const auto first_bob = std::find(next.begin(), next.end(), "bob");
-  ASSERT_NE(first_bob, next.end());
-  EXPECT_LT(first_bob - next.begin(), 3) << "Bob's first job is among the next 3 starts";
+  std::vector<std::string> next(starts.begin() + 2, starts.end());
+  const int64_t before_bob = StartsBeforeBob(starts);
+  std::cout << "FIGURE fair_share_starts_before_light_user=" << before_bob << "\n";
+  ASSERT_GE(before_bob, 0) << "Bob never started";
+  EXPECT_LT(before_bob, 3) << "Bob's first job is among the next 3 starts";
   EXPECT_GE(std::count(next.begin(), next.end(), "bob"), 4);
 }
 
 TEST(FairShareSchedulingTest, WithoutFairShareFifoWouldStarveTheLightUser) {
-  // The same queue ordered only by age: every one of Alice's 20 jobs first.
-  std::vector<PendingJob> queue;
-  for (int i = 0; i < 20; ++i) queue.push_back(OneSlotJob(i + 1, "alice", kStart));
-  queue.push_back(OneSlotJob(21, "bob", kStart + absl::Seconds(1)));
-  ScheduleResult result = Schedule(queue, {WorkerInventory{.worker = "w", .slots = 2}});
-  ASSERT_EQ(result.placements.size(), 2u);
-  EXPECT_EQ(result.placements[0].job_id, 1);
-  // With Bob's factor above Alice's, Bob's job is placed first.
-  for (PendingJob& j : queue) j.fair_share = j.owner == "bob" ? 1.0 : 0.25;
-  result = Schedule(queue, {WorkerInventory{.worker = "w", .slots = 2}});
-  ASSERT_EQ(result.placements.size(), 2u);
-  EXPECT_EQ(result.placements[0].job_id, 21);
+  // The same queue and the same cluster with --no-fair-share: every one of
+  // Alice's 18 waiting jobs starts before Bob's first, 9 rounds of 60 s later.
+  const std::vector<std::string> starts = FairShareRun(/*fair_share=*/false).Starts(25);
+  ASSERT_EQ(starts.size(), 25u);
+  const int64_t before_bob = StartsBeforeBob(starts);
+  std::cout << "FIGURE fifo_starts_before_light_user=" << before_bob << "\n";
+  EXPECT_EQ(before_bob, 18);
+  EXPECT_EQ(std::count(starts.begin(), starts.begin() + 20, "bob"), 0);
 }
 
 TEST(OwnerLimitsTest, RunningRanksLimitHoldsTheJobAndNamesTheFlag) {

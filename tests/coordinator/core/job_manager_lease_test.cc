@@ -23,6 +23,11 @@ constexpr absl::Duration kLeaseEnd = absl::Seconds(23);
 
 class JobManagerLeaseTest : public ::testing::Test {
  protected:
+  // Every state change the test caused followed the table in common/job_state.h.
+  void TearDown() override {
+    if (manager_ != nullptr) EXPECT_EQ(manager_->illegal_transitions(), 0);
+  }
+
   void SetUp() override {
     auto store = SqliteStore::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();

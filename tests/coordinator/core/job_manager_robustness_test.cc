@@ -59,6 +59,8 @@ class RobustnessTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    // Every state change the test caused followed the table in common/job_state.h.
+    if (manager_ != nullptr) EXPECT_EQ(manager_->illegal_transitions(), 0);
     flaky_->fail_ranks = false;  // let the writer drain
     manager_.reset();
     writer_.reset();

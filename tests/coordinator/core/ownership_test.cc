@@ -21,6 +21,11 @@ const Caller kAdmin = Caller{"lab-admin", true};
 
 class OwnershipTest : public ::testing::Test {
  protected:
+  // Every state change the test caused followed the table in common/job_state.h.
+  void TearDown() override {
+    if (manager_ != nullptr) EXPECT_EQ(manager_->illegal_transitions(), 0);
+  }
+
   void SetUp() override {
     auto store = SqliteStore::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();

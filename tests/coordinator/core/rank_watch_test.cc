@@ -130,12 +130,24 @@ TEST(AttemptWatchTest, StallThresholdGrowsWithTheMedianStepTime) {
 
 TEST(AttemptWatchTest, AnyRankMovingKeepsTheAttemptAlive) {
   AttemptWatch watch({"w1", "w2"}, kStart);
+  // Rank 1 keeps reporting (it is not silent) but is frozen at one (step,
+  // phase, items) for 200 s, past the 60 s stall threshold; rank 0 moves.
   for (int i = 0; i < 100; ++i) {
     const absl::Time t = kStart + absl::Seconds(2 * i);
     watch.Report(0, At(i, i % 2 == 0 ? "forward" : "backward"), t);
-    watch.Report(1, At(i, "eval"), t);
+    watch.Report(1, At(7, "eval"), t);
     EXPECT_FALSE(watch.Check(t, Options(), kBoth).has_value()) << i;
   }
+  // The same frozen rank with its peer frozen too is a stall: the check above
+  // passed because rank 0 moved, not because nothing is ever flagged.
+  AttemptWatch both_frozen({"w1", "w2"}, kStart);
+  for (int i = 0; i < 100; ++i) {
+    const absl::Time t = kStart + absl::Seconds(2 * i);
+    both_frozen.Report(0, At(8, "forward"), t);
+    both_frozen.Report(1, At(7, "eval"), t);
+  }
+  EXPECT_TRUE(
+      both_frozen.Check(kStart + absl::Seconds(198), Options(), kBoth).has_value());
 }
 
 TEST(AttemptWatchTest, EvalBatchesCountAsProgress) {

@@ -18,6 +18,11 @@ using ::testing::HasSubstr;
 
 class SweepManagerTest : public ::testing::Test {
  protected:
+  // Every state change the test caused followed the table in common/job_state.h.
+  void TearDown() override {
+    if (jobs_ != nullptr) EXPECT_EQ(jobs_->illegal_transitions(), 0);
+  }
+
   void SetUp() override {
     auto store = SqliteStore::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,10 +13,13 @@
 #include <future>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/trainer/gloo_communicator.h"
@@ -35,9 +39,11 @@ std::string Binary() {
   return absl::StrCat(dir != nullptr ? dir : "bin", "/tessera-train");
 }
 
+// A run that hangs is killed after 5 minutes (exit code 137 under `timeout
+// -s KILL`), so a test fails with the output instead of waiting for ctest.
 RunResult RunTrainer(const std::vector<std::string>& args) {
-  const std::string command =
-      absl::StrCat(Binary(), " ", absl::StrJoin(args, " "), " 2>&1");
+  const std::string command = absl::StrCat("timeout -s KILL 300 ", Binary(), " ",
+                                           absl::StrJoin(args, " "), " 2>&1");
   RunResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -49,6 +55,31 @@ RunResult RunTrainer(const std::vector<std::string>& args) {
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
+
+// SIGKILLs `pid` if Disarm() has not been called within `limit`, so that a
+// rank that hangs ends the test's blocking reads of its output.
+class KillAfter {
+ public:
+  KillAfter(pid_t pid, absl::Duration limit)
+      : thread_([this, pid, limit] {
+          if (!disarmed_.WaitForNotificationWithTimeout(limit)) {
+            fired_ = true;
+            kill(pid, SIGKILL);
+          }
+        }) {}
+  ~KillAfter() { Disarm(); }
+  // Call before reaping the process, so that its pid is not signalled later.
+  void Disarm() {
+    if (!disarmed_.HasBeenNotified()) disarmed_.Notify();
+    if (thread_.joinable()) thread_.join();
+  }
+  bool fired() const { return fired_; }
+
+ private:
+  absl::Notification disarmed_;
+  std::atomic<bool> fired_{false};
+  std::thread thread_;  // last: starts once the members above exist
+};
 
 std::vector<std::string> SmallSyntheticRun() {
   return {"--dataset=synthetic", "--train-subset=512", "--test-subset=128",
@@ -175,8 +206,9 @@ TEST_F(TesseraTrainCliTest, AHungPeerEndsTheWaitingRankWithCodeFourNamingTheColl
     _exit(127);
   }
   close(out[1]);
+  KillAfter guard(rank1, absl::Minutes(5));
   FILE* from_rank1 = fdopen(out[0], "r");
-  // Blocks until rank 1 reports its first step (or exits).
+  // Blocks until rank 1 reports its first step (or exits, or the guard kills it).
   bool training = false;
   char line[4096];
   while (!training && std::fgets(line, sizeof(line), from_rank1) != nullptr) {
@@ -184,9 +216,11 @@ TEST_F(TesseraTrainCliTest, AHungPeerEndsTheWaitingRankWithCodeFourNamingTheColl
   }
   kill(rank1, SIGSTOP);
   const RunResult r0 = rank0.get();
+  guard.Disarm();
   kill(rank1, SIGKILL);
   waitpid(rank1, nullptr, 0);
   std::fclose(from_rank1);
+  ASSERT_FALSE(guard.fired()) << "rank 1 ran past 5 minutes and was killed";
 
   ASSERT_TRUE(training) << "rank 1 never started training; rank 0:\n" << r0.output;
   EXPECT_EQ(r0.exit_code, 4) << r0.output;
@@ -244,6 +278,7 @@ TEST_F(TesseraTrainCliTest, SigUsr1ToOneRankCheckpointsBothAtOneStepAndExitsFive
     _exit(127);
   }
   close(out[1]);
+  KillAfter guard(rank1, absl::Minutes(5));
   FILE* from_rank1 = fdopen(out[0], "r");
   std::string output1;
   bool training = false;
@@ -256,7 +291,10 @@ TEST_F(TesseraTrainCliTest, SigUsr1ToOneRankCheckpointsBothAtOneStepAndExitsFive
   while (std::fgets(line, sizeof(line), from_rank1) != nullptr) output1 += line;
   std::fclose(from_rank1);
   int status = 0;
+  // Rank 1 has closed its output: it is exiting, or the guard killed it.
+  guard.Disarm();
   waitpid(rank1, &status, 0);
+  ASSERT_FALSE(guard.fired()) << "rank 1 ran past 5 minutes and was killed:\n" << output1;
   const RunResult r0 = rank0.get();
 
   ASSERT_TRUE(training) << output1;
