@@ -303,8 +303,8 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
 
 std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
                                const FormatContext& ctx) {
-  Table table(
-      {"NAME", "HOST", "KIND", "SLOTS", "USED", "ALIVE", "STATE", "POOL", "LAST-SEEN"});
+  Table table({"NAME", "HOST", "KIND", "SLOTS", "GPUS", "USED", "ALIVE", "STATE", "POOL",
+               "LAST-SEEN"});
   for (const v1::Worker& w : workers) {
     const std::string ago = Ago(w.last_seen_unix_ms(), ctx);
     std::string pool = w.pool().empty() ? "-" : Sanitize(w.pool());
@@ -314,6 +314,7 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
     table.AddRow(
         {w.name(), w.hostname().empty() ? "-" : w.hostname(),
          w.device_kind().empty() ? "-" : w.device_kind(), absl::StrCat(w.slots()),
+         w.gpu_ids().empty() ? "-" : Sanitize(absl::StrJoin(w.gpu_ids(), ",")),
          w.slots_used_by_others() > 0
              ? absl::StrCat(w.slots_used(), " (", w.slots_used_by_others(), " others')")
              : absl::StrCat(w.slots_used()),
@@ -327,14 +328,15 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
 std::string FormatWorkersCsv(const std::vector<v1::Worker>& workers) {
   std::string out =
       "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms,"
-      "slots_used_by_others,draining,drained,pool,slurm_job_id\n";
+      "slots_used_by_others,draining,drained,pool,slurm_job_id,gpu_ids\n";
   for (const v1::Worker& w : workers) {
     absl::StrAppend(&out, CsvField(w.name()), ",", CsvField(w.hostname()), ",",
                     CsvField(w.device_kind()), ",", w.slots(), ",", w.slots_used(), ",",
                     w.alive() ? "true" : "false", ",", w.last_seen_unix_ms(), ",",
                     w.slots_used_by_others(), ",", w.draining() ? "true" : "false", ",",
                     w.drained() ? "true" : "false", ",", CsvField(w.pool()), ",",
-                    CsvField(w.slurm_job_id()), "\n");
+                    CsvField(w.slurm_job_id()), ",",
+                    CsvField(absl::StrJoin(w.gpu_ids(), ",")), "\n");
   }
   return out;
 }
@@ -476,7 +478,8 @@ json WorkerToJson(const v1::Worker& w) {
           {"drained", w.drained()},
           {"drain_reason", w.drain_reason()},
           {"pool", w.pool()},
-          {"slurm_job_id", w.slurm_job_id()}};
+          {"slurm_job_id", w.slurm_job_id()},
+          {"gpu_ids", std::vector<std::string>(w.gpu_ids().begin(), w.gpu_ids().end())}};
 }
 
 json UserShareToJson(const v1::UserShare& u) {

@@ -844,11 +844,23 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   one_of("trainer.precision", t.precision(), {"fp32", "bf16", "fp16"});
   one_of("trainer.scaling", t.scaling(), {"strong", "weak"});
   one_of("trainer.device", t.device(), {"auto", "cpu", "cuda"});
+  one_of("trainer.init_names", t.init_names(), {"auto", "timm", "hf", "torchvision", "tessera"});
+  fraction("trainer.crop_fraction", t.crop_fraction(), true);
+  fraction("trainer.data_max_skipped", t.data_max_skipped(), true);
+  fraction("trainer.layer_decay", t.layer_decay(), true);
+  CheckNonNegative("trainer.head_warmup_steps", t.head_warmup_steps(), &errors);
+  for (const auto& [field, count] : {std::pair{"trainer.mean", t.mean_size()},
+                                     std::pair{"trainer.std", t.std_size()}}) {
+    if (count != 0 && count != 3) {
+      errors.push_back(absl::StrCat(field, ": three values (R, G, B), got ", count));
+    }
+  }
   if (t.resume() && t.checkpoint_dir().empty()) {
     errors.push_back("trainer.resume: needs trainer.checkpoint_dir");
   }
   CheckSpecPath("trainer.data_dir", t.data_dir(), &errors);
   CheckSpecPath("trainer.checkpoint_dir", t.checkpoint_dir(), &errors);
+  CheckSpecPath("trainer.init_from", t.init_from(), &errors);
   if (!t.fault().empty()) {
     const absl::StatusOr<FaultSpec> fault = ParseFaultSpec(t.fault());
     if (!fault.ok()) {

@@ -30,6 +30,10 @@ inline constexpr size_t kMaxWorkerCredentialBytes = 256;
 inline constexpr int kMaxHeartbeatRanks = 16384;
 // The reason a worker gives for a rank it could not launch.
 inline constexpr size_t kMaxLaunchErrorBytes = 4096;
+// The GPUs a worker lists (one slot each): at most kMaxWorkerSlots ids, each a
+// CUDA_VISIBLE_DEVICES id (an index, or a GPU-/MIG- UUID) of at most this many
+// bytes of printable ASCII without spaces or commas.
+inline constexpr size_t kMaxGpuIdBytes = 96;
 
 // InvalidArgument unless `name` is 1-kMaxWorkerNameBytes bytes of
 // [A-Za-z0-9._-] starting with a letter or digit.
@@ -63,6 +67,27 @@ inline absl::Status CheckWorkerToken(absl::string_view field, absl::string_view 
     if (c <= ' ' || c > '~') {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": must be printable ASCII without spaces"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// InvalidArgument unless `ids` (the gpu_ids of a registration: any container
+// of strings) holds at most kMaxWorkerSlots ids, each 1-kMaxGpuIdBytes bytes of
+// printable ASCII without spaces or commas.
+template <typename Ids>
+absl::Status CheckGpuIds(const Ids& ids) {
+  if (ids.size() > static_cast<size_t>(kMaxWorkerSlots)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_ids: ", ids.size(), " listed, limit ", kMaxWorkerSlots));
+  }
+  for (const auto& id : ids) {
+    if (absl::Status s = CheckWorkerToken("gpu_ids", id, kMaxGpuIdBytes); !s.ok()) {
+      return s;
+    }
+    if (absl::string_view(id).empty() ||
+        absl::string_view(id).find(',') != absl::string_view::npos) {
+      return absl::InvalidArgumentError("gpu_ids: an id is empty or holds a comma");
     }
   }
   return absl::OkStatus();

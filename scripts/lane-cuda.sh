@@ -51,7 +51,7 @@ torch_deps="$(lane_chroot "apt-cache depends ${TORCH_PACKAGES[*]}" | awk '
   grep -v '^<' | grep -Ev "$NOT_INSTALLED" | sort -u | tr '\n' ' ')"
 # shellcheck disable=SC2086
 lane_install g++ cmake ninja-build ccache binutils libabsl-dev libcli11-dev zlib1g-dev \
-  libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev libgloo-cuda-dev \
+  libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev libgloo-cuda-dev libjpeg62-turbo-dev libspng-dev pkgconf \
   nvidia-cuda-toolkit libnccl-dev $torch_deps
 
 versions="$(lane_chroot "apt-cache policy ${TORCH_PACKAGES[*]}" |

@@ -12,6 +12,7 @@ PACKAGES=(
   dataset-fashion-mnist python3-torch clang-format iproute2 procps libssl-dev
   nodejs chromium clang libclang-rt-14-dev
   slurm-wlm munge
+  libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev python3-torchvision
 )
 
 missing=()

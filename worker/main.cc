@@ -16,6 +16,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/grpc_tls.h"
@@ -124,8 +125,12 @@ int main(int argc, char** argv) {
                  "Slurm allocation this worker runs in, sent to the coordinator, e.g. "
                  "--slurm-job-id 81234 (default: $SLURM_JOB_ID when set)")
       ->capture_default_str();
-  app.add_option("--gpus", gpus_flag,
-                 "GPUs to offer: auto (probe /proc/driver/nvidia), none, or a count")
+  app.add_option(
+         "--gpus", gpus_flag,
+         "GPUs to offer: auto (those this worker was given: CUDA_VISIBLE_DEVICES, "
+         "else SLURM_STEP_GPUS or SLURM_JOB_GPUS, else every GPU under "
+         "/proc/driver/nvidia/gpus), none, or a count N (the first N of those; "
+         "more is refused)")
       ->capture_default_str();
   std::string join_token_file;
   app.add_option("--join-token-file", join_token_file,
@@ -182,16 +187,20 @@ int main(int argc, char** argv) {
   } else if (const char* env = std::getenv("TESSERA_JOIN_TOKEN"); env != nullptr) {
     options.join_token = env;
   }
-  if (gpus_flag == "auto") {
-    options.gpus = tessera::CountNvidiaGpus();
-  } else if (gpus_flag == "none") {
-    options.gpus = 0;
-  } else if (!absl::SimpleAtoi(gpus_flag, &options.gpus) || options.gpus < 0 ||
-             options.gpus > 1024) {
-    std::cerr << "tessera-worker: --gpus must be auto, none or a count, got '"
-              << gpus_flag << "'\n";
+  // The GPUs this worker was given (CUDA_VISIBLE_DEVICES, Slurm's, or the
+  // node's): ranks get only these.
+  absl::StatusOr<tessera::GpuSet> gpus =
+      tessera::SelectGpus(gpus_flag, tessera::SystemDeviceEnvironment());
+  if (!gpus.ok()) {
+    std::cerr << "tessera-worker: " << gpus.status().message() << "\n";
     return 2;
   }
+  if (gpus->ids.size() > static_cast<size_t>(tessera::kMaxWorkerSlots)) {
+    std::cerr << "tessera-worker: " << gpus->ids.size() << " GPUs, at most "
+              << tessera::kMaxWorkerSlots << "\n";
+    return 2;
+  }
+  options.gpu_ids = gpus->ids;
 
   // Logs go to stderr; stdout stays free for output meant for programs.
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
@@ -204,6 +213,12 @@ int main(int argc, char** argv) {
   } else {
     spdlog::info("not running as root: every rank runs as uid {}, whoever submitted it",
                  geteuid());
+  }
+  if (options.gpu_ids.empty()) {
+    spdlog::info("no GPU to offer ({}): {} CPU slots", gpus->source, options.cpu_slots);
+  } else {
+    spdlog::info("offering GPUs {} ({})", absl::StrJoin(options.gpu_ids, ","),
+                 gpus->source);
   }
   if (access(options.trainer_path.c_str(), X_OK) != 0) {
     std::cerr << "tessera-worker: trainer " << options.trainer_path

@@ -22,6 +22,7 @@
 #include "grpcpp/client_context.h"
 #include "spdlog/spdlog.h"
 #include "worker/credential_file.h"
+#include "worker/device_probe.h"
 #include "worker/work_dir.h"
 
 namespace tessera {
@@ -46,6 +47,68 @@ void AppendLine(const std::string& path, const std::string& line) {
   ssize_t ignored = ::write(fd, text.data(), text.size());
   (void)ignored;
   ::close(fd);
+}
+
+// A rank's CUDA_VISIBLE_DEVICES: the owned GPUs of its job's slots on this
+// worker, so that local rank i sees its own GPU as cuda:i and never one that
+// is not the worker's. On a CPU worker none at all, so that a CPU slot's rank
+// never picks up a GPU by accident.
+absl::StatusOr<std::string> VisibleDevices(const WorkerOptions& options,
+                                           const v1::LaunchOrder& order) {
+  if (options.gpu_ids.empty()) return std::string();
+  std::vector<int32_t> slots(order.local_slots().begin(), order.local_slots().end());
+  if (slots.empty()) slots.push_back(order.slot());
+  return RankVisibleDevices(options.gpu_ids, slots);
+}
+
+// The variables the worker sets for a rank (RankEnvironment's `tessera`).
+std::vector<std::string> TesseraEnv(const WorkerOptions& options,
+                                    const v1::LaunchOrder& order,
+                                    const std::string& visible_devices) {
+  std::vector<std::string> env = {absl::StrCat("RANK=", order.rank()),
+                                  absl::StrCat("WORLD_SIZE=", order.world_size()),
+                                  absl::StrCat("LOCAL_RANK=", order.local_rank()),
+                                  absl::StrCat("TESSERA_JOB_ID=", order.job_id()),
+                                  absl::StrCat("TESSERA_ATTEMPT=", order.attempt()),
+                                  "CUDA_VISIBLE_DEVICES=" + visible_devices};
+  if (!options.tls_ca_file.empty()) {
+    // The trainer's channel trusts what the worker's does (see trainer/main.cc).
+    env.push_back(absl::StrCat("TESSERA_TRAINER_TLS_CA=", options.tls_ca_file));
+    env.push_back(
+        absl::StrCat("TESSERA_TRAINER_TLS_SERVER_NAME=", options.tls_server_name));
+  }
+  return env;
+}
+
+// The trainer's argv up to its credential and TrainerConfig flags.
+std::vector<std::string> TrainerArgv(const WorkerOptions& options,
+                                     const v1::LaunchOrder& order) {
+  return {options.trainer_path,
+          absl::StrCat("--coordinator=", options.coordinator),
+          absl::StrCat("--job-id=", order.job_id()),
+          absl::StrCat("--attempt=", order.attempt()),
+          absl::StrCat("--rank=", order.rank()),
+          absl::StrCat("--world-size=", order.world_size()),
+          absl::StrCat("--local-rank=", order.local_rank())};
+}
+
+// Writes the rank's credential under the attempt's directory `dir` (open as
+// `dir_fd`) and returns the trainer's --credential-file flag. argv is
+// world-readable (/proc/PID/cmdline): the credential goes in a file only this
+// user can read, which the trainer removes once read. It lies in a directory
+// of its own that belongs to the rank's account, so that the trainer can
+// remove it; the attempt's directory stays the worker's.
+absl::StatusOr<std::string> WriteRankCredential(int dir_fd, const std::string& dir,
+                                                const v1::LaunchOrder& order,
+                                                const std::optional<Account>& run_as) {
+  const std::string private_dir = absl::StrCat("rank-", order.rank(), ".private");
+  if (absl::Status s = WriteCredentialAt(dir_fd, private_dir, order.credential(), run_as);
+      !s.ok()) {
+    return absl::InternalError(absl::StrCat("cannot write the credential file of rank ",
+                                            order.rank(), " under ", dir, ": ",
+                                            s.message()));
+  }
+  return absl::StrCat("--credential-file=", dir, "/", private_dir, "/credential");
 }
 
 bool IsUnder(const std::string& path, const std::string& root) {
@@ -128,6 +191,12 @@ absl::StatusOr<v1::TrainerConfig> CheckTrainerPaths(const WorkerOptions& options
                      ResolveUnderRoots("checkpoint_dir", config.checkpoint_dir(),
                                        options.checkpoint_roots));
     checked.set_checkpoint_dir(dir);
+  }
+  if (!config.init_from().empty()) {
+    // Pretrained weights are data: read from the same roots.
+    ASSIGN_OR_RETURN(std::string file, ResolveUnderRoots("init_from", config.init_from(),
+                                                         options.data_roots));
+    checked.set_init_from(file);
   }
   return checked;
 }
@@ -245,8 +314,11 @@ absl::Status WorkerAgent::Register() {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
   request.set_hostname(options_.hostname);
-  request.set_slots(options_.gpus > 0 ? options_.gpus : options_.cpu_slots);
-  request.set_device_kind(options_.gpus > 0 ? "cuda" : "cpu");
+  const bool gpu = !options_.gpu_ids.empty();
+  request.set_slots(gpu ? static_cast<int32_t>(options_.gpu_ids.size())
+                        : options_.cpu_slots);
+  request.set_device_kind(gpu ? "cuda" : "cpu");
+  for (const std::string& id : options_.gpu_ids) request.add_gpu_ids(id);
   request.set_worker_credential(credential_);
   request.set_pool(options_.pool);
   request.set_slurm_job_id(options_.slurm_job_id);
@@ -277,8 +349,9 @@ absl::Status WorkerAgent::Register() {
     heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
   }
   spdlog::info(
-      "registered with coordinator {} as {} ({} {} slots{}{}), epoch {}{}",
+      "registered with coordinator {} as {} ({} {} slots{}{}{}), epoch {}{}",
       options_.coordinator, options_.name, request.slots(), request.device_kind(),
+      gpu ? ", GPUs " + absl::StrJoin(options_.gpu_ids, ",") : "",
       options_.pool.empty() ? "" : ", pool " + options_.pool,
       options_.slurm_job_id.empty() ? "" : ", Slurm job " + options_.slurm_job_id, epoch_,
       request.ranks_size() == 0
@@ -446,8 +519,10 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
   absl::StatusOr<v1::TrainerConfig> trainer =
       CheckTrainerPaths(options_, order.trainer());
   absl::StatusOr<std::vector<std::string>> rank_env = RankEnv(order);
+  absl::StatusOr<std::string> visible = VisibleDevices(options_, order);
   absl::Status refused;
-  for (const absl::Status& s : {account.status(), trainer.status(), rank_env.status()}) {
+  for (const absl::Status& s :
+       {account.status(), trainer.status(), rank_env.status(), visible.status()}) {
     if (refused.ok()) refused = s;
   }
   if (!refused.ok()) {
@@ -460,59 +535,19 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
     return;
   }
   spec.run_as = *account;
-  spec.argv = {options_.trainer_path,
-               absl::StrCat("--coordinator=", options_.coordinator),
-               absl::StrCat("--job-id=", order.job_id()),
-               absl::StrCat("--attempt=", order.attempt()),
-               absl::StrCat("--rank=", order.rank()),
-               absl::StrCat("--world-size=", order.world_size()),
-               absl::StrCat("--local-rank=", order.local_rank())};
+  spec.argv = TrainerArgv(options_, order);
   absl::Status s;
   if (!order.credential().empty()) {
-    // argv is world-readable (/proc/PID/cmdline): the credential goes in a
-    // file only this user can read, which the trainer removes once read.
-    // It lies in a directory of its own that belongs to the rank's account,
-    // so that the trainer can remove it; the attempt's directory stays the
-    // worker's.
-    const std::string private_dir = absl::StrCat("rank-", order.rank(), ".private");
-    s = WriteCredentialAt(attempt_dir->get(), private_dir, order.credential(),
-                          spec.run_as);
-    if (s.ok()) {
-      spec.argv.push_back(
-          absl::StrCat("--credential-file=", dir, "/", private_dir, "/credential"));
-    } else {
-      s = absl::InternalError(absl::StrCat("cannot write the credential file of rank ",
-                                           order.rank(), " under ", dir, ": ",
-                                           s.message()));
-    }
+    absl::StatusOr<std::string> flag =
+        WriteRankCredential(attempt_dir->get(), dir, order, spec.run_as);
+    s = flag.status();
+    if (s.ok()) spec.argv.push_back(*std::move(flag));
   }
   for (std::string& flag : TrainerConfigToFlags(*trainer)) {
     spec.argv.push_back(std::move(flag));
   }
-  std::vector<std::string> tessera_env = {
-      absl::StrCat("RANK=", order.rank()),
-      absl::StrCat("WORLD_SIZE=", order.world_size()),
-      absl::StrCat("LOCAL_RANK=", order.local_rank()),
-      absl::StrCat("TESSERA_JOB_ID=", order.job_id()),
-      absl::StrCat("TESSERA_ATTEMPT=", order.attempt())};
-  if (!options_.tls_ca_file.empty()) {
-    // The trainer's channel trusts what the worker's does (see trainer/main.cc).
-    tessera_env.push_back(absl::StrCat("TESSERA_TRAINER_TLS_CA=", options_.tls_ca_file));
-    tessera_env.push_back(
-        absl::StrCat("TESSERA_TRAINER_TLS_SERVER_NAME=", options_.tls_server_name));
-  }
-  if (options_.gpus > 0) {
-    // Local rank i sees its GPU as cuda:i.
-    std::vector<int32_t> gpus(order.local_slots().begin(), order.local_slots().end());
-    if (gpus.empty()) gpus.push_back(order.slot());
-    tessera_env.push_back(
-        absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(gpus, ",")));
-  } else {
-    // Never let a CPU slot's rank pick up a GPU by accident.
-    tessera_env.push_back("CUDA_VISIBLE_DEVICES=");
-  }
   spec.env = RankEnvironment(options_, spec.run_as ? *spec.run_as : WorkerAccount(),
-                             tessera_env, *rank_env, ::getenv);
+                             TesseraEnv(options_, order, *visible), *rank_env, ::getenv);
   if (s.ok()) {
     s = supervisor_.Start(key, spec);
   } else {
@@ -528,9 +563,9 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
                   s.ToString());
     return;
   }
-  spdlog::info("launched job {} attempt {} rank {}/{} (slot {}), log {}", order.job_id(),
-               order.attempt(), order.rank(), order.world_size(), order.slot(),
-               spec.log_path);
+  spdlog::info("launched job {} attempt {} rank {}/{} (slot {}{}), log {}",
+               order.job_id(), order.attempt(), order.rank(), order.world_size(),
+               order.slot(), visible->empty() ? "" : ", GPUs " + *visible, spec.log_path);
 }
 
 void WorkerAgent::Stop() {

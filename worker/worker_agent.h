@@ -16,7 +16,9 @@
 // the worker's own passes but what the operator names, and the spec's env
 // names are checked again (no shell is involved anywhere). Its directories in
 // the work dir are created through directory descriptors and never through a
-// symlink (work_dir.h). A refused rank is reported to the coordinator as
+// symlink (work_dir.h). Its CUDA_VISIBLE_DEVICES names only GPUs the worker
+// owns (WorkerOptions::gpu_ids), those of its job's slots; an order for a slot
+// outside that set is refused. A refused rank is reported to the coordinator as
 // exited with code 127 and the reason. A worker not running as root runs every
 // rank as itself.
 //
@@ -72,9 +74,12 @@ struct WorkerOptions {
   std::string hostname;
   // CPU slots offered when the node has no GPU.
   int cpu_slots = 1;
-  // GPUs on this node; when positive the worker offers one slot per GPU and
-  // sets CUDA_VISIBLE_DEVICES for its ranks. main.cc fills it from the probe.
-  int gpus = 0;
+  // The GPUs this worker owns, as CUDA_VISIBLE_DEVICES ids (indices or
+  // UUIDs); slot i is gpu_ids[i]. When not empty the worker offers one slot
+  // per GPU and gives each rank a CUDA_VISIBLE_DEVICES made of its slots' ids,
+  // never an id outside this list. main.cc fills it from the probe
+  // (device_probe.h).
+  std::vector<std::string> gpu_ids;
   // Per-rank logs and credential files go under this directory, which must
   // belong to the worker's user and not be writable by group or others
   // (created 0711 when missing).

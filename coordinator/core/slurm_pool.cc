@@ -88,15 +88,37 @@ absl::StatusOr<int32_t> NodesToSubmit(const SlurmPoolConfig& pool, const Waiting
   return nodes;
 }
 
+// The pools to try for `job`, in order: file order, with the CPU pools
+// first for a job that may use either kind.
+std::vector<const SlurmPoolConfig*> PoolsToTry(const std::vector<SlurmPoolConfig>& pools,
+                                               const WaitingJob& job) {
+  std::vector<const SlurmPoolConfig*> order;
+  for (const SlurmPoolConfig& p : pools) order.push_back(&p);
+  if (job.kind == SlurmNodeKind::kAny) {
+    std::stable_partition(order.begin(), order.end(),
+                          [](const SlurmPoolConfig* p) { return p->gpus_per_node == 0; });
+  }
+  return order;
+}
+
 }  // namespace
+
+SlurmNodeKind SlurmNodeKindOf(const v1::TrainerConfig& trainer) {
+  if (trainer.device() == "cuda") return SlurmNodeKind::kGpu;
+  if (trainer.device() == "cpu") return SlurmNodeKind::kCpu;
+  if (trainer.precision() == "bf16" || trainer.precision() == "fp16") {
+    return SlurmNodeKind::kGpu;
+  }
+  return SlurmNodeKind::kAny;
+}
 
 absl::StatusOr<int32_t> AllocationNodes(const SlurmPoolConfig& pool,
                                         const WaitingJob& job) {
   const bool gpu_pool = pool.gpus_per_node > 0;
-  if (job.gpu != gpu_pool) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pool ", pool.name, " has ", gpu_pool ? "GPU" : "CPU",
-                     " nodes; the job needs ", job.gpu ? "GPUs" : "CPUs"));
+  if (job.kind != SlurmNodeKind::kAny && (job.kind == SlurmNodeKind::kGpu) != gpu_pool) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pool ", pool.name, " has ", gpu_pool ? "GPU" : "CPU", " nodes; the job needs ",
+        job.kind == SlurmNodeKind::kGpu ? "GPUs" : "CPUs"));
   }
   if (job.world_size < 1) return absl::InvalidArgumentError("world size below 1");
   const int32_t slots = pool.slots_per_node();
@@ -189,7 +211,8 @@ SlurmPoolPlan PlanSlurmPools(const std::vector<SlurmPoolConfig>& pools,
     }
     std::vector<std::string> why_not;
     bool submitted = false;
-    for (const SlurmPoolConfig& pool : pools) {
+    for (const SlurmPoolConfig* const pool_ptr : PoolsToTry(pools, job)) {
+      const SlurmPoolConfig& pool = *pool_ptr;
       absl::StatusOr<int32_t> nodes =
           NodesToSubmit(pool, job, state.failures, in_flight[pool.name], now, options);
       if (!nodes.ok()) {

@@ -27,7 +27,8 @@
 //   - else the first pool, in file order, that can host its shape (see
 //     AllocationNodes) and has room under max_allocations gets a submission,
 //     unless a submission for that job to that pool failed less than
-//     retry_after ago;
+//     retry_after ago; a job of kind kAny tries the CPU pools before the GPU
+//     pools;
 //   - else the reason says why no pool takes it.
 //
 // Thread-safety: pure functions.
@@ -42,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/core/slurm_pool_config.h"
+#include "tessera/v1/tessera.pb.h"
 
 namespace tessera {
 
@@ -76,14 +78,28 @@ struct SlurmPoolWorker {
   bool draining = false;
 };
 
+// The kind of pool nodes a job may run on.
+enum class SlurmNodeKind {
+  kCpu,  // CPU pools only
+  kGpu,  // GPU pools only
+  kAny,  // either: CPU pools first, GPU pools when no CPU pool takes it
+};
+
+// The kind a job asks for (docs/slurm.md, "Which pool serves a job"):
+// trainer.device "cuda" asks for GPUs and "cpu" for CPUs. "auto" (the
+// default) asks for GPUs when the spec asks for bf16 or fp16 precision,
+// which takes effect only on CUDA (on a CPU the trainer runs fp32); in fp32
+// it runs the same on either kind, so it may use either.
+SlurmNodeKind SlurmNodeKindOf(const tessera::v1::TrainerConfig& trainer);
+
 // A queued job that the registered workers cannot host and that could run
 // if they could (not one held by owner limits or the queue's reservation).
 struct WaitingJob {
   int64_t job_id = 0;
   int32_t world_size = 0;
-  int32_t nodes = 0;     // exact number of workers; 0: any
-  int32_t per_node = 0;  // ranks per worker; 0: any
-  bool gpu = false;      // needs GPU slots
+  int32_t nodes = 0;                         // exact number of workers; 0: any
+  int32_t per_node = 0;                      // ranks per worker; 0: any
+  SlurmNodeKind kind = SlurmNodeKind::kCpu;  // SlurmNodeKindOf(its trainer)
   std::string owner;
 };
 

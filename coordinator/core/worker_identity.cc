@@ -47,6 +47,7 @@ absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat(
         "slots: must be between 0 and ", kMaxWorkerSlots, ", got ", request.slots()));
   }
+  RETURN_IF_ERROR(CheckGpuIds(request.gpu_ids()));
   if (request.worker_credential().size() > kMaxWorkerCredentialBytes) {
     return absl::InvalidArgumentError("worker_credential: too long");
   }

@@ -17,8 +17,8 @@
 //    (PermissionDenied otherwise; the worker then registers again), so a join
 //    token alone cannot speak for another worker's session.
 //  - Every field a worker sends has a limit (InvalidArgument): name
-//    (common/worker_fields.h), hostname, device kind, slots, the ranks listed
-//    in a heartbeat and their launch errors.
+//    (common/worker_fields.h), hostname, device kind, slots, GPU ids, the
+//    ranks listed in a heartbeat and their launch errors.
 // No message names an epoch.
 //
 // With Options::enabled false (--insecure-no-auth) credentials are still

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/worker_fields.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -95,6 +96,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
           label.what, ": at most ", label.max, " characters, got ", label.value.size()));
     }
   }
+  if (absl::Status s = CheckGpuIds(request.gpu_ids()); !s.ok()) return s;
   WorkerState& w = workers_[request.name()];
   w.record.name = request.name();
   w.record.hostname = request.hostname();
@@ -104,6 +106,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   w.record.last_seen_unix_ms = absl::ToUnixMillis(clock_->Now());
   w.record.pool = request.pool();
   w.record.slurm_job_id = request.slurm_job_id();
+  w.record.gpu_ids.assign(request.gpu_ids().begin(), request.gpu_ids().end());
   w.dead = false;
   if (w.self_drain) {
     // It drained itself to stop; a new session is a fresh start.
@@ -289,6 +292,7 @@ std::vector<v1::Worker> WorkerRegistry::List(
     p.set_drain_reason(w.drain_reason);
     p.set_pool(w.record.pool);
     p.set_slurm_job_id(w.record.slurm_job_id);
+    for (const std::string& id : w.record.gpu_ids) p.add_gpu_ids(id);
     out.push_back(std::move(p));
   }
   return out;

@@ -171,6 +171,10 @@ ALTER TABLE workers ADD COLUMN slurm_job_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE workers ADD COLUMN admin_drain TEXT NOT NULL DEFAULT '';
 ALTER TABLE workers ADD COLUMN admin_drain_deadline_ms INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // The GPUs a worker owns, comma-separated (ids never hold a comma).
+    {10, R"sql(
+ALTER TABLE workers ADD COLUMN gpu_ids TEXT NOT NULL DEFAULT '';
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;

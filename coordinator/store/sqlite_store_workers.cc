@@ -7,6 +7,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "coordinator/store/sqlite_store.h"
@@ -22,11 +24,11 @@ using sqlite_internal::Statement;
 // cache.
 constexpr char kUpsertWorker[] =
     "INSERT OR REPLACE INTO workers (name, hostname, slots, device_kind, epoch, "
-    "last_seen_ms, pool, slurm_job_id, admin_drain, admin_drain_deadline_ms) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+    "last_seen_ms, pool, slurm_job_id, admin_drain, admin_drain_deadline_ms, gpu_ids) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 constexpr char kListWorkers[] =
     "SELECT name, hostname, slots, device_kind, epoch, last_seen_ms, pool, slurm_job_id, "
-    "admin_drain, admin_drain_deadline_ms FROM workers "
+    "admin_drain, admin_drain_deadline_ms, gpu_ids FROM workers "
     "ORDER BY name";
 
 absl::StatusOr<WorkerRecord> ReadWorker(const Statement& row) {
@@ -41,6 +43,7 @@ absl::StatusOr<WorkerRecord> ReadWorker(const Statement& row) {
   worker.slurm_job_id = row.Bytes(7);
   worker.admin_drain = row.Bytes(8);
   worker.admin_drain_deadline_unix_ms = row.Int(9);
+  worker.gpu_ids = absl::StrSplit(row.Bytes(10), ',', absl::SkipEmpty());
   return worker;
 }
 
@@ -62,6 +65,7 @@ absl::Status SqliteStore::UpsertWorker(const WorkerRecord& worker) {
       .BindText(8, worker.slurm_job_id)
       .BindText(9, worker.admin_drain)
       .BindInt(10, worker.admin_drain_deadline_unix_ms)
+      .BindText(11, absl::StrJoin(worker.gpu_ids, ","))
       .Run();
 }
 

@@ -114,6 +114,8 @@ struct WorkerRecord {
   int64_t last_seen_unix_ms = 0;
   std::string pool;          // worker pool label (e.g. a Slurm pool); empty: static
   std::string slurm_job_id;  // the Slurm allocation it runs in, if any
+  // The GPUs it owns (RegisterWorkerRequest.gpu_ids); empty on a CPU worker.
+  std::vector<std::string> gpu_ids;
   // An admin's drain, kept across coordinator restarts: its reason (empty:
   // not drained by an admin) and when what still runs there is stopped
   // (0: never).

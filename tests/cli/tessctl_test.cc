@@ -469,8 +469,32 @@ TEST_F(TessctlTest, WorkersTableListsSlotsAndLiveness) {
   const std::vector<std::string> lines = Lines(out_.str());
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0],
-            "NAME    HOST        KIND  SLOTS  USED  ALIVE  STATE  POOL  LAST-SEEN");
-  EXPECT_EQ(lines[1], "node-a  node-a.lan  cpu   4      2     yes    ok     -     -");
+            "NAME    HOST        KIND  SLOTS  GPUS  USED  ALIVE  STATE  POOL  LAST-SEEN");
+  EXPECT_EQ(lines[1],
+            "node-a  node-a.lan  cpu   4      -     2     yes    ok     -     -");
+}
+
+TEST_F(TessctlTest, WorkersShowTheGpusEachWorkerOwns) {
+  v1::Worker w;
+  w.set_name("gpu-a");
+  w.set_device_kind("cuda");
+  w.set_slots(2);
+  w.add_gpu_ids("2");
+  w.add_gpu_ids("3");
+  service_.AddWorker(w);
+  ASSERT_EQ(RunWorkers({}, *client_, out_, err_), kExitOk);
+  const std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1].substr(lines[0].find("GPUS"), 4), "2,3 ") << out_.str();
+
+  out_.str("");
+  ASSERT_EQ(RunWorkers({.format = OutputFormat::kJson}, *client_, out_, err_), kExitOk);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j[0]["gpu_ids"], nlohmann::json({"2", "3"}));
+
+  out_.str("");
+  ASSERT_EQ(RunWorkers({.format = OutputFormat::kCsv}, *client_, out_, err_), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr(",\"2,3\"\n"));
 }
 
 TEST_F(TessctlTest, WorkersTableShowsDrainStateAndSlurmPool) {
@@ -1022,8 +1046,8 @@ TEST_F(TessctlTest, WorkersAndMetricsCsvFromTheCommandLine) {
   ASSERT_EQ(Cli({"workers", "-o", "csv"}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(),
             "name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms,"
-            "slots_used_by_others,draining,drained,pool,slurm_job_id\n"
-            "node-a,node-a.lan,cuda,8,4,true,1714564800000,0,false,false,,\n");
+            "slots_used_by_others,draining,drained,pool,slurm_job_id,gpu_ids\n"
+            "node-a,node-a.lan,cuda,8,4,true,1714564800000,0,false,false,,,\n");
 
   out_.str("");
   service_.AddJob(MakeJob(1, "demo", v1::JOB_STATE_RUNNING));

@@ -11,9 +11,13 @@ at the top of each *_fuzzer.cc.
 Usage: tests/fuzz/make_seeds.py
 """
 import gzip
+import io
+import json
 import pathlib
 import re
 import struct
+import tarfile
+import zlib
 
 HERE = pathlib.Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
@@ -221,6 +225,116 @@ def datasets():
           fashion(idx([5, 4, 3], images), idx([5], bytes([0, 1, 2, 10, 5]))))
 
 
+# ---- safetensors files: the whole input is the file ----
+
+
+def safetensors(entries, metadata=None, extra=b"", header_text=None):
+    """entries: (name, dtype, shape, raw bytes), laid out in order."""
+    header, offset, data = {}, 0, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in entries:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        data += raw
+    text = header_text if header_text is not None else json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data + extra
+
+
+def safetensors_files():
+    t = "safetensors_fuzzer"
+    clear(t)
+    f32 = struct.pack("<6f", 1, -2, 3.5, 0, 1e-3, 7)
+    write(t, "f32_metadata", safetensors(
+        [("patch_embed.proj.weight", "F32", [2, 3], f32)],
+        {"format": "pt", "class_names": '["cat", "dog"]'}))
+    write(t, "mixed_dtypes", safetensors(
+        [("a", "F16", [2], struct.pack("<2e", 0.5, -1.5)),
+         ("b", "BF16", [1], b"\x80\x3f"),
+         ("c", "F64", [1], struct.pack("<d", 0.1)),
+         ("d", "I64", [1], struct.pack("<q", -42)),
+         ("e", "U8", [3], b"xyz"),
+         ("f", "I32", [0, 5], b""),
+         ("g", "BOOL", [], b"\x01")]))
+    write(t, "empty", safetensors([]))
+    write(t, "overlap", safetensors([], header_text=json.dumps(
+        {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+         "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}).encode(),
+        extra=bytes(12)))
+    write(t, "duplicate", safetensors([], header_text=(
+        b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
+        b'"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}'), extra=b"ab"))
+    write(t, "shape_mismatch", safetensors([("w", "F32", [3], f32[:8])]))
+    write(t, "truncated", safetensors([("w", "F32", [6], f32)])[:-5])
+    write(t, "huge_header", struct.pack("<Q", 1 << 40) + b"{}")
+
+
+# ---- image data layer: mode byte, then a tar archive or an image ----
+
+
+def png(width, height, gray=False):
+    rows = b""
+    for y in range(height):
+        px = bytes((x * 40 + y * 7) % 256 for x in range(width * (1 if gray else 3)))
+        rows += b"\x00" + px
+    def chunk(kind, body):
+        return (struct.pack(">I", len(body)) + kind + body +
+                struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0 if gray else 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
+            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def jpeg(width, height, gray=False):
+    try:
+        from PIL import Image  # python3-pil; the JPEG seeds are left out without it
+    except ImportError:
+        return None
+    img = Image.new("L" if gray else "RGB", (width, height))
+    img.putdata([((x * 40 + y * 7) % 256) if gray else ((x * 40) % 256, (y * 9) % 256, 128)
+                 for y in range(height) for x in range(width)])
+    out = io.BytesIO()
+    img.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def tar_of(members, fmt=tarfile.USTAR_FORMAT):
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def data_files():
+    t = "data_fuzzer"
+    clear(t)
+    image = png(6, 4)
+    shard = [("00000000.png", image), ("00000000.cls", b"3"), ("00000001.png", png(3, 3, True)),
+             ("00000001.cls", b"0")]
+    write(t, "tar_ustar", b"\x00" + tar_of(shard))
+    write(t, "tar_gnu_longname", b"\x00" + tar_of([("d/" * 60 + "x.cls", b"1")],
+                                                   tarfile.GNU_FORMAT))
+    write(t, "tar_pax", b"\x00" + tar_of([("p" * 120 + ".cls", b"2")], tarfile.PAX_FORMAT))
+    write(t, "tar_truncated", b"\x00" + tar_of(shard)[:700])
+    write(t, "png", b"\x01" + image)
+    write(t, "png_gray", b"\x01" + png(5, 5, True))
+    write(t, "png_truncated", b"\x01" + image[:40])
+    write(t, "png_region", b"\x02" + bytes([1, 1, 2, 2, 2, 2]) + png(8, 8))
+    write(t, "png_transform", b"\x03\x07" + png(8, 6))
+    for name, data in [("jpeg", jpeg(16, 12)), ("jpeg_gray", jpeg(16, 16, True))]:
+        if data is None:
+            continue
+        write(t, name, b"\x01" + data)
+        write(t, name + "_region", b"\x02" + bytes([2, 2, 9, 7, 4, 3]) + data)
+        write(t, name + "_transform", b"\x03\x10" + data)
+        write(t, name + "_truncated", b"\x01" + data[: len(data) // 2])
+
+
 # ---- HTTP requests: NUL-separated, each "METHOD TARGET", headers, blank line, body ----
 
 
@@ -336,6 +450,11 @@ def dictionaries():
                ["\x00\x00\x08\x01", "\x00\x00\x08\x03", "\x1f\x8b\x08\x00",
                 "\x00\x00\x00\x1c", "\x00\x00\xea\x60", "\xff\xff\xff\xff",
                 "\x10\x00\x00\x00"])
+    write_dict("safetensors_fuzzer", "safetensors header keys, dtypes and lengths.",
+               ['"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '"F32"', '"F16"',
+                '"BF16"', '"F64"', '"I64"', '"I32"', '"U8"', '"BOOL"', '":', '{', '}', '[',
+                ']', ',', "18446744073709551615", "9223372036854775808", "-1", "0",
+                "\x00\x00\x00\x00\x00\x00\x00\x00"])
     write_dict("http_api_fuzzer", "HTTP request pieces and API routes.",
                ["GET ", "POST ", "HEAD ", "PUT ", "DELETE ", "OPTIONS ", " HTTP/1.1\r\n",
                 "\r\n\r\n", "\0", "/healthz", "/api/v1/", "jobs", "jobs/", "workers",
@@ -354,6 +473,8 @@ def main():
     job_specs()
     sweep_specs()
     datasets()
+    safetensors_files()
+    data_files()
     http_requests()
     dictionaries()
 

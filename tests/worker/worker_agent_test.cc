@@ -5,9 +5,11 @@
 #include "worker/worker_agent.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -213,6 +215,51 @@ TEST_F(WorkerAgentTest,
               last_heartbeat.ranks(i).SerializeAsString());
   }
   service().SetAcknowledgeExits(true);  // lets the agent stop without waiting
+}
+
+// ---- GPUs ----
+
+TEST_F(WorkerAgentTest, RanksSeeOnlyTheGpusTheWorkerWasGiven) {
+  // Slurm gave the worker GPUs 2 and 3 of an 8-GPU node (device_probe.h).
+  // The fake trainer writes the CUDA_VISIBLE_DEVICES it got, then exits.
+  const std::string trainer = dir_.File("trainer.sh");
+  std::ofstream(trainer) << "#!/bin/sh\necho \"${CUDA_VISIBLE_DEVICES-unset}\" > "
+                         << dir_.path() << "/job-$TESSERA_JOB_ID-rank-$RANK.cvd\n";
+  ::chmod(trainer.c_str(), 0755);
+  WorkerOptions options = Options();
+  options.gpu_ids = {"2", "3"};
+  StartAgent(options);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::LaunchOrder order = testing::Launch(7, 1, rank, 2);
+    order.add_local_slots(0);
+    order.add_local_slots(1);
+    service().QueueLaunch(order);
+  }
+  // A slot the worker does not have: refused, never a GPU outside the set.
+  v1::LaunchOrder outside = testing::Launch(8, 1, 0, 1);
+  outside.set_slot(2);
+  service().QueueLaunch(outside);
+  ASSERT_TRUE(service().WaitUntil(
+      [](const FakeWorkerService& s) {
+        return s.exits_.contains(Key{7, 1, 0}) && s.exits_.contains(Key{7, 1, 1}) &&
+               s.exits_.contains(Key{8, 1, 0});
+      },
+      absl::Seconds(20)));
+  const v1::RegisterWorkerRequest reg =
+      service().Read([](const FakeWorkerService& s) { return s.registrations_.front(); });
+  EXPECT_EQ(reg.slots(), 2);
+  EXPECT_EQ(reg.device_kind(), "cuda");
+  EXPECT_THAT(reg.gpu_ids(), ::testing::ElementsAre("2", "3"));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(testing::ReadFile(dir_.File(absl::StrCat("job-7-rank-", rank, ".cvd"))),
+              "2,3\n")
+        << "rank " << rank;
+  }
+  const v1::LocalRank refused = service().Read([](const FakeWorkerService& s) {
+    return s.exits_.at(Key{8, 1, 0});
+  });
+  EXPECT_THAT(refused.launch_error(), ::testing::HasSubstr("slot 2 is not one of"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("job-8-rank-0.cvd")));
 }
 
 // ---- Orders ----

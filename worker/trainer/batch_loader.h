@@ -60,7 +60,19 @@ struct BatchLoaderOptions {
   bool pin_memory = false;
 };
 
-class BatchLoader {
+// Turns sample ids of one split into a batch (finished or raw as the loader's
+// stage says). Every kind of training data (training_data.h) provides one.
+class SampleLoader {
+ public:
+  virtual ~SampleLoader() = default;
+  // The batch of ids[begin, end), augmented as in `epoch` when augmentation is
+  // on. Thread-safe. Throws (c10::Error or std::runtime_error) on failure; the
+  // prefetcher turns that into the run's status.
+  virtual Batch Load(const std::vector<int64_t>& ids, int64_t begin, int64_t end,
+                     int64_t epoch) const = 0;
+};
+
+class BatchLoader final : public SampleLoader {
  public:
   // `dataset` is not owned and must outlive the loader. No augmentation.
   BatchLoader(const ImageDataset& dataset, const ChannelStats& stats, int image_size);
@@ -71,7 +83,10 @@ class BatchLoader {
   // finished or raw as the stage says. Every index must be in
   // [0, dataset.size()); a LibTorch error (c10::Error) is thrown otherwise.
   Batch Load(const std::vector<int64_t>& indices, int64_t begin, int64_t end,
-             int64_t epoch = 0) const;
+             int64_t epoch) const override;
+  Batch Load(const std::vector<int64_t>& indices, int64_t begin, int64_t end) const {
+    return Load(indices, begin, end, 0);
+  }
 
   const BatchLoaderOptions& options() const { return options_; }
 

@@ -21,8 +21,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
 
 #if TESSERA_TORCH_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -184,9 +187,11 @@ absl::Status CheckpointDirectory::PublishLatest(int64_t step) const {
 absl::Status CheckpointDirectory::Prune(int64_t latest_step, int keep) const {
   std::vector<int64_t> steps;
   std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root_, error)) {
-    if (!entry.is_directory()) continue;
-    const std::optional<int64_t> step = ParseStepName(entry.path().filename().string());
+  for (fs::directory_iterator it(root_, error), end; !error && it != end;
+       it.increment(error)) {
+    std::error_code type_error;  // a racing removal: not ours to prune then
+    if (!it->is_directory(type_error)) continue;
+    const std::optional<int64_t> step = ParseStepName(it->path().filename().string());
     if (step.has_value() && *step <= latest_step) steps.push_back(*step);
   }
   if (error) {
@@ -195,11 +200,22 @@ absl::Status CheckpointDirectory::Prune(int64_t latest_step, int keep) const {
   std::sort(steps.begin(), steps.end());
   const auto excess = static_cast<int64_t>(steps.size()) - std::max(keep, 1);
   for (int64_t i = 0; i < excess; ++i) {
-    fs::remove_all(StepDir(steps[static_cast<size_t>(i)]), error);
+    const std::string path = StepDir(steps[static_cast<size_t>(i)]);
+    fs::remove_all(path, error);
     if (error) {
-      return absl::InternalError(
-          absl::StrCat("removing ", StepDir(steps[i]), ": ", error.message()));
+      return absl::InternalError(absl::StrCat("removing ", path, ": ", error.message()));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PublishCheckpoint(const CheckpointDirectory& dir, int64_t step, int keep,
+                               std::ostream& log) {
+  RETURN_IF_ERROR(dir.PublishLatest(step));
+  if (absl::Status pruned = dir.Prune(step, keep); !pruned.ok()) {
+    log << "tessera-train: warning: checkpoint step " << step
+        << " is published, but older checkpoints were not pruned: " << pruned.message()
+        << std::endl;
   }
   return absl::OkStatus();
 }
@@ -267,6 +283,7 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
     rank_archive.write("step", c10::IValue(state.position.step));
     rank_archive.write("epoch", c10::IValue(state.position.epoch));
     rank_archive.write("batch_in_epoch", c10::IValue(state.position.batch_in_epoch));
+    rank_archive.write("sample_in_epoch", c10::IValue(state.position.sample_in_epoch));
     rank_archive.write("loss_scale", c10::IValue(state.loss_scaler.scale));
     rank_archive.write("loss_scale_good_steps",
                        c10::IValue(state.loss_scaler.good_steps));
@@ -283,6 +300,7 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
       archive.write("format", c10::IValue(kFormatVersion));
       archive.write("step", c10::IValue(step));
       archive.write("world_size", c10::IValue(static_cast<int64_t>(state.world_size)));
+      archive.write("class_names", c10::IValue(absl::StrJoin(state.class_names, "\n")));
       archive.write("model", model_archive);
       archive.write("optimizer", optimizer_archive);
       model_bytes = Serialize(archive);
@@ -294,51 +312,75 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
   RETURN_IF_ERROR(WriteFileAtomically(dir.RankPath(step, state.rank), rank_bytes));
   if (state.rank == 0) {
     RETURN_IF_ERROR(WriteFileAtomically(dir.ModelPath(step), model_bytes));
+    RETURN_IF_ERROR(WriteFileAtomically(
+        dir.StepDir(step) + "/classes.json",
+        nlohmann::json{{"classes", state.class_names}}.dump(1) + "\n"));
   }
   return absl::OkStatus();
 }
+
+namespace {
+
+// The rank file's fields into `state` (the random generator states too).
+void ReadRankArchive(torch::serialize::InputArchive& archive, RankCheckpoint& state) {
+  state.rank = static_cast<int>(ReadInt(archive, "rank"));
+  state.world_size = static_cast<int>(ReadInt(archive, "world_size"));
+  state.position.step = ReadInt(archive, "step");
+  state.position.epoch = ReadInt(archive, "epoch");
+  state.position.batch_in_epoch = ReadInt(archive, "batch_in_epoch");
+  c10::IValue sample;
+  state.position.sample_in_epoch =
+      archive.try_read("sample_in_epoch", sample) ? sample.toInt() : -1;
+  state.loss_scaler.scale = ReadDouble(archive, "loss_scale");
+  state.loss_scaler.good_steps = ReadInt(archive, "loss_scale_good_steps");
+  torch::Tensor cpu_rng;
+  archive.read("cpu_rng", cpu_rng, /*is_buffer=*/true);
+  state.cpu_rng_state = TensorBytes(cpu_rng);
+  torch::Tensor cuda_rng;
+  archive.read("cuda_rng", cuda_rng, /*is_buffer=*/true);
+  state.cuda_rng_state = TensorBytes(cuda_rng);
+}
+
+}  // namespace
 
 absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& dir,
                                                    int64_t step, int rank, int world_size,
                                                    torch::nn::Module& model,
                                                    torch::optim::Optimizer& optimizer) {
-  ASSIGN_OR_RETURN(const std::string rank_bytes, ReadFile(dir.RankPath(step, rank)));
   ASSIGN_OR_RETURN(const std::string model_bytes, ReadFile(dir.ModelPath(step)));
   RankCheckpoint state;
   try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(model_bytes.data(), model_bytes.size(), ModelDevice(model));
+    const int writer_world = static_cast<int>(ReadInt(archive, "world_size"));
+    // At the writer's world size each rank resumes from its own file; at
+    // another, every rank takes rank 0's global position.
+    const int file_rank = writer_world == world_size ? rank : 0;
+    ASSIGN_OR_RETURN(const std::string rank_bytes,
+                     ReadFile(dir.RankPath(step, file_rank)));
     torch::serialize::InputArchive rank_archive;
     rank_archive.load_from(rank_bytes.data(), rank_bytes.size(),
                            torch::Device(torch::kCPU));
     if (ReadInt(rank_archive, "format") != kFormatVersion) {
       return absl::FailedPreconditionError(
-          absl::StrCat(dir.RankPath(step, rank), " has an unknown format version"));
+          absl::StrCat(dir.RankPath(step, file_rank), " has an unknown format version"));
     }
-    state.rank = static_cast<int>(ReadInt(rank_archive, "rank"));
-    state.world_size = static_cast<int>(ReadInt(rank_archive, "world_size"));
-    if (state.world_size != world_size || state.rank != rank) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", dir.StepDir(step), " was written by rank ",
-                       state.rank, " of a world of ", state.world_size, "; this is rank ",
-                       rank, " of ", world_size, " (resume with the same world size)"));
+    ReadRankArchive(rank_archive, state);
+    if (state.rank != file_rank || state.world_size != writer_world ||
+        ReadInt(archive, "step") != state.position.step) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", dir.StepDir(step), ": ", dir.RankPath(step, file_rank),
+          " (rank ", state.rank, " of ", state.world_size, ", step ", state.position.step,
+          ") does not match its model file (world ", writer_world, ")"));
     }
-    state.position.step = ReadInt(rank_archive, "step");
-    state.position.epoch = ReadInt(rank_archive, "epoch");
-    state.position.batch_in_epoch = ReadInt(rank_archive, "batch_in_epoch");
-    state.loss_scaler.scale = ReadDouble(rank_archive, "loss_scale");
-    state.loss_scaler.good_steps = ReadInt(rank_archive, "loss_scale_good_steps");
-    torch::Tensor cpu_rng;
-    rank_archive.read("cpu_rng", cpu_rng, /*is_buffer=*/true);
-    state.cpu_rng_state = TensorBytes(cpu_rng);
-    torch::Tensor cuda_rng;
-    rank_archive.read("cuda_rng", cuda_rng, /*is_buffer=*/true);
-    state.cuda_rng_state = TensorBytes(cuda_rng);
-
-    torch::serialize::InputArchive archive;
-    archive.load_from(model_bytes.data(), model_bytes.size(), ModelDevice(model));
-    if (ReadInt(archive, "step") != state.position.step) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint ", dir.StepDir(step),
-                       ": model and rank files disagree on the step"));
+    if (file_rank != rank) {
+      state.rank = rank;
+      state.cpu_rng_state.clear();
+      state.cuda_rng_state.clear();
+    }
+    c10::IValue names;
+    if (archive.try_read("class_names", names) && !names.toStringRef().empty()) {
+      state.class_names = absl::StrSplit(names.toStringRef(), '\n');
     }
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
@@ -351,6 +393,22 @@ absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& di
         absl::StrCat("reading checkpoint ", dir.StepDir(step), ": ", e.what()));
   }
   return state;
+}
+
+absl::StatusOr<std::vector<std::string>> ReadCheckpointClassNames(
+    const std::string& model_path) {
+  ASSIGN_OR_RETURN(const std::string bytes, ReadFile(model_path));
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
+    c10::IValue names;
+    if (!archive.try_read("class_names", names) || names.toStringRef().empty()) {
+      return std::vector<std::string>();
+    }
+    return std::vector<std::string>(absl::StrSplit(names.toStringRef(), '\n'));
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat("reading ", model_path, ": ", e.what()));
+  }
 }
 
 }  // namespace tessera::trainer

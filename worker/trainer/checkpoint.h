@@ -21,8 +21,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,6 +47,10 @@ struct LoopPosition {
   int64_t step = 0;
   int64_t epoch = 0;
   int64_t batch_in_epoch = 0;
+  // Samples of `epoch` consumed by all ranks together (data_position.h): the
+  // world-size-free position a run resumes from. -1 in checkpoints written
+  // before it was stored (then batch_in_epoch * batch size * world size).
+  int64_t sample_in_epoch = -1;
 };
 
 // What each rank saves for itself.
@@ -57,6 +63,10 @@ struct RankCheckpoint {
   // CUDA device when it trains on one (empty otherwise).
   std::string cpu_rng_state;
   std::string cuda_rng_state;
+  // Class index -> name of the data the model was trained on. Written by rank
+  // 0 into model.pt and beside it as classes.json ({"classes": [...]}); empty
+  // in checkpoints written before they were stored.
+  std::vector<std::string> class_names;
 };
 
 // Writes `contents` to `path` atomically (temporary file in the same directory,
@@ -83,11 +93,21 @@ class CheckpointDirectory {
 
   // Removes checkpoint directories older than the newest `keep` whose step is at
   // most `latest_step` (directories of unfinished, newer checkpoints stay).
+  // Internal naming the directory on the first one that cannot be removed.
   absl::Status Prune(int64_t latest_step, int keep) const;
 
  private:
   std::string root_;
 };
+
+// Rank 0's last act of a checkpoint, once every rank's files are in place:
+// points `latest` at `step`, then prunes to the newest `keep`. An error
+// publishing is returned (the checkpoint is not there). A prune that fails
+// (a file held open on NFS, a directory the rank's account may not remove)
+// leaves only older checkpoints on disk, never a wrong one: it is written to
+// `log` (the rank's stderr) as a warning and the run goes on.
+absl::Status PublishCheckpoint(const CheckpointDirectory& dir, int64_t step, int keep,
+                               std::ostream& log);
 
 // Captures and restores LibTorch's default random generators (CPU, and CUDA
 // device `cuda_device` when it is >= 0 and LibTorch has CUDA).
@@ -102,12 +122,22 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
                                  const torch::optim::Optimizer& optimizer);
 
 // Reads checkpoint `step` into `model` and `optimizer` (from rank 0's file; every
-// rank reads it) and returns this rank's own state. FailedPrecondition when the
-// checkpoint was written by another world size; NotFound for missing files.
+// rank reads it) and returns the state to resume with. At the world size that
+// wrote it, that is this rank's own file. At another world size the model and
+// optimizer still load (they do not depend on it), and the state is rank 0's
+// (the global data position, the loss scale) with no random generator states
+// (empty): the caller rebuilds those; `world_size` then says the writer's.
+// NotFound for missing files, DataLoss for unreadable ones.
 absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& dir,
                                                    int64_t step, int rank, int world_size,
                                                    torch::nn::Module& model,
                                                    torch::optim::Optimizer& optimizer);
+
+// The class names stored in a checkpoint's model.pt (empty for checkpoints
+// written before they were). NotFound / DataLoss for a missing or unreadable
+// file.
+absl::StatusOr<std::vector<std::string>> ReadCheckpointClassNames(
+    const std::string& model_path);
 
 }  // namespace tessera::trainer
 

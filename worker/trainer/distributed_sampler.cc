@@ -87,6 +87,22 @@ DistributedSampler::DistributedSampler(const DistributedSamplerOptions& options)
   num_samples_ = options.keep_tail ? (n - options.rank + w - 1) / w : n / w;
 }
 
+std::vector<int64_t> DistributedSampler::EpochOrder(int64_t epoch) const {
+  const bool subset = options_.subset_size.has_value();
+  const int64_t n = epoch_size();
+  std::vector<int64_t> order;
+  if (options_.shuffle) {
+    order = SeededPermutation(n, static_cast<uint64_t>(options_.seed + epoch));
+  } else {
+    order.resize(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), int64_t{0});
+  }
+  if (subset) {
+    for (int64_t& position : order) position = subset_[static_cast<size_t>(position)];
+  }
+  return order;
+}
+
 std::vector<int64_t> DistributedSampler::EpochIndices(int64_t epoch) const {
   const bool subset = options_.subset_size.has_value();
   const int64_t n = subset ? *options_.subset_size : options_.dataset_size;

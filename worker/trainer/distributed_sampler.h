@@ -53,6 +53,19 @@ class DistributedSampler {
   // This rank's indices for `epoch`, in visiting order.
   std::vector<int64_t> EpochIndices(int64_t epoch) const;
 
+  // Every rank's samples of `epoch` together, in the global order (the one
+  // order all ranks share; no tail dropped): rank r's EpochIndices are its
+  // positions r, r + W, r + 2W, ... Position p of a run's epoch is the same
+  // sample at any world size, which is what lets a run resume at another
+  // world size (data_position.h).
+  std::vector<int64_t> EpochOrder(int64_t epoch) const;
+
+  // Samples in one epoch, all ranks together (the subset's size under weak
+  // scaling).
+  int64_t epoch_size() const {
+    return options_.subset_size.value_or(options_.dataset_size);
+  }
+
  private:
   explicit DistributedSampler(const DistributedSamplerOptions& options);
 

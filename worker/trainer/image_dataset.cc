@@ -15,11 +15,20 @@ namespace tessera::trainer {
 
 const std::vector<std::string>& KnownDatasets() {
   static const auto* const kNames =
-      new std::vector<std::string>{"fashion-mnist", "cifar10", "cifar100", "synthetic"};
+      new std::vector<std::string>{"fashion-mnist", "cifar10",     "cifar100",
+                                   "synthetic",     "imagefolder", "shards"};
   return *kNames;
 }
 
+bool IsEncodedImageDataset(const std::string& name) {
+  return name == "imagefolder" || name == "shards";
+}
+
 absl::StatusOr<ImageDataset> LoadImageDataset(const DatasetRequest& request) {
+  if (IsEncodedImageDataset(request.name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        request.name, " data is decoded as it is read, not loaded whole (image_data.h)"));
+  }
   if (request.name == "fashion-mnist") {
     return LoadFashionMnist(request.data_dir, request.split, request.limit);
   }

@@ -45,8 +45,13 @@ struct DatasetRequest {
   int64_t seed = 0;   // for generated datasets
 };
 
-// Names accepted by LoadImageDataset.
+// Every dataset name the trainer takes: the in-memory ones LoadImageDataset
+// reads, and the kinds decoded as they are read (IsEncodedImageDataset).
 const std::vector<std::string>& KnownDatasets();
+
+// "imagefolder" and "shards": a lab's own images, decoded as they are read
+// (image_data.h) rather than held in memory.
+bool IsEncodedImageDataset(const std::string& name);
 
 // Loads a split. InvalidArgument for an unknown name, NotFound for missing files,
 // DataLoss for malformed files (see idx_reader.h, cifar_reader.h).

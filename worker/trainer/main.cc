@@ -29,6 +29,7 @@
 #include "worker/trainer/collective_watchdog.h"
 #include "worker/trainer/coordinator_client.h"
 #include "worker/trainer/fault_injector.h"
+#include "worker/trainer/image_data.h"
 #include "worker/trainer/image_dataset.h"
 #include "worker/trainer/lease.h"
 #include "worker/trainer/metrics_reporter.h"
@@ -36,6 +37,7 @@
 #include "worker/trainer/process_group.h"
 #include "worker/trainer/progress.h"
 #include "worker/trainer/trainer.h"
+#include "worker/trainer/training_data.h"
 #include "worker/trainer/trainer_flags.h"
 #include "worker/trainer/trainer_options.h"
 
@@ -232,10 +234,29 @@ int Run(int argc, char** argv) {
   }
 
   // Data first: a bad data directory fails fast, before any peer waits on us.
-  absl::StatusOr<ImageDataset> train = LoadSplit(options, Split::kTrain);
-  if (!train.ok()) return Fail("loading the training split", train.status());
-  absl::StatusOr<ImageDataset> test = LoadSplit(options, Split::kTest);
-  if (!test.ok()) return Fail("loading the test split", test.status());
+  // Image folders and shards are opened (and decoded as they are read); the
+  // other datasets are loaded whole.
+  absl::StatusOr<ImageDataset> train = absl::UnknownError("not loaded");
+  absl::StatusOr<ImageDataset> test = absl::UnknownError("not loaded");
+  std::unique_ptr<TrainingData> data;
+  if (IsImageDataKind(options.dataset)) {
+    ImageDataOptions opening;
+    opening.kind = options.dataset;
+    opening.root = options.data_dir;
+    if (!options.mean.empty()) opening.mean.assign(options.mean.begin(), options.mean.end());
+    if (!options.std.empty()) opening.stddev.assign(options.std.begin(), options.std.end());
+    opening.crop_fraction = options.crop_fraction;
+    opening.max_skipped_fraction = options.data_max_skipped;
+    absl::StatusOr<std::unique_ptr<TrainingData>> opened = OpenImageData(opening);
+    if (!opened.ok()) return Fail("opening the data", opened.status());
+    data = *std::move(opened);
+  } else {
+    train = LoadSplit(options, Split::kTrain);
+    if (!train.ok()) return Fail("loading the training split", train.status());
+    test = LoadSplit(options, Split::kTest);
+    if (!test.ok()) return Fail("loading the test split", test.status());
+    data = std::make_unique<InMemoryData>(*train, *test, options.dataset);
+  }
 
   ProcessGroupOptions group_options;
   group_options.timeout = launch.collective_timeout;
@@ -287,7 +308,7 @@ int Run(int argc, char** argv) {
   loop.progress = &progress;
   loop.stop_requested = &PreemptionRequested();
   loop.fault = &fault;
-  Trainer trainer(options, *train, *test, *group->communicator, **reporter, loop);
+  Trainer trainer(options, *data, *group->communicator, **reporter, loop);
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
   if (!outcome.ok()) return fail_and_abort("training", outcome.status());
 

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +27,7 @@
 #include "worker/trainer/batch_loader.h"
 #include "worker/trainer/batch_prefetcher.h"
 #include "worker/trainer/checkpoint.h"
+#include "worker/trainer/data_position.h"
 #include "worker/trainer/distributed_sampler.h"
 #include "worker/trainer/fault_injector.h"
 #include "worker/trainer/fused_adamw.h"
@@ -35,8 +38,11 @@
 #include "worker/trainer/reducer.h"
 #include "worker/trainer/step_timer.h"
 #include "worker/trainer/stop_agreement.h"
+#include "worker/trainer/training_data.h"
 #include "worker/trainer/vit.h"
 #include "worker/trainer/vit_config.h"
+#include "worker/trainer/vit_weights.h"
+#include "worker/trainer/safetensors.h"
 
 #if TESSERA_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -101,6 +107,41 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& opt
   };
   groups.emplace_back(decayed, adamw(options.weight_decay));
   groups.emplace_back(not_decayed, adamw(0.0));
+  return std::make_unique<FusedAdamW>(
+      std::move(groups),
+      torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
+}
+
+// The fine-tuning recipes' optimizer (vit_weights.h): one group per (layer,
+// weight decay, head), each at lr x its layer's scale; `scales` and `heads`
+// get each group's scale and whether it holds head parameters, in group order.
+std::unique_ptr<torch::optim::Optimizer> MakeLayerDecayOptimizer(
+    const TrainerOptions& options, VisionTransformer& model, std::vector<double>* scales,
+    std::vector<bool>* heads) {
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& item : model->named_parameters()) by_name[item.key()] = item.value();
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (const ParameterGroup& g : LayerDecayParameterGroups(*model, options.layer_decay)) {
+    std::vector<torch::Tensor> tensors;
+    for (const std::string& name : g.names) tensors.push_back(by_name.at(name));
+    const double decay = g.weight_decay ? options.weight_decay : 0.0;
+    if (options.optimizer == "sgd") {
+      groups.emplace_back(tensors, std::make_unique<torch::optim::SGDOptions>(
+                                       torch::optim::SGDOptions(options.lr * g.lr_scale)
+                                           .momentum(options.momentum)
+                                           .weight_decay(decay)));
+    } else {
+      groups.emplace_back(tensors, std::make_unique<torch::optim::AdamWOptions>(
+                                       torch::optim::AdamWOptions(options.lr * g.lr_scale)
+                                           .weight_decay(decay)));
+    }
+    scales->push_back(g.lr_scale);
+    heads->push_back(g.head);
+  }
+  if (options.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        std::move(groups), torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+  }
   return std::make_unique<FusedAdamW>(
       std::move(groups),
       torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
@@ -290,446 +331,708 @@ double ScheduledLearningRate(double peak, int64_t step, int64_t total_steps,
   return floor + (peak - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
+namespace {
+
+// Sums of the current metrics interval (reset at every report).
+struct Interval {
+  torch::Tensor loss_sum;  // on the device: read once per report
+  int64_t micro_batches = 0;
+  int64_t images = 0;
+};
+
+// One rank's run, as a sequence of named steps (Run). Built and run once.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainerOptions& options, const TrainerLoopOptions& loop,
+              const TrainingData& data, Communicator& communicator,
+              MetricsReporter& reporter)
+      : options_(options),
+        loop_(loop),
+        data_(data),
+        communicator_(communicator),
+        reporter_(reporter),
+        rank_(communicator.rank()),
+        world_(communicator.world_size()) {}
+
+  absl::StatusOr<TrainingOutcome> Run() {
+    ConfigureComputeThreads(EffectiveThreads(options_));
+    RETURN_IF_ERROR(PlanRun());
+    RETURN_IF_ERROR(BuildModel());
+    RETURN_IF_ERROR(Resume());
+    RETURN_IF_ERROR(BuildFeeds());
+    LogSetUp();
+    RETURN_IF_ERROR(TrainLoop());
+    return Finish();
+  }
+
+ private:
+  absl::Status PlanRun();
+  absl::Status BuildModel();
+  // trainer.init_from: the layout's LayerNorm epsilon into config_ (before the
+  // model is built), then the weights into the model (after).
+  absl::Status PrepareInit();
+  absl::Status LoadInit();
+  absl::Status Resume();
+  absl::Status BuildFeeds();
+  void LogSetUp() const;
+  absl::Status TrainLoop();
+  // Whether the last step ended an epoch (the next starts at its sample 0).
+  bool PlanEpochEnded() const { return epoch_ended_; }
+  // One optimizer step; sets *stop when the ranks agreed to stop after it.
+  absl::Status TrainStep(bool* stop);
+  absl::Status ForwardBackward(int64_t micro_batch);
+  void ReportInterval(double lr);
+  // After a step that ended an epoch (or the run): epoch times, evaluation.
+  absl::Status EndEpoch();
+  absl::StatusOr<Evaluation> Evaluate();
+  absl::Status SaveCheckpoint();
+  absl::StatusOr<TrainingOutcome> Finish();
+
+  // Reports a phase (progress.h).
+  void ReportPhase(RankPhase phase) const {
+    if (loop_.progress != nullptr) loop_.progress->Enter(phase);
+  }
+  // A phase of the loop itself: reported, and where the --fault hook acts.
+  void Enter(RankPhase phase) {
+    ReportPhase(phase);
+    if (fault_ != nullptr) fault_->OnPhase(phase, step_);
+  }
+  int64_t accum() const { return options_.grad_accum; }
+
+  const TrainerOptions& options_;
+  const TrainerLoopOptions& loop_;
+  const TrainingData& data_;     // Not owned.
+  Communicator& communicator_;   // Not owned.
+  MetricsReporter& reporter_;    // Not owned.
+  const int rank_;
+  const int world_;
+  FaultInjector* fault_ = nullptr;  // Not owned; null when inactive.
+
+  // PlanRun.
+  DevicePlacement placement_;
+  ViTConfig config_;
+  torch::Device device_ = torch::Device(torch::kCPU);
+  std::optional<DistributedSampler> train_sampler_;
+  std::optional<DistributedSampler> test_sampler_;
+  std::optional<EpochPlan> plan_;
+  bool synchronize_ = false;
+  bool fp16_ = false;
+  bool autocast_ = false;
+  at::ScalarType autocast_dtype_ = at::kBFloat16;
+  // BuildModel.
+  std::unique_ptr<SafetensorsFile> init_file_;  // trainer.init_from, while loading
+  std::optional<WeightLayout> init_layout_;
+  std::optional<VisionTransformer> model_;
+  std::vector<torch::Tensor> parameters_;
+  int64_t parameter_count_ = 0;
+  std::unique_ptr<Reducer> reducer_;
+  std::optional<CollectivesInProgress> named_collectives_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  // Per optimizer group: its learning-rate scale (layer-wise decay) and
+  // whether it holds the head (trained alone during a head-only warm-up).
+  std::vector<double> group_scales_;
+  std::vector<bool> group_heads_;
+  LossScaler scaler_;
+  // Resume, then the loop.
+  std::optional<CheckpointDirectory> checkpoints_;
+  int64_t step_ = 0;
+  DataPosition position_;  // where the next step's data starts
+  int64_t total_steps_ = 0;
+  int64_t warmup_steps_ = 0;
+  TrainingOutcome outcome_;
+  // BuildFeeds.
+  std::optional<StopAgreement> stop_agreement_;
+  std::unique_ptr<SampleLoader> train_loader_;
+  std::unique_ptr<SampleLoader> test_loader_;
+  std::unique_ptr<BatchPrefetcher> train_batches_;
+  std::unique_ptr<BatchFeed> train_feed_;
+  std::unique_ptr<BatchFeed> test_feed_;
+  std::unique_ptr<StepTimer> timer_;
+  // The loop's tallies.
+  Interval interval_;
+  double train_seconds_ = 0;
+  double epoch_seconds_ = 0;     // training time since the current epoch began
+  bool epoch_timed_whole_ = false;  // this run saw the current epoch's start
+  bool epoch_ended_ = false;        // by the last step
+  std::optional<int64_t> evaluated_at_;
+  Evaluation last_eval_;
+  double lr_ = 0;
+};
+
+absl::Status TrainingRun::PlanRun() {
+  const DataShape& shape = data_.shape();
+  ASSIGN_OR_RETURN(placement_, ResolveDevice(options_, loop_.local_rank));
+  ASSIGN_OR_RETURN(config_, ResolveViTConfig(options_.model, shape.channels,
+                                             shape.num_classes, options_.image_size));
+  config_.dropout = options_.dropout;
+  config_.cpu_kernels = options_.cpu_kernels;
+  DistributedSamplerOptions train_sampling;
+  train_sampling.dataset_size = shape.train_size;
+  train_sampling.rank = rank_;
+  train_sampling.world_size = world_;
+  train_sampling.seed = options_.seed;
+  if (options_.scaling == "weak") {
+    train_sampling.subset_size =
+        WeakScalingSubsetSize(shape.train_size, options_.weak_fraction, world_);
+  }
+  ASSIGN_OR_RETURN(train_sampler_, DistributedSampler::Create(train_sampling));
+  DistributedSamplerOptions test_sampling = train_sampling;
+  test_sampling.dataset_size = shape.test_size;
+  test_sampling.subset_size.reset();
+  test_sampling.shuffle = false;
+  test_sampling.keep_tail = true;
+  ASSIGN_OR_RETURN(test_sampler_, DistributedSampler::Create(test_sampling));
+  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(
+      EpochPlanOptions{.epoch_size = train_sampler_->epoch_size(),
+                       .world_size = world_,
+                       .batch_size = options_.batch_size,
+                       .accum = options_.grad_accum});
+  if (!plan.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "each of ", world_, " ranks gets ", train_sampler_->num_samples(),
+        " training samples, fewer than one step's ", accum(), " micro-batches of ",
+        options_.batch_size, " (", plan.status().message(), ")"));
+  }
+  plan_.emplace(*plan);
+  synchronize_ = options_.allreduce && world_ > 1;
+  fp16_ = options_.precision == "fp16";
+  autocast_ = placement_.cuda && options_.precision != "fp32";
+  autocast_dtype_ = fp16_ ? at::kHalf : at::kBFloat16;
+  device_ = placement_.cuda ? torch::Device(torch::kCUDA,
+                                            static_cast<c10::DeviceIndex>(placement_.index))
+                            : torch::Device(torch::kCPU);
+  if (loop_.fault != nullptr && loop_.fault->active()) fault_ = loop_.fault;
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::PrepareInit() {
+  if (options_.init_from.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(init_file_, SafetensorsFile::Open(options_.init_from));
+  std::vector<std::string> names;
+  for (const TensorView& t : init_file_->tensors()) names.push_back(t.name);
+  if (options_.init_names == "auto") {
+    ASSIGN_OR_RETURN(init_layout_, DetectWeightLayout(names));
+  } else {
+    ASSIGN_OR_RETURN(init_layout_, ParseWeightLayout(options_.init_names));
+  }
+  config_.layer_norm_eps = ConventionsOf(*init_layout_).layer_norm_eps;
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::LoadInit() {
+  if (init_file_ == nullptr) return absl::OkStatus();
+  PretrainedOptions loading;
+  loading.layout = init_layout_;
+  absl::StatusOr<PretrainedSummary> summary =
+      LoadPretrained(**model_, *init_file_, loading);
+  init_file_.reset();
+  if (!summary.ok()) {
+    return absl::Status(summary.status().code(),
+                        absl::StrCat("trainer.init_from ", options_.init_from, ": ",
+                                     summary.status().message()));
+  }
+  if (loop_.log != nullptr && rank_ == 0) {
+    *loop_.log << "[rank 0] init_from " << options_.init_from << " ("
+               << WeightLayoutName(summary->layout) << " names): " << summary->ToString()
+               << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::BuildModel() {
+#if TESSERA_TORCH_CUDA
+  if (placement_.cuda) {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(placement_.index));
+  }
+#endif
+  // Initialisation draws from LibTorch's process-wide generator; the lock keeps
+  // trainers sharing a process (the ranks of in-process tests) from
+  // interleaving their draws, so the seed alone decides the initial model.
+  static absl::Mutex init_mu(absl::kConstInit);
+  RETURN_IF_ERROR(PrepareInit());
+  {
+    absl::MutexLock lock(&init_mu);
+    torch::manual_seed(static_cast<uint64_t>(options_.seed));
+    model_.emplace(config_);
+  }
+  VisionTransformer& model = *model_;
+  RETURN_IF_ERROR(LoadInit());
+  model->to(device_);
+  parameters_ = model->parameters();
+  for (const torch::Tensor& p : parameters_) parameter_count_ += p.numel();
+  ReducerOptions reducing;
+  reducing.bucket_cap_mb = options_.bucket_cap_mb;
+  reducing.first_bucket_mb = options_.first_bucket_mb;
+  reducing.overlap = options_.overlap;
+  reducing.min_buckets = options_.min_buckets;
+  ASSIGN_OR_RETURN(reducer_, Reducer::Create(parameters_, communicator_, reducing));
+  named_collectives_.emplace(loop_.progress, communicator_);
+  // Rank 0's initial values become everyone's.
+  ReportPhase(RankPhase::kCollective);
+  RETURN_IF_ERROR(reducer_->BroadcastParameters(0));
+  ReportPhase(RankPhase::kStartup);
+  // Dropout masks must differ across ranks.
+  torch::manual_seed(static_cast<uint64_t>(options_.seed) + 7919u * (rank_ + 1u));
+  if (options_.layer_decay < 1.0 || options_.head_warmup_steps > 0) {
+    optimizer_ = MakeLayerDecayOptimizer(options_, model, &group_scales_, &group_heads_);
+  } else {
+    optimizer_ = MakeOptimizer(options_, model);
+    group_scales_.assign(optimizer_->param_groups().size(), 1.0);
+    group_heads_.assign(optimizer_->param_groups().size(), true);
+  }
+  if (!options_.checkpoint_dir.empty()) checkpoints_.emplace(options_.checkpoint_dir);
+  return absl::OkStatus();
+}
+
+// The class names a checkpoint was written with must be the data's: a mapping
+// that shifted would train every class under another's label.
+absl::Status CheckClassNames(const std::vector<std::string>& stored,
+                             const std::vector<std::string>& data) {
+  if (stored.empty() || stored == data) return absl::OkStatus();
+  for (size_t i = 0; i < std::max(stored.size(), data.size()); ++i) {
+    const std::string a = i < stored.size() ? stored[i] : "(none)";
+    const std::string b = i < data.size() ? data[i] : "(none)";
+    if (a != b) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint's classes differ from the data's: class ", i, " is '", a,
+          "' in the checkpoint and '", b, "' in the data (", stored.size(), " vs ",
+          data.size(), " classes)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::Resume() {
+  DataPosition start;
+  int writer_world = world_;
+  if (checkpoints_.has_value() && options_.resume) {
+    ASSIGN_OR_RETURN(const std::optional<int64_t> latest, checkpoints_->LatestStep());
+    if (latest.has_value()) {
+      ASSIGN_OR_RETURN(const RankCheckpoint state,
+                       LoadCheckpointFiles(*checkpoints_, *latest, rank_, world_,
+                                           **model_, *optimizer_));
+      RETURN_IF_ERROR(CheckClassNames(state.class_names, data_.shape().class_names));
+      writer_world = state.world_size;
+      if (writer_world != world_ && options_.scaling == "weak") {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint at step ", state.position.step, " was written by ", writer_world,
+            " ranks; weak scaling trains a subset that grows with the world size, so it "
+            "resumes only at that size (this run has ", world_, ")"));
+      }
+      const LoopPosition& at = state.position;
+      start = DataPosition{at.epoch, at.sample_in_epoch >= 0
+                                         ? at.sample_in_epoch
+                                         : at.batch_in_epoch * options_.batch_size *
+                                               writer_world};
+      start = plan_->AtStepBoundary(start);
+      if (writer_world == world_) {
+        RETURN_IF_ERROR(RestoreRngState(placement_.index, state));
+      } else {
+        // Rebuilt, not restored: distinct per rank, fixed by the seed and step.
+        torch::manual_seed(static_cast<uint64_t>(options_.seed) + 7919u * (rank_ + 1u) +
+                           104729u * static_cast<uint64_t>(at.step));
+      }
+      scaler_.Restore(state.loss_scaler);
+      step_ = at.step;
+      outcome_.resumed_from = step_;
+      outcome_.resumed_world_size = writer_world;
+    }
+  }
+  position_ = start;
+  total_steps_ = step_ + plan_->StepsUntilEpoch(start, options_.epochs);
+  if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
+  if (step_ > total_steps_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint at step ", step_, " is past this run's last step ", total_steps_,
+        ": resume with the settings it was written with"));
+  }
+  // Warm-up is a share of a whole run at this world size, resumed or not.
+  int64_t whole_run = plan_->StepsUntilEpoch(DataPosition{}, options_.epochs);
+  if (options_.max_steps > 0) whole_run = std::min(whole_run, options_.max_steps);
+  warmup_steps_ = ResolveWarmupSteps(options_.warmup_steps, whole_run, loop_.warmup_fraction);
+  epoch_timed_whole_ = position_.sample == 0;
+  reducer_->ZeroGradients();
+  if (loop_.progress != nullptr) loop_.progress->SetStep(step_);
+  return absl::OkStatus();
+}
+
+// Micro-batch p of this run is the micro-batch p after `start` in the plan:
+// this rank's share of that global block of its epoch's order. Each epoch's
+// order is computed once and shared by the prefetcher's threads.
+BatchPrefetcher::Producer PlannedBatches(const SampleLoader& loader,
+                                         const DistributedSampler& sampler,
+                                         const EpochPlan& plan, DataPosition start,
+                                         int rank) {
+  struct Orders {
+    absl::Mutex mu;
+    std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> by_epoch
+        ABSL_GUARDED_BY(mu);
+  };
+  auto orders = std::make_shared<Orders>();
+  return [&loader, &sampler, plan, start, rank, orders](int64_t p) {
+    const DataPosition at = plan.Advance(start, p);
+    std::shared_ptr<const std::vector<int64_t>> order;
+    {
+      absl::MutexLock lock(&orders->mu);
+      auto& slot = orders->by_epoch[at.epoch];
+      if (slot == nullptr) {
+        slot = std::make_shared<const std::vector<int64_t>>(sampler.EpochOrder(at.epoch));
+      }
+      order = slot;
+      // Epochs behind the one asked for are done with.
+      orders->by_epoch.erase(orders->by_epoch.begin(), orders->by_epoch.find(at.epoch));
+    }
+    const std::vector<int64_t> ids = plan.RankBatch(*order, at, rank);
+    return loader.Load(ids, 0, static_cast<int64_t>(ids.size()), at.epoch);
+  };
+}
+
+absl::Status TrainingRun::BuildFeeds() {
+  stop_agreement_.emplace(loop_.stop_requested, *reducer_, communicator_, synchronize_,
+                          device_);
+  // Both splits are normalised alike. On a GPU the loaders only gather uint8
+  // images (into pinned memory); the feed copies them over and finishes them
+  // there.
+  const ChannelStats stats = data_.stats();
+  const BatchStage stage = loop_.finish_batches_on_device.value_or(placement_.cuda)
+                               ? BatchStage::kDevice
+                               : BatchStage::kHost;
+  BatchLoaderOptions test_loading;
+  test_loading.image_size = config_.image_size;
+  test_loading.stage = stage;
+  test_loading.pin_memory = placement_.cuda && stage == BatchStage::kDevice;
+  BatchLoaderOptions train_loading = test_loading;
+  train_loading.augment = options_.augment.value_or(data_.augments_by_default());
+  train_loading.seed = static_cast<uint64_t>(options_.seed);
+  train_loader_ = data_.MakeLoader(Split::kTrain, train_loading);
+  test_loader_ = data_.MakeLoader(Split::kTest, test_loading);
+  BatchPrefetcherOptions prefetching;
+  prefetching.workers = options_.data_workers;
+  prefetching.on_worker_start = [placement = placement_] {
+    MakePlacementCurrent(placement).IgnoreError();
+  };
+  train_batches_ = std::make_unique<BatchPrefetcher>(
+      PlannedBatches(*train_loader_, *train_sampler_, *plan_, position_, rank_), 0,
+      (total_steps_ - step_) * accum(), prefetching);
+  BatchFeedOptions feeding;
+  feeding.device = device_;
+  feeding.stage = stage;
+  feeding.stats = stats;
+  feeding.image_size = config_.image_size;
+  train_feed_ = std::make_unique<BatchFeed>(train_batches_.get(), feeding);
+  test_feed_ = std::make_unique<BatchFeed>(nullptr, feeding);
+  ASSIGN_OR_RETURN(timer_, MakeStepTimer(placement_));
+  interval_.loss_sum = torch::zeros({}, torch::TensorOptions(device_));
+  return absl::OkStatus();
+}
+
+void TrainingRun::LogSetUp() const {
+  if (loop_.log == nullptr) return;
+  const DataShape& shape = data_.shape();
+  *loop_.log
+      << "[rank " << rank_ << "] " << options_.model << " ("
+      << FormatCount(parameter_count_) << " parameters, " << config_.image_size
+      << " px, patch " << config_.patch_size << ") on " << options_.dataset << ": "
+      << shape.train_size << " train / " << shape.test_size << " test images; world "
+      << world_ << " (" << communicator_.backend() << "), device " << placement_.name()
+      << ", " << options_.precision << ", " << train_sampler_->num_samples()
+      << " samples per rank, " << plan_->steps_per_epoch() << " steps per epoch of "
+      << accum() << " x " << options_.batch_size << ", " << total_steps_ << " steps, "
+      << options_.optimizer << ", gradient all-reduce "
+      << (synchronize_ ? absl::StrCat(reducer_->plan().buckets.size(), " buckets",
+                                      options_.overlap ? ", overlapped" : "")
+                       : "off")
+      << (outcome_.resumed_from > 0
+              ? absl::StrCat(", resumed at step ", outcome_.resumed_from,
+                             outcome_.resumed_world_size != world_
+                                 ? absl::StrCat(" (written by ", outcome_.resumed_world_size,
+                                                " ranks; epoch ", position_.epoch, ", sample ",
+                                                position_.sample, ")")
+                                 : "")
+              : "")
+      << ", CPU kernels "
+      << (!config_.cpu_kernels || placement_.cuda
+              ? "LibTorch's"
+              : (CpuLinearAvailable() ? "tessera (LayerNorm, GELU; Linear on oneDNN)"
+                                      : "tessera (LayerNorm, GELU)"))
+      << std::endl;
+}
+
+absl::StatusOr<Evaluation> TrainingRun::Evaluate() {
+  Enter(RankPhase::kEval);
+  torch::NoGradGuard no_grad;
+  VisionTransformer& model = *model_;
+  model->eval();
+  const std::vector<int64_t> indices = test_sampler_->EpochIndices(0);
+  torch::Tensor correct =
+      torch::zeros({}, torch::TensorOptions(device_).dtype(torch::kDouble));
+  torch::Tensor loss_sum = torch::zeros_like(correct);
+  const auto n = static_cast<int64_t>(indices.size());
+  for (int64_t begin = 0; begin < n; begin += loop_.eval_batch_size) {
+    const int64_t end = std::min(n, begin + loop_.eval_batch_size);
+    const Batch batch = test_feed_->ToDevice(test_loader_->Load(indices, begin, end, 0));
+    torch::Tensor logits;
+    {
+      AutocastScope mixed(autocast_, autocast_dtype_);
+      logits = model->forward(batch.images).to(torch::kFloat);
+    }
+    loss_sum.add_(torch::nn::functional::cross_entropy(
+        logits, batch.labels,
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
+    correct.add_(logits.argmax(1).eq(batch.labels).sum());
+    if (loop_.progress != nullptr) loop_.progress->AddPhaseItem();
+  }
+  model->train();
+  // Summed over ranks whether or not gradients are: every rank reports the
+  // accuracy over the whole test set.
+  torch::Tensor totals = torch::stack(
+      {correct, loss_sum, torch::full({}, static_cast<double>(n), correct.options())});
+  ReportPhase(RankPhase::kCollective);
+  RETURN_IF_ERROR(communicator_.AllReduceSum(totals));
+  ReportPhase(RankPhase::kEval);
+  const torch::Tensor host = totals.cpu();
+  const double count = host[2].item<double>();
+  if (count <= 0) return absl::FailedPreconditionError("the test set is empty");
+  return Evaluation{host[0].item<double>() / count, host[1].item<double>() / count};
+}
+
+absl::Status TrainingRun::SaveCheckpoint() {
+  Enter(RankPhase::kCheckpoint);
+  RankCheckpoint state;
+  state.rank = rank_;
+  state.world_size = world_;
+  state.position.step = step_;
+  state.position.epoch = position_.epoch;
+  state.position.sample_in_epoch = position_.sample;
+  state.position.batch_in_epoch = position_.sample / plan_->samples_per_batch();
+  state.loss_scaler = scaler_.state();
+  state.class_names = data_.shape().class_names;
+  CaptureRngState(placement_.index, state);
+  RETURN_IF_ERROR(SaveCheckpointFiles(*checkpoints_, state, **model_, *optimizer_));
+  // `latest` moves only once every rank's files are in place.
+  ReportPhase(RankPhase::kCollective);
+  RETURN_IF_ERROR(communicator_.Barrier());
+  ReportPhase(RankPhase::kCheckpoint);
+  if (rank_ == 0) {
+    std::ostream& log = loop_.log != nullptr ? *loop_.log : std::cerr;
+    RETURN_IF_ERROR(PublishCheckpoint(*checkpoints_, step_, loop_.checkpoint_keep, log));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::ForwardBackward(int64_t micro_batch) {
+  Enter(RankPhase::kData);
+  ASSIGN_OR_RETURN(const Batch batch, train_feed_->Next());
+  timer_->Mark(StepPhase::kData);
+  Enter(RankPhase::kForward);
+  torch::Tensor loss;
+  {
+    AutocastScope mixed(autocast_, autocast_dtype_);
+    loss = torch::nn::functional::cross_entropy(
+        (*model_)->forward(batch.images), batch.labels,
+        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
+            options_.label_smoothing));
+  }
+  timer_->Mark(StepPhase::kForward);
+  const bool last = micro_batch == accum() - 1;
+  if (last) stop_agreement_->Vote();
+  reducer_->PrepareForBackward(synchronize_ && last);
+  Enter(RankPhase::kBackward);
+  // Micro-batch means are averaged over the step; fp16 scales the loss up.
+  const double factor = (fp16_ ? scaler_.scale() : 1.0) / static_cast<double>(accum());
+  (factor == 1.0 ? loss : loss * factor).backward();
+  timer_->Mark(StepPhase::kBackward);
+  interval_.loss_sum.add_(loss.detach());
+  interval_.images += batch.labels.size(0);
+  outcome_.train_images += batch.labels.size(0);
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::TrainStep(bool* stop) {
+  const Clock::time_point step_start = Clock::now();
+  timer_->BeginStep();
+  if (loop_.progress != nullptr) loop_.progress->BeginStep();
+  for (int64_t m = 0; m < accum(); ++m) RETURN_IF_ERROR(ForwardBackward(m));
+  interval_.micro_batches += accum();
+  if (world_ > 1) Enter(RankPhase::kCollective);
+  RETURN_IF_ERROR(reducer_->FinishBackward(fp16_ ? 1.0 / scaler_.scale() : 1.0));
+  ASSIGN_OR_RETURN(*stop, stop_agreement_->Decide());
+  timer_->Mark(StepPhase::kComm);
+  Enter(RankPhase::kOptimizer);
+  bool take_step = true;
+  if (fp16_) take_step = scaler_.Update(AnyNonFinite(reducer_->gradient_buffers()));
+  lr_ = ScheduledLearningRate(options_.lr, step_, total_steps_, warmup_steps_,
+                              loop_.final_lr_fraction);
+  if (take_step) {
+    if (options_.clip_grad_norm > 0) {
+      ClipGradientNorm(reducer_->gradient_buffers(), options_.clip_grad_norm);
+    }
+    // A head-only warm-up holds every other group still (lr 0).
+    const bool head_only = step_ < options_.head_warmup_steps;
+    auto& groups = optimizer_->param_groups();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      groups[g].options().set_lr(head_only && !group_heads_[g] ? 0.0
+                                                                : lr_ * group_scales_[g]);
+    }
+    optimizer_->step();
+  } else {
+    ++outcome_.skipped_steps;
+  }
+  reducer_->ZeroGradients();
+  timer_->Mark(StepPhase::kOptimizer);
+  timer_->EndStep();
+  ++step_;
+  const int64_t epoch_before = position_.epoch;
+  position_ = plan_->Advance(position_, accum());
+  epoch_ended_ = position_.epoch != epoch_before;
+  if (loop_.progress != nullptr) loop_.progress->EndStep(step_);
+  const double step_seconds = SecondsSince(step_start);
+  train_seconds_ += step_seconds;
+  epoch_seconds_ += step_seconds;
+  return absl::OkStatus();
+}
+
+void TrainingRun::ReportInterval(double lr) {
+  const StepTimes times = timer_->TakeTotals();
+  const double steps = std::max<double>(1, static_cast<double>(times.steps));
+  auto mean_ms = [&](StepPhase phase) { return 1000.0 * times.seconds(phase) / steps; };
+  // Epochs done, fractional: the position within the current one.
+  const double epoch =
+      static_cast<double>(position_.epoch) +
+      static_cast<double>(position_.sample) /
+          static_cast<double>(plan_->steps_per_epoch() * plan_->samples_per_batch() *
+                              accum());
+  std::vector<std::pair<std::string, double>> values = {
+      {"loss", interval_.loss_sum.item<double>() /
+                   static_cast<double>(interval_.micro_batches)},
+      {"images_per_sec", times.step_seconds > 0
+                             ? static_cast<double>(interval_.images) / times.step_seconds
+                             : 0.0},
+      {"time_data_ms", mean_ms(StepPhase::kData)},
+      {"time_forward_ms", mean_ms(StepPhase::kForward)},
+      {"time_backward_ms", mean_ms(StepPhase::kBackward)},
+      {"time_comm_ms", mean_ms(StepPhase::kComm)},
+      {"time_optimizer_ms", mean_ms(StepPhase::kOptimizer)},
+      {"time_step_ms", 1000.0 * times.step_seconds / steps},
+      {"lr", lr},
+      {"epoch", epoch}};
+  if (fp16_) values.emplace_back("loss_scale", scaler_.scale());
+  if (const int64_t skipped = data_.skipped(); skipped > 0) {
+    values.emplace_back("data_skipped", static_cast<double>(skipped));
+  }
+  reporter_.Report(step_, values);
+  interval_.loss_sum.zero_();
+  interval_.micro_batches = 0;
+  interval_.images = 0;
+}
+
+absl::Status TrainingRun::EndEpoch() {
+  // Epochs timed whole by this run report their training time; the run's end
+  // also reports its total, so partial epochs (max_steps, a resume) still
+  // give a per-step time.
+  std::vector<std::pair<std::string, double>> values;
+  const bool epoch_ended = PlanEpochEnded();
+  if (epoch_ended && epoch_timed_whole_) values.emplace_back("epoch_seconds", epoch_seconds_);
+  epoch_seconds_ = 0;
+  epoch_timed_whole_ = epoch_ended;
+  if (step_ == total_steps_) {
+    values.emplace_back("train_seconds", train_seconds_);
+    // Steps timed by this run (a resumed run times only its own).
+    values.emplace_back("train_steps", static_cast<double>(step_ - outcome_.resumed_from));
+  }
+  if (!values.empty()) reporter_.Report(step_, values);
+  ASSIGN_OR_RETURN(last_eval_, Evaluate());
+  evaluated_at_ = step_;
+  reporter_.Report(step_,
+                   {{"test_accuracy", last_eval_.accuracy}, {"test_loss", last_eval_.loss}});
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::TrainLoop() {
+  // The run's shape, for progress and ETA in tessctl and the dashboard.
+  reporter_.Report(step_, {{"total_steps", static_cast<double>(total_steps_)},
+                           {"steps_per_epoch", static_cast<double>(plan_->steps_per_epoch())}});
+  (*model_)->train();
+  while (step_ < total_steps_) {
+    bool stop = false;
+    RETURN_IF_ERROR(TrainStep(&stop));
+    if (step_ % options_.metrics_every == 0 || step_ == total_steps_) ReportInterval(lr_);
+    if (stop && step_ < total_steps_) {
+      // Every rank decided the same after this step: checkpoint here and
+      // leave, without evaluating.
+      outcome_.preempted = true;
+      if (checkpoints_.has_value()) {
+        RETURN_IF_ERROR(SaveCheckpoint());
+        outcome_.checkpointed = true;
+      }
+      if (loop_.log != nullptr) {
+        *loop_.log << "[rank " << rank_
+                   << "] asked to stop: the ranks agreed to stop after step " << step_
+                   << std::endl;
+      }
+      return absl::OkStatus();
+    }
+    if (PlanEpochEnded() || step_ == total_steps_) RETURN_IF_ERROR(EndEpoch());
+    if (checkpoints_.has_value() &&
+        ((options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) ||
+         step_ == total_steps_)) {
+      RETURN_IF_ERROR(SaveCheckpoint());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainingOutcome> TrainingRun::Finish() {
+  // A run resumed from its final checkpoint still reports the test metrics.
+  if (!outcome_.preempted && evaluated_at_ != step_) {
+    ASSIGN_OR_RETURN(last_eval_, Evaluate());
+    reporter_.Report(step_,
+                     {{"test_accuracy", last_eval_.accuracy}, {"test_loss", last_eval_.loss}});
+  }
+  Fnv1a64 hash;
+  for (const torch::Tensor& p : parameters_) {
+    const torch::Tensor values = p.detach().to(torch::kCPU).contiguous();
+    hash.Update(values.data_ptr(), values.numel() * values.element_size());
+  }
+  outcome_.steps = step_;
+  outcome_.train_seconds = train_seconds_;
+  outcome_.test_accuracy = last_eval_.accuracy;
+  outcome_.test_loss = last_eval_.loss;
+  outcome_.parameter_count = parameter_count_;
+  outcome_.device = placement_.name();
+  outcome_.param_hash = hash.Hex();
+  ReportPhase(RankPhase::kDone);
+  return outcome_;
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainerOptions& options, const TrainingData& data,
+                 Communicator& communicator, MetricsReporter& reporter,
+                 TrainerLoopOptions loop)
+    : options_(options),
+      loop_(loop),
+      data_(data),
+      communicator_(communicator),
+      reporter_(reporter) {}
+
 Trainer::Trainer(const TrainerOptions& options, const ImageDataset& train,
                  const ImageDataset& test, Communicator& communicator,
                  MetricsReporter& reporter, TrainerLoopOptions loop)
     : options_(options),
       loop_(loop),
-      train_(train),
-      test_(test),
+      owned_data_(std::make_unique<InMemoryData>(train, test, options.dataset)),
+      data_(*owned_data_),
       communicator_(communicator),
       reporter_(reporter) {}
 
+Trainer::~Trainer() = default;
+
 absl::StatusOr<TrainingOutcome> Trainer::Run() {
-  const int rank = communicator_.rank();
-  const int world = communicator_.world_size();
-  ConfigureComputeThreads(EffectiveThreads(options_));
-  ASSIGN_OR_RETURN(const DevicePlacement placement,
-                   ResolveDevice(options_, loop_.local_rank));
-  ASSIGN_OR_RETURN(ViTConfig config,
-                   ResolveViTConfig(options_.model, train_.channels, train_.num_classes,
-                                    options_.image_size));
-  config.dropout = options_.dropout;
-  config.cpu_kernels = options_.cpu_kernels;
-  if (test_.channels != train_.channels || test_.num_classes != train_.num_classes) {
-    return absl::InvalidArgumentError("train and test splits differ in shape");
-  }
-
-  DistributedSamplerOptions train_sampling;
-  train_sampling.dataset_size = train_.size();
-  train_sampling.rank = rank;
-  train_sampling.world_size = world;
-  train_sampling.seed = options_.seed;
-  if (options_.scaling == "weak") {
-    train_sampling.subset_size =
-        WeakScalingSubsetSize(train_.size(), options_.weak_fraction, world);
-  }
-  ASSIGN_OR_RETURN(const DistributedSampler train_sampler,
-                   DistributedSampler::Create(train_sampling));
-  DistributedSamplerOptions test_sampling = train_sampling;
-  test_sampling.dataset_size = test_.size();
-  test_sampling.subset_size.reset();
-  test_sampling.shuffle = false;
-  test_sampling.keep_tail = true;
-  ASSIGN_OR_RETURN(const DistributedSampler test_sampler,
-                   DistributedSampler::Create(test_sampling));
-
-  // An optimizer step takes grad_accum micro-batches; a step never straddles
-  // two epochs (the epoch's leftover micro-batches are dropped).
-  const int64_t accum = options_.grad_accum;
-  const int64_t batch_size = options_.batch_size;
-  const int64_t steps_per_epoch = train_sampler.num_samples() / batch_size / accum;
-  if (steps_per_epoch == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("each of ", world, " ranks gets ", train_sampler.num_samples(),
-                     " training samples, fewer than one step's ", accum,
-                     " micro-batches of ", batch_size));
-  }
-  const int64_t batches_per_epoch = steps_per_epoch * accum;
-  int64_t total_steps = steps_per_epoch * options_.epochs;
-  if (options_.max_steps > 0) total_steps = std::min(total_steps, options_.max_steps);
-  const int64_t warmup_steps =
-      ResolveWarmupSteps(options_.warmup_steps, total_steps, loop_.warmup_fraction);
-  const bool synchronize = options_.allreduce && world > 1;
-  const bool fp16 = options_.precision == "fp16";
-  const bool autocast = placement.cuda && options_.precision != "fp32";
-  const at::ScalarType autocast_dtype = fp16 ? at::kHalf : at::kBFloat16;
-
+  RETURN_IF_ERROR(data_.Check());
   try {
-#if TESSERA_TORCH_CUDA
-    if (placement.cuda) {
-      c10::cuda::set_device(static_cast<c10::DeviceIndex>(placement.index));
-    }
-#endif
-    const torch::Device device =
-        placement.cuda
-            ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index))
-            : torch::Device(torch::kCPU);
-    // Initialisation draws from LibTorch's process-wide generator; the lock keeps
-    // trainers sharing a process (the ranks of in-process tests) from
-    // interleaving their draws, so the seed alone decides the initial model.
-    static absl::Mutex init_mu(absl::kConstInit);
-    std::optional<VisionTransformer> initialised;
-    {
-      absl::MutexLock lock(&init_mu);
-      torch::manual_seed(static_cast<uint64_t>(options_.seed));
-      initialised.emplace(config);
-    }
-    VisionTransformer model = *std::move(initialised);
-    model->to(device);
-    std::vector<torch::Tensor> parameters = model->parameters();
-    int64_t parameter_count = 0;
-    for (const torch::Tensor& p : parameters) parameter_count += p.numel();
-
-    ReducerOptions reducing;
-    reducing.bucket_cap_mb = options_.bucket_cap_mb;
-    reducing.first_bucket_mb = options_.first_bucket_mb;
-    reducing.overlap = options_.overlap;
-    reducing.min_buckets = options_.min_buckets;
-    ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
-                     Reducer::Create(parameters, communicator_, reducing));
-    CollectivesInProgress named_collectives(loop_.progress, communicator_);
-    // Reports a phase (progress.h).
-    auto report_phase = [progress = loop_.progress](RankPhase phase) {
-      if (progress != nullptr) progress->Enter(phase);
-    };
-    // Rank 0's initial values become everyone's.
-    report_phase(RankPhase::kCollective);
-    RETURN_IF_ERROR(reducer->BroadcastParameters(0));
-    report_phase(RankPhase::kStartup);
-    // Dropout masks must differ across ranks.
-    torch::manual_seed(static_cast<uint64_t>(options_.seed) + 7919u * (rank + 1u));
-
-    std::unique_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(options_, model);
-    LossScaler scaler;
-
-    std::optional<CheckpointDirectory> checkpoints;
-    if (!options_.checkpoint_dir.empty()) checkpoints.emplace(options_.checkpoint_dir);
-    int64_t step = 0;
-    TrainingOutcome outcome;
-    if (checkpoints.has_value() && options_.resume) {
-      ASSIGN_OR_RETURN(const std::optional<int64_t> latest, checkpoints->LatestStep());
-      if (latest.has_value()) {
-        ASSIGN_OR_RETURN(
-            const RankCheckpoint state,
-            LoadCheckpointFiles(*checkpoints, *latest, rank, world, *model, *optimizer));
-        const LoopPosition& at = state.position;
-        if (at.step > total_steps || at.epoch != at.step / steps_per_epoch ||
-            at.batch_in_epoch != (at.step % steps_per_epoch) * accum) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "checkpoint at step ", at.step, " (epoch ", at.epoch, ", batch ",
-              at.batch_in_epoch, ") does not fit this run's ", steps_per_epoch,
-              " steps per epoch of ", accum, " micro-batches, ", total_steps,
-              " steps in all: resume with the settings it was written with"));
-        }
-        RETURN_IF_ERROR(RestoreRngState(placement.index, state));
-        scaler.Restore(state.loss_scaler);
-        step = at.step;
-        outcome.resumed_from = step;
-      }
-    }
-    reducer->ZeroGradients();
-    if (loop_.progress != nullptr) loop_.progress->SetStep(step);
-    FaultInjector* const fault =
-        loop_.fault != nullptr && loop_.fault->active() ? loop_.fault : nullptr;
-    // A phase of the loop itself (not the collectives nested in evaluation and
-    // checkpoints): reported, and where the --fault hook acts.
-    auto enter = [&](RankPhase phase) {
-      report_phase(phase);
-      if (fault != nullptr) fault->OnPhase(phase, step);
-    };
-    StopAgreement stop_agreement(loop_.stop_requested, *reducer, communicator_,
-                                 synchronize, device);
-
-    // Both splits are normalised with the training split's statistics. On a
-    // GPU the loaders only gather uint8 images at their native size (into
-    // pinned memory); the feed copies them over and finishes them there.
-    const ChannelStats stats = ComputeChannelStats(train_);
-    const BatchStage stage = loop_.finish_batches_on_device.value_or(placement.cuda)
-                                 ? BatchStage::kDevice
-                                 : BatchStage::kHost;
-    BatchLoaderOptions test_loading;
-    test_loading.image_size = config.image_size;
-    test_loading.stage = stage;
-    test_loading.pin_memory = placement.cuda && stage == BatchStage::kDevice;
-    BatchLoaderOptions train_loading = test_loading;
-    train_loading.augment =
-        options_.augment.value_or(AugmentsByDefault(options_.dataset));
-    train_loading.seed = static_cast<uint64_t>(options_.seed);
-    const BatchLoader train_loader(train_, stats, train_loading);
-    const BatchLoader test_loader(test_, stats, test_loading);
-    // Micro-batch p of the run is batch p % batches_per_epoch of epoch
-    // p / batches_per_epoch, prepared ahead by data_workers threads.
-    BatchPrefetcherOptions prefetching;
-    prefetching.workers = options_.data_workers;
-    prefetching.on_worker_start = [placement] {
-      MakePlacementCurrent(placement).IgnoreError();
-    };
-    BatchPrefetcher train_batches(
-        EpochBatchProducer(train_loader, train_sampler, batch_size, batches_per_epoch),
-        step * accum, (total_steps - step) * accum, prefetching);
-    BatchFeedOptions feeding;
-    feeding.device = device;
-    feeding.stage = stage;
-    feeding.stats = stats;
-    feeding.image_size = config.image_size;
-    BatchFeed train_feed(&train_batches, feeding);
-    BatchFeed test_feed(nullptr, feeding);
-
-    if (loop_.log != nullptr) {
-      *loop_.log << "[rank " << rank << "] " << options_.model << " ("
-                 << FormatCount(parameter_count) << " parameters, " << config.image_size
-                 << " px, patch " << config.patch_size << ") on " << options_.dataset
-                 << ": " << train_.size() << " train / " << test_.size()
-                 << " test images; world " << world << " (" << communicator_.backend()
-                 << "), device " << placement.name() << ", " << options_.precision << ", "
-                 << train_sampler.num_samples() << " samples per rank, "
-                 << steps_per_epoch << " steps per epoch of " << accum << " x "
-                 << batch_size << ", " << total_steps << " steps, " << options_.optimizer
-                 << ", gradient all-reduce "
-                 << (synchronize
-                         ? absl::StrCat(reducer->plan().buckets.size(), " buckets",
-                                        options_.overlap ? ", overlapped" : "")
-                         : "off")
-                 << (outcome.resumed_from > 0
-                         ? absl::StrCat(", resumed at step ", outcome.resumed_from)
-                         : "")
-                 << ", CPU kernels "
-                 << (!config.cpu_kernels || placement.cuda
-                         ? "LibTorch's"
-                         : (CpuLinearAvailable()
-                                ? "tessera (LayerNorm, GELU; Linear on oneDNN)"
-                                : "tessera (LayerNorm, GELU)"))
-                 << std::endl;
-    }
-
-    auto evaluate = [&]() -> absl::StatusOr<Evaluation> {
-      enter(RankPhase::kEval);
-      torch::NoGradGuard no_grad;
-      model->eval();
-      const std::vector<int64_t> indices = test_sampler.EpochIndices(0);
-      torch::Tensor correct =
-          torch::zeros({}, torch::TensorOptions(device).dtype(torch::kDouble));
-      torch::Tensor loss_sum = torch::zeros_like(correct);
-      const auto n = static_cast<int64_t>(indices.size());
-      for (int64_t begin = 0; begin < n; begin += loop_.eval_batch_size) {
-        const int64_t end = std::min(n, begin + loop_.eval_batch_size);
-        const Batch batch = test_feed.ToDevice(test_loader.Load(indices, begin, end));
-        const torch::Tensor& labels = batch.labels;
-        torch::Tensor logits;
-        {
-          AutocastScope mixed(autocast, autocast_dtype);
-          logits = model->forward(batch.images).to(torch::kFloat);
-        }
-        loss_sum.add_(torch::nn::functional::cross_entropy(
-            logits, labels,
-            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
-        correct.add_(logits.argmax(1).eq(labels).sum());
-        if (loop_.progress != nullptr) loop_.progress->AddPhaseItem();
-      }
-      model->train();
-      // Summed over ranks whether or not gradients are: every rank reports the
-      // accuracy over the whole test set.
-      torch::Tensor totals =
-          torch::stack({correct, loss_sum,
-                        torch::full({}, static_cast<double>(n), correct.options())});
-      report_phase(RankPhase::kCollective);
-      RETURN_IF_ERROR(communicator_.AllReduceSum(totals));
-      report_phase(RankPhase::kEval);
-      const torch::Tensor host = totals.cpu();
-      const double count = host[2].item<double>();
-      if (count <= 0) return absl::FailedPreconditionError("the test set is empty");
-      return Evaluation{host[0].item<double>() / count, host[1].item<double>() / count};
-    };
-
-    auto save_checkpoint = [&]() -> absl::Status {
-      enter(RankPhase::kCheckpoint);
-      RankCheckpoint state;
-      state.rank = rank;
-      state.world_size = world;
-      state.position.step = step;
-      state.position.epoch = step / steps_per_epoch;
-      state.position.batch_in_epoch = (step % steps_per_epoch) * accum;
-      state.loss_scaler = scaler.state();
-      CaptureRngState(placement.index, state);
-      RETURN_IF_ERROR(SaveCheckpointFiles(*checkpoints, state, *model, *optimizer));
-      // `latest` moves only once every rank's files are in place.
-      report_phase(RankPhase::kCollective);
-      RETURN_IF_ERROR(communicator_.Barrier());
-      report_phase(RankPhase::kCheckpoint);
-      if (rank == 0) {
-        RETURN_IF_ERROR(checkpoints->PublishLatest(step));
-        RETURN_IF_ERROR(checkpoints->Prune(step, loop_.checkpoint_keep));
-      }
-      return absl::OkStatus();
-    };
-
-    const auto crossentropy =
-        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
-            options_.label_smoothing);
-    ASSIGN_OR_RETURN(std::unique_ptr<StepTimer> timer, MakeStepTimer(placement));
-    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions(device));
-    int64_t interval_micro_batches = 0;
-    int64_t interval_images = 0;
-    double train_seconds = 0;
-    // Training seconds since the current epoch began (evaluation excluded).
-    double epoch_seconds = 0;
-    std::optional<int64_t> evaluated_at;
-    Evaluation last_eval;
-    // The run's shape, for progress and ETA in tessctl and the dashboard.
-    reporter_.Report(step, {{"total_steps", static_cast<double>(total_steps)},
-                            {"steps_per_epoch", static_cast<double>(steps_per_epoch)}});
-    model->train();
-    while (step < total_steps) {
-      const Clock::time_point step_start = Clock::now();
-      timer->BeginStep();
-      if (loop_.progress != nullptr) loop_.progress->BeginStep();
-      for (int64_t m = 0; m < accum; ++m) {
-        enter(RankPhase::kData);
-        ASSIGN_OR_RETURN(const Batch batch, train_feed.Next());
-        const torch::Tensor& images = batch.images;
-        const torch::Tensor& labels = batch.labels;
-        timer->Mark(StepPhase::kData);
-        enter(RankPhase::kForward);
-        torch::Tensor loss;
-        {
-          AutocastScope mixed(autocast, autocast_dtype);
-          loss = torch::nn::functional::cross_entropy(model->forward(images), labels,
-                                                      crossentropy);
-        }
-        timer->Mark(StepPhase::kForward);
-        const bool last = m == accum - 1;
-        if (last) stop_agreement.Vote();
-        reducer->PrepareForBackward(synchronize && last);
-        enter(RankPhase::kBackward);
-        // Micro-batch means are averaged over the step; fp16 scales the loss up.
-        const double factor = (fp16 ? scaler.scale() : 1.0) / static_cast<double>(accum);
-        (factor == 1.0 ? loss : loss * factor).backward();
-        timer->Mark(StepPhase::kBackward);
-        loss_sum.add_(loss.detach());
-        interval_images += batch.labels.size(0);
-        outcome.train_images += batch.labels.size(0);
-      }
-      interval_micro_batches += accum;
-      if (world > 1) enter(RankPhase::kCollective);
-      RETURN_IF_ERROR(reducer->FinishBackward(fp16 ? 1.0 / scaler.scale() : 1.0));
-      ASSIGN_OR_RETURN(const bool stop, stop_agreement.Decide());
-      timer->Mark(StepPhase::kComm);
-      enter(RankPhase::kOptimizer);
-
-      bool take_step = true;
-      if (fp16) take_step = scaler.Update(AnyNonFinite(reducer->gradient_buffers()));
-      const double lr = ScheduledLearningRate(options_.lr, step, total_steps,
-                                              warmup_steps, loop_.final_lr_fraction);
-      if (take_step) {
-        if (options_.clip_grad_norm > 0) {
-          ClipGradientNorm(reducer->gradient_buffers(), options_.clip_grad_norm);
-        }
-        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
-        optimizer->step();
-      } else {
-        ++outcome.skipped_steps;
-      }
-      reducer->ZeroGradients();
-      timer->Mark(StepPhase::kOptimizer);
-      timer->EndStep();
-      ++step;
-      if (loop_.progress != nullptr) loop_.progress->EndStep(step);
-      const double step_seconds = SecondsSince(step_start);
-      train_seconds += step_seconds;
-      epoch_seconds += step_seconds;
-
-      if (step % options_.metrics_every == 0 || step == total_steps) {
-        const StepTimes times = timer->TakeTotals();
-        const double steps = std::max<double>(1, static_cast<double>(times.steps));
-        auto mean_ms = [&](StepPhase phase) {
-          return 1000.0 * times.seconds(phase) / steps;
-        };
-        std::vector<std::pair<std::string, double>> values = {
-            {"loss",
-             loss_sum.item<double>() / static_cast<double>(interval_micro_batches)},
-            {"images_per_sec",
-             times.step_seconds > 0
-                 ? static_cast<double>(interval_images) / times.step_seconds
-                 : 0.0},
-            {"time_data_ms", mean_ms(StepPhase::kData)},
-            {"time_forward_ms", mean_ms(StepPhase::kForward)},
-            {"time_backward_ms", mean_ms(StepPhase::kBackward)},
-            {"time_comm_ms", mean_ms(StepPhase::kComm)},
-            {"time_optimizer_ms", mean_ms(StepPhase::kOptimizer)},
-            {"time_step_ms", 1000.0 * times.step_seconds / steps},
-            {"lr", lr},
-            {"epoch", static_cast<double>(step) / static_cast<double>(steps_per_epoch)}};
-        if (fp16) values.emplace_back("loss_scale", scaler.scale());
-        reporter_.Report(step, values);
-        loss_sum.zero_();
-        interval_micro_batches = 0;
-        interval_images = 0;
-      }
-      if (stop && step < total_steps) {
-        // Every rank decided the same after this step: checkpoint here and
-        // leave, without evaluating.
-        outcome.preempted = true;
-        if (checkpoints.has_value()) {
-          RETURN_IF_ERROR(save_checkpoint());
-          outcome.checkpointed = true;
-        }
-        if (loop_.log != nullptr) {
-          *loop_.log << "[rank " << rank
-                     << "] asked to stop: the ranks agreed to stop after step " << step
-                     << std::endl;
-        }
-        break;
-      }
-      if (step % steps_per_epoch == 0 || step == total_steps) {
-        // Epochs timed whole by this run report their training time; the run's
-        // end also reports its total, so partial epochs (max_steps, a resume)
-        // still give a per-step time.
-        std::vector<std::pair<std::string, double>> values;
-        if (step % steps_per_epoch == 0 &&
-            step - steps_per_epoch >= outcome.resumed_from) {
-          values.emplace_back("epoch_seconds", epoch_seconds);
-        }
-        epoch_seconds = 0;
-        if (step == total_steps) {
-          values.emplace_back("train_seconds", train_seconds);
-          // Steps timed by this run (a resumed run times only its own).
-          values.emplace_back("train_steps",
-                              static_cast<double>(step - outcome.resumed_from));
-        }
-        if (!values.empty()) reporter_.Report(step, values);
-        ASSIGN_OR_RETURN(last_eval, evaluate());
-        evaluated_at = step;
-        reporter_.Report(
-            step, {{"test_accuracy", last_eval.accuracy}, {"test_loss", last_eval.loss}});
-      }
-      if (checkpoints.has_value() &&
-          ((options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0) ||
-           step == total_steps)) {
-        RETURN_IF_ERROR(save_checkpoint());
-      }
-    }
-    // A run resumed from its final checkpoint still reports the test metrics.
-    if (!outcome.preempted && evaluated_at != step) {
-      ASSIGN_OR_RETURN(last_eval, evaluate());
-      reporter_.Report(
-          step, {{"test_accuracy", last_eval.accuracy}, {"test_loss", last_eval.loss}});
-    }
-
-    Fnv1a64 hash;
-    for (const torch::Tensor& p : parameters) {
-      const torch::Tensor values = p.detach().to(torch::kCPU).contiguous();
-      hash.Update(values.data_ptr(), values.numel() * values.element_size());
-    }
-    outcome.steps = step;
-    outcome.train_seconds = train_seconds;
-    outcome.test_accuracy = last_eval.accuracy;
-    outcome.test_loss = last_eval.loss;
-    outcome.parameter_count = parameter_count;
-    outcome.device = placement.name();
-    outcome.param_hash = hash.Hex();
-    report_phase(RankPhase::kDone);
-    return outcome;
+    TrainingRun run(options_, loop_, data_, communicator_, reporter_);
+    return run.Run();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("training failed: ", e.what()));
   }

@@ -3,8 +3,9 @@
 // Run places the ViT on this rank's device (--device: CPU, or the CUDA device
 // local_rank when LibTorch has CUDA), makes rank 0's initial parameters
 // everyone's (broadcast), or resumes from the latest checkpoint, then for each
-// optimizer step: loads grad_accum micro-batches of this rank's shard (see
-// distributed_sampler.h; on a GPU finished on the device: batch_feed.h), runs forward
+// optimizer step: loads grad_accum micro-batches of this rank's share of the
+// data (training_data.h; which samples: distributed_sampler.h and
+// data_position.h; on a GPU finished on the device: batch_feed.h), runs forward
 // (under bf16/fp16 autocast on CUDA when asked) and cross-entropy (with label smoothing),
 // and backward, during which the Reducer (reducer.h) all-reduces the gradients in buckets
 // as they become ready (on the last micro-batch only); waits for the remaining buckets,
@@ -19,7 +20,9 @@
 // and at the end it evaluates on the test set, sharded across ranks with the
 // counts summed over all ranks, so every rank reports the same test accuracy.
 // With a checkpoint directory it checkpoints every checkpoint_every steps and at
-// the end (checkpoint.h). Finally it fingerprints the parameters (FNV-1a 64 over
+// the end (checkpoint.h), with the global data position: a run resumes where
+// it stopped at any world size (data_position.h); only the per-rank state (the
+// random generators) is rebuilt when the world size changed. Finally it fingerprints the parameters (FNV-1a 64 over
 // their bytes in registration order): ranks that trained in sync report equal
 // hashes.
 //
@@ -37,6 +40,8 @@
 // carried the vote; on CUDA one step later. A stop requested during the final
 // step is ignored: the run completes.
 //
+// Run is a short sequence of named steps (trainer.cc's TrainingRun): plan,
+// build the model, resume, build the data feeds, then the loop of steps.
 // LibTorch stays in the .cc; Run turns every c10::Error into a status. A Trainer
 // runs once, on one thread; its collaborators must outlive it.
 #ifndef TESSERA_WORKER_TRAINER_TRAINER_H_
@@ -44,6 +49,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -58,6 +64,7 @@ namespace tessera::trainer {
 
 class FaultInjector;
 class ProgressTracker;
+class TrainingData;
 
 // Loop settings that are not part of the job's TrainerConfig.
 struct TrainerLoopOptions {
@@ -96,6 +103,7 @@ struct TrainingOutcome {
   bool preempted = false;
   bool checkpointed = false;  // preempted with a checkpoint at `steps`
   int64_t resumed_from = 0;   // the checkpoint's step when resumed; 0 otherwise
+  int resumed_world_size = 0;  // the world size that wrote that checkpoint
   int64_t skipped_steps = 0;  // fp16 steps skipped for overflowing gradients
   int64_t train_images = 0;   // images this rank trained on in this run
   double train_seconds = 0;   // wall time of this run's steps, without evaluation
@@ -108,10 +116,16 @@ struct TrainingOutcome {
 
 class Trainer {
  public:
-  // All references are not owned and must outlive the trainer.
+  // Trains on `data` (training_data.h). All references are not owned and must
+  // outlive the trainer.
+  Trainer(const TrainerOptions& options, const TrainingData& data,
+          Communicator& communicator, MetricsReporter& reporter,
+          TrainerLoopOptions loop = {});
+  // Trains on in-memory splits (wrapped as InMemoryData).
   Trainer(const TrainerOptions& options, const ImageDataset& train,
           const ImageDataset& test, Communicator& communicator, MetricsReporter& reporter,
           TrainerLoopOptions loop = {});
+  ~Trainer();
 
   // Trains and evaluates. FailedPrecondition when a rank's shard is smaller than
   // one optimizer step's micro-batches, or a checkpoint does not fit this run;
@@ -122,10 +136,10 @@ class Trainer {
  private:
   const TrainerOptions options_;
   const TrainerLoopOptions loop_;
-  const ImageDataset& train_;   // Not owned.
-  const ImageDataset& test_;    // Not owned.
-  Communicator& communicator_;  // Not owned.
-  MetricsReporter& reporter_;   // Not owned.
+  std::unique_ptr<TrainingData> owned_data_;  // the in-memory constructor's
+  const TrainingData& data_;                  // Not owned (unless owned_data_).
+  Communicator& communicator_;                // Not owned.
+  MetricsReporter& reporter_;                 // Not owned.
 };
 
 // Where a rank trains.

@@ -94,6 +94,27 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
          "reports go on; slow:rank=R,phase=P,ms=M makes rank R spend M ms more in "
          "phase P every step. Add ,attempt=A to act in that attempt only "
          "(worker/trainer/README.md)");
+  config("mean", t.mean,
+         "image data: normalisation mean per RGB channel, three values "
+         "(default ImageNet's 0.485 0.456 0.406)");
+  config("std", t.std,
+         "image data: normalisation deviation per RGB channel, three values "
+         "(default ImageNet's 0.229 0.224 0.225)");
+  config("crop-fraction", t.crop_fraction,
+         "image data: evaluation centre crop of the image resized to size / fraction");
+  config("data-max-skipped", t.data_max_skipped,
+         "image data: share of a split's samples that may be unreadable before the "
+         "run fails");
+  config("init-from", t.init_from,
+         "pretrained weights to start from: a safetensors file with timm, Hugging "
+         "Face, torchvision or tessera names (docs/pretrained.md)");
+  config("init-names", t.init_names, "the names --init-from uses: auto | timm | hf | "
+                                     "torchvision | tessera");
+  config("layer-decay", t.layer_decay,
+         "layer-wise learning-rate decay: block i of depth L trains at lr x "
+         "decay^(L + 1 - i) (1: off)");
+  config("head-warmup-steps", t.head_warmup_steps,
+         "train only the classifier head for the first N steps (0: off)");
 
   app.add_option("--gloo-allreduce", flags.gloo_allreduce,
                  "two-rank Gloo all-reduce: exchange (one round) or ring (Gloo's)")

@@ -1,5 +1,6 @@
 #include "worker/trainer/trainer_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -117,7 +118,43 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
   if (!fault.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", fault.status().message()));
   }
-  return absl::OkStatus();
+  return ValidateDataAndInit(o);
+}
+
+absl::Status ValidateDataAndInit(const TrainerOptions& o) {
+  for (const auto& [name, values] : {std::pair{"mean", &o.mean}, std::pair{"std", &o.std}}) {
+    if (!values->empty() && values->size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, " takes three values (R, G, B), got ", values->size()));
+    }
+    for (double v : *values) {
+      if (!std::isfinite(v) || (std::string(name) == "std" ? v <= 0 : v < -10 || v > 10)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, ": ", v, " is not a usable value"));
+      }
+    }
+  }
+  if (!(o.crop_fraction > 0 && o.crop_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--crop-fraction must be in (0, 1], got ", o.crop_fraction));
+  }
+  if (!(o.data_max_skipped >= 0 && o.data_max_skipped <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data-max-skipped must be in [0, 1], got ", o.data_max_skipped));
+  }
+  static const char* const kLayouts[] = {"auto", "timm", "hf", "torchvision", "tessera"};
+  if (std::find(std::begin(kLayouts), std::end(kLayouts), o.init_names) ==
+      std::end(kLayouts)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--init-names: unknown layout \"", o.init_names,
+        "\"; expected auto, timm, hf, torchvision or tessera"));
+  }
+  if (!(o.layer_decay > 0 && o.layer_decay <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layer-decay must be in (0, 1], got ", o.layer_decay));
+  }
+  return CheckRange<int64_t>("head-warmup-steps", o.head_warmup_steps, 0,
+                             std::numeric_limits<int64_t>::max());
 }
 
 absl::Status ValidateLaunchOptions(const LaunchOptions& l, bool coordinator_supported,

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -55,6 +56,18 @@ struct TrainerOptions {
   bool overlap = true;              // allreduce buckets during backward
   // TEST HOOK (common/fault_spec.h): make one rank hang or dawdle; empty: off.
   std::string fault;
+  // Image data (imagefolder, shards): normalisation per RGB channel (empty:
+  // ImageNet's), the evaluation crop, the share of unreadable samples allowed.
+  std::vector<double> mean;
+  std::vector<double> std;
+  double crop_fraction = 0.875;
+  double data_max_skipped = 0.01;
+  // Fine-tuning: pretrained weights (safetensors) and their names' layout,
+  // layer-wise learning-rate decay (1: off) and head-only warm-up steps.
+  std::string init_from;
+  std::string init_names = "auto";
+  double layer_decay = 1.0;
+  int64_t head_warmup_steps = 0;
   // Not a TrainerConfig field (set by flag only): split small models into at
   // least this many buckets so their communication overlaps backward too.
   int32_t min_buckets = 1;
@@ -104,6 +117,9 @@ struct OptionLimits {
 // flag on failure, e.g. "--batch-size must be in [1, 65536], got 0".
 absl::Status ValidateTrainerOptions(const TrainerOptions& options,
                                     const OptionLimits& limits = {});
+
+// The image-data and fine-tuning options (part of ValidateTrainerOptions).
+absl::Status ValidateDataAndInit(const TrainerOptions& options);
 
 // Checks the launch settings. `coordinator_supported` is false in builds without
 // gRPC (TESSERA_TRAINER_ONLY), where --coordinator is rejected.

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -69,11 +70,33 @@ WaitingJob Job(int64_t id, int32_t world, const std::string& owner = "alice") {
   return {.job_id = id, .world_size = world, .owner = owner};
 }
 
+SlurmPoolConfig GpuPool() {
+  SlurmPoolConfig p = CpuPool();
+  p.name = "gpu";
+  p.gpus_per_node = 4;
+  return p;
+}
+
+// A waiting job of `world` ranks whose spec's trainer says `device` and
+// `precision` (empty: unset), as the JobManager hands it to the pools.
+WaitingJob SpecJob(int64_t id, int32_t world, const std::string& device,
+                   const std::string& precision) {
+  v1::TrainerConfig trainer;
+  trainer.set_device(device);
+  trainer.set_precision(precision);
+  WaitingJob job = Job(id, world);
+  job.kind = SlurmNodeKindOf(trainer);
+  return job;
+}
+
 class SlurmPoolManagerTest : public ::testing::Test {
  protected:
   SlurmPoolManager Make(bool can_submit_as_owner, SlurmPoolConfig pool = CpuPool()) {
+    return Make(can_submit_as_owner, std::vector<SlurmPoolConfig>{pool});
+  }
+  SlurmPoolManager Make(bool can_submit_as_owner, std::vector<SlurmPoolConfig> pools) {
     return SlurmPoolManager(
-        {pool}, &slurm_, &clock_,
+        std::move(pools), &slurm_, &clock_,
         [this](const SlurmSubmitDecision& d, const std::string& run_as) {
           credential_requests_.push_back(absl::StrCat(d.job_id, ":", run_as));
           return absl::StatusOr<std::string>(absl::StrCat(
@@ -245,6 +268,34 @@ TEST_F(SlurmPoolManagerTest, AllocationKilledBySlurmIsReplacedForItsJob) {
   ASSERT_EQ(slurm_.submitted.size(), 2u);
   EXPECT_EQ(m.Allocation(7)->slurm_job_id, "101");
   EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 101 (PD)");
+}
+
+// ---- Which pool serves a job (docs/slurm.md) ----
+
+TEST_F(SlurmPoolManagerTest, Bf16AutoJobGetsAGpuAllocationAndACpuJobStillDoesNot) {
+  // Job 7 leaves device at its default ("auto"); bf16 works only on CUDA. Job
+  // 8 asks for the CPU, whatever its precision.
+  SlurmPoolManager m = Make(false, std::vector<SlurmPoolConfig>{CpuPool(), GpuPool()});
+  SlurmPoolManager::TickResult r =
+      m.Tick({SpecJob(7, 2, "", "bf16"), SpecJob(8, 2, "cpu", "bf16")}, {});
+  ASSERT_EQ(slurm_.submitted.size(), 2u) << r.pending_reasons[7];
+  EXPECT_EQ(m.Allocation(7)->pool, "gpu");
+  EXPECT_TRUE(
+      absl::StrContains(slurm_.submitted[0].script, "#SBATCH --gpus-per-node=4\n"))
+      << slurm_.submitted[0].script;
+  EXPECT_EQ(m.Allocation(8)->pool, "cpu");
+}
+
+TEST_F(SlurmPoolManagerTest, Fp32AutoJobTakesACpuPoolFirstAndAGpuPoolWhenOnlyThatFits) {
+  SlurmPoolManager both = Make(false, std::vector<SlurmPoolConfig>{GpuPool(), CpuPool()});
+  both.Tick({SpecJob(7, 2, "auto", "")}, {});
+  ASSERT_EQ(slurm_.submitted.size(), 1u);
+  EXPECT_EQ(both.Allocation(7)->pool, "cpu") << "GPUs are not spent on it while CPUs do";
+
+  SlurmPoolManager gpu_only = Make(false, GpuPool());
+  SlurmPoolManager::TickResult r = gpu_only.Tick({SpecJob(8, 2, "", "fp32")}, {});
+  ASSERT_EQ(slurm_.submitted.size(), 2u) << r.pending_reasons[8];
+  EXPECT_EQ(gpu_only.Allocation(8)->pool, "gpu");
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ TEST(AllocationNodesTest, SaysWhyAPoolCannotHostAJob) {
   EXPECT_TRUE(absl::StrContains(n.status().message(), "needs 4 ranks per node"))
       << n.status();
   WaitingJob gpu = Job(1, 1);
-  gpu.gpu = true;
+  gpu.kind = SlurmNodeKind::kGpu;
   n = AllocationNodes(pool, gpu);
   EXPECT_TRUE(absl::StrContains(n.status().message(), "has CPU nodes")) << n.status();
 }

@@ -115,6 +115,41 @@ TEST_F(WorkerRegistryTest, RegistrationWithOversizedLabelsIsInvalidArgument) {
   EXPECT_TRUE(registry_->Register(fine).ok());
 }
 
+TEST_F(WorkerRegistryTest, GpuIdsAreBoundedStoredListedAndKeptAcrossARestart) {
+  auto request = [](std::vector<std::string> ids) {
+    v1::RegisterWorkerRequest req;
+    req.set_name("g");
+    req.set_slots(2);
+    req.set_device_kind("cuda");
+    for (std::string& id : ids) req.add_gpu_ids(std::move(id));
+    return req;
+  };
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{std::string(97, 'G')}, std::vector<std::string>{"2,3"},
+        std::vector<std::string>{""}, std::vector<std::string>{"GPU 1"},
+        std::vector<std::string>(4097, "0")}) {
+    const absl::Status s = registry_->Register(request(bad)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("gpu_ids"));
+  }
+  EXPECT_EQ(registry_->size(), 0u);
+
+  const std::string uuid = "GPU-8f2b3c1e-0d6a-4a43-9d1e-3b8f6a7c9e01";
+  ASSERT_TRUE(registry_->Register(request({"3", uuid})).ok());
+  const std::vector<v1::Worker> listed = registry_->List({});
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_THAT(listed[0].gpu_ids(), ElementsAre("3", uuid));
+  EXPECT_THAT(Stored("g").gpu_ids, ElementsAre("3", uuid));
+
+  // A new coordinator on the same store knows them before the worker
+  // registers again.
+  auto stored = store_->ListWorkers();
+  ASSERT_TRUE(stored.ok());
+  WorkerRegistry restarted(writer_.get(), &clock_, WorkerRegistryOptions());
+  restarted.Recover(*stored);
+  EXPECT_THAT(restarted.List({})[0].gpu_ids(), ElementsAre("3", uuid));
+}
+
 TEST_F(WorkerRegistryTest, RegistrationWithBadNameOrSlotsIsInvalidArgument) {
   v1::RegisterWorkerRequest req;
   req.set_slots(1);

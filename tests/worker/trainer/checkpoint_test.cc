@@ -1,14 +1,17 @@
 #include "worker/trainer/checkpoint.h"
 
+#include <sys/fsuid.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -86,6 +89,61 @@ TEST(CheckpointDirectoryTest, PruneKeepsTheNewestCompleteOnesAndUnfinishedNewerO
                                       "step-000000000050"}));
 }
 
+// Makes `dir`'s step directories below `step` impossible to remove: each
+// holds a file and is made read-only, and the caller runs the prune with the
+// filesystem identity of `nobody` where the test runs as root (root removes
+// anything). `dir` itself is made writable by anyone, so that `latest` can
+// still be written.
+void MakeOldStepsUnremovable(const CheckpointDirectory& dir, int64_t step) {
+  fs::permissions(dir.root(), fs::perms::all);
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir.root())) {
+    if (entry.path().string() >= dir.StepDir(step)) continue;
+    std::ofstream(entry.path() / "model.pt") << "model";
+    fs::permissions(
+        entry.path(),
+        fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+        fs::perm_options::remove);
+  }
+}
+
+// Runs `body` on a thread of its own that acts on files as `nobody` when the
+// test runs as root (setfsuid changes the calling thread only).
+void RunAsNobody(const std::function<void()>& body) {
+  std::thread([&body] {
+    if (::geteuid() == 0) {
+      ::setfsgid(65534);
+      ::setfsuid(65534);
+    }
+    body();
+  }).join();
+}
+
+TEST(PublishCheckpointTest, APruneFailureIsAWarningOnlyAFailedPublishIsAnError) {
+  const CheckpointDirectory dir(FreshDirectory("prune-fails"));
+  for (const int64_t step : {10, 20}) fs::create_directories(dir.StepDir(step));
+  MakeOldStepsUnremovable(dir, 20);
+  absl::Status prune;
+  absl::Status published;
+  std::ostringstream log;
+  RunAsNobody([&] {
+    prune = dir.Prune(20, 1);
+    published = PublishCheckpoint(dir, 20, 1, log);
+  });
+  fs::permissions(dir.StepDir(10), fs::perms::owner_all, fs::perm_options::add);
+  ASSERT_FALSE(prune.ok()) << "the prune was to fail here";
+  EXPECT_TRUE(published.ok()) << published;
+  EXPECT_EQ(*dir.LatestStep(), std::optional<int64_t>(20));
+  EXPECT_NE(log.str().find("tessera-train: warning: checkpoint step 20 is published, "
+                           "but older checkpoints were not pruned: removing " +
+                           dir.StepDir(10)),
+            std::string::npos)
+      << log.str();
+
+  // Without `latest` the checkpoint is not there: that still fails the run.
+  const CheckpointDirectory missing(dir.root() + "/no/such/dir");
+  EXPECT_FALSE(PublishCheckpoint(missing, 30, 1, log).ok());
+}
+
 TEST(CheckpointFilesTest, ModelOptimizerAndRankStateRoundTrip) {
   const CheckpointDirectory dir(FreshDirectory("files"));
   torch::manual_seed(1);
@@ -133,17 +191,41 @@ TEST(CheckpointFilesTest, ModelOptimizerAndRankStateRoundTrip) {
   EXPECT_TRUE(torch::equal(restored->weight, model->weight));
 }
 
-TEST(CheckpointFilesTest, AnotherWorldSizeCannotResume) {
+TEST(CheckpointFilesTest, AnotherWorldSizeLoadsTheModelAndTheGlobalPositionOnly) {
   const CheckpointDirectory dir(FreshDirectory("world"));
+  torch::manual_seed(4);
   torch::nn::Linear model(2, 2);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-  RankCheckpoint state;
-  state.world_size = 2;
-  state.position.step = 4;
-  CaptureRngState(-1, state);
-  ASSERT_TRUE(SaveCheckpointFiles(dir, state, *model, optimizer).ok());
-  EXPECT_EQ(LoadCheckpointFiles(dir, 4, 0, 4, *model, optimizer).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  // Written by a world of 2: both ranks' files, rank 0 with the model.
+  for (int rank = 0; rank < 2; ++rank) {
+    RankCheckpoint state;
+    state.rank = rank;
+    state.world_size = 2;
+    state.position = {4, 1, 6, 96};
+    state.loss_scaler = {512.0, 3};
+    state.class_names = {"cat", "dog"};
+    CaptureRngState(-1, state);
+    ASSERT_TRUE(SaveCheckpointFiles(dir, state, *model, optimizer).ok());
+  }
+  // Resumed by rank 3 of 4: the model, rank 0's position and loss scale, the
+  // class names, and no random generator state (rebuilt by the trainer).
+  torch::manual_seed(5);
+  torch::nn::Linear other(2, 2);
+  torch::optim::SGD other_optimizer(other->parameters(), torch::optim::SGDOptions(0.1));
+  absl::StatusOr<RankCheckpoint> loaded =
+      LoadCheckpointFiles(dir, 4, 3, 4, *other, other_optimizer);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(torch::equal(other->weight, model->weight));
+  EXPECT_EQ(loaded->rank, 3);
+  EXPECT_EQ(loaded->world_size, 2) << "the writer's world size";
+  EXPECT_EQ(loaded->position.step, 4);
+  EXPECT_EQ(loaded->position.sample_in_epoch, 96);
+  EXPECT_EQ(loaded->loss_scaler.scale, 512.0);
+  EXPECT_TRUE(loaded->cpu_rng_state.empty());
+  EXPECT_EQ(loaded->class_names, (std::vector<std::string>{"cat", "dog"}));
+  // The class mapping is written beside the model for people and tools.
+  EXPECT_EQ(Slurp(dir.StepDir(4) + "/classes.json"),
+            "{\n \"classes\": [\n  \"cat\",\n  \"dog\"\n ]\n}\n");
   EXPECT_EQ(LoadCheckpointFiles(dir, 5, 0, 2, *model, optimizer).status().code(),
             absl::StatusCode::kNotFound);
 }

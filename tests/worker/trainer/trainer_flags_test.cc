@@ -35,6 +35,11 @@ TrainerConfig FullyPopulatedConfig() {
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const FieldDescriptor* field = descriptor->field(i);
     const int n = field->number();
+    if (field->is_repeated() && field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+      // Three values (an RGB triple), each its own flag occurrence.
+      for (int k = 0; k < 3; ++k) reflection->AddDouble(&config, field, 0.25 + k + n / 1024.0);
+      continue;
+    }
     switch (field->cpp_type()) {
       case FieldDescriptor::CPPTYPE_STRING:
         reflection->SetString(&config, field, absl::StrCat("value-of-", field->name()));
@@ -99,6 +104,14 @@ TrainerConfig AsConfig(const TrainerOptions& o) {
   config.set_first_bucket_mb(o.first_bucket_mb);
   config.set_overlap(o.overlap);
   config.set_fault(o.fault);
+  for (double v : o.mean) config.add_mean(v);
+  for (double v : o.std) config.add_std(v);
+  config.set_crop_fraction(o.crop_fraction);
+  config.set_data_max_skipped(o.data_max_skipped);
+  config.set_init_from(o.init_from);
+  config.set_init_names(o.init_names);
+  config.set_layer_decay(o.layer_decay);
+  config.set_head_warmup_steps(o.head_warmup_steps);
   return config;
 }
 
@@ -114,7 +127,7 @@ TEST(TrainerFlagsTest, EveryTrainerConfigFieldIsAcceptedAsAFlag) {
       if (j != i) one.GetReflection()->ClearField(&one, descriptor->field(j));
     }
     const std::vector<std::string> flags = TrainerConfigToFlags(one);
-    ASSERT_EQ(flags.size(), 1u) << field->name();
+    ASSERT_EQ(flags.size(), field->is_repeated() ? 3u : 1u) << field->name();
     EXPECT_THAT(flags[0], ::testing::StartsWith("--" + FlagName(field) + "="));
     const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags(flags);
     EXPECT_TRUE(parsed.ok()) << "tessera-train rejects " << flags[0] << ": "
@@ -131,8 +144,11 @@ TEST(TrainerFlagsTest, WorkerArgvCarriesEveryFieldIntoTheOptions) {
                                    "--world-size=3",
                                    "--local-rank=1"};
   const std::vector<std::string> config_flags = TrainerConfigToFlags(config);
-  ASSERT_EQ(static_cast<int>(config_flags.size()),
-            TrainerConfig::descriptor()->field_count());
+  int expected_flags = 0;
+  for (int i = 0; i < TrainerConfig::descriptor()->field_count(); ++i) {
+    expected_flags += TrainerConfig::descriptor()->field(i)->is_repeated() ? 3 : 1;
+  }
+  ASSERT_EQ(static_cast<int>(config_flags.size()), expected_flags);
   argv.insert(argv.end(), config_flags.begin(), config_flags.end());
 
   const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags(argv);

@@ -418,19 +418,59 @@ TEST(TrainerTest, ResumeWithoutACheckpointYetStartsFresh) {
             std::optional<int64_t>(2));
 }
 
-TEST(TrainerTest, ResumingWithSettingsThatMoveTheLoaderFailsClearly) {
+// The data position is a count of samples (data_position.h): a run resumed
+// with another batch size and accumulation continues from the same sample of
+// the same epoch, and only as many steps remain as that epoch's samples allow.
+TEST(TrainerTest, ResumingWithAnotherBatchSizeContinuesFromTheSameSample) {
   const ImageDataset train = Synthetic(512, Split::kTrain);
   const ImageDataset test = Synthetic(64, Split::kTest);
   TrainerOptions options = SmallRun();
-  options.max_steps = 3;
-  options.checkpoint_dir = FreshDirectory("mismatch");
-  RunOneRank(options, train, test);
+  options.max_steps = 3;  // 3 x 32 = 96 samples of epoch 0
+  options.epochs = 2;
+  options.checkpoint_dir = FreshDirectory("rebatch");
+  ASSERT_TRUE(TrainAlone(options, train, test).ok());
   options.resume = true;
-  options.batch_size = 64;  // 8 steps per epoch instead of 16; step 3 is elsewhere
-  options.max_steps = 20;
+  options.batch_size = 64;  // 128 samples per step now
   options.grad_accum = 2;
-  EXPECT_EQ(TrainAlone(options, train, test).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  options.max_steps = 0;
+  absl::StatusOr<TrainingOutcome> resumed = TrainAlone(options, train, test);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->resumed_from, 3);
+  // (512 - 96) / 128 = 3 steps left in epoch 0, then 4 in epoch 1.
+  EXPECT_EQ(resumed->steps, 3 + 3 + 4);
+  EXPECT_EQ(resumed->train_images, (3 + 4) * 128);
+}
+
+// A checkpoint of one rank resumed by two, each with half the batch: the same
+// global batches of the same samples in the same order, so the model ends
+// where the uninterrupted one-rank run ends (up to summation order).
+TEST(TrainerTest, AOneRankCheckpointResumesOnTwoRanksLikeTheUninterruptedRun) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(200, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 8;
+  options.batch_size = 16;
+  options.checkpoint_dir = FreshDirectory("one-to-two");
+  options.checkpoint_every = 3;
+  TrainerLoopOptions loop;
+  loop.checkpoint_keep = 10;
+  const absl::StatusOr<TrainingOutcome> uninterrupted =
+      TrainAlone(options, train, test, loop);
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+  ASSERT_TRUE(CheckpointDirectory(options.checkpoint_dir).PublishLatest(3).ok());
+  options.resume = true;
+  options.batch_size = 8;
+  const std::vector<TrainingOutcome> resumed = TrainTwoRanks(options, train, test, loop);
+  ASSERT_EQ(resumed.size(), 2u);
+  for (const TrainingOutcome& rank : resumed) {
+    EXPECT_EQ(rank.resumed_from, 3);
+    EXPECT_EQ(rank.resumed_world_size, 1);
+    EXPECT_EQ(rank.steps, 8);
+    EXPECT_EQ(rank.train_images, 5 * 8);
+  }
+  EXPECT_EQ(resumed[0].param_hash, resumed[1].param_hash);
+  EXPECT_NEAR(resumed[0].test_loss, uninterrupted->test_loss, 1e-4);
+  EXPECT_NEAR(resumed[0].test_accuracy, uninterrupted->test_accuracy, 0.011);
 }
 
 TEST(TrainerTest, SgdWithMomentumLearns) {

@@ -1,0 +1,42 @@
+// A small counter-based random generator keyed by (seed, epoch, stream id):
+// SplitMix64 over a mixed key, fully specified, so every platform, rank and
+// thread draws the same numbers for the same key. The data layer keys a
+// sample's augmentation by its sample id (>= 0) and its epoch-level shuffles by
+// the negative stream ids below, so no two uses share a sequence.
+//
+// A value type; one instance is used by one thread at a time.
+#ifndef TESSERA_WORKER_TRAINER_DATA_SAMPLE_RNG_H_
+#define TESSERA_WORKER_TRAINER_DATA_SAMPLE_RNG_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace tessera::trainer::data {
+
+// Stream ids of the epoch-level draws.
+inline constexpr int64_t kSamplePermutationStream = -1;
+inline constexpr int64_t kShardOrderStream = -2;
+inline constexpr int64_t kShuffleBufferStream = -3;
+
+// A counter-based generator keyed by (seed, epoch, sample id): SplitMix64 over
+// a mixed key, fully specified so every platform draws the same numbers.
+class SampleRng {
+ public:
+  SampleRng(uint64_t seed, int64_t epoch, int64_t sample_id);
+
+  uint64_t Next();
+  // Uniform in [lo, hi).
+  double Uniform(double lo, double hi);
+  // Uniform integer in [lo, hi] (inclusive), unbiased.
+  int64_t UniformInt(int64_t lo, int64_t hi);
+
+ private:
+  uint64_t state_;
+};
+
+// A permutation of [0, n) by Fisher-Yates driven by `rng`.
+std::vector<int64_t> SeededShuffle(int64_t n, SampleRng& rng);
+
+}  // namespace tessera::trainer::data
+
+#endif  // TESSERA_WORKER_TRAINER_DATA_SAMPLE_RNG_H_

@@ -1,0 +1,103 @@
+// tessera-export: a Tessera checkpoint's model as a safetensors file with timm,
+// Hugging Face, torchvision or Tessera parameter names, which PyTorch loads
+// (docs/pretrained.md has the Python snippets). The class names stored with
+// the checkpoint go into the file's __metadata__.
+//
+//   tessera-export --checkpoint /shared/ckpt/pets --model vit-ti16 --image-size 224 \
+//       --names torchvision -o pets-vit.safetensors
+//
+// Exit codes: 0 written, 1 failed (the reason on stderr), 2 bad flags.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/vit_config.h"
+#include "worker/trainer/vit_weights.h"
+
+namespace {
+
+struct ExportFlags {
+  std::string checkpoint;
+  std::string model = "vit-micro";
+  int channels = 3;
+  int classes = 0;
+  int image_size = 0;
+  std::string names = "torchvision";
+  std::string out;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessera::trainer;
+  ExportFlags f;
+  CLI::App app(
+      "tessera-export: writes a Tessera checkpoint's model as safetensors with the "
+      "parameter names of timm, Hugging Face, torchvision or Tessera");
+  app.add_option("--checkpoint", f.checkpoint,
+                 "a checkpoint directory (its latest checkpoint), a step directory or a "
+                 "model.pt")
+      ->required();
+  app.add_option("--model", f.model, "the job's model preset")->capture_default_str();
+  app.add_option("--channels", f.channels,
+                 "input channels the job trained with (1 for Fashion-MNIST, 3 otherwise)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4));
+  app.add_option("--classes", f.classes,
+                 "the job's class count (0: the class names stored in the checkpoint)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--image-size", f.image_size, "the job's image_size (0: the preset's)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--names", f.names, "timm | hf | torchvision | tessera")
+      ->capture_default_str();
+  app.add_option("-o,--out", f.out, "the safetensors file to write")->required();
+  app.footer(
+      "Example:\n"
+      "  tessera-export --checkpoint /shared/ckpt/pets --model vit-ti16 --image-size 224 \\\n"
+      "      --names timm -o pets.safetensors\n"
+      "Then in Python: timm.create_model('vit_tiny_patch16_224', num_classes=N)"
+      ".load_state_dict(safetensors.torch.load_file('pets.safetensors'))");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  absl::StatusOr<WeightLayout> layout = ParseWeightLayout(f.names);
+  if (!layout.ok()) {
+    std::cerr << "tessera-export: --names: " << layout.status().message() << std::endl;
+    return 2;
+  }
+  int classes = f.classes;
+  if (classes == 0) {
+    // The class count from the names the checkpoint stored.
+    absl::StatusOr<std::string> model_path = FindCheckpointModel(f.checkpoint);
+    if (!model_path.ok()) {
+      std::cerr << "tessera-export: " << model_path.status().message() << std::endl;
+      return 1;
+    }
+    absl::StatusOr<std::vector<std::string>> names = ReadCheckpointClassNames(*model_path);
+    if (!names.ok() || names->empty()) {
+      std::cerr << "tessera-export: the checkpoint stores no class names; give --classes"
+                << std::endl;
+      return 2;
+    }
+    classes = static_cast<int>(names->size());
+  }
+  absl::StatusOr<ViTConfig> config =
+      ResolveViTConfig(f.model, f.channels, classes, f.image_size);
+  if (!config.ok()) {
+    std::cerr << "tessera-export: " << config.status().message() << std::endl;
+    return 2;
+  }
+  const absl::Status exported = ExportCheckpoint(f.checkpoint, *config, *layout, {}, f.out);
+  if (!exported.ok()) {
+    std::cerr << "tessera-export: " << exported.message() << std::endl;
+    return 1;
+  }
+  std::cout << "tessera-export: wrote " << f.out << " (" << WeightLayoutName(*layout)
+            << " names, " << classes << " classes)" << std::endl;
+  return 0;
+}
