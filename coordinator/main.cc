@@ -175,10 +175,6 @@ int main(int argc, char** argv) {
   // The database holds the credential signing key and TLS private key: every
   // file this process creates is for its own account only.
   umask(077);
-  // Abseil builds without NDEBUG (Debian's) check every Mutex acquisition for
-  // lock-order cycles under one process-wide lock: every RPC handler thread
-  // then queues on it. The tests keep the check; the daemon does not pay it.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   tessera::CoordinatorOptions options;
   options.http = "127.0.0.1:8080";
   std::string port_file;

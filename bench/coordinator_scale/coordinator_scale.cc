@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "coordinator/coordinator_server.h"
 #include "grpcpp/client_context.h"
@@ -50,15 +49,9 @@ double Percentile(std::vector<double> v, double p) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main() {
   spdlog::set_level(
       spdlog::level::warn);  // the coordinator's per-job lines would drown the figures
-  // As tessera-coordinator's main() does: no lock-order bookkeeping on every
-  // Mutex acquisition. --deadlock-detection keeps it, to measure its cost.
-  const bool detection = argc > 1 && std::string(argv[1]) == "--deadlock-detection";
-  absl::SetMutexDeadlockDetectionMode(detection ? absl::OnDeadlockCycle::kAbort
-                                                : absl::OnDeadlockCycle::kIgnore);
-  std::printf("absl::Mutex deadlock detection: %s\n", detection ? "on" : "off");
   const int kWorkers = 1000;
   const int kClients = 16;  // client connections / threads
   std::string dir =
