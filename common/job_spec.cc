@@ -844,7 +844,8 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   one_of("trainer.precision", t.precision(), {"fp32", "bf16", "fp16"});
   one_of("trainer.scaling", t.scaling(), {"strong", "weak"});
   one_of("trainer.device", t.device(), {"auto", "cpu", "cuda"});
-  one_of("trainer.init_names", t.init_names(), {"auto", "timm", "hf", "torchvision", "tessera"});
+  one_of("trainer.init_names", t.init_names(),
+         {"auto", "timm", "hf", "torchvision", "tessera"});
   fraction("trainer.crop_fraction", t.crop_fraction(), true);
   fraction("trainer.data_max_skipped", t.data_max_skipped(), true);
   fraction("trainer.layer_decay", t.layer_decay(), true);

@@ -53,8 +53,9 @@ TEST(JobStateTest, NamesListEveryStateButUnspecifiedInEnumOrder) {
 
 TEST(JobStateTest, TheTransitionTableAllowsExactlyTheDesignedChanges) {
   using S = v1::JobState;
-  const S all[] = {v1::JOB_STATE_QUEUED,    v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING,
-                   v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED,    v1::JOB_STATE_CANCELLED};
+  const S all[] = {v1::JOB_STATE_QUEUED,  v1::JOB_STATE_SCHEDULED,
+                   v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED,
+                   v1::JOB_STATE_FAILED,  v1::JOB_STATE_CANCELLED};
   // docs/design.md draws the same table.
   const std::set<std::pair<S, S>> legal = {
       {v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED},

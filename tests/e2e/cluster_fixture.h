@@ -170,7 +170,8 @@ class ClusterTest : public ::testing::Test {
   // later (of `attempt`; 0: any attempt). On timeout the test fails with what
   // it waited for: the job's state, its events, the highest step reached and
   // the logs.
-  bool WaitForStep(int64_t id, int64_t step, absl::Duration timeout, int32_t attempt = 0) {
+  bool WaitForStep(int64_t id, int64_t step, absl::Duration timeout,
+                   int32_t attempt = 0) {
     const absl::Time until = absl::Now() + timeout;
     int64_t reached = -1;
     while (absl::Now() < until) {

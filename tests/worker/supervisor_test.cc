@@ -148,8 +148,8 @@ TEST_F(SupervisorTest, StopEscalatesToSigkillAfterGraceWhenSigtermIsIgnored) {
                    "; while :; do echo . >> " + beats + "; sleep 0.05; done"};
   spec.log_path = dir_.File("rank.log");
   ASSERT_TRUE(sup_.Start(key, spec).ok());
-  ASSERT_TRUE(testing::WaitFor([&] { return std::filesystem::exists(ready); },
-                               absl::Seconds(10)))
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return std::filesystem::exists(ready); }, absl::Seconds(10)))
       << "the rank did not start";
 
   sup_.Stop(key);

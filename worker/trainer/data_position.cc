@@ -10,10 +10,10 @@ namespace tessera::trainer {
 absl::StatusOr<EpochPlan> EpochPlan::Create(const EpochPlanOptions& options) {
   if (options.epoch_size < 0 || options.world_size < 1 || options.batch_size < 1 ||
       options.accum < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "epoch plan: epoch size ", options.epoch_size, ", world size ",
-        options.world_size, ", batch size ", options.batch_size, " and ", options.accum,
-        " micro-batches per step must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch plan: epoch size ", options.epoch_size, ", world size ",
+                     options.world_size, ", batch size ", options.batch_size, " and ",
+                     options.accum, " micro-batches per step must be positive"));
   }
   EpochPlan plan(options);
   if (plan.steps_per_epoch_ == 0) {
@@ -61,7 +61,8 @@ std::vector<int64_t> EpochPlan::RankBatch(const std::vector<int64_t>& order,
   std::vector<int64_t> batch;
   batch.reserve(static_cast<size_t>(options_.batch_size));
   for (int64_t j = 0; j < options_.batch_size; ++j) {
-    batch.push_back(order.at(static_cast<size_t>(at.sample + rank + j * options_.world_size)));
+    batch.push_back(
+        order.at(static_cast<size_t>(at.sample + rank + j * options_.world_size)));
   }
   return batch;
 }

@@ -72,8 +72,8 @@ class EpochPlan {
 
   // Rank `rank`'s samples of the micro-batch at `at`, from its epoch's global
   // order `order`: order[at.sample + rank + j * W] for j in [0, B).
-  std::vector<int64_t> RankBatch(const std::vector<int64_t>& order, const DataPosition& at,
-                                 int rank) const;
+  std::vector<int64_t> RankBatch(const std::vector<int64_t>& order,
+                                 const DataPosition& at, int rank) const;
 
  private:
   explicit EpochPlan(const EpochPlanOptions& options);

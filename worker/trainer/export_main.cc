@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   app.add_option("-o,--out", f.out, "the safetensors file to write")->required();
   app.footer(
       "Example:\n"
-      "  tessera-export --checkpoint /shared/ckpt/pets --model vit-ti16 --image-size 224 \\\n"
+      "  tessera-export --checkpoint /shared/ckpt/pets --model vit-ti16 --image-size 224 "
+      "\\\n"
       "      --names timm -o pets.safetensors\n"
       "Then in Python: timm.create_model('vit_tiny_patch16_224', num_classes=N)"
       ".load_state_dict(safetensors.torch.load_file('pets.safetensors'))");
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
       std::cerr << "tessera-export: " << model_path.status().message() << std::endl;
       return 1;
     }
-    absl::StatusOr<std::vector<std::string>> names = ReadCheckpointClassNames(*model_path);
+    absl::StatusOr<std::vector<std::string>> names =
+        ReadCheckpointClassNames(*model_path);
     if (!names.ok() || names->empty()) {
       std::cerr << "tessera-export: the checkpoint stores no class names; give --classes"
                 << std::endl;
@@ -92,7 +94,8 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-export: " << config.status().message() << std::endl;
     return 2;
   }
-  const absl::Status exported = ExportCheckpoint(f.checkpoint, *config, *layout, {}, f.out);
+  const absl::Status exported =
+      ExportCheckpoint(f.checkpoint, *config, *layout, {}, f.out);
   if (!exported.ok()) {
     std::cerr << "tessera-export: " << exported.message() << std::endl;
     return 1;

@@ -97,7 +97,8 @@ absl::StatusOr<std::unique_ptr<ShardSource>> ShardSource::Open(const std::string
   auto source = std::unique_ptr<ShardSource>(new ShardSource());
   source->root_ = root;
   source->classes_ = index.classes;
-  for (const data::ShardFile& f : it->second) source->shards_.push_back(root + "/" + f.file);
+  for (const data::ShardFile& f : it->second)
+    source->shards_.push_back(root + "/" + f.file);
   for (int32_t s = 0; s < static_cast<int32_t>(source->shards_.size()); ++s) {
     RETURN_IF_ERROR(source->AddShard(s));
   }
@@ -120,7 +121,8 @@ absl::Status ShardSource::AddShard(int32_t shard) {
     if (IsImageMember(m->name)) {
       images[KeyOf(m->name)] = Sample{shard, m->name, m->data_offset, m->size, -1};
     } else if (absl::EndsWith(m->name, ".cls") && m->size <= 32) {
-      ASSIGN_OR_RETURN(const std::string bytes, ReadRange(shard, m->data_offset, m->size));
+      ASSIGN_OR_RETURN(const std::string bytes,
+                       ReadRange(shard, m->data_offset, m->size));
       int64_t label = -1;
       if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(bytes), &label) || label < 0 ||
           label >= static_cast<int64_t>(classes_.size())) {
@@ -200,10 +202,10 @@ class SkipTally {
  private:
   absl::Status Check() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (static_cast<int64_t>(ids_.size()) <= limit_) return absl::OkStatus();
-    return absl::DataLossError(absl::StrCat(
-        ids_.size(), " samples could not be read, more than the ", limit_,
-        " allowed (--data-max-skipped of the split); the first: ",
-        absl::StrJoin(first_, "; ")));
+    return absl::DataLossError(
+        absl::StrCat(ids_.size(), " samples could not be read, more than the ", limit_,
+                     " allowed (--data-max-skipped of the split); the first: ",
+                     absl::StrJoin(first_, "; ")));
   }
 
   const int64_t limit_;
@@ -255,7 +257,8 @@ class ImageLoader final : public SampleLoader {
       absl::StatusOr<EncodedSample> sample = source_.Read(candidate);
       absl::Status decoded = sample.status();
       if (sample.ok()) {
-        decoded = data::DecodeTransformed(sample->bytes, transform_, epoch, candidate, out);
+        decoded =
+            data::DecodeTransformed(sample->bytes, transform_, epoch, candidate, out);
         if (decoded.ok()) return sample->label;
       }
       const absl::Status limit = skips_.Skip(
@@ -293,10 +296,9 @@ class ImageData final : public TrainingData {
   const DataShape& shape() const override { return shape_; }
   absl::Status Check() const override {
     if (train_->class_names() != test_->class_names()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the train and val splits of ", options_.root,
-                       " have different classes: ", train_->class_names().size(), " and ",
-                       test_->class_names().size()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the train and val splits of ", options_.root, " have different classes: ",
+          train_->class_names().size(), " and ", test_->class_names().size()));
     }
     return absl::OkStatus();
   }
@@ -304,8 +306,8 @@ class ImageData final : public TrainingData {
   bool augments_by_default() const override { return true; }
   int64_t skipped() const override { return train_skips_.count() + test_skips_.count(); }
 
-  std::unique_ptr<SampleLoader> MakeLoader(Split split,
-                                           const BatchLoaderOptions& options) const override {
+  std::unique_ptr<SampleLoader> MakeLoader(
+      Split split, const BatchLoaderOptions& options) const override {
     data::TransformOptions transform;
     transform.train = split == Split::kTrain && options.augment;
     transform.size = options.image_size;
@@ -341,19 +343,21 @@ absl::StatusOr<std::unique_ptr<EncodedImageSource>> OpenSplit(
 
 }  // namespace
 
-bool IsImageDataKind(const std::string& dataset) { return IsEncodedImageDataset(dataset); }
+bool IsImageDataKind(const std::string& dataset) {
+  return IsEncodedImageDataset(dataset);
+}
 
 absl::StatusOr<std::unique_ptr<TrainingData>> OpenImageData(
     const ImageDataOptions& options) {
   if (!IsImageDataKind(options.kind)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown image data kind '", options.kind,
-                     "'; expected imagefolder or shards"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown image data kind '", options.kind, "'; expected imagefolder or shards"));
   }
   if (options.mean.size() != 3 || options.stddev.size() != 3) {
     return absl::InvalidArgumentError("image data: mean and std need 3 values (RGB)");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<EncodedImageSource> train, OpenSplit(options, "train"));
+  ASSIGN_OR_RETURN(std::unique_ptr<EncodedImageSource> train,
+                   OpenSplit(options, "train"));
   ASSIGN_OR_RETURN(std::unique_ptr<EncodedImageSource> test, OpenSplit(options, "val"));
   auto data = std::make_unique<ImageData>(options, std::move(train), std::move(test));
   RETURN_IF_ERROR(data->Check());

@@ -14,9 +14,8 @@
 namespace tessera::trainer {
 
 const std::vector<std::string>& KnownDatasets() {
-  static const auto* const kNames =
-      new std::vector<std::string>{"fashion-mnist", "cifar10",     "cifar100",
-                                   "synthetic",     "imagefolder", "shards"};
+  static const auto* const kNames = new std::vector<std::string>{
+      "fashion-mnist", "cifar10", "cifar100", "synthetic", "imagefolder", "shards"};
   return *kNames;
 }
 

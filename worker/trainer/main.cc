@@ -37,9 +37,9 @@
 #include "worker/trainer/process_group.h"
 #include "worker/trainer/progress.h"
 #include "worker/trainer/trainer.h"
-#include "worker/trainer/training_data.h"
 #include "worker/trainer/trainer_flags.h"
 #include "worker/trainer/trainer_options.h"
+#include "worker/trainer/training_data.h"
 
 #if TESSERA_NCCL_TENSORS
 #include "worker/trainer/nccl_communicator.h"
@@ -243,8 +243,10 @@ int Run(int argc, char** argv) {
     ImageDataOptions opening;
     opening.kind = options.dataset;
     opening.root = options.data_dir;
-    if (!options.mean.empty()) opening.mean.assign(options.mean.begin(), options.mean.end());
-    if (!options.std.empty()) opening.stddev.assign(options.std.begin(), options.std.end());
+    if (!options.mean.empty())
+      opening.mean.assign(options.mean.begin(), options.mean.end());
+    if (!options.std.empty())
+      opening.stddev.assign(options.std.begin(), options.std.end());
     opening.crop_fraction = options.crop_fraction;
     opening.max_skipped_fraction = options.data_max_skipped;
     absl::StatusOr<std::unique_ptr<TrainingData>> opened = OpenImageData(opening);

@@ -36,13 +36,13 @@
 #include "worker/trainer/param_hash.h"
 #include "worker/trainer/progress.h"
 #include "worker/trainer/reducer.h"
+#include "worker/trainer/safetensors.h"
 #include "worker/trainer/step_timer.h"
 #include "worker/trainer/stop_agreement.h"
 #include "worker/trainer/training_data.h"
 #include "worker/trainer/vit.h"
 #include "worker/trainer/vit_config.h"
 #include "worker/trainer/vit_weights.h"
-#include "worker/trainer/safetensors.h"
 
 #if TESSERA_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -131,16 +131,18 @@ std::unique_ptr<torch::optim::Optimizer> MakeLayerDecayOptimizer(
                                            .momentum(options.momentum)
                                            .weight_decay(decay)));
     } else {
-      groups.emplace_back(tensors, std::make_unique<torch::optim::AdamWOptions>(
-                                       torch::optim::AdamWOptions(options.lr * g.lr_scale)
-                                           .weight_decay(decay)));
+      groups.emplace_back(
+          tensors,
+          std::make_unique<torch::optim::AdamWOptions>(
+              torch::optim::AdamWOptions(options.lr * g.lr_scale).weight_decay(decay)));
     }
     scales->push_back(g.lr_scale);
     heads->push_back(g.head);
   }
   if (options.optimizer == "sgd") {
     return std::make_unique<torch::optim::SGD>(
-        std::move(groups), torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+        std::move(groups),
+        torch::optim::SGDOptions(options.lr).momentum(options.momentum));
   }
   return std::make_unique<FusedAdamW>(
       std::move(groups),
@@ -401,9 +403,9 @@ class TrainingRun {
 
   const TrainerOptions& options_;
   const TrainerLoopOptions& loop_;
-  const TrainingData& data_;     // Not owned.
-  Communicator& communicator_;   // Not owned.
-  MetricsReporter& reporter_;    // Not owned.
+  const TrainingData& data_;    // Not owned.
+  Communicator& communicator_;  // Not owned.
+  MetricsReporter& reporter_;   // Not owned.
   const int rank_;
   const int world_;
   FaultInjector* fault_ = nullptr;  // Not owned; null when inactive.
@@ -451,7 +453,7 @@ class TrainingRun {
   // The loop's tallies.
   Interval interval_;
   double train_seconds_ = 0;
-  double epoch_seconds_ = 0;     // training time since the current epoch began
+  double epoch_seconds_ = 0;        // training time since the current epoch began
   bool epoch_timed_whole_ = false;  // this run saw the current epoch's start
   bool epoch_ended_ = false;        // by the last step
   std::optional<int64_t> evaluated_at_;
@@ -482,11 +484,11 @@ absl::Status TrainingRun::PlanRun() {
   test_sampling.shuffle = false;
   test_sampling.keep_tail = true;
   ASSIGN_OR_RETURN(test_sampler_, DistributedSampler::Create(test_sampling));
-  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(
-      EpochPlanOptions{.epoch_size = train_sampler_->epoch_size(),
-                       .world_size = world_,
-                       .batch_size = options_.batch_size,
-                       .accum = options_.grad_accum});
+  absl::StatusOr<EpochPlan> plan =
+      EpochPlan::Create(EpochPlanOptions{.epoch_size = train_sampler_->epoch_size(),
+                                         .world_size = world_,
+                                         .batch_size = options_.batch_size,
+                                         .accum = options_.grad_accum});
   if (!plan.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "each of ", world_, " ranks gets ", train_sampler_->num_samples(),
@@ -498,9 +500,10 @@ absl::Status TrainingRun::PlanRun() {
   fp16_ = options_.precision == "fp16";
   autocast_ = placement_.cuda && options_.precision != "fp32";
   autocast_dtype_ = fp16_ ? at::kHalf : at::kBFloat16;
-  device_ = placement_.cuda ? torch::Device(torch::kCUDA,
-                                            static_cast<c10::DeviceIndex>(placement_.index))
-                            : torch::Device(torch::kCPU);
+  device_ =
+      placement_.cuda
+          ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement_.index))
+          : torch::Device(torch::kCPU);
   if (loop_.fault != nullptr && loop_.fault->active()) fault_ = loop_.fault;
   return absl::OkStatus();
 }
@@ -593,10 +596,10 @@ absl::Status CheckClassNames(const std::vector<std::string>& stored,
     const std::string a = i < stored.size() ? stored[i] : "(none)";
     const std::string b = i < data.size() ? data[i] : "(none)";
     if (a != b) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the checkpoint's classes differ from the data's: class ", i, " is '", a,
-          "' in the checkpoint and '", b, "' in the data (", stored.size(), " vs ",
-          data.size(), " classes)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the checkpoint's classes differ from the data's: class ", i,
+                       " is '", a, "' in the checkpoint and '", b, "' in the data (",
+                       stored.size(), " vs ", data.size(), " classes)"));
     }
   }
   return absl::OkStatus();
@@ -617,13 +620,14 @@ absl::Status TrainingRun::Resume() {
         return absl::FailedPreconditionError(absl::StrCat(
             "checkpoint at step ", state.position.step, " was written by ", writer_world,
             " ranks; weak scaling trains a subset that grows with the world size, so it "
-            "resumes only at that size (this run has ", world_, ")"));
+            "resumes only at that size (this run has ",
+            world_, ")"));
       }
       const LoopPosition& at = state.position;
-      start = DataPosition{at.epoch, at.sample_in_epoch >= 0
-                                         ? at.sample_in_epoch
-                                         : at.batch_in_epoch * options_.batch_size *
-                                               writer_world};
+      start = DataPosition{at.epoch,
+                           at.sample_in_epoch >= 0
+                               ? at.sample_in_epoch
+                               : at.batch_in_epoch * options_.batch_size * writer_world};
       start = plan_->AtStepBoundary(start);
       if (writer_world == world_) {
         RETURN_IF_ERROR(RestoreRngState(placement_.index, state));
@@ -642,14 +646,15 @@ absl::Status TrainingRun::Resume() {
   total_steps_ = step_ + plan_->StepsUntilEpoch(start, options_.epochs);
   if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
   if (step_ > total_steps_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint at step ", step_, " is past this run's last step ", total_steps_,
-        ": resume with the settings it was written with"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint at step ", step_, " is past this run's last step ",
+                     total_steps_, ": resume with the settings it was written with"));
   }
   // Warm-up is a share of a whole run at this world size, resumed or not.
   int64_t whole_run = plan_->StepsUntilEpoch(DataPosition{}, options_.epochs);
   if (options_.max_steps > 0) whole_run = std::min(whole_run, options_.max_steps);
-  warmup_steps_ = ResolveWarmupSteps(options_.warmup_steps, whole_run, loop_.warmup_fraction);
+  warmup_steps_ =
+      ResolveWarmupSteps(options_.warmup_steps, whole_run, loop_.warmup_fraction);
   epoch_timed_whole_ = position_.sample == 0;
   reducer_->ZeroGradients();
   if (loop_.progress != nullptr) loop_.progress->SetStep(step_);
@@ -729,33 +734,35 @@ absl::Status TrainingRun::BuildFeeds() {
 void TrainingRun::LogSetUp() const {
   if (loop_.log == nullptr) return;
   const DataShape& shape = data_.shape();
-  *loop_.log
-      << "[rank " << rank_ << "] " << options_.model << " ("
-      << FormatCount(parameter_count_) << " parameters, " << config_.image_size
-      << " px, patch " << config_.patch_size << ") on " << options_.dataset << ": "
-      << shape.train_size << " train / " << shape.test_size << " test images; world "
-      << world_ << " (" << communicator_.backend() << "), device " << placement_.name()
-      << ", " << options_.precision << ", " << train_sampler_->num_samples()
-      << " samples per rank, " << plan_->steps_per_epoch() << " steps per epoch of "
-      << accum() << " x " << options_.batch_size << ", " << total_steps_ << " steps, "
-      << options_.optimizer << ", gradient all-reduce "
-      << (synchronize_ ? absl::StrCat(reducer_->plan().buckets.size(), " buckets",
-                                      options_.overlap ? ", overlapped" : "")
-                       : "off")
-      << (outcome_.resumed_from > 0
-              ? absl::StrCat(", resumed at step ", outcome_.resumed_from,
-                             outcome_.resumed_world_size != world_
-                                 ? absl::StrCat(" (written by ", outcome_.resumed_world_size,
-                                                " ranks; epoch ", position_.epoch, ", sample ",
-                                                position_.sample, ")")
-                                 : "")
-              : "")
-      << ", CPU kernels "
-      << (!config_.cpu_kernels || placement_.cuda
-              ? "LibTorch's"
-              : (CpuLinearAvailable() ? "tessera (LayerNorm, GELU; Linear on oneDNN)"
-                                      : "tessera (LayerNorm, GELU)"))
-      << std::endl;
+  *loop_.log << "[rank " << rank_ << "] " << options_.model << " ("
+             << FormatCount(parameter_count_) << " parameters, " << config_.image_size
+             << " px, patch " << config_.patch_size << ") on " << options_.dataset << ": "
+             << shape.train_size << " train / " << shape.test_size
+             << " test images; world " << world_ << " (" << communicator_.backend()
+             << "), device " << placement_.name() << ", " << options_.precision << ", "
+             << train_sampler_->num_samples() << " samples per rank, "
+             << plan_->steps_per_epoch() << " steps per epoch of " << accum() << " x "
+             << options_.batch_size << ", " << total_steps_ << " steps, "
+             << options_.optimizer << ", gradient all-reduce "
+             << (synchronize_ ? absl::StrCat(reducer_->plan().buckets.size(), " buckets",
+                                             options_.overlap ? ", overlapped" : "")
+                              : "off")
+             << (outcome_.resumed_from > 0
+                     ? absl::StrCat(", resumed at step ", outcome_.resumed_from,
+                                    outcome_.resumed_world_size != world_
+                                        ? absl::StrCat(" (written by ",
+                                                       outcome_.resumed_world_size,
+                                                       " ranks; epoch ", position_.epoch,
+                                                       ", sample ", position_.sample, ")")
+                                        : "")
+                     : "")
+             << ", CPU kernels "
+             << (!config_.cpu_kernels || placement_.cuda
+                     ? "LibTorch's"
+                     : (CpuLinearAvailable()
+                            ? "tessera (LayerNorm, GELU; Linear on oneDNN)"
+                            : "tessera (LayerNorm, GELU)"))
+             << std::endl;
 }
 
 absl::StatusOr<Evaluation> TrainingRun::Evaluate() {
@@ -872,7 +879,7 @@ absl::Status TrainingRun::TrainStep(bool* stop) {
     auto& groups = optimizer_->param_groups();
     for (size_t g = 0; g < groups.size(); ++g) {
       groups[g].options().set_lr(head_only && !group_heads_[g] ? 0.0
-                                                                : lr_ * group_scales_[g]);
+                                                               : lr_ * group_scales_[g]);
     }
     optimizer_->step();
   } else {
@@ -897,14 +904,13 @@ void TrainingRun::ReportInterval(double lr) {
   const double steps = std::max<double>(1, static_cast<double>(times.steps));
   auto mean_ms = [&](StepPhase phase) { return 1000.0 * times.seconds(phase) / steps; };
   // Epochs done, fractional: the position within the current one.
-  const double epoch =
-      static_cast<double>(position_.epoch) +
-      static_cast<double>(position_.sample) /
-          static_cast<double>(plan_->steps_per_epoch() * plan_->samples_per_batch() *
-                              accum());
+  const double epoch = static_cast<double>(position_.epoch) +
+                       static_cast<double>(position_.sample) /
+                           static_cast<double>(plan_->steps_per_epoch() *
+                                               plan_->samples_per_batch() * accum());
   std::vector<std::pair<std::string, double>> values = {
-      {"loss", interval_.loss_sum.item<double>() /
-                   static_cast<double>(interval_.micro_batches)},
+      {"loss",
+       interval_.loss_sum.item<double>() / static_cast<double>(interval_.micro_batches)},
       {"images_per_sec", times.step_seconds > 0
                              ? static_cast<double>(interval_.images) / times.step_seconds
                              : 0.0},
@@ -932,26 +938,29 @@ absl::Status TrainingRun::EndEpoch() {
   // give a per-step time.
   std::vector<std::pair<std::string, double>> values;
   const bool epoch_ended = PlanEpochEnded();
-  if (epoch_ended && epoch_timed_whole_) values.emplace_back("epoch_seconds", epoch_seconds_);
+  if (epoch_ended && epoch_timed_whole_)
+    values.emplace_back("epoch_seconds", epoch_seconds_);
   epoch_seconds_ = 0;
   epoch_timed_whole_ = epoch_ended;
   if (step_ == total_steps_) {
     values.emplace_back("train_seconds", train_seconds_);
     // Steps timed by this run (a resumed run times only its own).
-    values.emplace_back("train_steps", static_cast<double>(step_ - outcome_.resumed_from));
+    values.emplace_back("train_steps",
+                        static_cast<double>(step_ - outcome_.resumed_from));
   }
   if (!values.empty()) reporter_.Report(step_, values);
   ASSIGN_OR_RETURN(last_eval_, Evaluate());
   evaluated_at_ = step_;
-  reporter_.Report(step_,
-                   {{"test_accuracy", last_eval_.accuracy}, {"test_loss", last_eval_.loss}});
+  reporter_.Report(
+      step_, {{"test_accuracy", last_eval_.accuracy}, {"test_loss", last_eval_.loss}});
   return absl::OkStatus();
 }
 
 absl::Status TrainingRun::TrainLoop() {
   // The run's shape, for progress and ETA in tessctl and the dashboard.
-  reporter_.Report(step_, {{"total_steps", static_cast<double>(total_steps_)},
-                           {"steps_per_epoch", static_cast<double>(plan_->steps_per_epoch())}});
+  reporter_.Report(step_,
+                   {{"total_steps", static_cast<double>(total_steps_)},
+                    {"steps_per_epoch", static_cast<double>(plan_->steps_per_epoch())}});
   (*model_)->train();
   while (step_ < total_steps_) {
     bool stop = false;
@@ -986,8 +995,8 @@ absl::StatusOr<TrainingOutcome> TrainingRun::Finish() {
   // A run resumed from its final checkpoint still reports the test metrics.
   if (!outcome_.preempted && evaluated_at_ != step_) {
     ASSIGN_OR_RETURN(last_eval_, Evaluate());
-    reporter_.Report(step_,
-                     {{"test_accuracy", last_eval_.accuracy}, {"test_loss", last_eval_.loss}});
+    reporter_.Report(
+        step_, {{"test_accuracy", last_eval_.accuracy}, {"test_loss", last_eval_.loss}});
   }
   Fnv1a64 hash;
   for (const torch::Tensor& p : parameters_) {

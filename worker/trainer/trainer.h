@@ -22,9 +22,9 @@
 // With a checkpoint directory it checkpoints every checkpoint_every steps and at
 // the end (checkpoint.h), with the global data position: a run resumes where
 // it stopped at any world size (data_position.h); only the per-rank state (the
-// random generators) is rebuilt when the world size changed. Finally it fingerprints the parameters (FNV-1a 64 over
-// their bytes in registration order): ranks that trained in sync report equal
-// hashes.
+// random generators) is rebuilt when the world size changed. Finally it fingerprints the
+// parameters (FNV-1a 64 over their bytes in registration order): ranks that trained in
+// sync report equal hashes.
 //
 // Progress: the loop tells TrainerLoopOptions::progress (progress.h) every
 // phase it enters (common/rank_phase.h) and every step it completes; waiting
@@ -101,13 +101,13 @@ struct TrainingOutcome {
   // Stopped early on a stop request, after `steps` steps, at the same step as
   // every other rank; no final evaluation (test_* are 0).
   bool preempted = false;
-  bool checkpointed = false;  // preempted with a checkpoint at `steps`
-  int64_t resumed_from = 0;   // the checkpoint's step when resumed; 0 otherwise
+  bool checkpointed = false;   // preempted with a checkpoint at `steps`
+  int64_t resumed_from = 0;    // the checkpoint's step when resumed; 0 otherwise
   int resumed_world_size = 0;  // the world size that wrote that checkpoint
-  int64_t skipped_steps = 0;  // fp16 steps skipped for overflowing gradients
-  int64_t train_images = 0;   // images this rank trained on in this run
-  double train_seconds = 0;   // wall time of this run's steps, without evaluation
-  double test_accuracy = 0;   // final, over the whole test set
+  int64_t skipped_steps = 0;   // fp16 steps skipped for overflowing gradients
+  int64_t train_images = 0;    // images this rank trained on in this run
+  double train_seconds = 0;    // wall time of this run's steps, without evaluation
+  double test_accuracy = 0;    // final, over the whole test set
   double test_loss = 0;
   int64_t parameter_count = 0;
   std::string device;      // "cpu" or "cuda:N"

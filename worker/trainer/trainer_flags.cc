@@ -108,8 +108,9 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   config("init-from", t.init_from,
          "pretrained weights to start from: a safetensors file with timm, Hugging "
          "Face, torchvision or tessera names (docs/pretrained.md)");
-  config("init-names", t.init_names, "the names --init-from uses: auto | timm | hf | "
-                                     "torchvision | tessera");
+  config("init-names", t.init_names,
+         "the names --init-from uses: auto | timm | hf | "
+         "torchvision | tessera");
   config("layer-decay", t.layer_decay,
          "layer-wise learning-rate decay: block i of depth L trains at lr x "
          "decay^(L + 1 - i) (1: off)");

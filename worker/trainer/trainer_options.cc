@@ -122,13 +122,15 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
 }
 
 absl::Status ValidateDataAndInit(const TrainerOptions& o) {
-  for (const auto& [name, values] : {std::pair{"mean", &o.mean}, std::pair{"std", &o.std}}) {
+  for (const auto& [name, values] :
+       {std::pair{"mean", &o.mean}, std::pair{"std", &o.std}}) {
     if (!values->empty() && values->size() != 3) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", name, " takes three values (R, G, B), got ", values->size()));
     }
     for (double v : *values) {
-      if (!std::isfinite(v) || (std::string(name) == "std" ? v <= 0 : v < -10 || v > 10)) {
+      if (!std::isfinite(v) ||
+          (std::string(name) == "std" ? v <= 0 : v < -10 || v > 10)) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", name, ": ", v, " is not a usable value"));
       }
@@ -145,9 +147,9 @@ absl::Status ValidateDataAndInit(const TrainerOptions& o) {
   static const char* const kLayouts[] = {"auto", "timm", "hf", "torchvision", "tessera"};
   if (std::find(std::begin(kLayouts), std::end(kLayouts), o.init_names) ==
       std::end(kLayouts)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--init-names: unknown layout \"", o.init_names,
-        "\"; expected auto, timm, hf, torchvision or tessera"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--init-names: unknown layout \"", o.init_names,
+                     "\"; expected auto, timm, hf, torchvision or tessera"));
   }
   if (!(o.layer_decay > 0 && o.layer_decay <= 1)) {
     return absl::InvalidArgumentError(

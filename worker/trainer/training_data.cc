@@ -17,15 +17,16 @@ InMemoryData::InMemoryData(const ImageDataset& train, const ImageDataset& test,
   shape_.num_classes = train.num_classes;
   shape_.train_size = train.size();
   shape_.test_size = test.size();
-  for (int c = 0; c < train.num_classes; ++c) shape_.class_names.push_back(absl::StrCat(c));
+  for (int c = 0; c < train.num_classes; ++c)
+    shape_.class_names.push_back(absl::StrCat(c));
 }
 
 absl::Status InMemoryData::Check() const {
   if (test_.channels != train_.channels || test_.num_classes != train_.num_classes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "train and test splits differ in shape: ", train_.channels, " channels and ",
-        train_.num_classes, " classes against ", test_.channels, " and ",
-        test_.num_classes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("train and test splits differ in shape: ", train_.channels,
+                     " channels and ", train_.num_classes, " classes against ",
+                     test_.channels, " and ", test_.num_classes));
   }
   return absl::OkStatus();
 }

@@ -54,8 +54,8 @@ class TrainingData {
   // A loader for `split` with these options (model input size, stage,
   // augmentation, seed, pinned memory). The loader may refer to this object,
   // which must outlive it.
-  virtual std::unique_ptr<SampleLoader> MakeLoader(Split split,
-                                                   const BatchLoaderOptions& options) const = 0;
+  virtual std::unique_ptr<SampleLoader> MakeLoader(
+      Split split, const BatchLoaderOptions& options) const = 0;
 };
 
 // The in-memory datasets as TrainingData: statistics computed over the
@@ -70,8 +70,8 @@ class InMemoryData final : public TrainingData {
   absl::Status Check() const override;
   ChannelStats stats() const override { return stats_; }
   bool augments_by_default() const override { return augments_; }
-  std::unique_ptr<SampleLoader> MakeLoader(Split split,
-                                           const BatchLoaderOptions& options) const override;
+  std::unique_ptr<SampleLoader> MakeLoader(
+      Split split, const BatchLoaderOptions& options) const override;
 
  private:
   const ImageDataset& train_;  // Not owned.

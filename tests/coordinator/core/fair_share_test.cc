@@ -81,7 +81,8 @@ class FairShareRun {
     options.user_limits.max_slot_share = 1.0;
     options.worker_suspect_after = absl::Minutes(10);
     options.worker_dead_after = absl::Minutes(20);
-    manager_ = std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_, options);
+    manager_ =
+        std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_, options);
   }
   ~FairShareRun() { EXPECT_EQ(manager_->illegal_transitions(), 0); }
 

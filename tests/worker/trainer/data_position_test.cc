@@ -18,16 +18,19 @@ namespace {
 using ::testing::ElementsAre;
 
 EpochPlan Plan(int64_t epoch_size, int world, int64_t batch, int64_t accum = 1) {
-  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(EpochPlanOptions{
-      .epoch_size = epoch_size, .world_size = world, .batch_size = batch, .accum = accum});
+  absl::StatusOr<EpochPlan> plan =
+      EpochPlan::Create(EpochPlanOptions{.epoch_size = epoch_size,
+                                         .world_size = world,
+                                         .batch_size = batch,
+                                         .accum = accum});
   EXPECT_TRUE(plan.ok()) << plan.status();
   return *plan;
 }
 
 DistributedSampler Sampler(int64_t n, int rank, int world, int64_t seed = 11) {
-  absl::StatusOr<DistributedSampler> s = DistributedSampler::Create(
-      DistributedSamplerOptions{.dataset_size = n, .rank = rank, .world_size = world,
-                                .seed = seed});
+  absl::StatusOr<DistributedSampler> s =
+      DistributedSampler::Create(DistributedSamplerOptions{
+          .dataset_size = n, .rank = rank, .world_size = world, .seed = seed});
   EXPECT_TRUE(s.ok()) << s.status();
   return *s;
 }
@@ -43,7 +46,8 @@ std::vector<int64_t> Visited(int64_t n, int world, int64_t batch, DataPosition s
     const DataPosition at = plan.Advance(start, k);
     std::vector<std::vector<int64_t>> per_rank;
     for (int r = 0; r < world; ++r) {
-      per_rank.push_back(plan.RankBatch(Sampler(n, r, world).EpochOrder(at.epoch), at, r));
+      per_rank.push_back(
+          plan.RankBatch(Sampler(n, r, world).EpochOrder(at.epoch), at, r));
     }
     for (int64_t j = 0; j < batch; ++j) {
       for (int r = 0; r < world; ++r) ids.push_back(per_rank[r][j]);
@@ -76,11 +80,11 @@ TEST(EpochPlanTest, EveryRankGetsTheSameNumberOfStepsAndTheTailIsDropped) {
   EXPECT_EQ(plan.Advance({0, 0}, 9), (DataPosition{0, 90}));
   EXPECT_EQ(plan.StepsUntilEpoch({0, 0}, 3), 15);
   EXPECT_EQ(plan.StepsUntilEpoch({1, 40}, 3), 3 + 5);
-  EXPECT_EQ(EpochPlan::Create({.epoch_size = 19, .world_size = 2, .batch_size = 5,
-                               .accum = 2})
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      EpochPlan::Create({.epoch_size = 19, .world_size = 2, .batch_size = 5, .accum = 2})
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(EpochPlanTest, AWorldOfOneResumedAtTwoVisitsExactlyTheSamplesTheRunWouldHaveNext) {

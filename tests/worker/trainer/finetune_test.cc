@@ -4,8 +4,8 @@
 // it is more accurate than the same job from scratch. Also: init_from with a
 // head-only warm-up trains the head alone, and layer-wise decay changes the run.
 #include <algorithm>
-#include <iostream>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -14,8 +14,8 @@
 #include "worker/trainer/communicator.h"
 #include "worker/trainer/idx_reader.h"
 #include "worker/trainer/image_dataset.h"
-#include "worker/trainer/safetensors.h"
 #include "worker/trainer/metrics_reporter.h"
+#include "worker/trainer/safetensors.h"
 #include "worker/trainer/trainer.h"
 #include "worker/trainer/vit_config.h"
 #include "worker/trainer/vit_weights.h"
@@ -66,7 +66,8 @@ TrainerOptions Options(int64_t steps) {
 }
 
 absl::StatusOr<TrainingOutcome> Train(const TrainerOptions& options,
-                                      const ImageDataset& train, const ImageDataset& test) {
+                                      const ImageDataset& train,
+                                      const ImageDataset& test) {
   LocalCommunicator communicator;
   MetricsReporterOptions reporting;
   reporting.flush_interval = absl::InfiniteDuration();
@@ -80,12 +81,15 @@ absl::StatusOr<TrainingOutcome> Train(const TrainerOptions& options,
 class FinetuneTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(std::string(kFashionMnist) + "/train-images-idx3-ubyte.gz") &&
-        !std::filesystem::exists(std::string(kFashionMnist) + "/train-images-idx3-ubyte")) {
+    if (!std::filesystem::exists(std::string(kFashionMnist) +
+                                 "/train-images-idx3-ubyte.gz") &&
+        !std::filesystem::exists(std::string(kFashionMnist) +
+                                 "/train-images-idx3-ubyte")) {
       GTEST_SKIP() << "Fashion-MNIST is not installed in " << kFashionMnist
                    << " (Debian package dataset-fashion-mnist)";
     }
-    absl::StatusOr<ImageDataset> train = LoadFashionMnist(kFashionMnist, Split::kTrain, 0);
+    absl::StatusOr<ImageDataset> train =
+        LoadFashionMnist(kFashionMnist, Split::kTrain, 0);
     absl::StatusOr<ImageDataset> test = LoadFashionMnist(kFashionMnist, Split::kTest, 0);
     ASSERT_TRUE(train.ok() && test.ok());
     train_ = *std::move(train);
@@ -130,7 +134,8 @@ TEST_F(FinetuneTest, StartingFromPretrainedWeightsBeatsScratchAfterTheSameSteps)
   const absl::StatusOr<TrainingOutcome> tuned = Train(options, train, test);
   ASSERT_TRUE(tuned.ok()) << tuned.status();
   std::cout << "FIGURE finetune_scratch_accuracy=" << scratch->test_accuracy << "\n"
-            << "FIGURE finetune_pretrained_accuracy=" << tuned->test_accuracy << std::endl;
+            << "FIGURE finetune_pretrained_accuracy=" << tuned->test_accuracy
+            << std::endl;
   EXPECT_GT(tuned->test_accuracy, scratch->test_accuracy + 0.05);
   EXPECT_NE(tuned->param_hash, scratch->param_hash);
 }
@@ -149,8 +154,10 @@ TEST_F(FinetuneTest, AHeadOnlyWarmupLeavesEveryOtherParameterAsLoaded) {
   ASSERT_TRUE(config.ok());
   const std::string out = Fresh("head-only-export") + "/tuned.safetensors";
   ASSERT_TRUE(
-      ExportCheckpoint(options.checkpoint_dir, *config, WeightLayout::kTimm, {}, out).ok());
-  absl::StatusOr<std::unique_ptr<SafetensorsFile>> before = SafetensorsFile::Open(weights);
+      ExportCheckpoint(options.checkpoint_dir, *config, WeightLayout::kTimm, {}, out)
+          .ok());
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> before =
+      SafetensorsFile::Open(weights);
   absl::StatusOr<std::unique_ptr<SafetensorsFile>> after = SafetensorsFile::Open(out);
   ASSERT_TRUE(before.ok() && after.ok());
   int compared = 0;

@@ -38,8 +38,8 @@ std::string MakeFolder(const std::string& root, int train) {
 }
 
 std::string Fresh(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) /
-                       (name + "-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / (name + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
@@ -66,7 +66,8 @@ std::unique_ptr<TrainingData> Open(const TrainerOptions& options,
   opening.kind = options.dataset;
   opening.root = options.data_dir;
   opening.max_skipped_fraction = options.data_max_skipped;
-  if (log != nullptr) opening.log = [log](const std::string& line) { log->push_back(line); };
+  if (log != nullptr)
+    opening.log = [log](const std::string& line) { log->push_back(line); };
   absl::StatusOr<std::unique_ptr<TrainingData>> data = OpenImageData(opening);
   EXPECT_TRUE(data.ok()) << data.status();
   return data.ok() ? *std::move(data) : nullptr;
@@ -89,7 +90,8 @@ Reported TrainAlone(const TrainerOptions& options, const TrainingData& data,
   Trainer trainer(options, data, communicator, **reporter, loop);
   run.outcome = trainer.Run();
   EXPECT_TRUE((*reporter)->Flush(absl::Seconds(10)).ok());
-  for (const MetricSample& p : coordinator.received()) run.values[p.name][p.step] = p.value;
+  for (const MetricSample& p : coordinator.received())
+    run.values[p.name][p.step] = p.value;
   return run;
 }
 
@@ -117,9 +119,10 @@ void ExpectExactResume(const std::string& kind, const std::string& root) {
     EXPECT_EQ(loss, uninterrupted.values.at("loss").at(step)) << kind << " step " << step;
   }
   // The class mapping is stored beside the model.
-  EXPECT_THAT(data::testing::ReadFile(CheckpointDirectory(options.checkpoint_dir).StepDir(8) +
-                                      "/classes.json"),
-              HasSubstr("\"bee\""));
+  EXPECT_THAT(
+      data::testing::ReadFile(CheckpointDirectory(options.checkpoint_dir).StepDir(8) +
+                              "/classes.json"),
+      HasSubstr("\"bee\""));
 }
 
 TEST(ImageDataTest, AnImageFolderResumedMidEpochEndsLikeTheUninterruptedRun) {
@@ -152,7 +155,8 @@ TEST(ImageDataTest, TwoRanksOverAnUnevenSampleCountRunTheSameStepsAndFinish) {
   for (int rank = 0; rank < 2; ++rank) {
     std::unique_ptr<GlooStore> own = rank == 0 ? *std::move(hosted) : nullptr;
     ranks.emplace_back([&, rank, store = std::move(own)]() mutable {
-      if (store == nullptr) store = *GlooStore::Connect("127.0.0.1", port, absl::Seconds(60));
+      if (store == nullptr)
+        store = *GlooStore::Connect("127.0.0.1", port, absl::Seconds(60));
       GlooOptions gloo;
       gloo.timeout = absl::Seconds(60);
       auto communicator = GlooCommunicator::Create(std::move(store), rank, 2, gloo);
@@ -179,7 +183,8 @@ TEST(ImageDataTest, BadFilesAreSkippedCountedAndNamedAndTooManyFailTheRun) {
   const std::string root = MakeFolder(Fresh("bad"), 12);
   const auto first = [&](const std::string& cls) {
     std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(root + "/train/" + cls)) files.push_back(e);
+    for (const auto& e : fs::directory_iterator(root + "/train/" + cls))
+      files.push_back(e);
     std::sort(files.begin(), files.end());
     return files;
   };

@@ -37,7 +37,8 @@ TrainerConfig FullyPopulatedConfig() {
     const int n = field->number();
     if (field->is_repeated() && field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
       // Three values (an RGB triple), each its own flag occurrence.
-      for (int k = 0; k < 3; ++k) reflection->AddDouble(&config, field, 0.25 + k + n / 1024.0);
+      for (int k = 0; k < 3; ++k)
+        reflection->AddDouble(&config, field, 0.25 + k + n / 1024.0);
       continue;
     }
     switch (field->cpp_type()) {
