@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/completion.h"
 #include "cli/exit_codes.h"
+#include "cli/export_command.h"
 #include "cli/sweep_commands.h"
 
 namespace tessera::cli {
@@ -254,6 +255,37 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
                      "Keep printing until the rank's log ends");
   logs_cmd->footer(Footer("  tessctl logs 3\n  tessctl logs 3 --rank 1 -f"));
 
+  ExportOptions export_model;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export",
+      "Write a job's trained model as safetensors with timm, Hugging Face or torchvision "
+      "names (runs tessera-export on the job's checkpoint directory)");
+  builder.AddId(export_cmd, "job", &export_model.job_id, "Job id");
+  export_cmd
+      ->add_option("--names", export_model.names, "timm | hf | torchvision | tessera")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"timm", "hf", "torchvision", "tessera"}));
+  export_cmd->add_option("-o,--out", export_model.out, "The safetensors file to write")
+      ->required();
+  export_cmd
+      ->add_option("--step", export_model.step,
+                   "Export this step's checkpoint (default: the latest)")
+      ->check(CLI::PositiveNumber);
+  export_cmd->add_option("--checkpoint", export_model.checkpoint,
+                         "Read the checkpoints here instead of the spec's "
+                         "trainer.checkpoint_dir (where it is mounted elsewhere)");
+  export_cmd->add_option(
+      "--exporter", export_model.exporter,
+      "The tessera-export binary (default: beside tessctl, then $PATH)");
+  export_cmd->footer(Footer(
+      "  tessctl export 12 --names timm -o pets-vit.safetensors\n"
+      "  tessctl export 12 --names torchvision --step 3000 -o "
+      "vit-b16-step3000.safetensors\n"
+      "Then in Python:\n"
+      "  m = torchvision.models.vit_b_16(num_classes=37)\n"
+      "  "
+      "m.load_state_dict(safetensors.torch.load_file('vit-b16-step3000.safetensors'))"));
+
   MetricsOptions metrics;
   std::string metrics_format;
   CLI::App* metrics_cmd = app.add_subcommand("metrics", "Print a job's stored metrics");
@@ -438,6 +470,7 @@ int RunTessctl(const std::vector<std::string>& args, const ClientFactory& make_c
   if (metrics_cmd->parsed()) return RunMetrics(metrics, *client, out, err);
   if (cancel_cmd->parsed()) return RunCancel(cancel, *client, out, err);
   if (logs_cmd->parsed()) return RunLogs(logs, *client, out, err);
+  if (export_cmd->parsed()) return RunExport(export_model, *client, out, err);
   if (sweep_shorthand || sweep_submit_cmd->parsed()) {
     return RunSweepSubmit(sweep_submit, *client, out, err);
   }

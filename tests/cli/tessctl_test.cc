@@ -1557,5 +1557,67 @@ TEST(OutputTest, TableAlignsMultiByteCharactersByColumns) {
   EXPECT_EQ(TruncateToWidth("±±±±±±", 5), "±±...");
 }
 
+// ---- export ----
+
+// A stand-in for tessera-export that records its arguments and exits with
+// the code in the file `code` beside it.
+std::string FakeExporter(const std::string& dir) {
+  const std::string path = dir + "/tessera-export";
+  std::ofstream(path) << "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"" << dir
+                      << "/args\"\nexit $(cat \"" << dir << "/code\")\n";
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  std::ofstream(dir + "/code") << "0";
+  return path;
+}
+
+TEST_F(TessctlTest, ExportRunsTheExporterOnTheJobsCheckpointsWithItsModelShape) {
+  const std::string dir = ::testing::TempDir() + "/export-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  v1::Job job = MakeJob(12, "pets", v1::JOB_STATE_SUCCEEDED);
+  job.mutable_spec()->mutable_trainer()->set_model("vit-s16");
+  job.mutable_spec()->mutable_trainer()->set_dataset("imagefolder");
+  job.mutable_spec()->mutable_trainer()->set_image_size(160);
+  job.mutable_spec()->mutable_trainer()->set_checkpoint_dir("/shared/ckpt/pets");
+  service_.AddJob(job);
+
+  ASSERT_EQ(Cli({"export", "12", "--names", "timm", "--step", "300", "-o", "pets.st",
+                 "--exporter", FakeExporter(dir)}),
+            kExitOk)
+      << err_.str();
+  EXPECT_EQ(ReadFile(dir + "/args"),
+            "--checkpoint\n/shared/ckpt/pets\n--model\nvit-s16\n--channels\n3\n"
+            "--image-size\n160\n--names\ntimm\n-o\npets.st\n--step\n300\n");
+  EXPECT_THAT(out_.str(), HasSubstr("job 12 (vit-s16) from /shared/ckpt/pets"));
+
+  // A grayscale dataset trains a one-channel model; --checkpoint reads another mount.
+  job.mutable_spec()->mutable_trainer()->set_dataset("fashion-mnist");
+  service_.AddJob(job);
+  std::ofstream(dir + "/code") << "7";
+  EXPECT_EQ(Cli({"export", "12", "-o", "m.st", "--checkpoint", "/mnt/ckpt/pets",
+                 "--exporter", dir + "/tessera-export"}),
+            7);
+  EXPECT_THAT(
+      ReadFile(dir + "/args"),
+      HasSubstr("--checkpoint\n/mnt/ckpt/pets\n--model\nvit-s16\n--channels\n1\n"));
+  EXPECT_THAT(ReadFile(dir + "/args"), HasSubstr("--names\ntorchvision\n"));
+}
+
+TEST_F(TessctlTest, ExportOfAJobWithoutCheckpointsOrOfAnUnknownJobSaysWhy) {
+  const std::string dir =
+      ::testing::TempDir() + "/export-none-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string exporter = FakeExporter(dir);
+  service_.AddJob(MakeJob(4, "no-ckpt", v1::JOB_STATE_SUCCEEDED));
+  EXPECT_EQ(Cli({"export", "4", "-o", "m.st", "--exporter", exporter}), kExitFailed);
+  EXPECT_THAT(err_.str(), HasSubstr("job 4 wrote no checkpoints"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/args"));
+
+  EXPECT_EQ(Cli({"export", "99", "-o", "m.st", "--exporter", exporter}), kExitNotFound);
+  EXPECT_EQ(Cli({"export", "4", "-o", "m.st", "--names", "keras"}), kExitUsage);
+  EXPECT_EQ(Cli({"export", "4", "-o", "m.st", "--exporter", dir + "/missing"}),
+            kExitFailed);
+  EXPECT_THAT(err_.str(), HasSubstr("is not an executable file"));
+}
+
 }  // namespace
 }  // namespace tessera::cli

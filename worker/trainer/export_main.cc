@@ -8,6 +8,7 @@
 //
 // Exit codes: 0 written, 1 failed (the reason on stderr), 2 bad flags.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ struct ExportFlags {
   int image_size = 0;
   std::string names = "torchvision";
   std::string out;
+  int64_t step = 0;
 };
 
 }  // namespace
@@ -53,6 +55,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   app.add_option("--names", f.names, "timm | hf | torchvision | tessera")
       ->capture_default_str();
+  app.add_option("--step", f.step,
+                 "the checkpoint of this step in a checkpoint directory (0: the latest)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("-o,--out", f.out, "the safetensors file to write")->required();
   app.footer(
       "Example:\n"
@@ -70,6 +75,16 @@ int main(int argc, char** argv) {
   if (!layout.ok()) {
     std::cerr << "tessera-export: --names: " << layout.status().message() << std::endl;
     return 2;
+  }
+  if (f.step > 0) {
+    // One step's checkpoint of a checkpoint directory.
+    const CheckpointDirectory dir(f.checkpoint);
+    if (!std::filesystem::is_regular_file(dir.ModelPath(f.step))) {
+      std::cerr << "tessera-export: " << f.checkpoint << " holds no checkpoint of step "
+                << f.step << " (no " << dir.ModelPath(f.step) << ")" << std::endl;
+      return 1;
+    }
+    f.checkpoint = dir.StepDir(f.step);
   }
   int classes = f.classes;
   if (classes == 0) {
