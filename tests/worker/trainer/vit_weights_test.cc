@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
@@ -109,14 +110,28 @@ torch::Tensor Logits(VisionTransformer& model, const torch::Tensor& x) {
 
 // Builds torchvision's model with torch.manual_seed(0), makes every parameter
 // random (torchvision zero-initialises the head and class token), and writes its
-// state dict and its logits on a fixed input, each as safetensors written by a
-// few lines of Python from the documented format (no safetensors package);
+// state dict and its logits on a fixed input, as safetensors: with the
+// safetensors package where Python has it (trixie's python3-safetensors in the
+// LibTorch 2.6 lane), else by a few lines of Python from the documented format;
 // `check` loads a file into the same model (strict) and writes its logits.
+// The first line of its output names the versions and the writer.
 constexpr char kTorchvisionScript[] = R"(import json, struct, sys
 import torch, torchvision
 from torchvision.models.vision_transformer import VisionTransformer
+try:
+    import safetensors
+    import safetensors.torch as st
+    writer = "safetensors " + safetensors.__version__
+except ImportError:
+    st, writer = None, "the documented format, written here"
+print("torch %s, torchvision %s, safetensors files by %s"
+      % (torch.__version__, torchvision.__version__, writer), flush=True)
 
 def save(path, tensors):
+    if st is not None:
+        st.save_file({k: v.detach().to(torch.float32).contiguous()
+                      for k, v in tensors.items()}, path, metadata={"format": "pt"})
+        return
     header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
     for name, t in tensors.items():
         raw = t.detach().to(torch.float32).contiguous().numpy().tobytes()
@@ -133,6 +148,8 @@ def save(path, tensors):
             f.write(raw)
 
 def load(path):
+    if st is not None:
+        return st.load_file(path)
     with open(path, "rb") as f:
         raw = f.read()
     (n,) = struct.unpack("<Q", raw[:8])
@@ -215,6 +232,9 @@ testing::AssertionResult RunScript(const std::string& dir, const std::string& ar
 void CompareWithTorchvision(const std::string& kind, const ViTConfig& config) {
   const std::string dir = FreshDirectory("vit-weights-torchvision-" + kind);
   ASSERT_TRUE(RunScript(dir, absl::StrCat("make ", kind, " ", dir)));
+  std::string versions;
+  std::getline(std::ifstream(dir + "/python.log") >> std::ws, versions);
+  std::cout << "torchvision comparison (" << kind << "): " << versions << std::endl;
   const std::map<std::string, torch::Tensor> io = ReadAll(dir + "/io.safetensors");
   const torch::Tensor& x = io.at("x");
   const torch::Tensor& expected = io.at("logits");
@@ -235,7 +255,10 @@ void CompareWithTorchvision(const std::string& kind, const ViTConfig& config) {
     EXPECT_TRUE(summary->resampled.empty()) << summary->ToString();
     EXPECT_TRUE(summary->reinitialised.empty()) << summary->ToString();
     EXPECT_TRUE(summary->unused.empty()) << summary->ToString();
-    EXPECT_LT(MaxAbsDiff(Logits(model, x), expected), 1e-4f);
+    const float diff = MaxAbsDiff(Logits(model, x), expected);
+    std::cout << "torchvision -> tessera (cpu_kernels=" << cpu_kernels
+              << "): max abs logit difference " << diff << std::endl;
+    EXPECT_LT(diff, 1e-4f);
   }
 
   VisionTransformer model(config);
@@ -245,12 +268,20 @@ void CompareWithTorchvision(const std::string& kind, const ViTConfig& config) {
   ASSERT_TRUE(ExportSafetensors(*model, WeightLayout::kTorchvision, {}, exported).ok());
   ASSERT_TRUE(RunScript(dir, absl::StrCat("check ", kind, " ", dir, " ", exported)));
   const torch::Tensor round_trip = ReadAll(dir + "/check.safetensors").at("logits");
+  std::cout << "tessera -> export -> torchvision: max abs logit difference "
+            << MaxAbsDiff(round_trip, expected) << std::endl;
   EXPECT_LT(MaxAbsDiff(round_trip, expected), 1e-4f);
   EXPECT_LT(MaxAbsDiff(round_trip, Logits(model, x)), 1e-4f);
   fs::remove_all(dir);
 }
 
 TEST(VitWeightsTorchvisionTest, SmallVisionTransformerGivesTorchvisionsLogitsBothWays) {
+  // The LibTorch 2.6 lane installs trixie's torchvision and must not skip.
+  if (std::getenv("TESSERA_REQUIRE_TORCHVISION") != nullptr) {
+    ASSERT_TRUE(HaveTorchvision())
+        << kPython
+        << " has no torch and torchvision, and TESSERA_REQUIRE_TORCHVISION is set";
+  }
   if (!HaveTorchvision()) {
     GTEST_SKIP() << kPython << " with torch and torchvision is not installed "
                  << "(Debian: python3-torchvision)";
