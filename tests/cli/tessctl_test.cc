@@ -1100,9 +1100,9 @@ TEST_F(TessctlTest, EveryCommandAndSubcommandHelpHasAnExampleAndExitCodes) {
   }
   EXPECT_THAT(visited, ::testing::UnorderedElementsAre(
                            "", "submit", "jobs", "status", "workers", "share", "drain",
-                           "undrain", "wait", "cancel", "logs", "metrics", "sweep",
-                           "sweep submit", "sweep follow", "sweep list", "sweep status",
-                           "sweep report", "sweep cancel", "completion"));
+                           "undrain", "wait", "cancel", "logs", "export", "metrics",
+                           "sweep", "sweep submit", "sweep follow", "sweep list",
+                           "sweep status", "sweep report", "sweep cancel", "completion"));
   EXPECT_TRUE(addresses_.empty());  // help talks to nobody
 }
 
@@ -1157,7 +1157,7 @@ TEST_F(CompletionTest, CompletesEveryTopLevelCommandAndNestedSweepCommands) {
   EXPECT_THAT(Complete({"tessctl", ""}),
               ::testing::UnorderedElementsAre(
                   "submit", "jobs", "status", "workers", "share", "drain", "undrain",
-                  "wait", "cancel", "logs", "metrics", "sweep", "completion"));
+                  "wait", "cancel", "logs", "export", "metrics", "sweep", "completion"));
   EXPECT_THAT(Complete({"tessctl", "s"}),
               ::testing::UnorderedElementsAre("submit", "status", "share", "sweep"));
   EXPECT_THAT(Complete({"tessctl", "sweep", ""}),

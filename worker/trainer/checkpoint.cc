@@ -110,7 +110,8 @@ torch::Device ModelDevice(const torch::nn::Module& model) {
 
 }  // namespace
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
+                                 const WriteProgress& progress) {
   const fs::path target(path);
   const fs::path dir =
       target.parent_path().empty() ? fs::path(".") : target.parent_path();
@@ -121,9 +122,12 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
           .string();
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(absl::StrCat("creating ", temp));
+  // In chunks, so that progress moves while a large file is written.
+  constexpr size_t kChunk = size_t{8} << 20;
   size_t written = 0;
   while (written < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    const ssize_t n = ::write(fd, contents.data() + written,
+                              std::min(kChunk, contents.size() - written));
     if (n < 0) {
       if (errno == EINTR) continue;
       absl::Status status = ErrnoStatus(absl::StrCat("writing ", temp));
@@ -132,6 +136,7 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
       return status;
     }
     written += static_cast<size_t>(n);
+    if (progress) progress(static_cast<int64_t>(written));
   }
   if (::fsync(fd) != 0) {
     absl::Status status = ErrnoStatus(absl::StrCat("fsync of ", temp));
@@ -262,19 +267,20 @@ absl::Status RestoreRngState(int cuda_device, const RankCheckpoint& state) {
   }
 }
 
-absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
-                                 const RankCheckpoint& state,
-                                 const torch::nn::Module& model,
-                                 const torch::optim::Optimizer& optimizer) {
+int64_t CheckpointFiles::total_bytes() const {
+  int64_t total = 0;
+  for (const auto& [path, contents] : files)
+    total += static_cast<int64_t>(contents.size());
+  return total;
+}
+
+absl::StatusOr<CheckpointFiles> SerializeCheckpoint(
+    const CheckpointDirectory& dir, const RankCheckpoint& state,
+    const torch::nn::Module& model, const torch::optim::Optimizer& optimizer) {
   const int64_t step = state.position.step;
-  std::error_code error;
-  fs::create_directories(dir.StepDir(step), error);
-  if (error) {
-    return absl::InternalError(
-        absl::StrCat("creating ", dir.StepDir(step), ": ", error.message()));
-  }
-  std::string rank_bytes;
-  std::string model_bytes;
+  CheckpointFiles out;
+  out.step = step;
+  out.step_dir = dir.StepDir(step);
   try {
     torch::serialize::OutputArchive rank_archive;
     rank_archive.write("format", c10::IValue(kFormatVersion));
@@ -289,7 +295,7 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
                        c10::IValue(state.loss_scaler.good_steps));
     rank_archive.write("cpu_rng", BytesTensor(state.cpu_rng_state), /*is_buffer=*/true);
     rank_archive.write("cuda_rng", BytesTensor(state.cuda_rng_state), /*is_buffer=*/true);
-    rank_bytes = Serialize(rank_archive);
+    out.files.emplace_back(dir.RankPath(step, state.rank), Serialize(rank_archive));
 
     if (state.rank == 0) {
       torch::serialize::OutputArchive model_archive;
@@ -303,20 +309,43 @@ absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
       archive.write("class_names", c10::IValue(absl::StrJoin(state.class_names, "\n")));
       archive.write("model", model_archive);
       archive.write("optimizer", optimizer_archive);
-      model_bytes = Serialize(archive);
+      out.files.emplace_back(dir.ModelPath(step), Serialize(archive));
+      out.files.emplace_back(
+          out.step_dir + "/classes.json",
+          nlohmann::json{{"classes", state.class_names}}.dump(1) + "\n");
     }
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("serialising checkpoint ", step, ": ", e.what()));
   }
-  RETURN_IF_ERROR(WriteFileAtomically(dir.RankPath(step, state.rank), rank_bytes));
-  if (state.rank == 0) {
-    RETURN_IF_ERROR(WriteFileAtomically(dir.ModelPath(step), model_bytes));
-    RETURN_IF_ERROR(WriteFileAtomically(
-        dir.StepDir(step) + "/classes.json",
-        nlohmann::json{{"classes", state.class_names}}.dump(1) + "\n"));
+  return out;
+}
+
+absl::Status WriteCheckpointFiles(const CheckpointFiles& files,
+                                  const WriteProgress& progress) {
+  std::error_code error;
+  fs::create_directories(files.step_dir, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("creating ", files.step_dir, ": ", error.message()));
+  }
+  int64_t done = 0;
+  for (const auto& [path, contents] : files.files) {
+    WriteProgress file_progress;
+    if (progress) file_progress = [&](int64_t bytes) { progress(done + bytes); };
+    RETURN_IF_ERROR(WriteFileAtomically(path, contents, file_progress));
+    done += static_cast<int64_t>(contents.size());
   }
   return absl::OkStatus();
+}
+
+absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
+                                 const RankCheckpoint& state,
+                                 const torch::nn::Module& model,
+                                 const torch::optim::Optimizer& optimizer) {
+  ASSIGN_OR_RETURN(const CheckpointFiles files,
+                   SerializeCheckpoint(dir, state, model, optimizer));
+  return WriteCheckpointFiles(files);
 }
 
 namespace {

@@ -20,6 +20,7 @@
 #define TESSERA_WORKER_TRAINER_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -69,9 +70,13 @@ struct RankCheckpoint {
   std::vector<std::string> class_names;
 };
 
+// Called with the bytes written so far, from the writing thread.
+using WriteProgress = std::function<void(int64_t bytes)>;
+
 // Writes `contents` to `path` atomically (temporary file in the same directory,
 // fsync, rename, directory fsync).
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
+                                 const WriteProgress& progress = nullptr);
 
 // The checkpoint directory: names, the `latest` pointer, pruning.
 class CheckpointDirectory {
@@ -114,8 +119,29 @@ absl::Status PublishCheckpoint(const CheckpointDirectory& dir, int64_t step, int
 void CaptureRngState(int cuda_device, RankCheckpoint& state);
 absl::Status RestoreRngState(int cuda_device, const RankCheckpoint& state);
 
-// Writes this rank's part of the checkpoint at `state.position.step`: the rank
-// file, and on rank 0 the model and optimizer too. Creates the step directory.
+// One rank's part of a checkpoint as bytes in host memory, ready to write:
+// the snapshot taken at the step boundary (for CUDA tensors, the copy to the
+// host), so that training can go on while the files are written.
+struct CheckpointFiles {
+  int64_t step = 0;
+  std::string step_dir;
+  std::vector<std::pair<std::string, std::string>> files;  // path, contents
+  int64_t total_bytes() const;
+};
+
+// Serialises this rank's part of the checkpoint at `state.position.step`: the
+// rank file, and on rank 0 the model and optimizer (and classes.json) too.
+absl::StatusOr<CheckpointFiles> SerializeCheckpoint(
+    const CheckpointDirectory& dir, const RankCheckpoint& state,
+    const torch::nn::Module& model, const torch::optim::Optimizer& optimizer);
+
+// Creates the step directory and writes every file atomically and durably
+// (fsync of the file and the directory), telling `progress` the bytes
+// written so far. Plain file I/O: safe on a background thread.
+absl::Status WriteCheckpointFiles(const CheckpointFiles& files,
+                                  const WriteProgress& progress = nullptr);
+
+// SerializeCheckpoint, then WriteCheckpointFiles.
 absl::Status SaveCheckpointFiles(const CheckpointDirectory& dir,
                                  const RankCheckpoint& state,
                                  const torch::nn::Module& model,

@@ -20,13 +20,16 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/rank_phase.h"
 #include "common/status_macros.h"
 #include "worker/trainer/batch_feed.h"
 #include "worker/trainer/batch_loader.h"
 #include "worker/trainer/batch_prefetcher.h"
 #include "worker/trainer/checkpoint.h"
+#include "worker/trainer/checkpoint_writer.h"
 #include "worker/trainer/data_position.h"
 #include "worker/trainer/distributed_sampler.h"
 #include "worker/trainer/fault_injector.h"
@@ -387,7 +390,17 @@ class TrainingRun {
   // After a step that ended an epoch (or the run): epoch times, evaluation.
   absl::Status EndEpoch();
   absl::StatusOr<Evaluation> Evaluate();
-  absl::Status SaveCheckpoint();
+  // Snapshots the state at this step and writes it on the checkpoint writer.
+  // `wait`: returns only once every rank's part is durable and `latest` points
+  // at it (the run's end, a preemption, or synchronous writes).
+  absl::Status SaveCheckpoint(bool wait);
+  // Publishes the checkpoint in flight once every rank's part is durable: the
+  // ranks sum their "written" flags (one small all-reduce, at the same steps
+  // on every rank), and rank 0 moves `latest` when the sum is the world size.
+  // `block`: poll until then, reporting bytes written as progress; else ask
+  // once (after each step while a checkpoint is in flight).
+  absl::Status PublishWhenDurable(bool block);
+  absl::StatusOr<int> RanksWithDurableCheckpoint();
   absl::StatusOr<TrainingOutcome> Finish();
 
   // Reports a phase (progress.h).
@@ -437,6 +450,12 @@ class TrainingRun {
   LossScaler scaler_;
   // Resume, then the loop.
   std::optional<CheckpointDirectory> checkpoints_;
+  CheckpointWriter checkpoint_writer_;
+  std::optional<int64_t> checkpoint_in_flight_;  // its step, until published
+  bool own_part_durable_ = false;                // this rank's files are written
+  int64_t checkpoint_bytes_ = 0;                 // rank 0's files of the one in flight
+  absl::Duration checkpoint_snapshot_;           // its serialisation on this thread
+  absl::Time checkpoint_started_;                // when its write began
   int64_t step_ = 0;
   DataPosition position_;  // where the next step's data starts
   int64_t total_steps_ = 0;
@@ -803,8 +822,19 @@ absl::StatusOr<Evaluation> TrainingRun::Evaluate() {
   return Evaluation{host[0].item<double>() / count, host[1].item<double>() / count};
 }
 
-absl::Status TrainingRun::SaveCheckpoint() {
+absl::Status TrainingRun::SaveCheckpoint(bool wait) {
   Enter(RankPhase::kCheckpoint);
+  if (checkpoint_in_flight_.has_value()) {
+    // One snapshot in flight at a time: the previous one has not reached every
+    // rank's disk within checkpoint_every steps.
+    if (rank_ == 0 && loop_.log != nullptr) {
+      *loop_.log << "[rank 0] checkpoint " << *checkpoint_in_flight_
+                 << " is still being written at step " << step_
+                 << "; waiting for it (checkpoint_every may be shorter than a write)"
+                 << std::endl;
+    }
+    RETURN_IF_ERROR(PublishWhenDurable(/*block=*/true));
+  }
   RankCheckpoint state;
   state.rank = rank_;
   state.world_size = world_;
@@ -815,14 +845,77 @@ absl::Status TrainingRun::SaveCheckpoint() {
   state.loss_scaler = scaler_.state();
   state.class_names = data_.shape().class_names;
   CaptureRngState(placement_.index, state);
-  RETURN_IF_ERROR(SaveCheckpointFiles(*checkpoints_, state, **model_, *optimizer_));
-  // `latest` moves only once every rank's files are in place.
-  ReportPhase(RankPhase::kCollective);
-  RETURN_IF_ERROR(communicator_.Barrier());
-  ReportPhase(RankPhase::kCheckpoint);
+  // The snapshot: the state as bytes in host memory, taken before the next
+  // step changes it.
+  const absl::Time snapshot_start = absl::Now();
+  ASSIGN_OR_RETURN(CheckpointFiles files,
+                   SerializeCheckpoint(*checkpoints_, state, **model_, *optimizer_));
+  checkpoint_bytes_ = files.total_bytes();
+  checkpoint_snapshot_ = absl::Now() - snapshot_start;
+  checkpoint_started_ = absl::Now();
+  RETURN_IF_ERROR(checkpoint_writer_.Start(
+      [files = std::move(files),
+       hook = loop_.before_checkpoint_write](const CheckpointWriter::Progress& progress) {
+        if (hook) hook(files.step);
+        return WriteCheckpointFiles(files, progress);
+      }));
+  checkpoint_in_flight_ = step_;
+  own_part_durable_ = false;
+  if (wait || !options_.checkpoint_async) RETURN_IF_ERROR(PublishWhenDurable(true));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> TrainingRun::RanksWithDurableCheckpoint() {
+  if (!own_part_durable_ && checkpoint_writer_.done()) {
+    // A write that failed fails the run here, before the vote: the
+    // checkpoint is never published.
+    absl::Status written = checkpoint_writer_.Wait();
+    if (!written.ok()) {
+      return absl::Status(written.code(),
+                          absl::StrCat("writing checkpoint ", *checkpoint_in_flight_,
+                                       ": ", written.message()));
+    }
+    own_part_durable_ = true;
+  }
+  const int mine = own_part_durable_ ? 1 : 0;
+  if (world_ == 1) return mine;
+  torch::Tensor count = torch::full({1}, static_cast<float>(mine),
+                                    torch::dtype(torch::kFloat).device(device_));
+  RETURN_IF_ERROR(communicator_.AllReduceSum(count));
+  return static_cast<int>(std::lround(count.item<float>()));
+}
+
+absl::Status TrainingRun::PublishWhenDurable(bool block) {
+  constexpr int64_t kBytesPerItem = int64_t{8} << 20;
+  int64_t reported = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(const int durable, RanksWithDurableCheckpoint());
+    if (durable == world_) break;
+    if (!block) return absl::OkStatus();
+    // Waiting for the disk, not for a peer: progress is the bytes written.
+    ReportPhase(RankPhase::kCheckpoint);
+    const int64_t bytes = checkpoint_writer_.bytes_written();
+    for (; loop_.progress != nullptr && reported + kBytesPerItem <= bytes;
+         reported += kBytesPerItem) {
+      loop_.progress->AddPhaseItem();
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const int64_t step = *checkpoint_in_flight_;
+  checkpoint_in_flight_.reset();
+  own_part_durable_ = false;
   if (rank_ == 0) {
     std::ostream& log = loop_.log != nullptr ? *loop_.log : std::cerr;
-    RETURN_IF_ERROR(PublishCheckpoint(*checkpoints_, step_, loop_.checkpoint_keep, log));
+    RETURN_IF_ERROR(PublishCheckpoint(*checkpoints_, step, loop_.checkpoint_keep, log));
+    if (loop_.log != nullptr) {
+      *loop_.log << absl::StrFormat(
+                        "[rank 0] checkpoint %d published at step %d: %.1f MB, snapshot "
+                        "%.2f s, written and agreed %.2f s later",
+                        step, step_, static_cast<double>(checkpoint_bytes_) / 1e6,
+                        absl::ToDoubleSeconds(checkpoint_snapshot_),
+                        absl::ToDoubleSeconds(absl::Now() - checkpoint_started_))
+                 << std::endl;
+    }
   }
   return absl::OkStatus();
 }
@@ -965,13 +1058,14 @@ absl::Status TrainingRun::TrainLoop() {
   while (step_ < total_steps_) {
     bool stop = false;
     RETURN_IF_ERROR(TrainStep(&stop));
+    if (checkpoint_in_flight_.has_value()) RETURN_IF_ERROR(PublishWhenDurable(false));
     if (step_ % options_.metrics_every == 0 || step_ == total_steps_) ReportInterval(lr_);
     if (stop && step_ < total_steps_) {
       // Every rank decided the same after this step: checkpoint here and
       // leave, without evaluating.
       outcome_.preempted = true;
       if (checkpoints_.has_value()) {
-        RETURN_IF_ERROR(SaveCheckpoint());
+        RETURN_IF_ERROR(SaveCheckpoint(/*wait=*/true));
         outcome_.checkpointed = true;
       }
       if (loop_.log != nullptr) {
@@ -985,7 +1079,8 @@ absl::Status TrainingRun::TrainLoop() {
     if (checkpoints_.has_value() &&
         ((options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) ||
          step_ == total_steps_)) {
-      RETURN_IF_ERROR(SaveCheckpoint());
+      // The last one is waited for: the run ends with `latest` in place.
+      RETURN_IF_ERROR(SaveCheckpoint(/*wait=*/step_ == total_steps_));
     }
   }
   return absl::OkStatus();

@@ -139,6 +139,17 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
       ->group("Communication");
 
   app.add_option_function<std::string>(
+         "--checkpoint-writes",
+         [&flags](const std::string& mode) {
+           flags.trainer.checkpoint_async = mode == "async";
+         },
+         "async: snapshot the state at the step boundary and write it on a background "
+         "thread while training goes on (the default); sync: write within the step "
+         "(for comparison)")
+      ->check(CLI::IsMember({"async", "sync"}))
+      ->group("Performance");
+
+  app.add_option_function<std::string>(
          "--cpu-kernels",
          [&flags](const std::string& kernels) {
            flags.trainer.cpu_kernels = kernels == "tessera";

@@ -74,6 +74,9 @@ struct TrainerOptions {
   // Not a TrainerConfig field either: LayerNorm and GELU on tessera's CPU
   // kernels (true) or LibTorch's (false); see fused_layers.h.
   bool cpu_kernels = true;
+  // Not a TrainerConfig field either: write checkpoints on a background thread
+  // while training goes on (true), or within the step (false, for comparison).
+  bool checkpoint_async = true;
 };
 
 // Where this process sits in the job. Set by the worker on the command line.

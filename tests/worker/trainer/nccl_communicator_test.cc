@@ -175,10 +175,10 @@ TEST(NcclCommunicatorTest, AnAbortedCommunicatorRefusesCollectivesNamingWhy) {
   EXPECT_NE(barrier.message().find("aborted"), absl::string_view::npos) << barrier;
 }
 
-// The figures scripts/gpu_bench.sh prints: joining a world of one, and one
+// The figures scripts/gpu_check.sh prints: joining a world of one, and one
 // all-reduce of a DDP-sized (25 MiB) bucket.
 // Prints NCCL's init and 25 MiB all-reduce times at world size 1 (figures for
-// scripts/gpu_check; no timing is asserted).
+// scripts/gpu_check.sh; no timing is asserted).
 TEST(NcclCommunicatorTest, AWorldOfOneJoinsAndReducesA25MiBBucket) {
   if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
   absl::Time start = absl::Now();

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/fake_coordinator_client.h"
@@ -23,6 +25,7 @@
 #include "worker/trainer/communicator.h"
 #include "worker/trainer/gloo_communicator.h"
 #include "worker/trainer/metrics_reporter.h"
+#include "worker/trainer/progress.h"
 #include "worker/trainer/synthetic_dataset.h"
 
 namespace tessera::trainer {
@@ -379,6 +382,53 @@ TEST(TrainerTest, ResumingFromACheckpointContinuesExactlyLikeAnUninterruptedRun)
 // Both ranks write and read their own state. (No dropout here: the ranks of this
 // test are threads of one process and share LibTorch's generator, so their
 // draws interleave unpredictably; the one-rank test covers the RNG state.)
+// Checkpoints are written on a background thread: while the write of step 5
+// is held back, training goes on to step 7 and `latest` still points at no
+// checkpoint; once it is written it is published, and the run ends with its
+// final checkpoint published.
+TEST(TrainerTest, AnAsyncCheckpointIsPublishedOnlyOnceWrittenWhileTrainingGoesOn) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 8;
+  options.checkpoint_every = 5;
+  options.checkpoint_dir = FreshDirectory("async-checkpoint");
+  RealClock clock;
+  ProgressTracker progress(clock);
+  TrainerLoopOptions loop;
+  loop.checkpoint_keep = 10;
+  loop.progress = &progress;
+  int64_t step_reached = -1;
+  absl::StatusOr<std::optional<int64_t>> latest_while_held = std::nullopt;
+  loop.before_checkpoint_write = [&](int64_t step) {
+    if (step != 5) return;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (progress.step() < 7 && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(1));
+    step_reached = progress.step();
+    latest_while_held = CheckpointDirectory(options.checkpoint_dir).LatestStep();
+  };
+  const absl::StatusOr<TrainingOutcome> outcome = TrainAlone(options, train, test, loop);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_GE(step_reached, 7) << "training waited for the checkpoint write";
+  ASSERT_TRUE(latest_while_held.ok()) << latest_while_held.status();
+  EXPECT_FALSE(latest_while_held->has_value())
+      << "latest moved to " << **latest_while_held << " before the write was done";
+  const CheckpointDirectory dir(options.checkpoint_dir);
+  const absl::StatusOr<std::optional<int64_t>> latest = dir.LatestStep();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(**latest, 8);
+  EXPECT_TRUE(std::filesystem::exists(dir.ModelPath(5)));
+
+  // Written within the step instead: the same model.
+  TrainerOptions sync = options;
+  sync.checkpoint_async = false;
+  sync.checkpoint_dir = FreshDirectory("sync-checkpoint");
+  const absl::StatusOr<TrainingOutcome> synchronous = TrainAlone(sync, train, test);
+  ASSERT_TRUE(synchronous.ok()) << synchronous.status();
+  EXPECT_EQ(synchronous->param_hash, outcome->param_hash);
+}
+
 TEST(TrainerTest, TwoRanksResumeInSyncWithTheUninterruptedRun) {
   const ImageDataset train = Synthetic(512, Split::kTrain);
   const ImageDataset test = Synthetic(64, Split::kTest);
