@@ -244,10 +244,18 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(
       if (s.slow_since == absl::InfiniteFuture()) s.slow_since = now;
     } else {
       s.slow_since = absl::InfiniteFuture();
-      if (s.flagged && ratio < release) {
+    }
+    // An episode ends only once the rank has stayed below the release ratio
+    // for a whole window: a moment of catching up (its peers slowed by a
+    // neighbour on a busy node) does not end it and start a new one.
+    if (ratio < release) {
+      if (s.fast_since == absl::InfiniteFuture()) s.fast_since = now;
+      if (s.flagged && now - s.fast_since >= options.straggler_window) {
         s.flagged = false;
         s.text.clear();
       }
+    } else {
+      s.fast_since = absl::InfiniteFuture();
     }
     if (s.slow_since == absl::InfiniteFuture() && !s.flagged) continue;
     // The phase that accounts for most of the excess over the peers.

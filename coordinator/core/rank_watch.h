@@ -13,7 +13,7 @@
 //   * Straggler: a rank whose own work per step (its step time less the time
 //     it waited on peers) stays above straggler_ratio x the median of its
 //     peers' for straggler_window. Flagging does not stop anything; an episode
-//     ends when the ratio falls back below halfway to 1.
+//     ends when the ratio stays below halfway to 1 for straggler_window too.
 //
 // The verdict's reason names the culprit, its worker, step and phase, and what
 // its peers wait on, e.g. "rank 1 on w2 stalled at step 412 in data for 64 s;
@@ -109,6 +109,7 @@ class AttemptWatch {
     tessera::v1::RankProgress last;
     absl::Time received = absl::InfinitePast();
     absl::Time slow_since = absl::InfiniteFuture();  // above the ratio since
+    absl::Time fast_since = absl::InfiniteFuture();  // below the release ratio since
     bool flagged = false;
     std::string text;  // the straggler description while flagged
   };

@@ -229,7 +229,11 @@ TEST(AttemptWatchTest, StragglerEpisodeEndsWhenTheRankCatchesUpAndANewOneIsRepor
   };
   run(200, 40);
   EXPECT_EQ(flagged, 1);
-  run(60, 10);  // caught up: episode over
+  run(60, 10);  // caught up for a moment: still the same episode
+  EXPECT_TRUE(watch.IsStraggler(1));
+  run(200, 40);
+  EXPECT_EQ(flagged, 1) << "a moment of catching up started a second episode";
+  run(60, 40);  // caught up for a whole window: episode over
   EXPECT_FALSE(watch.IsStraggler(1));
   run(200, 20);  // slow again, but not yet for the window
   EXPECT_EQ(flagged, 1);
