@@ -84,10 +84,15 @@ torch::Tensor BytesTensor(const std::string& bytes) {
   return tensor;
 }
 
+// Straight into one string: through an ostringstream the bytes were copied
+// once more into the stream's buffer and again by str().
 std::string Serialize(torch::serialize::OutputArchive& archive) {
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
+  std::string out;
+  archive.save_to([&out](const void* data, size_t size) -> size_t {
+    out.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return out;
 }
 
 int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key) {
