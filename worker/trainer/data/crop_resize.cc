@@ -41,14 +41,23 @@ void ResizeBoxToChw(const uint8_t* src, int src_width, int src_height, const Cro
   // columns the row's taps read (contiguous, vectorises), then blends columns.
   const int first_col = xs.front().first;
   const int cols = xs.back().second - first_col + 1;
-  std::vector<uint16_t> blended(static_cast<size_t>(cols) * 3);
-  std::vector<int> offsets(static_cast<size_t>(out_width) * 2);
+  // A tap's second column is its first plus one, or equal to it with weight 0
+  // at the right edge (Taps clamps): one spare pixel at the end of the blended
+  // row lets every tap read first + 1, so the column pass needs one offset per
+  // output pixel. The spare is zero and always weighted 0.
+  std::vector<uint16_t> blended(static_cast<size_t>(cols + 1) * 3, 0);
+  // Per output column in the order written (mirrored when flipping): the
+  // blended-row offset of its first tap and the weight of its second.
+  std::vector<int> offsets(static_cast<size_t>(out_width));
+  std::vector<int> weights(static_cast<size_t>(out_width));
   for (int ox = 0; ox < out_width; ++ox) {
-    offsets[2 * ox] = 3 * (xs[ox].first - first_col);
-    offsets[2 * ox + 1] = 3 * (xs[ox].second - first_col);
+    const Tap& tap = xs[flip ? out_width - 1 - ox : ox];
+    offsets[ox] = 3 * (tap.first - first_col);
+    weights[ox] = tap.weight;
   }
   const size_t stride = size_t{3} * src_width;
   const size_t plane = static_cast<size_t>(out_width) * out_height;
+  const size_t n = static_cast<size_t>(cols) * 3;
   for (int oy = 0; oy < out_height; ++oy) {
     const uint8_t* top = src + ys[oy].first * stride + 3 * first_col;
     const uint8_t* bottom = src + ys[oy].second * stride + 3 * first_col;
@@ -56,24 +65,22 @@ void ResizeBoxToChw(const uint8_t* src, int src_width, int src_height, const Cro
     const auto wb = static_cast<uint16_t>(ys[oy].weight);
     const auto wt = static_cast<uint16_t>(kOne - wb);
     uint16_t* row = blended.data();
-    const size_t n = blended.size();
     for (size_t i = 0; i < n; ++i) {
       row[i] = static_cast<uint16_t>(uint16_t{top[i]} * wt + uint16_t{bottom[i]} * wb);
     }
     uint8_t* r = out + static_cast<size_t>(oy) * out_width;
     uint8_t* g = r + plane;
     uint8_t* b = g + plane;
+    // p * (1 - w) + q * w as p + (q - p) * w: one multiply per channel, the
+    // same integers (signed: q - p may be negative, the sum is not).
+    constexpr int kUnit = static_cast<int>(kOne);
+    constexpr int kHalf = kUnit * kUnit / 2;
     for (int ox = 0; ox < out_width; ++ox) {
-      const uint16_t* p = blended.data() + offsets[2 * ox];
-      const uint16_t* q = blended.data() + offsets[2 * ox + 1];
-      const uint32_t wx = static_cast<uint32_t>(xs[ox].weight);
-      const int dst = flip ? out_width - 1 - ox : ox;
-      r[dst] =
-          static_cast<uint8_t>((p[0] * (kOne - wx) + q[0] * wx + kOne * kOne / 2) >> 16);
-      g[dst] =
-          static_cast<uint8_t>((p[1] * (kOne - wx) + q[1] * wx + kOne * kOne / 2) >> 16);
-      b[dst] =
-          static_cast<uint8_t>((p[2] * (kOne - wx) + q[2] * wx + kOne * kOne / 2) >> 16);
+      const uint16_t* p = row + offsets[ox];
+      const int w = weights[ox];
+      r[ox] = static_cast<uint8_t>((p[0] * kUnit + (p[3] - p[0]) * w + kHalf) >> 16);
+      g[ox] = static_cast<uint8_t>((p[1] * kUnit + (p[4] - p[1]) * w + kHalf) >> 16);
+      b[ox] = static_cast<uint8_t>((p[2] * kUnit + (p[5] - p[2]) * w + kHalf) >> 16);
     }
   }
 }
