@@ -14,15 +14,22 @@ std::string DescribeCollective(const PendingCollectiveInfo& info) {
   return text;
 }
 
-uint64_t PendingCollectiveTracker::Begin(absl::string_view name, int bucket) {
+uint64_t PendingCollectiveTracker::Begin(absl::string_view name, int bucket, bool ready) {
   const absl::Time now = clock_.Now();
   absl::MutexLock lock(&mu_);
   const uint64_t sequence = ++issued_;
   pending_.emplace(sequence, PendingCollectiveInfo{.sequence = sequence,
                                                    .name = std::string(name),
                                                    .bucket = bucket,
-                                                   .started_at = now});
+                                                   .started_at = now,
+                                                   .ready = ready});
   return sequence;
+}
+
+void PendingCollectiveTracker::MarkReady(uint64_t sequence) {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(sequence);
+  if (it != pending_.end()) it->second.ready = true;
 }
 
 void PendingCollectiveTracker::End(uint64_t sequence) {

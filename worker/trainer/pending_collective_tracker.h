@@ -36,6 +36,11 @@ struct PendingCollectiveInfo {
   std::string name;        // "allreduce", "broadcast", "barrier"
   int bucket = kNoBucket;  // the gradient bucket it carries, or kNoBucket
   absl::Time started_at;   // when it was issued, on the tracker's clock
+  // Its inputs are complete: it runs or waits on peers. False while the
+  // rank's own device work that produces them is still queued or running (an
+  // NCCL collective before its `ready` event completed); a rank whose oldest
+  // collective is not ready waits on itself, not on its peers.
+  bool ready = true;
 };
 
 // "allreduce #412 (bucket 3)", or "barrier #7" without a bucket.
@@ -49,8 +54,13 @@ class PendingCollectiveTracker {
   PendingCollectiveTracker(const PendingCollectiveTracker&) = delete;
   PendingCollectiveTracker& operator=(const PendingCollectiveTracker&) = delete;
 
-  // Records a collective issued now; returns its sequence number.
-  uint64_t Begin(absl::string_view name, int bucket = kNoBucket);
+  // Records a collective issued now; returns its sequence number. `ready`:
+  // its inputs are complete already (host collectives); a device backend
+  // passes false and calls MarkReady once the device has produced them.
+  uint64_t Begin(absl::string_view name, int bucket = kNoBucket, bool ready = true);
+
+  // The inputs of collective `sequence` are complete (nothing if it ended).
+  void MarkReady(uint64_t sequence);
 
   // The collective `sequence` has finished. Ending one twice, or one never
   // begun, does nothing, so that a completion poller and a waiter may both

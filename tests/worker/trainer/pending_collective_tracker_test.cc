@@ -48,6 +48,22 @@ TEST(PendingCollectiveTrackerTest, OldestIsTheFirstUnfinishedWithItsStartTime) {
   EXPECT_EQ(oldest->started_at, second_start);
 }
 
+TEST(PendingCollectiveTrackerTest, ADeviceCollectiveIsReadyOnlyOnceMarked) {
+  FakeClock clock;
+  PendingCollectiveTracker tracker(clock);
+  const uint64_t host = tracker.Begin("allreduce", 0);
+  EXPECT_TRUE(tracker.Oldest()->ready);  // host collectives start ready
+  tracker.End(host);
+
+  const uint64_t device = tracker.Begin("allreduce", 1, /*ready=*/false);
+  EXPECT_FALSE(tracker.Oldest()->ready);
+  tracker.MarkReady(device);
+  EXPECT_TRUE(tracker.Oldest()->ready);
+  tracker.End(device);
+  tracker.MarkReady(device);  // after the end: nothing to mark
+  EXPECT_EQ(tracker.Oldest(), std::nullopt);
+}
+
 TEST(PendingCollectiveTrackerTest, EndingOutOfOrderTwiceOrUnknownIsHarmless) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
