@@ -30,6 +30,9 @@ inline constexpr size_t kMaxWorkerCredentialBytes = 256;
 inline constexpr int kMaxHeartbeatRanks = 16384;
 // The reason a worker gives for a rank it could not launch.
 inline constexpr size_t kMaxLaunchErrorBytes = 4096;
+// LocalRank.exit_detail: the worker sends at most 1,000 bytes (worker/exit_detail.h);
+// a heartbeat with more is refused.
+inline constexpr size_t kMaxExitDetailBytes = 4096;
 // The GPUs a worker lists (one slot each): at most kMaxWorkerSlots ids, each a
 // CUDA_VISIBLE_DEVICES id (an index, or a GPU-/MIG- UUID) of at most this many
 // bytes of printable ASCII without spaces or commas.

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "worker/exit_detail.h"
 
 namespace tessera {
 
@@ -328,6 +329,7 @@ Supervisor::Supervisor(ProcessLauncher* launcher, const Clock* clock,
 absl::Status Supervisor::Start(const RankKey& key, const ProcessSpec& spec_in) {
   RankProcess& proc = ranks_[key];
   proc.key = key;
+  proc.log_path = spec_in.log_path;
   ProcessSpec spec = spec_in;
   if (cgroups_ != nullptr) {
     absl::StatusOr<std::string> group = cgroups_->EnsureGroup(key.job_id, key.attempt);
@@ -399,6 +401,7 @@ bool Supervisor::Poll() {
     if (std::optional<ProcessExit> exit = launcher_->TryReap(proc.pid)) {
       proc.exited = true;
       proc.exit = *exit;
+      proc.exit_detail = ReadExitDetail(proc.log_path);
       any_exit = true;
       // The trainer may have left children in its group; they go with it.
       launcher_->SignalGroup(proc.pid, SIGKILL);

@@ -121,6 +121,9 @@ struct RankProcess {
   bool exited = false;
   ProcessExit exit;
   std::string launch_error;  // why it could not be started; empty if it was
+  std::string log_path;      // where its output goes (ProcessSpec::log_path)
+  // Its "exit reason" line, read from the log when it exited (exit_detail.h).
+  std::string exit_detail;
   std::optional<absl::Time> kill_deadline;  // set once a stop was requested
   bool preempted = false;                   // SIGUSR1 was sent (Preempt)
   bool killed = false;                      // SIGKILL was sent

@@ -371,6 +371,7 @@ void WorkerAgent::AddLocalRanks(google::protobuf::RepeatedPtrField<v1::LocalRank
     r->set_exit_code(p.exit.exit_code);
     r->set_signal(p.exit.signal);
     r->set_launch_error(p.launch_error);
+    r->set_exit_detail(p.exit_detail);
   }
 }
 

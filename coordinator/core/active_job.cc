@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
 #include "common/trainer_exit.h"
+#include "common/worker_fields.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -19,9 +20,14 @@ bool ExitedPreempted(const RankRecord& r) {
          r.signal == 0;
 }
 
-std::string ExitText(const RankRecord& r) {
+// "exited with code 6 (CUDA error): <the rank's exit reason line>".
+std::string ExitText(const RankRecord& r, const std::string& detail) {
   if (r.signal != 0) return absl::StrCat("was killed by signal ", r.signal);
-  return absl::StrCat("exited with code ", r.exit_code);
+  std::string text = absl::StrCat("exited with code ", r.exit_code);
+  const std::string_view meaning = TrainerExitMeaning(r.exit_code);
+  if (!meaning.empty()) absl::StrAppend(&text, " (", std::string(meaning), ")");
+  if (!detail.empty()) absl::StrAppend(&text, ": ", detail);
+  return text;
 }
 
 }  // namespace
@@ -72,8 +78,9 @@ RankRecord& ActiveJob::RecordExit(const v1::LocalRank& reported) {
   rank.signal = reported.signal();
   rank.exit_reason =
       reported.launch_error().empty()
-          ? (ExitedPreempted(rank) ? std::string("checkpointed and left (preempted)")
-                                   : ExitText(rank))
+          ? (ExitedPreempted(rank)
+                 ? std::string("checkpointed and left (preempted)")
+                 : ExitText(rank, reported.exit_detail().substr(0, kMaxExitDetailBytes)))
           : absl::StrCat("could not be launched: ",
                          reported.launch_error().substr(0, 1024));
   if (kill_sent[reported.rank()])

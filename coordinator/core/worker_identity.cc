@@ -65,6 +65,10 @@ absl::Status CheckHeartbeat(const v1::HeartbeatRequest& request) {
       return absl::InvalidArgumentError(absl::StrCat("ranks.launch_error: longer than ",
                                                      kMaxLaunchErrorBytes, " bytes"));
     }
+    if (rank.exit_detail().size() > kMaxExitDetailBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("ranks.exit_detail: longer than ",
+                                                     kMaxExitDetailBytes, " bytes"));
+    }
   }
   return absl::OkStatus();
 }

@@ -88,6 +88,20 @@ TEST_F(SupervisorTest, ReportsNonZeroExitCodeAndEnvironment) {
   EXPECT_EQ(testing::ReadFile(spec.log_path), "rank=1\n");
 }
 
+TEST_F(SupervisorTest, AnExitedRankCarriesTheExitReasonItPrinted) {
+  RankKey key{1, 1, 2};
+  ProcessSpec spec;
+  spec.argv = {"/bin/sh", "-c",
+               "echo 'step 12'; echo 'tessera-train: exit reason: CUDA error: "
+               "cudaErrorIllegalAddress on cuda:0' >&2; exit 6"};
+  spec.log_path = dir_.File("rank2.log");
+  ASSERT_TRUE(sup_.Start(key, spec).ok());
+  WaitExited(sup_, key);
+  const RankProcess p = Find(sup_, key);
+  EXPECT_EQ(p.exit.exit_code, 6);
+  EXPECT_EQ(p.exit_detail, "CUDA error: cudaErrorIllegalAddress on cuda:0");
+}
+
 TEST_F(SupervisorTest, ChildGetsOnlyItsSpecEnvStdioAndUmask077) {
   // Descriptors the worker holds, inheritable or not, must not reach a rank.
   int leaked[2];

@@ -18,12 +18,33 @@ std::string Seconds(absl::Duration d) {
 
 }  // namespace
 
-void ExitOnCollectiveFailure(const std::string& reason) {
-  std::fprintf(stderr, "tessera-train: %s; communicator aborted, exiting with code %d\n",
-               reason.c_str(), kExitCollectiveFailure);
-  std::fflush(stderr);
+namespace {
+
+[[noreturn]] void ExitWithReason(const std::string& reason, int code) {
   std::fflush(stdout);
-  std::_Exit(kExitCollectiveFailure);
+  std::fprintf(stderr, "tessera-train: %s; communicator aborted, exiting with code %d\n",
+               reason.c_str(), code);
+  std::fprintf(stderr, "%.*s%s\n", static_cast<int>(kTrainerExitReasonPrefix.size()),
+               kTrainerExitReasonPrefix.data(), reason.c_str());
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+}  // namespace
+
+void ExitOnCollectiveFailure(const std::string& reason) {
+  ExitWithReason(reason, kExitCollectiveFailure);
+}
+
+void ExitOnCudaError(const std::string& reason) {
+  ExitWithReason(reason, kTrainerExitCudaError);
+}
+
+bool IsCudaErrorMessage(std::string_view message) {
+  for (std::string_view mark : {"CUDA error", "CUDA out of memory", "cudaError"}) {
+    if (message.find(mark) != std::string_view::npos) return true;
+  }
+  return false;
 }
 
 CollectiveWatchdog::CollectiveWatchdog(const PendingCollectiveTracker& tracker,

@@ -29,6 +29,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -37,19 +38,31 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/trainer_exit.h"
 #include "worker/trainer/pending_collective_tracker.h"
 
 namespace tessera::trainer {
 
 // Exit code of a trainer whose collective failed or timed out (the watchdog
 // fired and aborted the communicator). 1 is a runtime failure, 2 a usage
-// error, 3 a lost lease (lease.h).
-inline constexpr int kExitCollectiveFailure = 4;
+// error, 3 a lost lease (lease.h); the codes are in common/trainer_exit.h.
+inline constexpr int kExitCollectiveFailure = kTrainerExitCollectiveFailure;
 
-// Ends tessera-train after the watchdog fired: says why on stderr, then exits
+// Ends tessera-train after the watchdog fired: says why on stderr (with the
+// "exit reason" line the worker passes on, common/trainer_exit.h), then exits
 // at once with kExitCollectiveFailure (no destructors: a communicator's
 // teardown could wait on the peer that is gone).
 [[noreturn]] void ExitOnCollectiveFailure(const std::string& reason);
+
+// The same for a CUDA error outside NCCL (NcclOptions::on_device_failure, or a
+// training step that failed with one): exits with kTrainerExitCudaError.
+[[noreturn]] void ExitOnCudaError(const std::string& reason);
+
+// Whether a failure's message is a CUDA error's: LibTorch's read "CUDA error:
+// ..." (an illegal address, a launch failure) or "CUDA out of memory"; the
+// NCCL backend's name a cudaError. Such a rank exits with
+// kTrainerExitCudaError, not as a runtime failure.
+bool IsCudaErrorMessage(std::string_view message);
 
 struct CollectiveWatchdogOptions {
   // A collective pending this long fires the watchdog (--collective-timeout).

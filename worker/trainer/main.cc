@@ -8,7 +8,9 @@
 // (--collective-timeout; collective_watchdog.h), 5 preempted: SIGUSR1 asked
 // the rank to checkpoint and leave, and it did so at the step all ranks agreed
 // on (kTrainerExitPreempted, common/trainer_exit.h; preemption.h); its job
-// resumes from that checkpoint.
+// resumes from that checkpoint; 6 a CUDA error outside NCCL (a kernel fault,
+// out of device memory; kTrainerExitCudaError). Codes 4 and 6 come with a
+// "tessera-train: exit reason:" line that the worker passes on.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -266,6 +268,8 @@ int Run(int argc, char** argv) {
   // reason on stderr and its own exit code (the watchdog aborted the
   // communicator first).
   group_options.on_collective_failure = ExitOnCollectiveFailure;
+  // A CUDA error outside NCCL that the NCCL watchdog finds: its own code.
+  group_options.on_device_failure = ExitOnCudaError;
   group_options.gloo_pairwise_exchange = flags->gloo_allreduce == "exchange";
   if (placement->cuda) {
     if (!NcclBackendAvailable()) {
@@ -312,6 +316,13 @@ int Run(int argc, char** argv) {
   loop.fault = &fault;
   Trainer trainer(options, *data, *group->communicator, **reporter, loop);
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
+  if (!outcome.ok() && IsCudaErrorMessage(outcome.status().message())) {
+    // A kernel fault or an out-of-memory: the device, not the training code
+    // or a peer, is the reason.
+    group->communicator->Abort();
+    ExitOnCudaError(absl::StrCat("training on ", placement->name(), " failed: ",
+                                 outcome.status().message()));
+  }
   if (!outcome.ok()) return fail_and_abort("training", outcome.status());
 
   if (outcome->preempted) {

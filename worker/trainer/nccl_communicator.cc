@@ -1,13 +1,8 @@
 #include "worker/trainer/nccl_communicator.h"
 
-#include <cuda.h>
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -24,92 +19,48 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "worker/trainer/collective_watchdog.h"
+#include "worker/trainer/gpu_api.h"
 #include "worker/trainer/pending_collective_tracker.h"
 
 namespace tessera::trainer {
 namespace {
 
-static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes);
-
-absl::Status CudaStatus(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": CUDA error ", static_cast<int>(error),
-                                          " (", cudaGetErrorString(error), ")"));
+std::string CudaText(GpuApi& api, int error, absl::string_view what) {
+  return absl::StrCat(what, ": CUDA error ", error, " ", api.CudaErrorText(error));
 }
 
-absl::Status NcclStatus(ncclResult_t result, const char* what) {
-  if (result == ncclSuccess) return absl::OkStatus();
-  const std::string text = absl::StrCat(what, ": NCCL error ", static_cast<int>(result),
-                                        " (", ncclGetErrorString(result), ")");
+absl::Status CudaStatus(GpuApi& api, int error, absl::string_view what) {
+  if (error == kCudaSuccess) return absl::OkStatus();
+  return absl::InternalError(CudaText(api, error, what));
+}
+
+absl::Status NcclStatus(GpuApi& api, int result, absl::string_view what) {
+  if (result == kNcclSuccess) return absl::OkStatus();
+  const std::string text = absl::StrCat(what, ": NCCL error ", result, " (",
+                                        api.NcclErrorText(result), ")");
   switch (result) {
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
+    case kNcclInvalidArgument:
+    case kNcclInvalidUsage:
       return absl::InvalidArgumentError(text);
-    case ncclRemoteError:
-    case ncclSystemError:
+    case kNcclRemoteError:
+    case kNcclSystemError:
       return absl::UnavailableError(text);
     default:
       return absl::InternalError(text);
   }
 }
 
-absl::StatusOr<ncclDataType_t> ToNccl(NcclDataType type) {
-  switch (type) {
-    case NcclDataType::kFloat32:
-      return ncclFloat32;
-    case NcclDataType::kFloat64:
-      return ncclFloat64;
-    case NcclDataType::kFloat16:
-      return ncclFloat16;
-    case NcclDataType::kInt64:
-      return ncclInt64;
-    case NcclDataType::kBFloat16:
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
-      return ncclBfloat16;
-#else
-      return absl::UnimplementedError("bfloat16 needs NCCL 2.10 or newer");
-#endif
+// Backs off from 20 us to 1 ms between polls of an operation in progress.
+class Backoff {
+ public:
+  void Pause() {
+    absl::SleepFor(pause_);
+    pause_ = std::min(pause_ * 2, absl::Milliseconds(1));
   }
-  return absl::InvalidArgumentError("unknown NCCL data type");
-}
 
-// cuDevicePrimaryCtxGetState, looked up through the runtime so that no libcuda
-// is linked; null when the driver does not offer it.
-using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
-PrimaryCtxGetState LookUpPrimaryCtxGetState() {
-  void* function = nullptr;
-#if CUDART_VERSION >= 12000
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-  const cudaError_t error = cudaGetDriverEntryPointByVersion(
-      "cuDevicePrimaryCtxGetState", &function, 12000, cudaEnableDefault, &found);
-#else
-  const cudaError_t error = cudaGetDriverEntryPoint("cuDevicePrimaryCtxGetState",
-                                                    &function, cudaEnableDefault, &found);
-#endif
-  const bool ok = error == cudaSuccess && found == cudaDriverEntryPointSuccess;
-#else
-  const bool ok = cudaGetDriverEntryPoint("cuDevicePrimaryCtxGetState", &function,
-                                          cudaEnableDefault) == cudaSuccess;
-#endif
-  if (!ok || function == nullptr) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return reinterpret_cast<PrimaryCtxGetState>(function);
-}
-
-// Whether `device` has an active primary context. False when unknown.
-bool HasActiveContext(int device) {
-  static const PrimaryCtxGetState get_state = LookUpPrimaryCtxGetState();
-  if (get_state == nullptr) return false;
-  unsigned int flags = 0;
-  int active = 0;
-  // The runtime's and the driver's device ordinals agree (both honour
-  // CUDA_VISIBLE_DEVICES).
-  return get_state(static_cast<CUdevice>(device), &flags, &active) == CUDA_SUCCESS &&
-         active != 0;
-}
+ private:
+  absl::Duration pause_ = absl::Microseconds(20);
+};
 
 // Makes `device` current for its lifetime, then the previous device again, but
 // only if that one has a context: before anything is made current
@@ -117,38 +68,38 @@ bool HasActiveContext(int device) {
 // context (hundreds of MiB) on a GPU this rank never uses.
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int device) {
+  DeviceGuard(GpuApi& api, int device) : api_(api) {
     int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) {
-      cudaGetLastError();
+    if (api_.GetDevice(&previous) != kCudaSuccess) {
+      api_.ClearLastError();
       return;
     }
     if (previous == device) return;
-    if (HasActiveContext(previous)) previous_ = previous;
-    cudaSetDevice(device);
+    if (api_.HasActiveContext(previous)) previous_ = previous;
+    api_.SetDevice(device);
   }
   ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
+    if (previous_ >= 0) api_.SetDevice(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
+  GpuApi& api_;
   int previous_ = -1;
 };
 
 // A CUDA event shared by a pending operation and the watchdog, which queries
 // it from its own thread; destroyed when the last of them lets go.
-using SharedEvent = std::shared_ptr<CUevent_st>;
+using SharedEvent = std::shared_ptr<void>;
 
-absl::StatusOr<SharedEvent> NewEvent(int device) {
-  cudaEvent_t event = nullptr;
-  const absl::Status status = CudaStatus(
-      cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creating an event");
+absl::StatusOr<SharedEvent> NewEvent(GpuApi& api, int device) {
+  GpuEvent event = nullptr;
+  const absl::Status status = CudaStatus(api, api.EventCreate(&event), "creating an event");
   if (!status.ok()) return status;
-  return SharedEvent(event, [device](cudaEvent_t e) {
-    DeviceGuard guard(device);
-    cudaEventDestroy(e);
+  return SharedEvent(event, [&api, device](GpuEvent e) {
+    DeviceGuard guard(api, device);
+    api.EventDestroy(e);
   });
 }
 
@@ -162,116 +113,117 @@ absl::StatusOr<SharedEvent> NewEvent(int device) {
 // would block returns ncclInProgress, and the wait for it releases the lock
 // between polls).
 struct NcclCommState {
-  // One collective whose `done` event had not completed when last looked at.
+  // One collective whose `done` event had not completed when last looked at;
+  // `ready` until its inputs were seen complete.
   struct InFlight {
     uint64_t sequence = 0;
+    SharedEvent ready;
     SharedEvent done;
   };
 
-  cudaStream_t stream = nullptr;  // the communicator's own stream
-  float* scratch = nullptr;       // one device float for Barrier
+  explicit NcclCommState(GpuApi& gpu) : api(gpu) {}
+
+  GpuApi& api;
+  GpuStream stream = nullptr;  // the communicator's own stream
+  float* scratch = nullptr;    // one device float for Barrier
   int device = 0;
   NcclOptions options;
   RealClock clock;
   PendingCollectiveTracker tracker{clock};
 
   absl::Mutex comm_mu;
-  ncclComm_t comm ABSL_GUARDED_BY(comm_mu) = nullptr;
+  NcclHandle comm ABSL_GUARDED_BY(comm_mu) = nullptr;
   std::atomic<bool> aborted{false};  // written under comm_mu, exclusively
 
   absl::Mutex mu;
   std::optional<std::string> abort_reason ABSL_GUARDED_BY(mu);
+  // A CUDA error outside NCCL that an event query returned (sticky: the
+  // device context is unusable).
+  std::optional<std::string> device_error ABSL_GUARDED_BY(mu);
   std::vector<InFlight> in_flight ABSL_GUARDED_BY(mu);
 
   ~NcclCommState() {
-    DeviceGuard guard(device);
-    absl::MutexLock lock(&comm_mu);
-    if (comm != nullptr && !aborted.load()) TearDownLocked();
-    if (scratch != nullptr) cudaFree(scratch);
-    if (stream != nullptr) cudaStreamDestroy(stream);
+    DeviceGuard guard(api, device);
+    {
+      absl::MutexLock lock(&comm_mu);
+      if (comm != nullptr && !aborted.load()) TearDownLocked();
+    }
+    {
+      absl::MutexLock lock(&mu);
+      in_flight.clear();  // the events, before the stream they were used on
+    }
+    if (scratch != nullptr) api.Free(scratch);
+    if (stream != nullptr) api.StreamDestroy(stream);
   }
 
   // The orderly teardown when nothing is pending and NCCL reports no error;
   // otherwise an abort, since finalizing could wait on a peer that is gone.
   void TearDownLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu) {
     const bool idle = RetireFinished().ok() && tracker.Oldest() == std::nullopt;
-    ncclResult_t state = ncclSuccess;
-    const bool healthy = ncclCommGetAsyncError(comm, &state) == ncclSuccess &&
-                         (state == ncclSuccess || state == ncclInProgress);
+    int state = kNcclSuccess;
+    const bool healthy = api.NcclAsyncError(comm, &state) == kNcclSuccess &&
+                         (state == kNcclSuccess || state == kNcclInProgress);
     if (!idle || !healthy) {
-      ncclCommAbort(comm);
+      api.NcclAbort(comm);
       return;
     }
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-    // Non-blocking: finalizing may return ncclInProgress; wait with a deadline.
-    ncclResult_t finalized = ncclCommFinalize(comm);
-    const absl::Time deadline = clock.Now() + options.timeout;
-    absl::Duration pause = absl::Microseconds(20);
-    while (finalized == ncclSuccess || finalized == ncclInProgress) {
-      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) break;
-      if (state == ncclSuccess) {
-        ncclCommDestroy(comm);
+    // Non-blocking: finalizing may return ncclInProgress; a peer that died
+    // after the last collective keeps it there, so it gets a deadline of its
+    // own, not the collective timeout.
+    const int finalized = api.NcclFinalize(comm);
+    const absl::Time deadline = clock.Now() + options.finalize_timeout;
+    Backoff backoff;
+    while (finalized == kNcclSuccess || finalized == kNcclInProgress) {
+      if (api.NcclAsyncError(comm, &state) != kNcclSuccess) break;
+      if (state == kNcclSuccess) {
+        api.NcclDestroy(comm);
         return;
       }
-      if (state != ncclInProgress || clock.Now() >= deadline) break;
-      absl::SleepFor(pause);
-      pause = std::min(pause * 2, absl::Milliseconds(1));
+      if (state != kNcclInProgress || clock.Now() >= deadline) break;
+      backoff.Pause();
     }
-    ncclCommAbort(comm);
-#else
-    ncclCommDestroy(comm);
-#endif
+    api.NcclAbort(comm);
   }
 
-  // Joins the communicator, non-blocking where NCCL offers it, within
-  // options.timeout.
-  absl::Status Init(const ncclUniqueId& id, int world_size, int rank) {
+  // Joins the communicator within options.timeout.
+  absl::Status Init(const std::string& id, int world_size, int rank) {
     const absl::Time deadline = clock.Now() + options.timeout;
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    ncclResult_t result = ncclSuccess;
+    int result = kNcclSuccess;
     {
       absl::WriterMutexLock lock(&comm_mu);
-      result = ncclCommInitRankConfig(&comm, world_size, id, rank, &config);
+      result = api.NcclInit(&comm, world_size, id, rank);
     }
-    absl::Status status = result == ncclInProgress
+    absl::Status status = result == kNcclInProgress
                               ? absl::OkStatus()
-                              : NcclStatus(result, "ncclCommInitRankConfig");
+                              : NcclStatus(api, result, "ncclCommInitRankConfig");
     if (status.ok()) {
       status = AwaitCalls(deadline, absl::StrCat("joining the NCCL communicator as rank ",
                                                  rank, " of ", world_size));
     }
     if (!status.ok()) Abort(std::string(status.message()));
     return status;
-#else
-    (void)deadline;
-    absl::WriterMutexLock lock(&comm_mu);
-    return NcclStatus(ncclCommInitRank(&comm, world_size, id, rank), "ncclCommInitRank");
-#endif
   }
 
   // Waits while NCCL reports ncclInProgress (a non-blocking call still under
   // way), until `deadline`. Errors name `what`.
   absl::Status AwaitCalls(absl::Time deadline, const std::string& what) {
-    absl::Duration pause = absl::Microseconds(20);
+    Backoff backoff;
     while (true) {
-      ncclResult_t state = ncclSuccess;
+      int state = kNcclSuccess;
       {
         absl::ReaderMutexLock lock(&comm_mu);
         if (aborted.load()) return AbortedStatus();
         const absl::Status got =
-            NcclStatus(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
+            NcclStatus(api, api.NcclAsyncError(comm, &state), "ncclCommGetAsyncError");
         if (!got.ok()) return got;
       }
-      if (state == ncclSuccess) return absl::OkStatus();
-      if (state != ncclInProgress) return NcclStatus(state, what.c_str());
+      if (state == kNcclSuccess) return absl::OkStatus();
+      if (state != kNcclInProgress) return NcclStatus(api, state, what);
       if (clock.Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             what, " did not complete within ", absl::FormatDuration(options.timeout)));
       }
-      absl::SleepFor(pause);
-      pause = std::min(pause * 2, absl::Milliseconds(1));
+      backoff.Pause();
     }
   }
 
@@ -293,28 +245,46 @@ struct NcclCommState {
       absl::MutexLock lock(&mu);
       if (!abort_reason.has_value()) abort_reason = reason;
     }
-    DeviceGuard guard(device);
+    DeviceGuard guard(api, device);
     absl::WriterMutexLock lock(&comm_mu);
     if (aborted.exchange(true) || comm == nullptr) return;
-    ncclCommAbort(comm);
+    api.NcclAbort(comm);
   }
 
-  // The watchdog fired.
+  // The watchdog fired: a CUDA error goes to on_device_failure, the rest to
+  // on_collective_failure.
   void Fail(const std::string& reason) {
-    Abort(reason);
-    if (options.on_collective_failure) options.on_collective_failure(reason);
+    std::optional<std::string> device_failure;
+    {
+      absl::MutexLock lock(&mu);
+      device_failure = device_error;
+    }
+    const std::string text =
+        device_failure.has_value()
+            ? absl::StrCat(*device_failure, " on CUDA device ", device,
+                           " (not an NCCL failure; the NCCL watchdog found it: ", reason,
+                           ")")
+            : reason;
+    Abort(text);
+    if (device_failure.has_value() && options.on_device_failure) {
+      options.on_device_failure(text);
+    } else if (options.on_collective_failure) {
+      options.on_collective_failure(text);
+    }
   }
 
-  // Issues one collective (`call`, which enqueues on `stream`) named `name` and
-  // `bucket`, and records its done event on `stream`. It stays in the tracker
-  // until the watchdog sees that event complete.
-  absl::StatusOr<SharedEvent> Launch(
-      absl::string_view name, int bucket, cudaStream_t on, const char* what,
-      const std::function<ncclResult_t(ncclComm_t)>& call) {
-    absl::StatusOr<SharedEvent> done = NewEvent(device);
+  // Issues one collective (`call`, which enqueues on the communicator's
+  // stream after `ready`) named `name` and `bucket`, and records its done
+  // event. It stays in the tracker until the watchdog sees that event
+  // complete. An enqueue that NCCL leaves in progress past the timeout aborts
+  // the communicator.
+  absl::StatusOr<SharedEvent> Launch(absl::string_view name, int bucket,
+                                     const SharedEvent& ready, const char* what,
+                                     const std::function<int(NcclHandle)>& call) {
+    absl::StatusOr<SharedEvent> done = NewEvent(api, device);
     if (!done.ok()) return done.status();
-    const uint64_t sequence = tracker.Begin(name, bucket);
-    ncclResult_t result = ncclSuccess;
+    const uint64_t sequence = tracker.Begin(name, bucket, /*ready=*/false);
+    int result = kNcclSuccess;
     {
       absl::ReaderMutexLock lock(&comm_mu);
       if (aborted.load()) {
@@ -324,31 +294,56 @@ struct NcclCommState {
       result = call(comm);
     }
     absl::Status status =
-        result == ncclInProgress ? absl::OkStatus() : NcclStatus(result, what);
-    if (status.ok() && result == ncclInProgress) {
-      status = AwaitCalls(clock.Now() + options.timeout, what);
+        result == kNcclInProgress ? absl::OkStatus() : NcclStatus(api, result, what);
+    if (status.ok() && result == kNcclInProgress) {
+      status = AwaitCalls(clock.Now() + options.timeout,
+                          absl::StrCat(what, " for ", name, " #", sequence));
+      if (!status.ok() && !aborted.load()) {
+        // The enqueue did not finish: NCCL may hold a half-issued collective
+        // that peers wait on. Nothing more can go through this communicator.
+        Abort(std::string(status.message()));
+      }
     }
     if (status.ok()) {
-      status = CudaStatus(cudaEventRecord(done->get(), on), "recording the done event");
+      status = CudaStatus(api, api.EventRecord(done->get(), stream),
+                          "recording the done event");
     }
     if (!status.ok()) {
       tracker.End(sequence);
       return status;
     }
     absl::MutexLock lock(&mu);
-    in_flight.push_back(InFlight{.sequence = sequence, .done = *done});
+    in_flight.push_back(InFlight{.sequence = sequence, .ready = ready, .done = *done});
     return *std::move(done);
   }
 
-  // Ends, in the tracker, every collective whose done event has completed.
+  // A failed event query: a sticky CUDA error, remembered as the device's.
+  absl::Status DeviceError(int query, absl::string_view what) {
+    const std::string text = CudaText(api, query, what);
+    if (!device_error.has_value()) device_error = text;
+    return absl::InternalError(text);
+  }
+
+  // Marks collectives whose inputs are complete as ready, and ends, in the
+  // tracker, every collective whose done event has completed.
   absl::Status RetireFinished() {
     absl::MutexLock lock(&mu);
     absl::Status status;
-    auto finished = [&](const InFlight& op) {
-      const cudaError_t query = cudaEventQuery(op.done.get());
-      if (query == cudaErrorNotReady) return false;
-      if (query != cudaSuccess && status.ok()) {
-        status = CudaStatus(query, "querying an NCCL collective's done event");
+    auto finished = [&](InFlight& op) {
+      if (op.ready != nullptr) {
+        const int query = api.EventQuery(op.ready.get());
+        if (query == kCudaErrorNotReady) return false;
+        if (query != kCudaSuccess) {
+          if (status.ok()) status = DeviceError(query, "querying a collective's input");
+          return false;
+        }
+        tracker.MarkReady(op.sequence);
+        op.ready.reset();
+      }
+      const int query = api.EventQuery(op.done.get());
+      if (query == kCudaErrorNotReady) return false;
+      if (query != kCudaSuccess) {
+        if (status.ok()) status = DeviceError(query, "querying an NCCL collective's end");
         return false;
       }
       tracker.End(op.sequence);
@@ -362,31 +357,33 @@ struct NcclCommState {
   // The watchdog's poll: retires finished collectives, then asks NCCL for an
   // asynchronous error.
   absl::Status Poll() {
-    DeviceGuard guard(device);
+    DeviceGuard guard(api, device);
     absl::Status status = RetireFinished();
     if (!status.ok()) return status;
-    ncclResult_t state = ncclSuccess;
+    int state = kNcclSuccess;
     {
       absl::ReaderMutexLock lock(&comm_mu);
       if (aborted.load()) return absl::OkStatus();
-      status = NcclStatus(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
+      status = NcclStatus(api, api.NcclAsyncError(comm, &state), "ncclCommGetAsyncError");
     }
     if (!status.ok()) return status;
-    if (state == ncclSuccess || state == ncclInProgress) return absl::OkStatus();
-    return NcclStatus(state, "the NCCL communicator reported");
+    if (state == kNcclSuccess || state == kNcclInProgress) return absl::OkStatus();
+    return NcclStatus(api, state, "the NCCL communicator reported");
   }
 
   // Blocks until `event` completes or the communicator is aborted (by the
   // watchdog, on an error or past the timeout).
-  absl::Status WaitForEvent(cudaEvent_t event) {
-    absl::Duration pause = absl::Microseconds(20);
+  absl::Status WaitForEvent(GpuEvent event) {
+    Backoff backoff;
     while (true) {
-      const cudaError_t query = cudaEventQuery(event);
-      if (query == cudaSuccess) return absl::OkStatus();
-      if (query != cudaErrorNotReady) return CudaStatus(query, "waiting for NCCL work");
+      const int query = api.EventQuery(event);
+      if (query == kCudaSuccess) return absl::OkStatus();
+      if (query != kCudaErrorNotReady) {
+        absl::MutexLock lock(&mu);
+        return DeviceError(query, "waiting for NCCL work");
+      }
       if (aborted.load()) return AbortedStatus();
-      absl::SleepFor(pause);
-      pause = std::min(pause * 2, absl::Milliseconds(1));
+      backoff.Pause();
     }
   }
 };
@@ -398,14 +395,14 @@ class PendingOp final : public NcclPending {
   PendingOp(std::shared_ptr<NcclCommState> state, SharedEvent done)
       : state_(std::move(state)), done_(std::move(done)) {}
 
-  absl::Status WaitOn(cudaStream_t stream) override {
-    DeviceGuard guard(state_->device);
-    return CudaStatus(cudaStreamWaitEvent(stream, done_.get(), 0),
+  absl::Status WaitOn(GpuStream stream) override {
+    DeviceGuard guard(state_->api, state_->device);
+    return CudaStatus(state_->api, state_->api.StreamWaitEvent(stream, done_.get()),
                       "ordering a stream after an NCCL collective");
   }
 
   absl::Status Synchronize() override {
-    DeviceGuard guard(state_->device);
+    DeviceGuard guard(state_->api, state_->device);
     return state_->WaitForEvent(done_.get());
   }
 
@@ -416,27 +413,26 @@ class PendingOp final : public NcclPending {
 
 }  // namespace
 
-absl::StatusOr<std::string> NewNcclUniqueId() {
-  ncclUniqueId id;
-  const absl::Status status = NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId");
+absl::StatusOr<std::string> NewNcclUniqueId(GpuApi& api) {
+  std::string id;
+  const absl::Status status = NcclStatus(api, api.NcclUniqueId(&id), "ncclGetUniqueId");
   if (!status.ok()) return status;
-  return std::string(id.internal, sizeof(id.internal));
+  return id;
 }
 
-int VisibleCudaDevices() {
+int VisibleCudaDevices(GpuApi& api) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver/device" error
+  if (api.DeviceCount(&count) != kCudaSuccess) {
+    api.ClearLastError();  // clear the sticky "no driver/device" error
     return 0;
   }
   return count;
 }
 
-absl::StatusOr<NcclVersions> GetNcclVersions() {
+absl::StatusOr<NcclVersions> GetNcclVersions(GpuApi& api) {
   NcclVersions versions;
-  versions.compiled = NCCL_VERSION_CODE;
   const absl::Status status =
-      NcclStatus(ncclGetVersion(&versions.loaded), "ncclGetVersion");
+      NcclStatus(api, api.NcclVersion(&versions.loaded), "ncclGetVersion");
   if (!status.ok()) return status;
   return versions;
 }
@@ -474,7 +470,8 @@ std::optional<std::string> NcclComm::abort_reason() const {
   return state_->abort_reason;
 }
 
-absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(const std::string& unique_id,
+absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(GpuApi& api,
+                                                           const std::string& unique_id,
                                                            int rank, int world_size,
                                                            int device,
                                                            const NcclOptions& options) {
@@ -486,26 +483,24 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(const std::string& un
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is not in [0, world size ", world_size, ")"));
   }
-  const int devices = VisibleCudaDevices();
+  const int devices = VisibleCudaDevices(api);
   if (device < 0 || device >= devices) {
     return absl::FailedPreconditionError(absl::StrCat(
         "CUDA device ", device, " is not visible (", devices, " visible devices)"));
   }
-  DeviceGuard guard(device);
-  auto state = std::make_shared<NcclCommState>();
+  DeviceGuard guard(api, device);
+  auto state = std::make_shared<NcclCommState>(api);
   state->device = device;
   state->options = options;
   absl::Status status =
-      CudaStatus(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking),
-                 "creating the NCCL stream");
+      CudaStatus(api, api.StreamCreate(&state->stream), "creating the NCCL stream");
   if (!status.ok()) return status;
-  status =
-      CudaStatus(cudaMalloc(reinterpret_cast<void**>(&state->scratch), sizeof(float)),
-                 "allocating the barrier buffer");
+  void* scratch = nullptr;
+  status = CudaStatus(api, api.Malloc(&scratch, sizeof(float)),
+                      "allocating the barrier buffer");
   if (!status.ok()) return status;
-  ncclUniqueId id;
-  std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
-  status = state->Init(id, world_size, rank);
+  state->scratch = static_cast<float*>(scratch);
+  status = state->Init(unique_id, world_size, rank);
   if (!status.ok()) return status;
   return std::unique_ptr<NcclComm>(
       new NcclComm(rank, world_size, device, std::move(state)));
@@ -513,31 +508,26 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(const std::string& un
 
 namespace {
 
-// An all-reduce of `count` elements at `buffer`, after the work queued on
-// `stream`, on the communicator's stream, tracked as `name` and `bucket`.
-absl::StatusOr<std::unique_ptr<NcclPending>> LaunchAllReduce(
-    const std::shared_ptr<NcclCommState>& state, void* buffer, size_t count,
-    NcclDataType type, cudaStream_t stream, absl::string_view name, int bucket) {
+// A collective (`call`) after the work queued on `stream`, on the
+// communicator's stream, tracked as `name` and `bucket`.
+absl::StatusOr<std::unique_ptr<NcclPending>> LaunchAfter(
+    const std::shared_ptr<NcclCommState>& state, GpuStream stream, absl::string_view name,
+    int bucket, const char* what, const std::function<int(NcclHandle)>& call) {
   absl::Status status = state->CheckUsable();
   if (!status.ok()) return status;
-  absl::StatusOr<ncclDataType_t> nccl_type = ToNccl(type);
-  if (!nccl_type.ok()) return nccl_type.status();
-  DeviceGuard guard(state->device);
-  absl::StatusOr<SharedEvent> ready = NewEvent(state->device);
+  GpuApi& api = state->api;
+  DeviceGuard guard(api, state->device);
+  absl::StatusOr<SharedEvent> ready = NewEvent(api, state->device);
   if (!ready.ok()) return ready.status();
-  // The reduction waits for the producer's queued work, then runs beside it.
+  // The collective waits for the producer's queued work, then runs beside it.
   // The event is released once the recorded work completes.
-  status = CudaStatus(cudaEventRecord(ready->get(), stream), "recording the ready event");
+  status = CudaStatus(api, api.EventRecord(ready->get(), stream), "recording the ready event");
   if (status.ok()) {
-    status = CudaStatus(cudaStreamWaitEvent(state->stream, ready->get(), 0),
+    status = CudaStatus(api, api.StreamWaitEvent(state->stream, ready->get()),
                         "ordering the NCCL stream after the producer");
   }
   if (!status.ok()) return status;
-  absl::StatusOr<SharedEvent> done =
-      state->Launch(name, bucket, state->stream, "ncclAllReduce", [&](ncclComm_t comm) {
-        return ncclAllReduce(buffer, buffer, count, *nccl_type, ncclSum, comm,
-                             state->stream);
-      });
+  absl::StatusOr<SharedEvent> done = state->Launch(name, bucket, *ready, what, call);
   if (!done.ok()) return done.status();
   return std::unique_ptr<NcclPending>(new PendingOp(state, *std::move(done)));
 }
@@ -545,12 +535,17 @@ absl::StatusOr<std::unique_ptr<NcclPending>> LaunchAllReduce(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclPending>> NcclComm::AllReduceSumAsync(
-    void* buffer, size_t count, NcclDataType type, cudaStream_t stream, int bucket) {
-  return LaunchAllReduce(state_, buffer, count, type, stream, "allreduce", bucket);
+    void* buffer, size_t count, NcclDataType type, GpuStream stream, int bucket) {
+  NcclCommState* const state = state_.get();
+  return LaunchAfter(state_, stream, "allreduce", bucket, "ncclAllReduce",
+                     [=](NcclHandle comm) {
+                       return state->api.NcclAllReduceSum(buffer, count, type, comm,
+                                                          state->stream);
+                     });
 }
 
 absl::Status NcclComm::AllReduceSum(void* buffer, size_t count, NcclDataType type,
-                                    cudaStream_t stream) {
+                                    GpuStream stream) {
   absl::StatusOr<std::unique_ptr<NcclPending>> pending =
       AllReduceSumAsync(buffer, count, type, stream);
   if (!pending.ok()) return pending.status();
@@ -558,34 +553,36 @@ absl::Status NcclComm::AllReduceSum(void* buffer, size_t count, NcclDataType typ
 }
 
 absl::Status NcclComm::Broadcast(void* buffer, size_t count, NcclDataType type, int root,
-                                 cudaStream_t stream) {
-  absl::Status status = state_->CheckUsable();
-  if (!status.ok()) return status;
+                                 GpuStream stream) {
   if (root < 0 || root >= world_size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("broadcast root ", root, " is not in [0, ", world_size_, ")"));
   }
-  absl::StatusOr<ncclDataType_t> nccl_type = ToNccl(type);
-  if (!nccl_type.ok()) return nccl_type.status();
-  DeviceGuard guard(device_);
-  // Broadcasts are rare (start-up); run them on the caller's stream.
-  absl::StatusOr<SharedEvent> done = state_->Launch(
-      "broadcast", kNoBucket, stream, "ncclBroadcast", [&](ncclComm_t comm) {
-        return ncclBroadcast(buffer, buffer, count, *nccl_type, root, comm, stream);
+  NcclCommState* const state = state_.get();
+  absl::StatusOr<std::unique_ptr<NcclPending>> pending = LaunchAfter(
+      state_, stream, "broadcast", kNoBucket, "ncclBroadcast", [=](NcclHandle comm) {
+        return state->api.NcclBroadcast(buffer, count, type, root, comm, state->stream);
       });
-  return done.status();
+  if (!pending.ok()) return pending.status();
+  return (*pending)->WaitOn(stream);
 }
 
 absl::Status NcclComm::Barrier() {
   absl::Status status = state_->CheckUsable();
   if (!status.ok()) return status;
-  DeviceGuard guard(device_);
-  status = CudaStatus(cudaMemsetAsync(state_->scratch, 0, sizeof(float), state_->stream),
+  GpuApi& api = state_->api;
+  DeviceGuard guard(api, device_);
+  status = CudaStatus(api, api.MemsetAsync(state_->scratch, 0, sizeof(float), state_->stream),
                       "clearing the barrier buffer");
   if (!status.ok()) return status;
+  NcclCommState* const state = state_.get();
   absl::StatusOr<std::unique_ptr<NcclPending>> pending =
-      LaunchAllReduce(state_, state_->scratch, 1, NcclDataType::kFloat32, state_->stream,
-                      "barrier", kNoBucket);
+      LaunchAfter(state_, state_->stream, "barrier", kNoBucket, "ncclAllReduce",
+                  [=](NcclHandle comm) {
+                    return state->api.NcclAllReduceSum(state->scratch, 1,
+                                                       NcclDataType::kFloat32, comm,
+                                                       state->stream);
+                  });
   if (!pending.ok()) return pending.status();
   return (*pending)->Synchronize();
 }

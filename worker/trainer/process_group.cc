@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinNccl(
   NcclOptions nccl;
   nccl.timeout = options.timeout;
   nccl.on_collective_failure = options.on_collective_failure;
+  nccl.on_device_failure = options.on_device_failure;
   ASSIGN_OR_RETURN(
       std::unique_ptr<NcclComm> comm,
       NcclComm::Create(unique_id, rank, world_size, options.cuda_device, nccl));

@@ -42,6 +42,10 @@ struct ProcessGroupOptions {
   // (a collective timed out, or NCCL reported an error), with the reason;
   // tessera-train exits there (ExitOnCollectiveFailure).
   std::function<void(const std::string& reason)> on_collective_failure;
+  // The NCCL backend's watchdog found a CUDA error outside NCCL instead
+  // (NcclOptions::on_device_failure); tessera-train exits there
+  // (ExitOnCudaError). Unset: on_collective_failure.
+  std::function<void(const std::string& reason)> on_device_failure;
   int gloo_threads = 2;  // Gloo worker threads
   // Two ranks all-reduce by one pairwise exchange (GlooOptions::pairwise_exchange).
   bool gloo_pairwise_exchange = true;

@@ -217,6 +217,25 @@ TEST_F(JobManagerTest, FailedAttemptRestartsFromCheckpointOnceSurvivorsAreGone) 
                                      v1::JOB_STATE_FAILED));
 }
 
+TEST_F(JobManagerTest, ARanksExitReasonSaysWhatItsCodeMeansAndWhatTheRankSaid) {
+  const int64_t ea = Register("a", 1);
+  const int64_t id = Submit(1);
+  auto launch = Beat("a", ea);
+  ASSERT_EQ(launch->launch_size(), 1);
+  v1::LocalRank exited = Exited(launch->launch(0), 6);
+  exited.set_exit_detail(
+      "cudaErrorIllegalAddress (an illegal memory access was encountered) on CUDA device 0");
+  ASSERT_TRUE(Beat("a", ea, {exited}).ok());
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  ASSERT_EQ(job.ranks_size(), 1);
+  EXPECT_EQ(job.ranks(0).exit_reason(),
+            "exited with code 6 (CUDA error): cudaErrorIllegalAddress (an illegal memory "
+            "access was encountered) on CUDA device 0");
+  EXPECT_THAT(job.reason(), HasSubstr("exited with code 6 (CUDA error): "
+                                      "cudaErrorIllegalAddress"));
+}
+
 TEST_F(JobManagerTest, CancelStopsRunningRanksAndRecordsCancelled) {
   const int64_t ea = Register("a", 2);
   const int64_t id = Submit(2);

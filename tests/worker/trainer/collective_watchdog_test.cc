@@ -240,5 +240,27 @@ TEST(CollectiveWatchdogTest, DestroyingAWatchdogThatNeverStartedIsFine) {
   EXPECT_EQ(watchdog.reason(), std::nullopt);
 }
 
+TEST(CollectiveWatchdogExitTest, ACudaErrorExitsWithItsOwnCodeAndSaysWhy) {
+  EXPECT_EXIT(ExitOnCudaError("cudaErrorIllegalAddress on CUDA device 0"),
+              ::testing::ExitedWithCode(kTrainerExitCudaError),
+              "tessera-train: exit reason: cudaErrorIllegalAddress on CUDA device 0");
+  EXPECT_EXIT(ExitOnCollectiveFailure("collective timeout: allreduce #4"),
+              ::testing::ExitedWithCode(kExitCollectiveFailure),
+              "tessera-train: exit reason: collective timeout: allreduce #4");
+  EXPECT_NE(kTrainerExitCudaError, kExitCollectiveFailure);
+}
+
+TEST(CollectiveWatchdogExitTest, TellsLibTorchsCudaErrorsFromOtherFailures) {
+  EXPECT_TRUE(IsCudaErrorMessage("training failed: CUDA error: an illegal memory access "
+                                 "was encountered"));
+  EXPECT_TRUE(IsCudaErrorMessage("training failed: CUDA out of memory. Tried to allocate "
+                                 "2.00 GiB"));
+  EXPECT_TRUE(IsCudaErrorMessage("waiting for NCCL work: CUDA error 700 "
+                                 "cudaErrorIllegalAddress (...)"));
+  EXPECT_FALSE(IsCudaErrorMessage("training failed: shape mismatch [8, 10] vs [8, 100]"));
+  EXPECT_FALSE(IsCudaErrorMessage("collective failed: NCCL error 6 (remote process "
+                                  "exited)"));
+}
+
 }  // namespace
 }  // namespace tessera::trainer
