@@ -32,12 +32,9 @@ DEPS="${TESSERA_GPU_DEPS:-$LANE_REPO/gpu-deps}"
 [ -f "$DEPS/root/.tessera-gpu-deps" ] ||
   lane_die "no prepared dependencies in $DEPS: run scripts/gpu_check.sh --prepare $DEPS first"
 DEPS="$(cd "$DEPS" && pwd)"
-TORCH_PACKAGES=(libtorch-cuda-2.6 libtorch-cuda-dev)
-# Not installed: the cuDNN downloader, the driver's libcuda, LibTorch itself.
-NOT_INSTALLED='^(nvidia-cudnn|libcuda1|libtorch-cuda-2\.6)$'
 # What a GPU machine lacks and the prepared folder brings: none of it may be in the root.
 FORBIDDEN='^(libabsl-dev|libcli11-dev|libgtest-dev|libgmock-dev|googletest|nlohmann-json3-dev|libjpeg62-turbo-dev|libjpeg-dev|libturbojpeg0-dev|libspng-dev)$'
-EXTRACT=/opt/libtorch-cuda
+EXTRACT=$LANE_TORCH_CUDA
 LIBDIR=$EXTRACT/usr/lib/x86_64-linux-gnu
 
 lane_ensure_root
@@ -49,30 +46,14 @@ lane_mount --bind "$LANE_DIR/debs" "$LANE_ROOT/opt/debs"
 lane_mount --bind "$DEPS" "$LANE_ROOT/deps"
 mount -o remount,bind,ro "$LANE_ROOT/deps"
 
-if ! ls "$LANE_ROOT"/var/lib/apt/lists/*_Packages >/dev/null 2>&1; then
-  (flock 8 && lane_chroot "apt-get update -q >/dev/null") 8>"$LANE_CACHE/apt.lock"
-fi
-# The LibTorch packages' dependencies, first alternative of each, less the above.
-torch_deps="$(lane_chroot "apt-cache depends ${TORCH_PACKAGES[*]}" | awk '
-  /^ *\|Depends:/ { if (!alt) print $2; alt = 1; next }
-  /^ *Depends:/ { if (!alt) print $2; alt = 0 }' |
-  grep -v '^<' | grep -Ev "$NOT_INSTALLED" | sort -u | tr '\n' ' ')"
+torch_deps="$(lane_torch_cuda_deps)"
 # libgloo-cuda-dev: the gloo headers that LibTorch's ProcessGroupGloo.hpp
 # includes; pip's torch ships them in torch/include, Debian in this package.
 # shellcheck disable=SC2086
 lane_install g++ cmake ninja-build python3 binutils nvidia-cuda-toolkit libnccl-dev \
   libgloo-cuda-dev $torch_deps
 
-versions="$(lane_chroot "apt-cache policy ${TORCH_PACKAGES[*]}" |
-  awk '/^[^ ]/ { p = $1 } /Candidate:/ { print p, $2 }')"
-if [ "$(cat "$LANE_DIR/extract/.packages" 2>/dev/null)" != "$versions" ]; then
-  lane_log "apt-get download + dpkg -x: ${TORCH_PACKAGES[*]}"
-  rm -rf "${LANE_DIR:?}/extract/"* "$LANE_DIR/debs/"*
-  lane_chroot "cd /opt/debs && apt-get download -q ${TORCH_PACKAGES[*]} 2>&1 |
-    { grep -v 'unsandboxed as root' || true; } >&2; for deb in /opt/debs/*.deb; do dpkg -x \$deb $EXTRACT; done"
-  echo "$versions" >"$LANE_DIR/extract/.packages"
-  rm -f "$LANE_DIR/debs/"*.deb
-fi
+lane_torch_cuda_unpack
 
 # The root must lack what the prepared folder brings, or the rehearsal proves nothing.
 present="$(lane_chroot "dpkg-query -W -f '\${Package} \${Status}\n'" |

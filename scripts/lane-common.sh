@@ -219,3 +219,43 @@ lane_expect_configured() {
   grep -Eq "$1" "$LANE_DIR/configure.log" ||
     lane_die "configure output lacks \"$1\": $2 (see $LANE_DIR/configure.log)"
 }
+
+# Trixie's LibTorch 2.6 with CUDA (contrib). libtorch-cuda-2.6 depends on
+# nvidia-cudnn, whose package downloads cuDNN from NVIDIA at install time (it
+# fails offline), so the two LibTorch packages are fetched with `apt-get
+# download` and unpacked with `dpkg -x` at LANE_TORCH_CUDA (from
+# $LANE_DIR/extract, which the caller mounts there); their other dependencies
+# are installed. Used by lane-cuda.sh and gpu_check_rehearsal.sh.
+LANE_TORCH_CUDA_PACKAGES=(libtorch-cuda-2.6 libtorch-cuda-dev)
+LANE_TORCH_CUDA=/opt/libtorch-cuda
+
+# lane_torch_cuda_deps: the LibTorch packages' dependencies, first alternative
+# of each, less the cuDNN downloader, the driver's libcuda (a user's machine
+# has its own) and LibTorch itself. Needs the root's package lists.
+lane_torch_cuda_deps() {
+  if ! ls "$LANE_ROOT"/var/lib/apt/lists/*_Packages >/dev/null 2>&1; then
+    (flock 8 && lane_chroot "apt-get update -q >/dev/null") 8>"$LANE_CACHE/apt.lock"
+  fi
+  lane_chroot "apt-cache depends ${LANE_TORCH_CUDA_PACKAGES[*]}" | awk '
+    /^ *\|Depends:/ { if (!alt) print $2; alt = 1; next }
+    /^ *Depends:/ { if (!alt) print $2; alt = 0 }' |
+    grep -v '^<' | grep -Ev '^(nvidia-cudnn|libcuda1|libtorch-cuda-2\.6)$' | sort -u |
+    tr '\n' ' '
+}
+
+# lane_torch_cuda_unpack: unpacks the LibTorch packages at LANE_TORCH_CUDA
+# unless the candidate versions are unpacked already. Needs $LANE_DIR/debs
+# mounted at /opt/debs in the root.
+lane_torch_cuda_unpack() {
+  local versions
+  versions="$(lane_chroot "apt-cache policy ${LANE_TORCH_CUDA_PACKAGES[*]}" |
+    awk '/^[^ ]/ { p = $1 } /Candidate:/ { print p, $2 }')"
+  [ "$(cat "$LANE_DIR/extract/.packages" 2>/dev/null)" = "$versions" ] && return
+  lane_log "apt-get download + dpkg -x: ${LANE_TORCH_CUDA_PACKAGES[*]}"
+  rm -rf "${LANE_DIR:?}/extract/"* "$LANE_DIR/debs/"*
+  lane_chroot "cd /opt/debs && apt-get download -q ${LANE_TORCH_CUDA_PACKAGES[*]} 2>&1 |
+    { grep -v 'unsandboxed as root' || true; } >&2
+    for deb in /opt/debs/*.deb; do dpkg -x \$deb $LANE_TORCH_CUDA; done"
+  echo "$versions" >"$LANE_DIR/extract/.packages"
+  rm -f "$LANE_DIR/debs/"*.deb
+}

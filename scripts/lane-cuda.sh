@@ -9,10 +9,9 @@
 # compile commands, and that `readelf -d tessera-train` lists libtorch_cuda.so
 # and libnccl.so.2 as NEEDED.
 #
-# libtorch-cuda-2.6 depends on nvidia-cudnn, whose package downloads cuDNN from
-# NVIDIA at install time (it fails offline), so the two LibTorch packages are
-# fetched with `apt-get download` and unpacked with `dpkg -x` into the cache
-# (mounted at /opt/libtorch-cuda); their other dependencies are installed.
+# The two LibTorch packages are unpacked, not installed (lane_torch_cuda_unpack
+# in lane-common.sh: their cuDNN dependency downloads at install time); their
+# other dependencies are installed.
 # What LibTorch alone needs and no package here provides (libcuda.so.1 from the
 # driver, libcudnn.so.9) is left for the loader, as on a user's machine: the
 # link uses --allow-shlib-undefined. If $TESSERA_LANE_CUDNN_DIR (default
@@ -25,11 +24,7 @@
 source "$(dirname "$0")/lane-common.sh"
 lane_init cuda "$@"
 
-TORCH_PACKAGES=(libtorch-cuda-2.6 libtorch-cuda-dev)
-# Dependencies of the LibTorch packages that are not installed: the cuDNN
-# downloader and the driver's libcuda (a user's machine has its own).
-NOT_INSTALLED='^(nvidia-cudnn|libcuda1|libtorch-cuda-2\.6)$'
-EXTRACT=/opt/libtorch-cuda
+EXTRACT=$LANE_TORCH_CUDA
 LIBDIR=$EXTRACT/usr/lib/x86_64-linux-gnu
 CUDNN_SOURCE="${TESSERA_LANE_CUDNN_DIR:-/usr/local/cuda/lib64}"
 
@@ -41,28 +36,13 @@ lane_mount --bind "$LANE_DIR/extract" "$LANE_ROOT$EXTRACT"
 lane_mount --bind "$LANE_DIR/debs" "$LANE_ROOT/opt/debs"
 lane_mount --bind "$LANE_DIR/cudnn" "$LANE_ROOT/opt/cudnn"
 
-if ! ls "$LANE_ROOT"/var/lib/apt/lists/*_Packages >/dev/null 2>&1; then
-  (flock 8 && lane_chroot "apt-get update -q >/dev/null") 8>"$LANE_CACHE/apt.lock"
-fi
-# The LibTorch packages' dependencies, first alternative of each, less the above.
-torch_deps="$(lane_chroot "apt-cache depends ${TORCH_PACKAGES[*]}" | awk '
-  /^ *\|Depends:/ { if (!alt) print $2; alt = 1; next }
-  /^ *Depends:/ { if (!alt) print $2; alt = 0 }' |
-  grep -v '^<' | grep -Ev "$NOT_INSTALLED" | sort -u | tr '\n' ' ')"
+torch_deps="$(lane_torch_cuda_deps)"
 # shellcheck disable=SC2086
 lane_install g++ cmake ninja-build ccache binutils libabsl-dev libcli11-dev zlib1g-dev \
   libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev libgloo-cuda-dev libjpeg62-turbo-dev libspng-dev pkgconf \
   nvidia-cuda-toolkit libnccl-dev $torch_deps
 
-versions="$(lane_chroot "apt-cache policy ${TORCH_PACKAGES[*]}" |
-  awk '/^[^ ]/ { p = $1 } /Candidate:/ { print p, $2 }')"
-if [ "$(cat "$LANE_DIR/extract/.packages" 2>/dev/null)" != "$versions" ]; then
-  lane_log "apt-get download + dpkg -x: ${TORCH_PACKAGES[*]}"
-  rm -rf "${LANE_DIR:?}/extract/"* "$LANE_DIR/debs/"*
-  lane_chroot "cd /opt/debs && apt-get download -q ${TORCH_PACKAGES[*]} 2>&1 |
-    { grep -v 'unsandboxed as root' || true; } >&2; for deb in /opt/debs/*.deb; do dpkg -x \$deb $EXTRACT; done"
-  echo "$versions" >"$LANE_DIR/extract/.packages"
-fi
+lane_torch_cuda_unpack
 rm -f "$LANE_DIR/cudnn/"*
 if [ -e "$CUDNN_SOURCE/libcudnn.so.9" ]; then
   cp -L "$CUDNN_SOURCE/libcudnn.so.9" "$LANE_DIR/cudnn/"
