@@ -14,9 +14,19 @@
 //   checkpoint  writing this rank's checkpoint files
 //   eval        evaluating on the test split
 //   done        training finished (or the rank was preempted); it is exiting
+//   device      the host blocked waiting for its own device's queued work (a
+//               .item(), the stop-agreement read, a synchronize); GPU ranks
+//               only. The host runs ahead of a GPU, so this is where the
+//               device work of forward, backward and the optimizer shows up on
+//               the host, and where a rank waits for a collective its device
+//               has queued.
 //
-// "collective" is time spent waiting on other ranks; every other phase is the
-// rank's own work. Plain C++, header-only; constants only.
+// "collective" is time spent waiting on other ranks; "device" is waiting on
+// this rank's device, which may itself wait on a collective (the report's
+// collective and collective_ready say which: a ready collective means the
+// rank waits on its peers, else on its own device work); every other phase
+// is the rank's own work measured on the host. Plain C++, header-only;
+// constants only.
 #ifndef TESSERA_COMMON_RANK_PHASE_H_
 #define TESSERA_COMMON_RANK_PHASE_H_
 
@@ -37,13 +47,14 @@ enum class RankPhase {
   kCheckpoint,
   kEval,
   kDone,
+  kDevice,  // last, so that the earlier phases keep their numbers
 };
-inline constexpr int kRankPhaseCount = 9;
+inline constexpr int kRankPhaseCount = 10;
 
 // Indexed by RankPhase.
 inline constexpr std::array<const char*, kRankPhaseCount> kRankPhaseNames = {
     "startup",   "data",       "forward", "backward", "collective",
-    "optimizer", "checkpoint", "eval",    "done"};
+    "optimizer", "checkpoint", "eval",    "done",     "device"};
 
 constexpr const char* RankPhaseName(RankPhase phase) {
   return kRankPhaseNames[static_cast<size_t>(phase)];

@@ -926,9 +926,10 @@ absl::StatusOr<absl::Duration> JobManager::RenewLease(
     // Reports are shown to users and kept per rank: a malformed one (more
     // phases than exist, overlong names) is dropped; the renewal still counts.
     const v1::RankProgress& p = request.progress();
-    bool bounded =
-        p.phase().size() <= 32 && p.collective().size() <= 128 && p.phase_ms_size() <= 16;
+    bool bounded = p.phase().size() <= 32 && p.collective().size() <= 128 &&
+                   p.phase_ms_size() <= 16 && p.device_phase_ms_size() <= 16;
     for (const auto& [phase, ms] : p.phase_ms()) bounded &= phase.size() <= 32;
+    for (const auto& [phase, ms] : p.device_phase_ms()) bounded &= phase.size() <= 32;
     if (bounded) {
       job.watch->Report(request.rank(), p, clock_->Now());
     } else {

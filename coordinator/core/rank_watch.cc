@@ -15,6 +15,9 @@ namespace {
 namespace v1 = ::tessera::v1;
 
 constexpr char kCollective[] = "collective";
+constexpr char kDevice[] = "device";
+// The device-time phase that is communication not hidden behind compute.
+constexpr char kDeviceComm[] = "comm";
 
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -23,11 +26,42 @@ double Median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-// Time per step spent on the rank's own work: every phase but waiting on peers.
-double OwnWorkMs(const v1::RankProgress& p) {
+// Whether the rank waits on its peers: blocked in a collective, or its host
+// blocked on its device while the device waits in a collective whose inputs
+// are complete. A rank in "device" with no ready collective waits on its own
+// device work, which is working.
+bool WaitsOnPeers(const v1::RankProgress& p) {
+  if (p.phase() == kCollective) return true;
+  return p.phase() == kDevice && !p.collective().empty() && p.collective_ready();
+}
+
+// Where a rank's own work per step is measured: its host's phases, or its
+// device's (GPU ranks), which keep a slow GPU's work apart from the waits of
+// a host that runs ahead of it.
+enum class WorkClock { kHost, kDevice };
+
+bool HasDeviceTimes(const v1::RankProgress& p, int32_t min_steps) {
+  return !p.device_phase_ms().empty() && p.device_window_steps() >= min_steps;
+}
+
+const google::protobuf::Map<std::string, double>& PhaseTimes(const v1::RankProgress& p,
+                                                             WorkClock clock) {
+  return clock == WorkClock::kDevice ? p.device_phase_ms() : p.phase_ms();
+}
+
+// Whether time in `phase` is the rank's own work. On the host, neither waiting
+// on peers nor waiting on its own device is: the latter is work, but measured
+// by the device, not by the host.
+bool IsOwnWork(const std::string& phase, WorkClock clock) {
+  return clock == WorkClock::kDevice ? phase != kDeviceComm
+                                     : phase != kCollective && phase != kDevice;
+}
+
+// Time per step spent on the rank's own work.
+double OwnWorkMs(const v1::RankProgress& p, WorkClock clock) {
   double sum = 0;
-  for (const auto& [phase, ms] : p.phase_ms()) {
-    if (phase != kCollective) sum += ms;
+  for (const auto& [phase, ms] : PhaseTimes(p, clock)) {
+    if (IsOwnWork(phase, clock)) sum += ms;
   }
   return sum;
 }
@@ -39,7 +73,8 @@ std::string Seconds(absl::Duration d) {
 bool Moved(const v1::RankProgress& before, const v1::RankProgress& after) {
   return before.step() != after.step() || before.phase() != after.phase() ||
          before.phase_items() != after.phase_items() ||
-         before.collective() != after.collective();
+         before.collective() != after.collective() ||
+         before.collective_ready() != after.collective_ready();
 }
 
 }  // namespace
@@ -129,7 +164,7 @@ std::optional<WatchVerdict> AttemptWatch::CheckSilent(
     const absl::Time heard = s.reported ? std::max(s.received, start_) : start_;
     if (now - heard > options.rank_silent_after) {
       silent.push_back(static_cast<int32_t>(r));
-    } else if (s.reported && s.last.phase() == kCollective) {
+    } else if (s.reported && WaitsOnPeers(s.last)) {
       waiting.push_back(static_cast<int32_t>(r));
     }
   }
@@ -173,8 +208,7 @@ std::optional<WatchVerdict> AttemptWatch::CheckStalled(
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (!is_running(r) || !ranks_[r].reported) continue;
     const RankState& s = ranks_[r];
-    (s.last.phase() == kCollective ? waiting : working)
-        .push_back(static_cast<int32_t>(r));
+    (WaitsOnPeers(s.last) ? waiting : working).push_back(static_cast<int32_t>(r));
     lowest = std::min(lowest, s.last.step());
   }
   if (working.empty() && waiting.empty()) return std::nullopt;
@@ -195,6 +229,11 @@ std::optional<WatchVerdict> AttemptWatch::CheckStalled(
     std::string phase = s.last.phase();
     if (phase == kCollective && !s.last.collective().empty()) {
       phase = absl::StrCat("collective ", s.last.collective());
+    } else if (phase == kDevice && !s.last.collective().empty()) {
+      phase = WaitsOnPeers(s.last)
+                  ? absl::StrCat("device, waiting on ", s.last.collective())
+                  : absl::StrCat("device (its inputs to ", s.last.collective(),
+                                 " not ready)");
     }
     parts.push_back(absl::StrCat(Name(r), " stalled at step ", s.last.step(), " in ",
                                  phase, " for ", Seconds(PhaseAge(s, now))));
@@ -222,13 +261,22 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(
       comparable.push_back(static_cast<int32_t>(r));
     }
   }
+  // Like with like: device times only when every rank compared has them.
+  WorkClock clock = comparable.empty() ? WorkClock::kHost : WorkClock::kDevice;
+  for (int32_t r : comparable) {
+    if (!HasDeviceTimes(ranks_[r].last, options.straggler_min_steps)) {
+      clock = WorkClock::kHost;
+    }
+  }
   for (size_t r = 0; r < ranks_.size(); ++r) {
     RankState& s = ranks_[r];
     const bool usable = std::find(comparable.begin(), comparable.end(),
                                   static_cast<int32_t>(r)) != comparable.end();
     std::vector<double> peer_own;
     for (int32_t p : comparable) {
-      if (p != static_cast<int32_t>(r)) peer_own.push_back(OwnWorkMs(ranks_[p].last));
+      if (p != static_cast<int32_t>(r)) {
+        peer_own.push_back(OwnWorkMs(ranks_[p].last, clock));
+      }
     }
     if (!usable || peer_own.empty()) {
       s.slow_since = absl::InfiniteFuture();
@@ -237,7 +285,7 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(
       continue;
     }
     const double median = Median(peer_own);
-    const double own = OwnWorkMs(s.last);
+    const double own = OwnWorkMs(s.last, clock);
     const double ratio = median > 0 ? own / median : 0;
     const double release = 1 + (options.straggler_ratio - 1) / 2;
     if (ratio > options.straggler_ratio) {
@@ -261,13 +309,14 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(
     // The phase that accounts for most of the excess over the peers.
     std::string slow_phase;
     double excess = -1, mine = 0, theirs = 0;
-    for (const auto& [phase, ms] : s.last.phase_ms()) {
-      if (phase == kCollective) continue;
+    for (const auto& [phase, ms] : PhaseTimes(s.last, clock)) {
+      if (!IsOwnWork(phase, clock)) continue;
       std::vector<double> peer_phase;
       for (int32_t p : comparable) {
         if (p == static_cast<int32_t>(r)) continue;
-        auto it = ranks_[p].last.phase_ms().find(phase);
-        peer_phase.push_back(it == ranks_[p].last.phase_ms().end() ? 0 : it->second);
+        const auto& times = PhaseTimes(ranks_[p].last, clock);
+        auto it = times.find(phase);
+        peer_phase.push_back(it == times.end() ? 0 : it->second);
       }
       const double m = Median(peer_phase);
       if (ms - m > excess) {
@@ -278,8 +327,9 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(
       }
     }
     const std::string text = absl::StrFormat(
-        "%s: %.1fx the median step work of its peers (%s %.0f ms vs %.0f ms per step)",
-        Name(static_cast<int32_t>(r)), ratio, slow_phase, mine, theirs);
+        "%s: %.1fx the median step work of its peers (%s %.0f ms vs %.0f ms per step%s)",
+        Name(static_cast<int32_t>(r)), ratio, slow_phase, mine, theirs,
+        clock == WorkClock::kDevice ? " on the device" : "");
     if (s.flagged) {
       s.text = text;
     } else if (now - s.slow_since >= options.straggler_window) {

@@ -8,12 +8,21 @@
 //   * Stalled attempt: no rank's (step, phase) moved for
 //     max(stall_after_min, stall_step_factor x the median step time), although
 //     reports keep arriving (a rank alive but stuck: an NFS read, a deadlock).
-//     The culprit is the rank that is NOT waiting on a collective while its
-//     peers are, else the rank(s) at the lowest step.
-//   * Straggler: a rank whose own work per step (its step time less the time
-//     it waited on peers) stays above straggler_ratio x the median of its
-//     peers' for straggler_window. Flagging does not stop anything; an episode
-//     ends when the ratio stays below halfway to 1 for straggler_window too.
+//     The culprit is the rank that is NOT waiting on its peers while its
+//     peers are, else the rank(s) at the lowest step. A rank waits on its
+//     peers in "collective", and in "device" (its host blocked on its GPU)
+//     when its report names a collective whose inputs are ready
+//     (collective_ready); in "device" without one, its own device work is
+//     what it waits for, so a GPU rank whose kernel hangs is named, not every
+//     rank at the lowest step.
+//   * Straggler: a rank whose own work per step stays above straggler_ratio x
+//     the median of its peers' for straggler_window. Own work is, when every
+//     rank compared reports device times (GPU ranks: device_phase_ms), the
+//     device's phases less "comm"; else the host's step time less the time it
+//     waited on peers ("collective") or on its device ("device"), which on a
+//     GPU is where the device work shows up, alike on slow and fast ranks.
+//     Flagging does not stop anything; an episode ends when the ratio stays
+//     below halfway to 1 for straggler_window too.
 //
 // The verdict's reason names the culprit, its worker, step and phase, and what
 // its peers wait on, e.g. "rank 1 on w2 stalled at step 412 in data for 64 s;

@@ -28,6 +28,7 @@ class CudaStepTimer final : public StepTimer {
   void BeginStep() override { Record(kBegin); }
   void Mark(StepPhase phase) override { Record(static_cast<int>(phase)); }
   void EndStep() override { Record(kEnd); }
+  bool on_device() const override { return true; }
 
   StepTimes TakeTotals() override {
     StepTimes totals;

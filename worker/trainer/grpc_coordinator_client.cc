@@ -138,6 +138,11 @@ absl::StatusOr<LeaseGrant> GrpcCoordinatorClient::RenewLease(
   }
   report->set_window_steps(progress.window_steps);
   report->set_phase_items(progress.phase_items);
+  report->set_collective_ready(progress.collective_ready);
+  for (const auto& [phase, ms] : progress.device_phase_ms) {
+    (*report->mutable_device_phase_ms())[phase] = ms;
+  }
+  report->set_device_window_steps(progress.device_window_steps);
   tessera::v1::RenewLeaseResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace tessera::trainer {
 namespace {
@@ -26,6 +27,13 @@ ProgressTracker::ProgressTracker(const Clock& clock, ProgressTrackerOptions opti
 void ProgressTracker::SetCollectives(const PendingCollectiveTracker* collectives) {
   absl::MutexLock lock(&mu_);
   collectives_ = collectives;
+}
+
+void ProgressTracker::SetDeviceStepTimes(
+    std::vector<std::pair<std::string, double>> ms_per_step, int32_t steps) {
+  absl::MutexLock lock(&mu_);
+  device_ms_ = std::move(ms_per_step);
+  device_steps_ = steps;
 }
 
 void ProgressTracker::SetStep(int64_t completed_steps) {
@@ -96,10 +104,17 @@ ProgressReport ProgressTracker::Snapshot() const {
   report.phase_items = phase_items_;
   report.phase_elapsed_ms =
       std::max<int64_t>(0, absl::ToInt64Milliseconds(now - phase_since_));
-  if (phase_ == RankPhase::kCollective && collectives_ != nullptr) {
+  // Blocked on peers, or on the device, which may itself wait in a collective.
+  if ((phase_ == RankPhase::kCollective || phase_ == RankPhase::kDevice) &&
+      collectives_ != nullptr) {
     const std::optional<PendingCollectiveInfo> oldest = collectives_->Oldest();
-    if (oldest.has_value()) report.collective = DescribeCollective(*oldest);
+    if (oldest.has_value()) {
+      report.collective = DescribeCollective(*oldest);
+      report.collective_ready = oldest->ready;
+    }
   }
+  report.device_phase_ms = device_ms_;
+  report.device_window_steps = device_steps_;
   const auto steps = static_cast<int32_t>(window_steps_.size());
   report.window_steps = steps;
   if (steps > 0) {

@@ -2,8 +2,9 @@
 // renewal (tessera.v1.RankProgress; lease.h): the optimizer steps completed
 // (counted from the job's start, so a resumed run goes on from its
 // checkpoint), the current phase (common/rank_phase.h) and for how long, the
-// collective it waits on, and the mean time per step spent in each phase over
-// the last `window_steps` steps.
+// collective it waits on and whether that collective's inputs are ready, the
+// mean time per step spent in each phase over the last `window_steps` steps,
+// and on a GPU the device's own time per step in each phase.
 //
 // The training loop calls Enter(phase) at every phase change and brackets each
 // optimizer step with BeginStep / EndStep; the lease thread calls Snapshot.
@@ -15,8 +16,11 @@
 // phases and its peers more in "collective".
 //
 // Times are host wall-clock times. On a GPU the device work runs behind the
-// host, so it shows up where the host waits for it (usually "collective" or
-// "data").
+// host, so it shows up where the host waits for it: the trainer reports
+// "device" around its reads of device values, and the collective named there
+// (with collective_ready) tells waiting on peers from waiting on its own
+// kernels. A GPU's own work per step comes from its step timer's events
+// instead (SetDeviceStepTimes), which the coordinator compares across ranks.
 //
 // Cost: Enter, BeginStep and EndStep each read the clock once and take one
 // uncontended mutex (measured in progress_test: well under a microsecond).
@@ -43,7 +47,12 @@ namespace tessera::trainer {
 struct ProgressReport {
   int64_t step = 0;        // optimizer steps completed, from the job's start
   std::string phase;       // RankPhaseName of the current phase
-  std::string collective;  // in "collective": e.g. "allreduce #412 (bucket 3)"
+  // In "collective" and "device": the oldest unfinished collective, e.g.
+  // "allreduce #412 (bucket 3)"; empty when none is pending.
+  std::string collective;
+  // `collective` is named and its inputs are complete (the rank waits on its
+  // peers); false while its own device work still produces them.
+  bool collective_ready = false;
   int64_t phase_elapsed_ms = 0;
   double step_time_ms = 0;  // mean over the window; 0 before the first step ends
   // Mean ms per step in each phase that took time in the window, in RankPhase
@@ -53,6 +62,11 @@ struct ProgressReport {
   // Units of work done in the current phase (eval: test batches), so that a
   // long evaluation shows progress to the coordinator's stall check.
   int64_t phase_items = 0;
+  // GPU ranks: mean device ms per step in each step-timer phase ("data",
+  // "forward", "backward", "comm", "optimizer"), over device_window_steps
+  // steps, as last set by SetDeviceStepTimes; empty on CPU ranks.
+  std::vector<std::pair<std::string, double>> device_phase_ms;
+  int32_t device_window_steps = 0;
 };
 
 struct ProgressTrackerOptions {
@@ -70,11 +84,19 @@ class ProgressTracker {
   ProgressTracker(const ProgressTracker&) = delete;
   ProgressTracker& operator=(const ProgressTracker&) = delete;
 
-  // The communicator's collectives, named in reports while in "collective".
+  // The communicator's collectives, named in reports while in "collective"
+  // or "device".
   // Null (the default): none named. The tracker must stay alive until it is
   // reset to null (Snapshot reads it under the tracker's lock, so resetting
   // waits for a Snapshot in progress).
   void SetCollectives(const PendingCollectiveTracker* collectives);
+
+  // The device's own mean time per step in each phase (ms), measured between
+  // events on the compute stream over the last `steps` steps; reported as
+  // they are until the next call. Only a rank whose step timer measures
+  // device time calls it.
+  void SetDeviceStepTimes(std::vector<std::pair<std::string, double>> ms_per_step,
+                          int32_t steps);
 
   // Steps completed before this run's first step (the resumed checkpoint's).
   void SetStep(int64_t completed_steps);
@@ -109,6 +131,8 @@ class ProgressTracker {
 
   mutable absl::Mutex mu_;
   const PendingCollectiveTracker* collectives_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<std::pair<std::string, double>> device_ms_ ABSL_GUARDED_BY(mu_);
+  int32_t device_steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   RankPhase phase_ ABSL_GUARDED_BY(mu_) = RankPhase::kStartup;
   absl::Time phase_since_ ABSL_GUARDED_BY(mu_);

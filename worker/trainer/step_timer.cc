@@ -31,6 +31,7 @@ class HostStepTimer final : public StepTimer {
   }
 
   StepTimes TakeTotals() override { return std::exchange(totals_, StepTimes{}); }
+  bool on_device() const override { return false; }
 
  private:
   const std::function<absl::Time()> now_;

@@ -27,6 +27,11 @@ namespace tessera::trainer {
 enum class StepPhase { kData = 0, kForward, kBackward, kComm, kOptimizer };
 inline constexpr int kStepPhaseCount = 5;
 
+// Indexed by StepPhase; the metrics are time_<name>_ms, the device times of a
+// progress report (tessera.v1.RankProgress.device_phase_ms) are keyed by them.
+inline constexpr std::array<const char*, kStepPhaseCount> kStepPhaseNames = {
+    "data", "forward", "backward", "comm", "optimizer"};
+
 struct StepTimes {
   std::array<double, kStepPhaseCount> phase_seconds{};  // indexed by StepPhase
   double step_seconds = 0;                              // BeginStep to EndStep
@@ -50,6 +55,9 @@ class StepTimer {
   // The sums over the steps ended since the previous call. A device timer waits
   // here for the recorded work to finish.
   virtual StepTimes TakeTotals() = 0;
+  // Whether the times are the device's own (events on its stream) rather than
+  // the host's, which on a GPU only show where the host waited.
+  virtual bool on_device() const = 0;
 };
 
 // A timer reading `now` (a monotonic clock by default; tests pass a fake).

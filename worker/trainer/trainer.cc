@@ -404,8 +404,25 @@ class TrainingRun {
   absl::StatusOr<TrainingOutcome> Finish();
 
   // Reports a phase (progress.h).
-  void ReportPhase(RankPhase phase) const {
+  void ReportPhase(RankPhase phase) {
+    reported_phase_ = phase;
     if (loop_.progress != nullptr) loop_.progress->Enter(phase);
+  }
+  // Returns read(), which blocks the host until this rank's queued device work
+  // is done (a .item(), a copy to the host, an event wait). On a CUDA device
+  // the wait is reported as "device", then the interrupted phase again: the
+  // host runs ahead of the GPU, so this is where the device's forward,
+  // backward and optimizer work shows up, and where the collective it has
+  // queued tells waiting on peers from waiting on itself. Reading CPU tensors
+  // waits for nothing, so CPU ranks report no such phase.
+  template <typename Read>
+  auto ReadFromDevice(Read&& read) -> decltype(read()) {
+    if (!placement_.cuda) return read();
+    const RankPhase interrupted = reported_phase_;
+    ReportPhase(RankPhase::kDevice);
+    auto value = read();
+    ReportPhase(interrupted);
+    return value;
   }
   // A phase of the loop itself: reported, and where the --fault hook acts.
   void Enter(RankPhase phase) {
@@ -422,6 +439,7 @@ class TrainingRun {
   const int rank_;
   const int world_;
   FaultInjector* fault_ = nullptr;  // Not owned; null when inactive.
+  RankPhase reported_phase_ = RankPhase::kStartup;  // the last ReportPhase
 
   // PlanRun.
   DevicePlacement placement_;
@@ -816,7 +834,7 @@ absl::StatusOr<Evaluation> TrainingRun::Evaluate() {
   ReportPhase(RankPhase::kCollective);
   RETURN_IF_ERROR(communicator_.AllReduceSum(totals));
   ReportPhase(RankPhase::kEval);
-  const torch::Tensor host = totals.cpu();
+  const torch::Tensor host = ReadFromDevice([&] { return totals.cpu(); });
   const double count = host[2].item<double>();
   if (count <= 0) return absl::FailedPreconditionError("the test set is empty");
   return Evaluation{host[0].item<double>() / count, host[1].item<double>() / count};
@@ -882,7 +900,8 @@ absl::StatusOr<int> TrainingRun::RanksWithDurableCheckpoint() {
   torch::Tensor count = torch::full({1}, static_cast<float>(mine),
                                     torch::dtype(torch::kFloat).device(device_));
   RETURN_IF_ERROR(communicator_.AllReduceSum(count));
-  return static_cast<int>(std::lround(count.item<float>()));
+  return static_cast<int>(
+      std::lround(ReadFromDevice([&] { return count.item<float>(); })));
 }
 
 absl::Status TrainingRun::PublishWhenDurable(bool block) {
@@ -956,11 +975,16 @@ absl::Status TrainingRun::TrainStep(bool* stop) {
   interval_.micro_batches += accum();
   if (world_ > 1) Enter(RankPhase::kCollective);
   RETURN_IF_ERROR(reducer_->FinishBackward(fp16_ ? 1.0 / scaler_.scale() : 1.0));
-  ASSIGN_OR_RETURN(*stop, stop_agreement_->Decide());
+  // On a GPU the host usually catches up with its device here: the vote it
+  // reads was copied after the previous step's all-reduce.
+  ASSIGN_OR_RETURN(*stop, ReadFromDevice([&] { return stop_agreement_->Decide(); }));
   timer_->Mark(StepPhase::kComm);
   Enter(RankPhase::kOptimizer);
   bool take_step = true;
-  if (fp16_) take_step = scaler_.Update(AnyNonFinite(reducer_->gradient_buffers()));
+  if (fp16_) {
+    take_step = scaler_.Update(
+        ReadFromDevice([&] { return AnyNonFinite(reducer_->gradient_buffers()); }));
+  }
   lr_ = ScheduledLearningRate(options_.lr, step_, total_steps_, warmup_steps_,
                               loop_.final_lr_fraction);
   if (take_step) {
@@ -993,17 +1017,28 @@ absl::Status TrainingRun::TrainStep(bool* stop) {
 }
 
 void TrainingRun::ReportInterval(double lr) {
-  const StepTimes times = timer_->TakeTotals();
+  const StepTimes times = ReadFromDevice([&] { return timer_->TakeTotals(); });
   const double steps = std::max<double>(1, static_cast<double>(times.steps));
   auto mean_ms = [&](StepPhase phase) { return 1000.0 * times.seconds(phase) / steps; };
+  if (timer_->on_device() && times.steps > 0 && loop_.progress != nullptr) {
+    // The device's own timeline, which the coordinator compares across ranks:
+    // the host's phases show only where it waited for the device.
+    std::vector<std::pair<std::string, double>> device_ms;
+    for (size_t p = 0; p < kStepPhaseNames.size(); ++p) {
+      device_ms.emplace_back(kStepPhaseNames[p], mean_ms(static_cast<StepPhase>(p)));
+    }
+    loop_.progress->SetDeviceStepTimes(std::move(device_ms),
+                                       static_cast<int32_t>(times.steps));
+  }
+  const double loss_sum =
+      ReadFromDevice([&] { return interval_.loss_sum.item<double>(); });
   // Epochs done, fractional: the position within the current one.
   const double epoch = static_cast<double>(position_.epoch) +
                        static_cast<double>(position_.sample) /
                            static_cast<double>(plan_->steps_per_epoch() *
                                                plan_->samples_per_batch() * accum());
   std::vector<std::pair<std::string, double>> values = {
-      {"loss",
-       interval_.loss_sum.item<double>() / static_cast<double>(interval_.micro_batches)},
+      {"loss", loss_sum / static_cast<double>(interval_.micro_batches)},
       {"images_per_sec", times.step_seconds > 0
                              ? static_cast<double>(interval_.images) / times.step_seconds
                              : 0.0},

@@ -41,6 +41,38 @@ v1::RankProgress Work(int64_t step, double forward_ms, double backward_ms,
   return p;
 }
 
+// A GPU rank's report: its host blocked on its device ("device") while the
+// device waits in `collective`, whose inputs are complete when `ready`.
+v1::RankProgress OnDevice(int64_t step, const std::string& collective, bool ready) {
+  v1::RankProgress p = At(step, "device", collective);
+  p.set_collective_ready(ready);
+  return p;
+}
+
+// A GPU rank's report over 10 steps: its host waits on the device or on its
+// peers most of each step, alike on every rank, while the device's own
+// timeline has `forward_ms` and `backward_ms` of work.
+v1::RankProgress GpuWork(int64_t step, double forward_ms, double backward_ms,
+                         bool with_device_times = true) {
+  v1::RankProgress p = At(step, "device", "allreduce #9 (bucket 0)");
+  (*p.mutable_phase_ms())["data"] = 2;
+  (*p.mutable_phase_ms())["forward"] = 3;
+  (*p.mutable_phase_ms())["backward"] = 4;
+  (*p.mutable_phase_ms())["device"] = 190;
+  (*p.mutable_phase_ms())["collective"] = 40;
+  (*p.mutable_phase_ms())["optimizer"] = 1;
+  p.set_window_steps(10);
+  if (with_device_times) {
+    (*p.mutable_device_phase_ms())["data"] = 1;
+    (*p.mutable_device_phase_ms())["forward"] = forward_ms;
+    (*p.mutable_device_phase_ms())["backward"] = backward_ms;
+    (*p.mutable_device_phase_ms())["comm"] = 20;
+    (*p.mutable_device_phase_ms())["optimizer"] = 10;
+    p.set_device_window_steps(10);
+  }
+  return p;
+}
+
 WatchdogOptions Options() {
   WatchdogOptions o;
   o.rank_silent_after = absl::Seconds(20);
@@ -111,6 +143,56 @@ TEST(AttemptWatchTest, RankStuckOutsideACollectiveWhilePeersWaitIsTheStallCulpri
   EXPECT_THAT(verdict->reason, HasSubstr("rank 1 on w2 stalled at step 412 in data"));
   EXPECT_THAT(verdict->reason,
               HasSubstr("ranks 0,2 waiting on allreduce #830 (bucket 3) for"));
+}
+
+TEST(AttemptWatchTest, GpuRankWhoseOwnDeviceWorkHangsIsTheStallCulprit) {
+  AttemptWatch watch({"w1", "w2", "w3"}, kStart);
+  // Step 412 on GPUs: every host blocks on its device. Rank 1's backward
+  // kernel hangs, so the inputs of its bucket all-reduce never become ready;
+  // ranks 0 and 2 have theirs ready and their devices wait in the all-reduce.
+  // All are at the same step: the lowest-step rule alone names all three.
+  for (int i = 0; i <= 30; ++i) {
+    const absl::Time t = kStart + absl::Seconds(2 * i);
+    watch.Report(0, OnDevice(412, "allreduce #825 (bucket 0)", /*ready=*/true), t);
+    watch.Report(1, OnDevice(412, "allreduce #825 (bucket 0)", /*ready=*/false), t);
+    watch.Report(2, OnDevice(412, "allreduce #825 (bucket 0)", /*ready=*/true), t);
+  }
+  const std::vector<bool> all = {true, true, true};
+  auto verdict = watch.Check(kStart + absl::Seconds(61), Options(), all);
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_EQ(verdict->kind, WatchVerdict::Kind::kStalled);
+  EXPECT_THAT(verdict->culprits, ElementsAre(1));
+  EXPECT_THAT(verdict->reason,
+              HasSubstr("rank 1 on w2 stalled at step 412 in device (its inputs to "
+                        "allreduce #825 (bucket 0) not ready)"));
+  EXPECT_THAT(verdict->reason,
+              HasSubstr("ranks 0,2 waiting on allreduce #825 (bucket 0) for"));
+}
+
+TEST(AttemptWatchTest, GpuRankOnItsDeviceWithoutACollectiveIsWorking) {
+  AttemptWatch watch({"w1", "w2"}, kStart);
+  // Rank 0's device runs a step that never ends (no collective issued yet);
+  // rank 1 waits in the all-reduce that rank 0 has not reached.
+  for (int i = 0; i <= 30; ++i) {
+    const absl::Time t = kStart + absl::Seconds(2 * i);
+    watch.Report(0, OnDevice(412, "", /*ready=*/false), t);
+    watch.Report(1, OnDevice(412, "allreduce #825 (bucket 0)", /*ready=*/true), t);
+  }
+  auto verdict = watch.Check(kStart + absl::Seconds(61), Options(), kBoth);
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_THAT(verdict->culprits, ElementsAre(0));
+  EXPECT_THAT(verdict->reason, HasSubstr("rank 0 on w1 stalled at step 412 in device"));
+  EXPECT_THAT(verdict->reason, HasSubstr("rank 1 waiting on allreduce #825 (bucket 0)"));
+}
+
+TEST(AttemptWatchTest, InputsBecomingReadyCountAsProgress) {
+  AttemptWatch watch({"w1"}, kStart);
+  // A long backward on the device: the all-reduce's inputs turn ready at 50 s.
+  for (int i = 0; i <= 40; ++i) {
+    watch.Report(0, OnDevice(412, "allreduce #825 (bucket 0)", /*ready=*/i >= 25),
+                 kStart + absl::Seconds(2 * i));
+  }
+  EXPECT_FALSE(watch.Check(kStart + absl::Seconds(80), Options(), {true}).has_value());
 }
 
 TEST(AttemptWatchTest, StallThresholdGrowsWithTheMedianStepTime) {
@@ -214,6 +296,52 @@ TEST(AttemptWatchTest, SlowRankIsFlaggedOnceAfterTheWindowAndNamesTheSlowPhase) 
   EXPECT_TRUE(watch.IsStraggler(1));
   EXPECT_FALSE(watch.IsStraggler(0));
   EXPECT_THAT(watch.Stragglers(), SizeIs(1));
+}
+
+TEST(AttemptWatchTest, SlowGpuIsFlaggedFromItsDeviceTimes) {
+  // Rank 1's GPU takes 1.6x its peers' time in forward and backward. Its
+  // host, like theirs, spends the step waiting on the device or the
+  // all-reduce, so the host times of all three look alike.
+  const std::vector<bool> all = {true, true, true};
+  auto run = [&](bool with_device_times) {
+    AttemptWatch watch({"w1", "w2", "w3"}, kStart);
+    std::vector<std::string> events;
+    for (int i = 0; i <= 30; ++i) {
+      const absl::Time t = kStart + absl::Seconds(2 * i);
+      watch.Report(0, GpuWork(i, 50, 100, with_device_times), t);
+      watch.Report(1, GpuWork(i, 80, 160, with_device_times), t);
+      watch.Report(2, GpuWork(i, 50, 100, with_device_times), t);
+      for (const std::string& e : watch.UpdateStragglers(t, Options(), all)) {
+        events.push_back(e);
+      }
+      if (i * 2 < 30) EXPECT_THAT(watch.Stragglers(), IsEmpty()) << i;
+    }
+    return events;
+  };
+  const std::vector<std::string> events = run(/*with_device_times=*/true);
+  ASSERT_THAT(events, SizeIs(1));
+  // Own work on the device: data + forward + backward + optimizer, without
+  // comm: 251 ms vs 161 ms.
+  EXPECT_THAT(events[0], HasSubstr("rank 1 on w2: 1.6x the median step work"));
+  EXPECT_THAT(events[0], HasSubstr("backward 160 ms vs 100 ms per step on the device"));
+  // The host times alone cannot tell the slow GPU from its peers.
+  EXPECT_THAT(run(/*with_device_times=*/false), IsEmpty());
+}
+
+TEST(AttemptWatchTest, DeviceTimesAreComparedOnlyWhenEveryRankHasThem) {
+  AttemptWatch watch({"w1", "w2", "w3"}, kStart);
+  const std::vector<bool> all = {true, true, true};
+  int flagged = 0;
+  for (int i = 0; i <= 30; ++i) {
+    const absl::Time t = kStart + absl::Seconds(2 * i);
+    // Rank 0 reports host times only (an older trainer): the device times of
+    // ranks 1 and 2 must not be weighed against its host times.
+    watch.Report(0, GpuWork(i, 50, 100, /*with_device_times=*/false), t);
+    watch.Report(1, GpuWork(i, 80, 160), t);
+    watch.Report(2, GpuWork(i, 50, 100), t);
+    flagged += watch.UpdateStragglers(t, Options(), all).size();
+  }
+  EXPECT_EQ(flagged, 0);
 }
 
 TEST(AttemptWatchTest, StragglerEpisodeEndsWhenTheRankCatchesUpAndANewOneIsReported) {

@@ -200,6 +200,82 @@ TEST(ProgressTrackerTest, NamesTheOldestPendingCollectiveWhileWaiting) {
   EXPECT_EQ(tracker.Snapshot().collective, "");
 }
 
+TEST(ProgressTrackerTest, WaitingOnTheDeviceNamesTheCollectiveAndWhetherItIsReady) {
+  FakeClock clock;
+  PendingCollectiveTracker collectives(clock);
+  ProgressTracker tracker(clock);
+  tracker.SetCollectives(&collectives);
+  // A device backend's all-reduce: issued while this rank's own kernels that
+  // produce its inputs are still queued.
+  const uint64_t bucket0 = collectives.Begin("allreduce", 0, /*ready=*/false);
+  tracker.BeginStep();
+  tracker.Enter(RankPhase::kDevice);  // the host reads the stop agreement
+  clock.Advance(absl::Seconds(5));
+  ProgressReport report = tracker.Snapshot();
+  EXPECT_EQ(report.phase, "device");
+  EXPECT_EQ(report.collective, "allreduce #1 (bucket 0)");
+  EXPECT_FALSE(report.collective_ready);
+  EXPECT_EQ(report.phase_elapsed_ms, 5000);
+  // Its inputs are complete: the device now waits in the all-reduce, on peers.
+  collectives.MarkReady(bucket0);
+  report = tracker.Snapshot();
+  EXPECT_EQ(report.collective, "allreduce #1 (bucket 0)");
+  EXPECT_TRUE(report.collective_ready);
+  // In "collective" it is named with its readiness too; host collectives are
+  // ready as they begin.
+  collectives.End(bucket0);
+  collectives.Begin("barrier");
+  tracker.Enter(RankPhase::kCollective);
+  report = tracker.Snapshot();
+  EXPECT_EQ(report.collective, "barrier #2");
+  EXPECT_TRUE(report.collective_ready);
+  // Nothing named, nothing ready.
+  tracker.Enter(RankPhase::kOptimizer);
+  report = tracker.Snapshot();
+  EXPECT_EQ(report.collective, "");
+  EXPECT_FALSE(report.collective_ready);
+}
+
+TEST(ProgressTrackerTest, DeviceTimeCountsAsAPhaseOfTheStep) {
+  FakeClock clock;
+  ProgressTracker tracker(clock);
+  RunStep(
+      tracker, clock, 1,
+      {{RankPhase::kForward, 3}, {RankPhase::kDevice, 90}, {RankPhase::kOptimizer, 1}});
+  const ProgressReport report = tracker.Snapshot();
+  EXPECT_EQ(PhaseMs(report), (std::map<std::string, double>{
+                                 {"forward", 3}, {"device", 90}, {"optimizer", 1}}));
+  EXPECT_DOUBLE_EQ(report.step_time_ms, 94);
+}
+
+TEST(ProgressTrackerTest, ReportsTheDeviceStepTimesLastSet) {
+  FakeClock clock;
+  ProgressTracker tracker(clock);
+  // A CPU rank (no device timer) reports none.
+  EXPECT_TRUE(tracker.Snapshot().device_phase_ms.empty());
+  EXPECT_EQ(tracker.Snapshot().device_window_steps, 0);
+  tracker.SetDeviceStepTimes(
+      {{"data", 1}, {"forward", 61.5}, {"backward", 120}, {"comm", 8}, {"optimizer", 9}},
+      10);
+  RunStep(tracker, clock, 1, {{RankPhase::kDevice, 200}});
+  ProgressReport report = tracker.Snapshot();
+  EXPECT_EQ(report.device_window_steps, 10);
+  EXPECT_EQ((std::map<std::string, double>{report.device_phase_ms.begin(),
+                                           report.device_phase_ms.end()}),
+            (std::map<std::string, double>{{"data", 1},
+                                           {"forward", 61.5},
+                                           {"backward", 120},
+                                           {"comm", 8},
+                                           {"optimizer", 9}}));
+  // The next interval's means replace them.
+  tracker.SetDeviceStepTimes({{"forward", 70}}, 5);
+  report = tracker.Snapshot();
+  EXPECT_EQ(report.device_window_steps, 5);
+  ASSERT_EQ(report.device_phase_ms.size(), 1u);
+  EXPECT_EQ(report.device_phase_ms[0].first, "forward");
+  EXPECT_EQ(report.device_phase_ms[0].second, 70);
+}
+
 TEST(ProgressTrackerTest, SnapshotsFromAnotherThreadSeeConsistentReports) {
   RealClock clock;
   ProgressTracker tracker(clock);

@@ -39,6 +39,8 @@ TEST_F(StepTimerTest, AttributesTheTimeBetweenMarksToTheMarkedPhase) {
   EXPECT_DOUBLE_EQ(times.step_seconds, 0.040);
 }
 
+TEST_F(StepTimerTest, HostTimerMeasuresHostTime) { EXPECT_FALSE(timer_->on_device()); }
+
 TEST_F(StepTimerTest, SumsRepeatedPhasesAndStepsUntilTaken) {
   for (int step = 0; step < 2; ++step) {
     timer_->BeginStep();
