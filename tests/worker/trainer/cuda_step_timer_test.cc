@@ -30,6 +30,7 @@ TEST(CudaStepTimerTest, MeasuresDeviceWorkBetweenMarks) {
   if (Devices() == 0) GTEST_SKIP() << "no CUDA device is visible";
   absl::StatusOr<std::unique_ptr<StepTimer>> timer = MakeCudaStepTimer(0, nullptr);
   ASSERT_TRUE(timer.ok()) << timer.status();
+  EXPECT_TRUE((*timer)->on_device());
   void* buffer = nullptr;
   const size_t bytes = size_t{256} << 20;
   ASSERT_EQ(cudaMalloc(&buffer, bytes), cudaSuccess);

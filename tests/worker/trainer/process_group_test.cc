@@ -241,6 +241,9 @@ TEST_F(CoordinatorGroupTest, LeaseRenewalCarriesTheProgressReportAndReadsThePeri
   progress.step_time_ms = 95.5;
   progress.phase_ms = {{"forward", 20}, {"collective", 75.5}};
   progress.window_steps = 20;
+  progress.collective_ready = true;
+  progress.device_phase_ms = {{"forward", 61.5}, {"comm", 4}};
+  progress.device_window_steps = 10;
   const absl::StatusOr<LeaseGrant> grant = client->RenewLease(absl::Seconds(5), progress);
   ASSERT_TRUE(grant.ok()) << grant.status();
   EXPECT_EQ(grant->lease, absl::Seconds(90));
@@ -261,6 +264,11 @@ TEST_F(CoordinatorGroupTest, LeaseRenewalCarriesTheProgressReportAndReadsThePeri
   ASSERT_EQ(sent.phase_ms_size(), 2);
   EXPECT_EQ(sent.phase_ms().at("forward"), 20);
   EXPECT_EQ(sent.phase_ms().at("collective"), 75.5);
+  EXPECT_TRUE(sent.collective_ready());
+  EXPECT_EQ(sent.device_window_steps(), 10);
+  ASSERT_EQ(sent.device_phase_ms_size(), 2);
+  EXPECT_EQ(sent.device_phase_ms().at("forward"), 61.5);
+  EXPECT_EQ(sent.device_phase_ms().at("comm"), 4);
 }
 
 TEST(GrpcCoordinatorClientTest, UnreachableCoordinatorIsUnavailableAfterTheRetryWindow) {
