@@ -306,18 +306,29 @@ TEST(NcclCommunicatorFakeTest, AnEnqueueThatNeverCompletesAbortsTheCommunicator)
   EXPECT_EQ(api.count("finalize"), 0);
 }
 
-TEST(NcclCommunicatorFakeTest, AStickyCudaErrorIsADeviceFailureNamingIt) {
-  FakeGpuApi api;
+// A communicator whose watchdog polls every 5 ms, with an all-reduce of
+// `bucket` pending on it (the communicator's stream does not run).
+std::unique_ptr<NcclComm> JoinWithAPendingAllReduce(FakeGpuApi& api, Failures& failures,
+                                                    int bucket) {
   NcclOptions options;
   options.watchdog_interval = absl::Milliseconds(5);
-  Failures failures;
   failures.Attach(options);
   std::unique_ptr<NcclComm> comm = Join(api, options);
-  ASSERT_NE(comm, nullptr);
+  if (comm == nullptr) return nullptr;
   api.set_comm_stream_runs(false);
-  float buffer[4] = {};
-  ASSERT_TRUE(
-      comm->AllReduceSumAsync(buffer, 4, NcclDataType::kFloat32, CallerStream(), 2).ok());
+  static float buffer[4] = {};
+  const absl::Status launched =
+      comm->AllReduceSumAsync(buffer, 4, NcclDataType::kFloat32, CallerStream(), bucket)
+          .status();
+  EXPECT_TRUE(launched.ok()) << launched;
+  return comm;
+}
+
+TEST(NcclCommunicatorFakeTest, AStickyCudaErrorIsADeviceFailureNamingIt) {
+  FakeGpuApi api;
+  Failures failures;
+  std::unique_ptr<NcclComm> comm = JoinWithAPendingAllReduce(api, failures, 2);
+  ASSERT_NE(comm, nullptr);
   // A model kernel faults: every later query of the device fails.
   api.set_sticky_error(kCudaErrorIllegalAddress);
   ASSERT_TRUE(Eventually([&] { return failures.total() > 0; }));
@@ -335,16 +346,9 @@ TEST(NcclCommunicatorFakeTest, AStickyCudaErrorIsADeviceFailureNamingIt) {
 
 TEST(NcclCommunicatorFakeTest, AnNcclErrorIsACollectiveFailure) {
   FakeGpuApi api;
-  NcclOptions options;
-  options.watchdog_interval = absl::Milliseconds(5);
   Failures failures;
-  failures.Attach(options);
-  std::unique_ptr<NcclComm> comm = Join(api, options);
+  std::unique_ptr<NcclComm> comm = JoinWithAPendingAllReduce(api, failures, 0);
   ASSERT_NE(comm, nullptr);
-  api.set_comm_stream_runs(false);
-  float buffer[4] = {};
-  ASSERT_TRUE(
-      comm->AllReduceSumAsync(buffer, 4, NcclDataType::kFloat32, CallerStream(), 0).ok());
   api.set_nccl_state(kNcclRemoteError);
   ASSERT_TRUE(Eventually([&] { return failures.total() > 0; }));
   absl::MutexLock lock(&failures.mu);
