@@ -316,7 +316,7 @@ int Run(int argc, char** argv) {
   loop.fault = &fault;
   Trainer trainer(options, *data, *group->communicator, **reporter, loop);
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
-  if (!outcome.ok() && IsCudaErrorMessage(outcome.status().message())) {
+  if (!outcome.ok() && IsCudaErrorMessage(std::string(outcome.status().message()))) {
     // A kernel fault or an out-of-memory: the device, not the training code
     // or a peer, is the reason.
     group->communicator->Abort();
