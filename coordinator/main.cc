@@ -1,8 +1,6 @@
 // tessera-coordinator: flags -> Options, wiring, signals. No logic here.
 #include <fcntl.h>
-#include <grp.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +22,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/process/unix_account.h"
 #include "common/service_notify.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/core/auth.h"
@@ -39,23 +38,13 @@
 namespace {
 
 // Whether Unix account `user` is a member of group `group` (primary or
-// supplementary). False when either does not exist.
+// supplementary). False when either does not exist. Called from the RPC
+// threads at once: the lookups are the reentrant ones.
 bool UserInGroup(const std::string& user, const std::string& group) {
-  struct group* g = getgrnam(group.c_str());
-  struct passwd* pw = getpwnam(user.c_str());
-  if (g == nullptr || pw == nullptr) return false;
-  const gid_t want = g->gr_gid;
-  int count = 64;
-  std::vector<gid_t> groups(count);
-  if (getgrouplist(user.c_str(), pw->pw_gid, groups.data(), &count) < 0) {
-    groups.resize(count);
-    if (getgrouplist(user.c_str(), pw->pw_gid, groups.data(), &count) < 0) return false;
-  }
-  groups.resize(count);
-  for (gid_t gid : groups) {
-    if (gid == want) return true;
-  }
-  return false;
+  absl::StatusOr<gid_t> want = tessera::LookUpGroupId(group);
+  if (!want.ok()) return false;
+  absl::StatusOr<tessera::UnixAccount> account = tessera::LookUpUnixAccount(user);
+  return account.ok() && account->InGroup(*want);
 }
 
 // The Slurm pools: their client over sbatch/squeue/scancel and the manager
@@ -129,8 +118,8 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
     const std::string line = *token + "\n";
     bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
     if (ok && !run_as.empty()) {
-      const passwd* pw = getpwnam(run_as.c_str());
-      ok = pw != nullptr && fchown(fd, pw->pw_uid, pw->pw_gid) == 0;
+      absl::StatusOr<tessera::UnixAccount> owner = tessera::LookUpUnixAccount(run_as);
+      ok = owner.ok() && fchown(fd, owner->uid, owner->gid) == 0;
     }
     close(fd);
     if (!ok) {
@@ -527,7 +516,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!admin_group.empty()) {
-    if (getgrnam(admin_group.c_str()) == nullptr) {
+    if (!tessera::LookUpGroupId(admin_group).ok()) {
       std::cerr << "tessera-coordinator: --admin-group: no group named '" << admin_group
                 << "'\n";
       return 2;

@@ -2,13 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/process/child_setup.h"
 #include "spdlog/spdlog.h"
 #include "worker/exit_detail.h"
 
@@ -25,118 +21,9 @@ namespace tessera {
 
 namespace {
 
-// What the child reports through its error pipe when a step before exec fails.
-enum ChildStep : int { kJoinCgroup = 1, kSetGroups, kSetGid, kSetUid, kExec };
-
-struct ChildError {
-  int step = 0;
-  int err = 0;
-};
-
-// Writes the failed step and errno to the pipe, then exits. Async-signal-safe.
-[[noreturn]] void ChildFail(int fd, ChildStep step) {
-  ChildError e{step, errno};
-  ssize_t ignored = write(fd, &e, sizeof(e));
-  (void)ignored;
-  _exit(127);
-}
-
 std::string NameOf(const std::string& entry) { return entry.substr(0, entry.find('=')); }
 
-// Closes every descriptor from 3 up, except `keep` (the exec-error pipe, which
-// is O_CLOEXEC and closes itself at exec). Async-signal-safe: close_range(2)
-// where the kernel has it (5.9+), else the entries of /proc/self/fd read with
-// getdents64, else every number below the descriptor limit.
-void CloseDescriptorsFrom3(int keep) {
-#ifdef SYS_close_range
-  bool closed_all = true;
-  if (keep > 3) {
-    closed_all = syscall(SYS_close_range, 3u, static_cast<unsigned>(keep) - 1, 0u) == 0;
-  }
-  if (closed_all &&
-      syscall(SYS_close_range, static_cast<unsigned>(keep) + 1, ~0u, 0u) == 0) {
-    return;
-  }
-#endif
-  const int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    // Closing while listing may shift the listing: list again until a pass
-    // closes nothing.
-    for (bool closed = true; closed;) {
-      closed = false;
-      alignas(8) char buf[4096];
-      if (lseek(dir, 0, SEEK_SET) != 0) break;
-      for (long n; (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0;) {
-        for (long off = 0; off < n;) {
-          struct Entry {
-            uint64_t ino;
-            int64_t off;
-            unsigned short reclen;
-            unsigned char type;
-            char name[1];
-          };
-          const auto* e = reinterpret_cast<const Entry*>(buf + off);
-          off += e->reclen;
-          int fd = 0;
-          bool number = e->name[0] != '\0';
-          for (const char* c = e->name; *c != '\0' && number; ++c) {
-            number = *c >= '0' && *c <= '9';
-            fd = fd * 10 + (*c - '0');
-          }
-          if (number && fd >= 3 && fd != keep && fd != dir) {
-            close(fd);
-            closed = true;
-          }
-        }
-      }
-    }
-    close(dir);
-    return;
-  }
-  rlimit limit{};
-  const rlim_t top =
-      getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
-          ? std::min<rlim_t>(limit.rlim_cur, 1 << 20)
-          : 1 << 16;
-  for (int fd = 3; fd < static_cast<int>(top); ++fd) {
-    if (fd != keep) close(fd);
-  }
-}
-
 }  // namespace
-
-absl::StatusOr<Account> LookUpAccount(const std::string& name) {
-  long size = sysconf(_SC_GETPW_R_SIZE_MAX);
-  std::vector<char> buf(size > 0 ? static_cast<size_t>(size) : 16384);
-  passwd pw{};
-  passwd* found = nullptr;
-  int rc = 0;
-  while ((rc = getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found)) == ERANGE &&
-         buf.size() < (1u << 20)) {
-    buf.resize(buf.size() * 2);
-  }
-  if (rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot look up user ", name, ": ", std::strerror(rc)));
-  }
-  if (found == nullptr) return absl::NotFoundError(absl::StrCat("no user ", name));
-  Account account;
-  account.name = name;
-  account.uid = pw.pw_uid;
-  account.gid = pw.pw_gid;
-  account.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
-  int n = 64;
-  for (int tries = 0; tries < 8; ++tries) {
-    account.groups.resize(static_cast<size_t>(n));
-    int got = n;
-    if (getgrouplist(name.c_str(), pw.pw_gid, account.groups.data(), &got) >= 0) {
-      account.groups.resize(static_cast<size_t>(got));
-      return account;
-    }
-    n = std::max(got, n * 2);  // `got` holds the count needed
-  }
-  return absl::UnavailableError(absl::StrCat("cannot list the groups of user ", name));
-}
 
 absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty argv");
@@ -178,100 +65,43 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
           "cannot open ", spec.cgroup, "/cgroup.procs: ", std::strerror(errno)));
     }
   }
-  int err_pipe[2];
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-    close(log_fd);
-    if (null_fd >= 0) close(null_fd);
-    if (cgroup_fd >= 0) close(cgroup_fd);
-    return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
-  }
-  const bool switch_user = spec.run_as.has_value();
-  const uid_t uid = switch_user ? spec.run_as->uid : 0;
-  const gid_t gid = switch_user ? spec.run_as->gid : 0;
-  const std::vector<gid_t> groups =
-      switch_user ? spec.run_as->groups : std::vector<gid_t>();
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    // Join the attempt's cgroup before exec (and while still root), so that
-    // everything the rank starts is inside it from the first instruction.
-    if (cgroup_fd >= 0 && write(cgroup_fd, "0", 1) != 1)
-      ChildFail(err_pipe[1], kJoinCgroup);
-    if (switch_user) {
-      // Groups first: once the uid is not root, they can no longer change.
-      if (setgroups(groups.size(), groups.data()) != 0)
-        ChildFail(err_pipe[1], kSetGroups);
-      if (setgid(gid) != 0) ChildFail(err_pipe[1], kSetGid);
-      if (setuid(uid) != 0) ChildFail(err_pipe[1], kSetUid);
-      // setuid from root drops the saved uid too; make sure of it.
-      if (uid != 0 && setuid(0) == 0) {
-        errno = EPERM;
-        ChildFail(err_pipe[1], kSetUid);
-      }
-    }
-    // Die with the worker, even if it is SIGKILLed. Asked for after the
-    // credential change, which clears it.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD}) signal(s, SIG_DFL);
-    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    // Nothing of the worker's reaches the rank but stdin, stdout and stderr:
-    // no descriptor it holds (sockets, pipes, files), whether O_CLOEXEC or not.
-    CloseDescriptorsFrom3(err_pipe[1]);
-    // Files the rank creates (checkpoints in shared roots, its outputs) are
-    // its owner's alone unless it says otherwise.
-    umask(077);
-    execve(argv[0], argv.data(), envp.data());
-    ChildFail(err_pipe[1], kExec);
-  }
-  int fork_errno = errno;
-  close(err_pipe[1]);
+  ChildSetup setup;
+  setup.argv = argv.data();
+  setup.envp = envp.data();
+  setup.stdin_fd = null_fd;
+  setup.stdout_fd = log_fd;
+  setup.stderr_fd = log_fd;
+  setup.cgroup_procs_fd = cgroup_fd;
+  setup.run_as = spec.run_as ? &*spec.run_as : nullptr;
+  // Die with the worker, even if it is SIGKILLed.
+  setup.die_with_parent = true;
+  absl::StatusOr<SpawnedChild> child = SpawnChild(setup);
   close(log_fd);
   if (null_fd >= 0) close(null_fd);
   if (cgroup_fd >= 0) close(cgroup_fd);
-  if (pid < 0) {
-    close(err_pipe[0]);
-    return absl::InternalError(absl::StrCat("fork: ", std::strerror(fork_errno)));
+  if (!child.ok()) return child.status();
+  if (!child->failed_step) return child->pid;
+  const char* why = std::strerror(child->error);
+  const std::string user = spec.run_as ? spec.run_as->name : "";
+  switch (*child->failed_step) {
+    case ChildStep::kJoinCgroup:
+      return absl::UnavailableError(
+          absl::StrCat("cannot join cgroup ", spec.cgroup, ": ", why));
+    case ChildStep::kSetGroups:
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot set the groups of user ", user, ": ", why));
+    case ChildStep::kSetGid:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot switch to group ", spec.run_as->gid, " of user ", user, ": ", why));
+    case ChildStep::kSetUid:
+    case ChildStep::kKeptRoot:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot switch to user ", user, " (uid ", spec.run_as->uid, "): ", why));
+    default:
+      break;
   }
-  setpgid(pid, pid);  // also in the parent, so signals sent right away reach the group
-  ChildError child;
-  ssize_t n;
-  do {
-    n = read(err_pipe[0], &child, sizeof(child));
-  } while (n < 0 && errno == EINTR);
-  close(err_pipe[0]);
-  if (n == sizeof(child)) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    const char* why = std::strerror(child.err);
-    const std::string user = switch_user ? spec.run_as->name : "";
-    switch (child.step) {
-      case kJoinCgroup:
-        return absl::UnavailableError(
-            absl::StrCat("cannot join cgroup ", spec.cgroup, ": ", why));
-      case kSetGroups:
-        return absl::PermissionDeniedError(
-            absl::StrCat("cannot set the groups of user ", user, ": ", why));
-      case kSetGid:
-        return absl::PermissionDeniedError(
-            absl::StrCat("cannot switch to group ", gid, " of user ", user, ": ", why));
-      case kSetUid:
-        return absl::PermissionDeniedError(
-            absl::StrCat("cannot switch to user ", user, " (uid ", uid, "): ", why));
-      default:
-        break;
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot execute ", spec.argv[0],
-                     switch_user ? " as user " + user : "", ": ", why));
-  }
-  return pid;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot execute ", spec.argv[0], spec.run_as ? " as user " + user : "", ": ", why));
 }
 
 void PosixLauncher::SignalGroup(pid_t pgid, int sig) {

@@ -17,12 +17,14 @@
 // (cgroup.h).
 //
 // A process may run as another unix account (ProcessSpec::run_as): everything
-// about the account is looked up before fork (LookUpAccount), and the child
-// joins its cgroup, then calls setgroups, setgid and setuid, and only then
-// asks for PR_SET_PDEATHSIG (a change of credentials clears it) and execs.
-// The process gets nothing of the worker's but what the spec says: its
+// about the account is looked up before fork (LookUpUnixAccount), and the
+// child joins its cgroup, then switches to the account, and only then asks
+// for PR_SET_PDEATHSIG (a change of credentials clears it) and execs. The
+// process gets nothing of the worker's but what the spec says: its
 // environment is exactly ProcessSpec::env, every descriptor above stderr is
-// closed before exec (close_range), and its umask is 077.
+// closed before exec, and its umask is 077. The steps between fork and exec
+// are common/process/child_setup.h's (SpawnChild); what is the worker's own
+// here is the cgroup, the log file and the account's HOME, USER and LOGNAME.
 //
 // Thread-safety: not thread-safe; the worker agent's loop thread owns it. Fork
 // happens on that thread, which lives as long as the ranks: PR_SET_PDEATHSIG
@@ -43,22 +45,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/process/unix_account.h"
 #include "worker/cgroup.h"
 
 namespace tessera {
-
-// A unix account a process can run as.
-struct Account {
-  std::string name;
-  uid_t uid = 0;
-  gid_t gid = 0;              // primary group
-  std::vector<gid_t> groups;  // every group of the account, the primary one included
-  std::string home;
-};
-
-// Looks `name` up in the passwd and group databases (getpwnam_r,
-// getgrouplist). NotFound when there is no such account.
-absl::StatusOr<Account> LookUpAccount(const std::string& name);
 
 struct ProcessSpec {
   std::vector<std::string> argv;  // argv[0] is the executable path; no shell
@@ -69,7 +59,7 @@ struct ProcessSpec {
   std::string cgroup;    // cgroup v2 directory the process starts in; empty: none
   // Unset: the process runs as the worker does. Set: it runs as this account
   // (needs root), with HOME, USER and LOGNAME set to the account's.
-  std::optional<Account> run_as;
+  std::optional<UnixAccount> run_as;
 };
 
 struct ProcessExit {

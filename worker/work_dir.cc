@@ -205,7 +205,7 @@ absl::Status RemoveTreeAt(int dir_fd, const std::string& name) {
 
 absl::Status WriteCredentialAt(int attempt_fd, const std::string& name,
                                const std::string& credential,
-                               const std::optional<Account>& owner) {
+                               const std::optional<UnixAccount>& owner) {
   RETURN_IF_ERROR(RemoveTreeAt(attempt_fd, name));
   if (::mkdirat(attempt_fd, name.c_str(), 0700) != 0) {
     return Errno("cannot create " + name, errno);

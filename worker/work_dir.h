@@ -86,7 +86,7 @@ absl::Status RemoveTreeAt(int dir_fd, const std::string& name);
 // mode 0600. Both belong to `owner` when set (fchown on their descriptors).
 absl::Status WriteCredentialAt(int attempt_fd, const std::string& name,
                                const std::string& credential,
-                               const std::optional<Account>& owner);
+                               const std::optional<UnixAccount>& owner);
 
 }  // namespace tessera
 

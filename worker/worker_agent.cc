@@ -98,9 +98,9 @@ std::vector<std::string> TrainerArgv(const WorkerOptions& options,
 // user can read, which the trainer removes once read. It lies in a directory
 // of its own that belongs to the rank's account, so that the trainer can
 // remove it; the attempt's directory stays the worker's.
-absl::StatusOr<std::string> WriteRankCredential(int dir_fd, const std::string& dir,
-                                                const v1::LaunchOrder& order,
-                                                const std::optional<Account>& run_as) {
+absl::StatusOr<std::string> WriteRankCredential(
+    int dir_fd, const std::string& dir, const v1::LaunchOrder& order,
+    const std::optional<UnixAccount>& run_as) {
   const std::string private_dir = absl::StrCat("rank-", order.rank(), ".private");
   if (absl::Status s = WriteCredentialAt(dir_fd, private_dir, order.credential(), run_as);
       !s.ok()) {
@@ -201,9 +201,9 @@ absl::StatusOr<v1::TrainerConfig> CheckTrainerPaths(const WorkerOptions& options
   return checked;
 }
 
-absl::StatusOr<std::optional<Account>> AccountForRank(const WorkerOptions& options,
-                                                      const std::string& owner,
-                                                      bool worker_is_root) {
+absl::StatusOr<std::optional<UnixAccount>> AccountForRank(const WorkerOptions& options,
+                                                          const std::string& owner,
+                                                          bool worker_is_root) {
   if (!worker_is_root) return std::nullopt;  // it cannot be anyone else
   const std::string& name = owner.empty() ? options.job_user : owner;
   if (name.empty()) {
@@ -213,7 +213,7 @@ absl::StatusOr<std::optional<Account>> AccountForRank(const WorkerOptions& optio
         " runs as root: it does not run jobs as root without --allow-root-jobs "
         "(or set --job-user for jobs without an owner)"));
   }
-  absl::StatusOr<Account> account = LookUpAccount(name);
+  absl::StatusOr<UnixAccount> account = LookUpUnixAccount(name);
   if (absl::IsNotFound(account.status())) {
     return absl::FailedPreconditionError(
         absl::StrCat("user ", name, " has no account on worker ", options.name));
@@ -248,7 +248,7 @@ absl::StatusOr<std::vector<std::string>> RankEnv(const v1::LaunchOrder& order) {
 }
 
 std::vector<std::string> RankEnvironment(
-    const WorkerOptions& options, const Account& account,
+    const WorkerOptions& options, const UnixAccount& account,
     const std::vector<std::string>& tessera, const std::vector<std::string>& spec,
     const std::function<const char*(const char*)>& lookup) {
   std::map<std::string, std::string> env;  // name -> "NAME=value"
@@ -275,8 +275,8 @@ std::vector<std::string> RankEnvironment(
   return out;
 }
 
-Account WorkerAccount() {
-  Account account;
+UnixAccount WorkerAccount() {
+  UnixAccount account;
   account.uid = ::geteuid();
   account.gid = ::getegid();
   account.name = absl::StrCat(account.uid);
@@ -515,7 +515,7 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
   spec.log_path = absl::StrCat(dir, "/rank-", order.rank(), ".log");
   // Who the rank runs as, what it may read and write, its environment: a rank
   // that fails these checks never starts, and its log and the coordinator say why.
-  absl::StatusOr<std::optional<Account>> account =
+  absl::StatusOr<std::optional<UnixAccount>> account =
       AccountForRank(options_, order.run_as(), ::geteuid() == 0);
   absl::StatusOr<v1::TrainerConfig> trainer =
       CheckTrainerPaths(options_, order.trainer());

@@ -158,9 +158,9 @@ absl::StatusOr<tessera::v1::TrainerConfig> CheckTrainerPaths(
 // jobs when options.allow_root_jobs). An error is the reason the rank is
 // refused, e.g. "user alice has no account on worker w1". `worker_is_root` is
 // geteuid() == 0 in production.
-absl::StatusOr<std::optional<Account>> AccountForRank(const WorkerOptions& options,
-                                                      const std::string& owner,
-                                                      bool worker_is_root);
+absl::StatusOr<std::optional<UnixAccount>> AccountForRank(const WorkerOptions& options,
+                                                          const std::string& owner,
+                                                          bool worker_is_root);
 
 // The spec's env entries as "NAME=value", each name checked again (the
 // coordinator checked them at submit): refused names are an error.
@@ -176,13 +176,13 @@ inline constexpr char kRankPath[] = "/usr/local/bin:/usr/bin:/bin";
 // CUDA_VISIBLE_DEVICES, ...), then `spec` (RankEnv), each entry replacing one
 // of the same name before it.
 std::vector<std::string> RankEnvironment(
-    const WorkerOptions& options, const Account& account,
+    const WorkerOptions& options, const UnixAccount& account,
     const std::vector<std::string>& tessera, const std::vector<std::string>& spec,
     const std::function<const char*(const char*)>& lookup);
 
 // The account the worker itself runs as (for the environment of ranks that
 // run as the worker).
-Account WorkerAccount();
+UnixAccount WorkerAccount();
 
 class WorkerAgent {
  public:

@@ -7,19 +7,18 @@
 // deadline is killed with its whole process group (SIGKILL) and the call
 // fails with DeadlineExceeded.
 //
-// Run as another account: with `run_as` set (needs root), the child calls
-// setgroups, setgid and setuid to that account before exec, and checks that
-// it cannot get root back. Everything about the account is looked up before
-// fork (LookUpUnixAccount), because after fork only async-signal-safe calls
-// are allowed.
+// Run as another account: with `run_as` set (needs root), the child switches
+// to that account before exec (SpawnChild, child_setup.h, does every step
+// between fork and exec), and checks that it cannot get root back. The
+// account is looked up before the call (LookUpUnixAccount).
 //
-// The coordinator uses it for the Slurm commands (slurm_cli.h); it is not a
-// general job launcher: a call blocks its thread until the program ends.
+// The coordinator uses it for the Slurm commands (coordinator/slurm/); it is
+// not a job launcher: a call blocks its thread until the program ends.
 //
 // Thread-safety: RunCommand may be called from several threads at once; each
 // call owns its child and descriptors.
-#ifndef TESSERA_COORDINATOR_SLURM_COMMAND_RUNNER_H_
-#define TESSERA_COORDINATOR_SLURM_COMMAND_RUNNER_H_
+#ifndef TESSERA_COMMON_PROCESS_RUN_COMMAND_H_
+#define TESSERA_COMMON_PROCESS_RUN_COMMAND_H_
 
 #include <sys/types.h>
 
@@ -30,21 +29,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/process/unix_account.h"
 
 namespace tessera {
-
-// A unix account a command can run as.
-struct UnixAccount {
-  std::string name;
-  uid_t uid = 0;
-  gid_t gid = 0;              // primary group
-  std::vector<gid_t> groups;  // every group of the account, the primary one included
-  std::string home;
-};
-
-// Looks `name` up in the passwd and group databases (getpwnam_r,
-// getgrouplist). NotFound when there is no such account.
-absl::StatusOr<UnixAccount> LookUpUnixAccount(const std::string& name);
 
 struct CommandSpec {
   std::vector<std::string> argv;  // argv[0]: the program's absolute path; no shell
@@ -79,4 +66,4 @@ std::string DescribeExit(const CommandResult& result);
 
 }  // namespace tessera
 
-#endif  // TESSERA_COORDINATOR_SLURM_COMMAND_RUNNER_H_
+#endif  // TESSERA_COMMON_PROCESS_RUN_COMMAND_H_

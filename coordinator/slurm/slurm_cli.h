@@ -4,7 +4,7 @@
 //   Query   squeue -h --states=all -j ID,ID,... -o %i|%t|%r|%N
 //   Cancel  scancel [--signal=SIG] ID
 //
-// Each command is an argv run through RunCommand (command_runner.h): no
+// Each command is an argv run through RunCommand (common/process/): no
 // shell, a fixed environment (PATH, LANG=C, HOME/USER/LOGNAME, SLURM_CONF
 // when set, and Options::env), a timeout, and stderr in every error.
 // Job ids and signal names are checked before they reach an argv, so that
@@ -36,8 +36,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/process/run_command.h"
 #include "coordinator/core/slurm_client.h"
-#include "coordinator/slurm/command_runner.h"
 
 namespace tessera {
 

@@ -23,8 +23,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/process/run_command.h"
 #include "coordinator/core/slurm_client.h"
-#include "coordinator/slurm/command_runner.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::testing {

@@ -147,7 +147,7 @@ TEST(RankEnvTest, GoodEntriesBecomeNameValueAndReservedNamesAreRefused) {
 TEST(AccountForRankTest, WorkerNotRunningAsRootRunsEveryRankAsItself) {
   WorkerOptions options;
   for (const char* owner : {"", "root", "no-such-user-xyz"}) {
-    absl::StatusOr<std::optional<Account>> account =
+    absl::StatusOr<std::optional<UnixAccount>> account =
         AccountForRank(options, owner, /*worker_is_root=*/false);
     ASSERT_TRUE(account.ok()) << account.status();
     EXPECT_FALSE(account->has_value()) << owner;
@@ -157,7 +157,7 @@ TEST(AccountForRankTest, WorkerNotRunningAsRootRunsEveryRankAsItself) {
 TEST(AccountForRankTest, UnknownUserIsRefusedNamingUserAndWorker) {
   WorkerOptions options;
   options.name = "w7";
-  absl::StatusOr<std::optional<Account>> account =
+  absl::StatusOr<std::optional<UnixAccount>> account =
       AccountForRank(options, "tsr-no-such-user", /*worker_is_root=*/true);
   ASSERT_FALSE(account.ok());
   EXPECT_EQ(account.status().message(),
@@ -167,22 +167,22 @@ TEST(AccountForRankTest, UnknownUserIsRefusedNamingUserAndWorker) {
 TEST(AccountForRankTest, RootOwnerOrNoOwnerIsRefusedUnlessAllowed) {
   WorkerOptions options;
   options.name = "w1";
-  absl::StatusOr<std::optional<Account>> root = AccountForRank(options, "root", true);
+  absl::StatusOr<std::optional<UnixAccount>> root = AccountForRank(options, "root", true);
   ASSERT_TRUE(absl::IsPermissionDenied(root.status())) << root.status();
   EXPECT_THAT(root.status().message(), HasSubstr("--allow-root-jobs"));
-  absl::StatusOr<std::optional<Account>> none = AccountForRank(options, "", true);
+  absl::StatusOr<std::optional<UnixAccount>> none = AccountForRank(options, "", true);
   ASSERT_TRUE(absl::IsPermissionDenied(none.status())) << none.status();
   EXPECT_THAT(none.status().message(), HasSubstr("no owner"));
 
   options.job_user = "nobody";
-  absl::StatusOr<std::optional<Account>> ownerless = AccountForRank(options, "", true);
+  absl::StatusOr<std::optional<UnixAccount>> ownerless = AccountForRank(options, "", true);
   ASSERT_TRUE(ownerless.ok()) << ownerless.status();
   ASSERT_TRUE(ownerless->has_value());
   EXPECT_EQ((*ownerless)->name, "nobody");
   EXPECT_NE((*ownerless)->uid, 0u);
 
   options.allow_root_jobs = true;
-  absl::StatusOr<std::optional<Account>> allowed = AccountForRank(options, "root", true);
+  absl::StatusOr<std::optional<UnixAccount>> allowed = AccountForRank(options, "root", true);
   ASSERT_TRUE(allowed.ok()) << allowed.status();
   EXPECT_FALSE(allowed->has_value());  // as the worker, which is root
 }
@@ -380,7 +380,7 @@ TEST_F(RunAsClusterTest, RankRunsWithTheOwnersUidGidGroupsAndEnv) {
   EXPECT_EQ(Get(id).owner(), user_);
   const pid_t pid = WaitForRank(id);
   ASSERT_GT(pid, 0);
-  absl::StatusOr<Account> account = LookUpAccount(user_);
+  absl::StatusOr<UnixAccount> account = LookUpUnixAccount(user_);
   ASSERT_TRUE(account.ok()) << account.status();
   const group* extra = getgrnam(group_.c_str());
   ASSERT_NE(extra, nullptr);
@@ -471,7 +471,7 @@ TEST_F(RunAsClusterTest, DataDirOutsideTheRootsFailsTheRank) {
 // failed switch is an error, not a rank running as root.
 TEST(PosixLauncherRunAsTest, ChildRunsAsNobody) {
   if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
-  absl::StatusOr<Account> nobody = LookUpAccount("nobody");
+  absl::StatusOr<UnixAccount> nobody = LookUpUnixAccount("nobody");
   if (!nobody.ok()) GTEST_SKIP() << "no account nobody: " << nobody.status();
   TempDir dir;
   ProcessSpec spec;

@@ -162,8 +162,8 @@ TEST(WorkDirTest, CredentialDirPlantedAsASymlinkIsReplacedNotFollowed) {
   const std::string private_dir = work + "/job-3/attempt-1/rank-0.private";
   std::filesystem::create_directory_symlink(outside.path(), private_dir);
 
-  std::optional<Account> owner;
-  if (::geteuid() == 0) owner = Account{"someone", 4242, 4242, {4242}, "/"};
+  std::optional<UnixAccount> owner;
+  if (::geteuid() == 0) owner = UnixAccount{"someone", 4242, 4242, {4242}, "/"};
   ASSERT_TRUE(
       WriteCredentialAt(attempt->get(), "rank-0.private", "tsr_trainer_x", owner).ok());
   // The link is gone: a fresh directory of the rank's owner holds the file.
@@ -244,7 +244,7 @@ TEST(RankEnvironmentTest, OnlyAllowlistedNamesPassAndSpecEntriesComeLast) {
     auto it = worker_env.find(name);
     return it == worker_env.end() ? nullptr : it->second.c_str();
   };
-  const Account account{"alice", 1001, 1001, {1001}, "/home/alice"};
+  const UnixAccount account{"alice", 1001, 1001, {1001}, "/home/alice"};
   std::vector<std::string> env =
       RankEnvironment(options, account, {"RANK=0", "CUDA_VISIBLE_DEVICES="},
                       {"MY_SETTING=1", "TZ=CET"}, lookup);

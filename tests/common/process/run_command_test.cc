@@ -1,9 +1,11 @@
-// RunCommand (coordinator/slurm/command_runner.h): argv without a shell, the
+// RunCommand (common/process/run_command.h): argv without a shell, the
 // exact environment, stdin, separate stdout/stderr, output limits, the
-// timeout that kills the process group, exec and account errors, run-as.
-#include "coordinator/slurm/command_runner.h"
+// timeout that kills the process group, exec and working-directory errors,
+// run-as.
+#include "common/process/run_command.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -28,14 +30,14 @@ CommandSpec Spec(std::vector<std::string> argv) {
   return spec;
 }
 
-TEST(CommandRunnerTest, PassesArgumentsLiterallyWithoutAShell) {
+TEST(RunCommandTest, PassesArgumentsLiterallyWithoutAShell) {
   absl::StatusOr<CommandResult> r = RunCommand(Spec({"/bin/echo", "$(id)", "a;b", "*"}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->succeeded());
   EXPECT_EQ(r->out, "$(id) a;b *\n");
 }
 
-TEST(CommandRunnerTest, GivesExactlyTheEnvironmentItIsTold) {
+TEST(RunCommandTest, GivesExactlyTheEnvironmentItIsTold) {
   CommandSpec spec = Spec({"/usr/bin/env"});
   spec.env = {"ONLY=this", "PATH=/bin"};
   setenv("TESSERA_RUNNER_TEST_SECRET", "leak", 1);
@@ -45,7 +47,7 @@ TEST(CommandRunnerTest, GivesExactlyTheEnvironmentItIsTold) {
   EXPECT_EQ(r->out, "ONLY=this\nPATH=/bin\n");
 }
 
-TEST(CommandRunnerTest, FeedsStdinAndSeparatesStdoutFromStderr) {
+TEST(RunCommandTest, FeedsStdinAndSeparatesStdoutFromStderr) {
   CommandSpec spec = Spec({"/bin/sh", "-c", "cat; echo oops >&2; exit 3"});
   spec.stdin_data = std::string(200000, 'x');  // more than a pipe buffer
   absl::StatusOr<CommandResult> r = RunCommand(spec);
@@ -56,7 +58,7 @@ TEST(CommandRunnerTest, FeedsStdinAndSeparatesStdoutFromStderr) {
   EXPECT_EQ(DescribeExit(*r), "exit code 3");
 }
 
-TEST(CommandRunnerTest, KeepsAtMostTheOutputLimit) {
+TEST(RunCommandTest, KeepsAtMostTheOutputLimit) {
   CommandSpec spec = Spec({"/usr/bin/head", "-c", "100000", "/dev/zero"});
   spec.max_output_bytes = 1000;
   absl::StatusOr<CommandResult> r = RunCommand(spec);
@@ -65,7 +67,7 @@ TEST(CommandRunnerTest, KeepsAtMostTheOutputLimit) {
   EXPECT_EQ(r->out.size(), 1000u);
 }
 
-TEST(CommandRunnerTest, KillsTheProcessGroupAtTheTimeout) {
+TEST(RunCommandTest, KillsTheProcessGroupAtTheTimeout) {
   testing::TempDir dir;
   const std::string pid_file = dir.File("child.pid");
   // The program starts a grandchild that holds stdout open, then hangs.
@@ -93,26 +95,26 @@ TEST(CommandRunnerTest, KillsTheProcessGroupAtTheTimeout) {
   EXPECT_TRUE(gone) << "the grandchild " << grandchild << " survived the timeout";
 }
 
-TEST(CommandRunnerTest, MissingProgramIsNotFound) {
+TEST(RunCommandTest, MissingProgramIsNotFound) {
   absl::StatusOr<CommandResult> r = RunCommand(Spec({"/nonexistent/sbatch"}));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
   EXPECT_TRUE(absl::StrContains(r.status().message(), "/nonexistent/sbatch"))
       << r.status();
 }
 
-TEST(CommandRunnerTest, RefusesARelativeProgram) {
+TEST(RunCommandTest, RefusesARelativeProgram) {
   absl::StatusOr<CommandResult> r = RunCommand(Spec({"sbatch"}));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
 }
 
-TEST(CommandRunnerTest, ReportsTheKillingSignal) {
+TEST(RunCommandTest, ReportsTheKillingSignal) {
   absl::StatusOr<CommandResult> r = RunCommand(Spec({"/bin/sh", "-c", "kill -9 $$"}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->signal, SIGKILL);
   EXPECT_TRUE(absl::StrContains(DescribeExit(*r), "signal 9")) << DescribeExit(*r);
 }
 
-TEST(CommandRunnerTest, RunsAsAnotherAccountWithItsGroups) {
+TEST(RunCommandTest, RunsAsAnotherAccountWithItsGroups) {
   if (geteuid() != 0) GTEST_SKIP() << "switching accounts needs root";
   absl::StatusOr<UnixAccount> nobody = LookUpUnixAccount("nobody");
   if (!nobody.ok()) GTEST_SKIP() << "no account nobody: " << nobody.status();
@@ -130,9 +132,26 @@ TEST(CommandRunnerTest, RunsAsAnotherAccountWithItsGroups) {
   }
 }
 
-TEST(CommandRunnerTest, LookUpOfUnknownAccountIsNotFound) {
-  EXPECT_EQ(LookUpUnixAccount("no-such-user-tessera").status().code(),
-            absl::StatusCode::kNotFound);
+TEST(RunCommandTest, MissingWorkingDirectoryNamesTheChdirStep) {
+  CommandSpec spec = Spec({"/bin/true"});
+  spec.working_dir = "/nonexistent/tessera-dir";
+  absl::StatusOr<CommandResult> r = RunCommand(spec);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "chdir")) << r.status();
+}
+
+TEST(RunCommandTest, AsAnotherAccountTheWorkingDirectoryIsEnteredAsThatAccount) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching accounts needs root";
+  absl::StatusOr<UnixAccount> nobody = LookUpUnixAccount("nobody");
+  if (!nobody.ok()) GTEST_SKIP() << "no account nobody: " << nobody.status();
+  testing::TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0700), 0);  // root's alone
+  CommandSpec spec = Spec({"/bin/true"});
+  spec.working_dir = dir.path();
+  spec.run_as = *nobody;
+  absl::StatusOr<CommandResult> r = RunCommand(spec);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "chdir (as nobody)")) << r.status();
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/slurm/command_runner.h"
+#include "common/process/run_command.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
 
