@@ -27,7 +27,8 @@ inline constexpr int kTrainerExitPreempted = 5;
 // device context is unusable from then on), or the device ran out of memory.
 inline constexpr int kTrainerExitCudaError = 6;
 
-inline constexpr std::string_view kTrainerExitReasonPrefix = "tessera-train: exit reason: ";
+inline constexpr std::string_view kTrainerExitReasonPrefix =
+    "tessera-train: exit reason: ";
 
 // What exit code `code` of tessera-train means; empty for codes without a
 // meaning of their own (0, 1 and the rest).

@@ -66,8 +66,8 @@ absl::Status CheckHeartbeat(const v1::HeartbeatRequest& request) {
                                                      kMaxLaunchErrorBytes, " bytes"));
     }
     if (rank.exit_detail().size() > kMaxExitDetailBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("ranks.exit_detail: longer than ",
-                                                     kMaxExitDetailBytes, " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ranks.exit_detail: longer than ", kMaxExitDetailBytes, " bytes"));
     }
   }
   return absl::OkStatus();

@@ -43,7 +43,7 @@ TEST(ExitDetailTest, ReadsTheTailOfALogAndNotThroughALink) {
   testing::TempDir dir;
   const std::string log = dir.File("rank-0.log");
   Write(log, std::string(100000, '.') + "\n" +
-                              "tessera-train: exit reason: collective timeout\n");
+                 "tessera-train: exit reason: collective timeout\n");
   EXPECT_EQ(ReadExitDetail(log), "collective timeout");
   // A reason further back than the tail is not read.
   Write(log, "tessera-train: exit reason: old\n" + std::string(100000, '.'));

@@ -175,14 +175,16 @@ TEST(AccountForRankTest, RootOwnerOrNoOwnerIsRefusedUnlessAllowed) {
   EXPECT_THAT(none.status().message(), HasSubstr("no owner"));
 
   options.job_user = "nobody";
-  absl::StatusOr<std::optional<UnixAccount>> ownerless = AccountForRank(options, "", true);
+  absl::StatusOr<std::optional<UnixAccount>> ownerless =
+      AccountForRank(options, "", true);
   ASSERT_TRUE(ownerless.ok()) << ownerless.status();
   ASSERT_TRUE(ownerless->has_value());
   EXPECT_EQ((*ownerless)->name, "nobody");
   EXPECT_NE((*ownerless)->uid, 0u);
 
   options.allow_root_jobs = true;
-  absl::StatusOr<std::optional<UnixAccount>> allowed = AccountForRank(options, "root", true);
+  absl::StatusOr<std::optional<UnixAccount>> allowed =
+      AccountForRank(options, "root", true);
   ASSERT_TRUE(allowed.ok()) << allowed.status();
   EXPECT_FALSE(allowed->has_value());  // as the worker, which is root
 }

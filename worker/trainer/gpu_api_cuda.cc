@@ -142,7 +142,8 @@ class RealGpuApi final : public GpuApi {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t c = nullptr;
-    const ncclResult_t result = ncclCommInitRankConfig(&c, world_size, unique, rank, &config);
+    const ncclResult_t result =
+        ncclCommInitRankConfig(&c, world_size, unique, rank, &config);
     *comm = c;
     return result;
   }
@@ -164,12 +165,14 @@ class RealGpuApi final : public GpuApi {
   int NcclAllReduceSum(void* buffer, size_t count, NcclDataType type, NcclHandle comm,
                        GpuStream stream) override {
     return ncclAllReduce(buffer, buffer, count, ToNccl(type), ncclSum,
-                         static_cast<ncclComm_t>(comm), static_cast<cudaStream_t>(stream));
+                         static_cast<ncclComm_t>(comm),
+                         static_cast<cudaStream_t>(stream));
   }
   int NcclBroadcast(void* buffer, size_t count, NcclDataType type, int root,
                     NcclHandle comm, GpuStream stream) override {
     return ncclBroadcast(buffer, buffer, count, ToNccl(type), root,
-                         static_cast<ncclComm_t>(comm), static_cast<cudaStream_t>(stream));
+                         static_cast<ncclComm_t>(comm),
+                         static_cast<cudaStream_t>(stream));
   }
   std::string NcclErrorText(int code) override {
     return ncclGetErrorString(static_cast<ncclResult_t>(code));

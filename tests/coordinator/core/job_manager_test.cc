@@ -224,7 +224,8 @@ TEST_F(JobManagerTest, ARanksExitReasonSaysWhatItsCodeMeansAndWhatTheRankSaid) {
   ASSERT_EQ(launch->launch_size(), 1);
   v1::LocalRank exited = Exited(launch->launch(0), 6);
   exited.set_exit_detail(
-      "cudaErrorIllegalAddress (an illegal memory access was encountered) on CUDA device 0");
+      "cudaErrorIllegalAddress (an illegal memory access was encountered) on CUDA device "
+      "0");
   ASSERT_TRUE(Beat("a", ea, {exited}).ok());
   const v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);

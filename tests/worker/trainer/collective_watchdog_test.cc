@@ -251,15 +251,19 @@ TEST(CollectiveWatchdogExitTest, ACudaErrorExitsWithItsOwnCodeAndSaysWhy) {
 }
 
 TEST(CollectiveWatchdogExitTest, TellsLibTorchsCudaErrorsFromOtherFailures) {
-  EXPECT_TRUE(IsCudaErrorMessage("training failed: CUDA error: an illegal memory access "
-                                 "was encountered"));
-  EXPECT_TRUE(IsCudaErrorMessage("training failed: CUDA out of memory. Tried to allocate "
-                                 "2.00 GiB"));
-  EXPECT_TRUE(IsCudaErrorMessage("waiting for NCCL work: CUDA error 700 "
-                                 "cudaErrorIllegalAddress (...)"));
+  EXPECT_TRUE(
+      IsCudaErrorMessage("training failed: CUDA error: an illegal memory access "
+                         "was encountered"));
+  EXPECT_TRUE(
+      IsCudaErrorMessage("training failed: CUDA out of memory. Tried to allocate "
+                         "2.00 GiB"));
+  EXPECT_TRUE(
+      IsCudaErrorMessage("waiting for NCCL work: CUDA error 700 "
+                         "cudaErrorIllegalAddress (...)"));
   EXPECT_FALSE(IsCudaErrorMessage("training failed: shape mismatch [8, 10] vs [8, 100]"));
-  EXPECT_FALSE(IsCudaErrorMessage("collective failed: NCCL error 6 (remote process "
-                                  "exited)"));
+  EXPECT_FALSE(
+      IsCudaErrorMessage("collective failed: NCCL error 6 (remote process "
+                         "exited)"));
 }
 
 }  // namespace

@@ -35,16 +35,28 @@ constexpr int kCudaErrorIllegalAddress = 700;
 class FakeGpuApi final : public GpuApi {
  public:
   // Switches.
-  void set_caller_streams_run(bool run) { Set([&] { caller_runs_ = run; }); }
-  void set_comm_stream_runs(bool run) { Set([&] { comm_runs_ = run; }); }
+  void set_caller_streams_run(bool run) {
+    Set([&] { caller_runs_ = run; });
+  }
+  void set_comm_stream_runs(bool run) {
+    Set([&] { comm_runs_ = run; });
+  }
   // Every event query from now on fails with `error` (a sticky CUDA error).
-  void set_sticky_error(int error) { Set([&] { sticky_error_ = error; }); }
+  void set_sticky_error(int error) {
+    Set([&] { sticky_error_ = error; });
+  }
   // What ncclCommGetAsyncError reports.
-  void set_nccl_state(int state) { Set([&] { nccl_state_ = state; }); }
+  void set_nccl_state(int state) {
+    Set([&] { nccl_state_ = state; });
+  }
   // Collectives return ncclInProgress and the communicator stays in progress.
-  void set_enqueue_hangs(bool hangs) { Set([&] { enqueue_hangs_ = hangs; }); }
+  void set_enqueue_hangs(bool hangs) {
+    Set([&] { enqueue_hangs_ = hangs; });
+  }
   // ncclCommFinalize never completes (a peer is gone).
-  void set_finalize_hangs(bool hangs) { Set([&] { finalize_hangs_ = hangs; }); }
+  void set_finalize_hangs(bool hangs) {
+    Set([&] { finalize_hangs_ = hangs; });
+  }
 
   // What happened, in order: "allreduce on comm", "record e2 on caller",
   // "wait comm for e2", "abort", "finalize", "destroy", ...
@@ -156,8 +168,8 @@ class FakeGpuApi final : public GpuApi {
                        NcclHandle /*comm*/, GpuStream stream) override {
     return Enqueue("allreduce", stream);
   }
-  int NcclBroadcast(void* /*buffer*/, size_t /*count*/, NcclDataType /*type*/,
-                    int root, NcclHandle /*comm*/, GpuStream stream) override {
+  int NcclBroadcast(void* /*buffer*/, size_t /*count*/, NcclDataType /*type*/, int root,
+                    NcclHandle /*comm*/, GpuStream stream) override {
     return Enqueue(absl::StrCat("broadcast from ", root), stream);
   }
   std::string NcclErrorText(int code) override {
@@ -361,7 +373,8 @@ TEST(NcclCommunicatorFakeTest, AnNcclErrorIsACollectiveFailure) {
       << failures.collective[0];
 }
 
-TEST(NcclCommunicatorFakeTest, ACollectiveIsReadyOnlyOnceThisRanksKernelsProducedItsInput) {
+TEST(NcclCommunicatorFakeTest,
+     ACollectiveIsReadyOnlyOnceThisRanksKernelsProducedItsInput) {
   FakeGpuApi api;
   NcclOptions options;
   options.watchdog_interval = absl::Milliseconds(5);
@@ -388,7 +401,8 @@ TEST(NcclCommunicatorFakeTest, ACollectiveIsReadyOnlyOnceThisRanksKernelsProduce
   EXPECT_TRUE(Eventually([&] { return !comm->collectives().Oldest().has_value(); }));
 }
 
-TEST(NcclCommunicatorFakeTest, ACleanTeardownWhosePeerIsGoneGivesUpAfterTheFinalizeTimeout) {
+TEST(NcclCommunicatorFakeTest,
+     ACleanTeardownWhosePeerIsGoneGivesUpAfterTheFinalizeTimeout) {
   FakeGpuApi api;
   NcclOptions options;
   options.timeout = absl::Minutes(5);
@@ -403,8 +417,8 @@ TEST(NcclCommunicatorFakeTest, ACleanTeardownWhosePeerIsGoneGivesUpAfterTheFinal
   EXPECT_EQ(api.count("finalize"), 1);
   EXPECT_EQ(api.count("abort"), 1);
   EXPECT_EQ(api.count("destroy"), 0);
-  std::cout << "FIGURE nccl_finalize_with_dead_peer_ms=" << absl::ToInt64Milliseconds(took)
-            << std::endl;
+  std::cout << "FIGURE nccl_finalize_with_dead_peer_ms="
+            << absl::ToInt64Milliseconds(took) << std::endl;
 }
 
 TEST(NcclCommunicatorFakeTest, ACleanTeardownFinalizesAndDestroys) {
