@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <string>
@@ -140,40 +141,27 @@ absl::Status TypeError(const std::string& path, absl::string_view expected,
 
 absl::Status ParseMessage(const YAML::Node& node, const std::string& path, Message* msg);
 
-// Parses one scalar-or-message value of `field` from `node`. For a repeated field
-// the value is appended; otherwise it is set.
-absl::Status ParseValue(const YAML::Node& node, const std::string& path,
-                        const FieldDescriptor* field, Message* msg) {
+// What a non-scalar YAML node was expected to be, for the type error.
+absl::string_view ExpectedScalar(const FieldDescriptor* field) {
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+      return "a string";
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return "true or false";
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return "a number";
+    default:
+      return "an integer";
+  }
+}
+
+// The four integer types: the text must be an integer that fits the field.
+absl::Status SetIntegerValue(const YAML::Node& node, const std::string& path,
+                             const FieldDescriptor* field, Message* msg) {
   const Reflection* refl = msg->GetReflection();
   const bool repeated = field->is_repeated();
-
-  if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-    Message* sub =
-        repeated ? refl->AddMessage(msg, field) : refl->MutableMessage(msg, field);
-    return ParseMessage(node, path, sub);
-  }
-
-  if (!node.IsScalar()) {
-    absl::string_view expected = "a scalar";
-    switch (field->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_STRING:
-        expected = "a string";
-        break;
-      case FieldDescriptor::CPPTYPE_BOOL:
-        expected = "true or false";
-        break;
-      case FieldDescriptor::CPPTYPE_DOUBLE:
-      case FieldDescriptor::CPPTYPE_FLOAT:
-        expected = "a number";
-        break;
-      default:
-        expected = "an integer";
-        break;
-    }
-    return TypeError(path, expected, node);
-  }
   const std::string& text = node.Scalar();
-
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32: {
       int64_t wide = 0;
@@ -207,58 +195,104 @@ absl::Status ParseValue(const YAML::Node& node, const std::string& path,
       repeated ? refl->AddUInt64(msg, field, value) : refl->SetUInt64(msg, field, value);
       return absl::OkStatus();
     }
+    default:
+      return absl::InternalError(absl::StrCat(path, ": unsupported field type"));
+  }
+}
+
+absl::Status SetFloatingValue(const YAML::Node& node, const std::string& path,
+                              const FieldDescriptor* field, Message* msg) {
+  const Reflection* refl = msg->GetReflection();
+  const bool repeated = field->is_repeated();
+  double value = 0;
+  if (!absl::SimpleAtod(node.Scalar(), &value) || !std::isfinite(value)) {
+    return TypeError(path, "a finite number", node);
+  }
+  if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+    repeated ? refl->AddDouble(msg, field, value) : refl->SetDouble(msg, field, value);
+  } else {
+    const auto narrow = static_cast<float>(value);
+    repeated ? refl->AddFloat(msg, field, narrow) : refl->SetFloat(msg, field, narrow);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetBoolValue(const YAML::Node& node, const std::string& path,
+                          const FieldDescriptor* field, Message* msg) {
+  // YAML 1.1 spellings, as yaml-cpp itself accepts them.
+  const std::string lower = absl::AsciiStrToLower(node.Scalar());
+  bool value = false;
+  if (lower == "true" || lower == "yes" || lower == "on") {
+    value = true;
+  } else if (lower == "false" || lower == "no" || lower == "off") {
+    value = false;
+  } else {
+    return TypeError(path, "true or false", node);
+  }
+  const Reflection* refl = msg->GetReflection();
+  field->is_repeated() ? refl->AddBool(msg, field, value)
+                       : refl->SetBool(msg, field, value);
+  return absl::OkStatus();
+}
+
+absl::Status SetEnumValue(const YAML::Node& node, const std::string& path,
+                          const FieldDescriptor* field, Message* msg) {
+  const EnumValueDescriptor* value = field->enum_type()->FindValueByName(node.Scalar());
+  if (value == nullptr) {
+    std::vector<std::string> names;
+    for (int i = 0; i < field->enum_type()->value_count(); ++i) {
+      names.push_back(field->enum_type()->value(i)->name());
+    }
+    return TypeError(path, absl::StrCat("one of ", absl::StrJoin(names, ", ")), node);
+  }
+  const Reflection* refl = msg->GetReflection();
+  field->is_repeated() ? refl->AddEnum(msg, field, value)
+                       : refl->SetEnum(msg, field, value);
+  return absl::OkStatus();
+}
+
+absl::Status SetStringValue(const YAML::Node& node, const std::string& path,
+                            const FieldDescriptor* field, Message* msg) {
+  const std::string& text = node.Scalar();
+  // YAML escapes can spell bytes that are not UTF-8 ("\\xff" is U+00FF, but
+  // a lone surrogate is not a character).
+  if (field->type() == FieldDescriptor::TYPE_STRING &&
+      FirstInvalidUtf8(text) != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid UTF-8 text"));
+  }
+  const Reflection* refl = msg->GetReflection();
+  field->is_repeated() ? refl->AddString(msg, field, text)
+                       : refl->SetString(msg, field, text);
+  return absl::OkStatus();
+}
+
+// Parses one scalar-or-message value of `field` from `node`. For a repeated field
+// the value is appended; otherwise it is set.
+absl::Status ParseValue(const YAML::Node& node, const std::string& path,
+                        const FieldDescriptor* field, Message* msg) {
+  if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    const Reflection* refl = msg->GetReflection();
+    Message* sub = field->is_repeated() ? refl->AddMessage(msg, field)
+                                        : refl->MutableMessage(msg, field);
+    return ParseMessage(node, path, sub);
+  }
+  if (!node.IsScalar()) return TypeError(path, ExpectedScalar(field), node);
+
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64:
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return SetIntegerValue(node, path, field, msg);
     case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_FLOAT: {
-      double value = 0;
-      if (!absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
-        return TypeError(path, "a finite number", node);
-      }
-      if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
-        repeated ? refl->AddDouble(msg, field, value)
-                 : refl->SetDouble(msg, field, value);
-      } else {
-        const auto narrow = static_cast<float>(value);
-        repeated ? refl->AddFloat(msg, field, narrow)
-                 : refl->SetFloat(msg, field, narrow);
-      }
-      return absl::OkStatus();
-    }
-    case FieldDescriptor::CPPTYPE_BOOL: {
-      // YAML 1.1 spellings, as yaml-cpp itself accepts them.
-      const std::string lower = absl::AsciiStrToLower(text);
-      bool value = false;
-      if (lower == "true" || lower == "yes" || lower == "on") {
-        value = true;
-      } else if (lower == "false" || lower == "no" || lower == "off") {
-        value = false;
-      } else {
-        return TypeError(path, "true or false", node);
-      }
-      repeated ? refl->AddBool(msg, field, value) : refl->SetBool(msg, field, value);
-      return absl::OkStatus();
-    }
-    case FieldDescriptor::CPPTYPE_ENUM: {
-      const EnumValueDescriptor* value = field->enum_type()->FindValueByName(text);
-      if (value == nullptr) {
-        std::vector<std::string> names;
-        for (int i = 0; i < field->enum_type()->value_count(); ++i) {
-          names.push_back(field->enum_type()->value(i)->name());
-        }
-        return TypeError(path, absl::StrCat("one of ", absl::StrJoin(names, ", ")), node);
-      }
-      repeated ? refl->AddEnum(msg, field, value) : refl->SetEnum(msg, field, value);
-      return absl::OkStatus();
-    }
-    case FieldDescriptor::CPPTYPE_STRING: {
-      // YAML escapes can spell bytes that are not UTF-8 ("\\xff" is U+00FF, but
-      // a lone surrogate is not a character).
-      if (field->type() == FieldDescriptor::TYPE_STRING &&
-          FirstInvalidUtf8(text) != absl::string_view::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": not valid UTF-8 text"));
-      }
-      repeated ? refl->AddString(msg, field, text) : refl->SetString(msg, field, text);
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return SetFloatingValue(node, path, field, msg);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return SetBoolValue(node, path, field, msg);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return SetEnumValue(node, path, field, msg);
+    case FieldDescriptor::CPPTYPE_STRING:
+      return SetStringValue(node, path, field, msg);
     case FieldDescriptor::CPPTYPE_MESSAGE:
       break;  // handled above
   }
@@ -465,6 +499,164 @@ void CheckEnv(const tessera::v1::JobSpec& spec, std::vector<std::string>* errors
     if (value.find('\0') != std::string::npos) {
       errors->push_back(absl::StrCat("env.", name, ": value must not contain NUL"));
     }
+  }
+}
+
+void CheckNameAndWorldSize(const tessera::v1::JobSpec& spec, const SpecLimits& limits,
+                           std::vector<std::string>* errors) {
+  if (spec.name().empty()) {
+    errors->push_back("name: missing");
+  } else if (spec.name().size() > kMaxNameBytes) {
+    errors->push_back(absl::StrCat("name: too long (", spec.name().size(),
+                                   " bytes, limit ", kMaxNameBytes, ")"));
+  }
+  if (spec.world_size() < 1 || spec.world_size() > limits.max_world_size) {
+    errors->push_back(absl::StrCat("world_size: must be between 1 and ",
+                                   limits.max_world_size, ", got ", spec.world_size()));
+  }
+}
+
+// max_restarts, and how the ranks are laid out over workers.
+void CheckRestartsAndPlacement(const tessera::v1::JobSpec& spec,
+                               std::vector<std::string>* errors) {
+  CheckNonNegative("max_restarts", spec.max_restarts(), errors);
+  CheckNonNegative("nodes", spec.nodes(), errors);
+  CheckNonNegative("per_node", spec.per_node(), errors);
+  if (!spec.placement().empty() && spec.placement() != "pack" &&
+      spec.placement() != "spread") {
+    errors->push_back(absl::StrCat("placement: must be one of pack, spread; got '",
+                                   spec.placement(), "'"));
+  }
+  if (spec.world_size() > 0 && spec.nodes() > 0 &&
+      spec.world_size() % spec.nodes() != 0) {
+    errors->push_back(absl::StrCat("nodes: world_size ", spec.world_size(),
+                                   " does not divide into ", spec.nodes(), " nodes"));
+  }
+  if (spec.world_size() > 0 && spec.per_node() > 0 &&
+      spec.world_size() % spec.per_node() != 0) {
+    errors->push_back(absl::StrCat("per_node: world_size ", spec.world_size(),
+                                   " is not a multiple of ", spec.per_node()));
+  }
+  if (spec.nodes() > 0 && spec.per_node() > 0 &&
+      static_cast<int64_t>(spec.nodes()) * spec.per_node() != spec.world_size()) {
+    errors->push_back("per_node: nodes x per_node must equal world_size");
+  }
+}
+
+void CheckWatchdog(const tessera::v1::WatchdogSpec& w, std::vector<std::string>* errors) {
+  CheckNonNegative("watchdog.rank_silent_after_s", w.rank_silent_after_s(), errors);
+  CheckNonNegative("watchdog.stall_after_min_s", w.stall_after_min_s(), errors);
+  CheckNonNegative("watchdog.stall_step_factor", w.stall_step_factor(), errors);
+  CheckNonNegative("watchdog.straggler_window_s", w.straggler_window_s(), errors);
+  if (w.rank_silent_after_s() > 0 && w.rank_silent_after_s() < 1) {
+    errors->push_back(
+        "watchdog.rank_silent_after_s: must be at least 1 (progress is "
+        "reported every 2 s or so)");
+  }
+  if (w.straggler_ratio() != 0 && w.straggler_ratio() <= 1) {
+    errors->push_back(absl::StrCat("watchdog.straggler_ratio: must be above 1, got ",
+                                   w.straggler_ratio()));
+  }
+}
+
+// The trainer's required fields, its run length and its numeric settings.
+void CheckTrainerNumbers(const tessera::v1::TrainerConfig& t,
+                         std::vector<std::string>* errors) {
+  if (t.model().empty()) errors->push_back("trainer.model: missing");
+  if (t.dataset().empty()) errors->push_back("trainer.dataset: missing");
+  if (t.batch_size() <= 0) {
+    errors->push_back(
+        absl::StrCat("trainer.batch_size: must be positive, got ", t.batch_size()));
+  }
+  CheckNonNegative("trainer.epochs", t.epochs(), errors);
+  CheckNonNegative("trainer.max_steps", t.max_steps(), errors);
+  if (t.epochs() == 0 && t.max_steps() == 0) {
+    errors->push_back(
+        "trainer.epochs: one of trainer.epochs and trainer.max_steps must be positive");
+  }
+  // lr 0 means "trainer default"; a set value must be a usable rate.
+  if (t.lr() < 0) {
+    errors->push_back(absl::StrCat("trainer.lr: must be positive, got ", t.lr()));
+  }
+  CheckNonNegative("trainer.weight_decay", t.weight_decay(), errors);
+  CheckNonNegative("trainer.train_subset", t.train_subset(), errors);
+  CheckNonNegative("trainer.test_subset", t.test_subset(), errors);
+  CheckNonNegative("trainer.metrics_every", t.metrics_every(), errors);
+  CheckNonNegative("trainer.threads", t.threads(), errors);
+  CheckNonNegative("trainer.grad_accum", t.grad_accum(), errors);
+  CheckNonNegative("trainer.checkpoint_every", t.checkpoint_every(), errors);
+  CheckNonNegative("trainer.clip_grad_norm", t.clip_grad_norm(), errors);
+  CheckNonNegative("trainer.bucket_cap_mb", t.bucket_cap_mb(), errors);
+  CheckNonNegative("trainer.first_bucket_mb", t.first_bucket_mb(), errors);
+  CheckNonNegative("trainer.image_size", t.image_size(), errors);
+  CheckNonNegative("trainer.data_workers", t.data_workers(), errors);
+  if (t.has_warmup_steps())
+    CheckNonNegative("trainer.warmup_steps", t.warmup_steps(), errors);
+}
+
+// A value in [0, 1], or in [0, 1) when 1 is not allowed.
+void CheckFraction(const char* field, double v, bool one_allowed,
+                   std::vector<std::string>* errors) {
+  if (v < 0 || v > 1 || (!one_allowed && v == 1)) {
+    errors->push_back(
+        absl::StrCat(field, ": must be in [0, 1", one_allowed ? "]" : ")", ", got ", v));
+  }
+}
+
+// One of `allowed`, or empty for the trainer's default.
+void CheckOneOf(const char* field, const std::string& v,
+                std::initializer_list<const char*> allowed,
+                std::vector<std::string>* errors) {
+  if (v.empty()) return;
+  for (const char* a : allowed) {
+    if (v == a) return;
+  }
+  errors->push_back(absl::StrCat(field, ": must be one of ", absl::StrJoin(allowed, ", "),
+                                 "; got '", v, "'"));
+}
+
+// The trainer's fractions, named choices and per-channel normalisation.
+void CheckTrainerChoices(const tessera::v1::TrainerConfig& t,
+                         std::vector<std::string>* errors) {
+  CheckFraction("trainer.momentum", t.momentum(), false, errors);
+  CheckFraction("trainer.label_smoothing", t.label_smoothing(), false, errors);
+  CheckFraction("trainer.dropout", t.dropout(), false, errors);
+  CheckFraction("trainer.weak_fraction", t.weak_fraction(), true, errors);
+  CheckOneOf("trainer.optimizer", t.optimizer(), {"adamw", "sgd"}, errors);
+  CheckOneOf("trainer.precision", t.precision(), {"fp32", "bf16", "fp16"}, errors);
+  CheckOneOf("trainer.scaling", t.scaling(), {"strong", "weak"}, errors);
+  CheckOneOf("trainer.device", t.device(), {"auto", "cpu", "cuda"}, errors);
+  CheckOneOf("trainer.init_names", t.init_names(),
+             {"auto", "timm", "hf", "torchvision", "tessera"}, errors);
+  CheckFraction("trainer.crop_fraction", t.crop_fraction(), true, errors);
+  CheckFraction("trainer.data_max_skipped", t.data_max_skipped(), true, errors);
+  CheckFraction("trainer.layer_decay", t.layer_decay(), true, errors);
+  CheckNonNegative("trainer.head_warmup_steps", t.head_warmup_steps(), errors);
+  for (const auto& [field, count] : {std::pair{"trainer.mean", t.mean_size()},
+                                     std::pair{"trainer.std", t.std_size()}}) {
+    if (count != 0 && count != 3) {
+      errors->push_back(absl::StrCat(field, ": three values (R, G, B), got ", count));
+    }
+  }
+}
+
+// The trainer's directories, resume and fault hook.
+void CheckTrainerPathsAndFault(const tessera::v1::TrainerConfig& t, int32_t world_size,
+                               std::vector<std::string>* errors) {
+  if (t.resume() && t.checkpoint_dir().empty()) {
+    errors->push_back("trainer.resume: needs trainer.checkpoint_dir");
+  }
+  CheckSpecPath("trainer.data_dir", t.data_dir(), errors);
+  CheckSpecPath("trainer.checkpoint_dir", t.checkpoint_dir(), errors);
+  CheckSpecPath("trainer.init_from", t.init_from(), errors);
+  if (t.fault().empty()) return;
+  const absl::StatusOr<FaultSpec> fault = ParseFaultSpec(t.fault());
+  if (!fault.ok()) {
+    errors->push_back(absl::StrCat("trainer.", fault.status().message()));
+  } else if (fault->rank >= world_size) {
+    errors->push_back(absl::StrCat("trainer.fault: rank ", fault->rank,
+                                   " is not a rank of this job (world_size ", world_size,
+                                   ")"));
   }
 }
 
@@ -741,137 +933,12 @@ absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text) 
 absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits& limits) {
   std::vector<std::string> errors;
   CheckGenericLimits(spec, "", &errors);
-
-  if (spec.name().empty()) {
-    errors.push_back("name: missing");
-  } else if (spec.name().size() > kMaxNameBytes) {
-    errors.push_back(absl::StrCat("name: too long (", spec.name().size(),
-                                  " bytes, limit ", kMaxNameBytes, ")"));
-  }
-  if (spec.world_size() < 1 || spec.world_size() > limits.max_world_size) {
-    errors.push_back(absl::StrCat("world_size: must be between 1 and ",
-                                  limits.max_world_size, ", got ", spec.world_size()));
-  }
-
-  CheckNonNegative("max_restarts", spec.max_restarts(), &errors);
-  CheckNonNegative("nodes", spec.nodes(), &errors);
-  CheckNonNegative("per_node", spec.per_node(), &errors);
-  if (!spec.placement().empty() && spec.placement() != "pack" &&
-      spec.placement() != "spread") {
-    errors.push_back(absl::StrCat("placement: must be one of pack, spread; got '",
-                                  spec.placement(), "'"));
-  }
-  if (spec.world_size() > 0 && spec.nodes() > 0 &&
-      spec.world_size() % spec.nodes() != 0) {
-    errors.push_back(absl::StrCat("nodes: world_size ", spec.world_size(),
-                                  " does not divide into ", spec.nodes(), " nodes"));
-  }
-  if (spec.world_size() > 0 && spec.per_node() > 0 &&
-      spec.world_size() % spec.per_node() != 0) {
-    errors.push_back(absl::StrCat("per_node: world_size ", spec.world_size(),
-                                  " is not a multiple of ", spec.per_node()));
-  }
-  if (spec.nodes() > 0 && spec.per_node() > 0 &&
-      static_cast<int64_t>(spec.nodes()) * spec.per_node() != spec.world_size()) {
-    errors.push_back("per_node: nodes x per_node must equal world_size");
-  }
-  const tessera::v1::WatchdogSpec& w = spec.watchdog();
-  CheckNonNegative("watchdog.rank_silent_after_s", w.rank_silent_after_s(), &errors);
-  CheckNonNegative("watchdog.stall_after_min_s", w.stall_after_min_s(), &errors);
-  CheckNonNegative("watchdog.stall_step_factor", w.stall_step_factor(), &errors);
-  CheckNonNegative("watchdog.straggler_window_s", w.straggler_window_s(), &errors);
-  if (w.rank_silent_after_s() > 0 && w.rank_silent_after_s() < 1) {
-    errors.push_back(
-        "watchdog.rank_silent_after_s: must be at least 1 (progress is "
-        "reported every 2 s or so)");
-  }
-  if (w.straggler_ratio() != 0 && w.straggler_ratio() <= 1) {
-    errors.push_back(absl::StrCat("watchdog.straggler_ratio: must be above 1, got ",
-                                  w.straggler_ratio()));
-  }
-
-  const tessera::v1::TrainerConfig& t = spec.trainer();
-  if (t.model().empty()) errors.push_back("trainer.model: missing");
-  if (t.dataset().empty()) errors.push_back("trainer.dataset: missing");
-  if (t.batch_size() <= 0) {
-    errors.push_back(
-        absl::StrCat("trainer.batch_size: must be positive, got ", t.batch_size()));
-  }
-  CheckNonNegative("trainer.epochs", t.epochs(), &errors);
-  CheckNonNegative("trainer.max_steps", t.max_steps(), &errors);
-  if (t.epochs() == 0 && t.max_steps() == 0) {
-    errors.push_back(
-        "trainer.epochs: one of trainer.epochs and trainer.max_steps must be positive");
-  }
-  // lr 0 means "trainer default"; a set value must be a usable rate.
-  if (t.lr() < 0) {
-    errors.push_back(absl::StrCat("trainer.lr: must be positive, got ", t.lr()));
-  }
-  CheckNonNegative("trainer.weight_decay", t.weight_decay(), &errors);
-  CheckNonNegative("trainer.train_subset", t.train_subset(), &errors);
-  CheckNonNegative("trainer.test_subset", t.test_subset(), &errors);
-  CheckNonNegative("trainer.metrics_every", t.metrics_every(), &errors);
-  CheckNonNegative("trainer.threads", t.threads(), &errors);
-  CheckNonNegative("trainer.grad_accum", t.grad_accum(), &errors);
-  CheckNonNegative("trainer.checkpoint_every", t.checkpoint_every(), &errors);
-  CheckNonNegative("trainer.clip_grad_norm", t.clip_grad_norm(), &errors);
-  CheckNonNegative("trainer.bucket_cap_mb", t.bucket_cap_mb(), &errors);
-  CheckNonNegative("trainer.first_bucket_mb", t.first_bucket_mb(), &errors);
-  CheckNonNegative("trainer.image_size", t.image_size(), &errors);
-  CheckNonNegative("trainer.data_workers", t.data_workers(), &errors);
-  if (t.has_warmup_steps())
-    CheckNonNegative("trainer.warmup_steps", t.warmup_steps(), &errors);
-  auto fraction = [&errors](const char* field, double v, bool one_allowed) {
-    if (v < 0 || v > 1 || (!one_allowed && v == 1)) {
-      errors.push_back(absl::StrCat(field, ": must be in [0, 1", one_allowed ? "]" : ")",
-                                    ", got ", v));
-    }
-  };
-  fraction("trainer.momentum", t.momentum(), false);
-  fraction("trainer.label_smoothing", t.label_smoothing(), false);
-  fraction("trainer.dropout", t.dropout(), false);
-  fraction("trainer.weak_fraction", t.weak_fraction(), true);
-  auto one_of = [&errors](const char* field, const std::string& v,
-                          std::initializer_list<const char*> allowed) {
-    if (v.empty()) return;  // the trainer's default
-    for (const char* a : allowed) {
-      if (v == a) return;
-    }
-    errors.push_back(absl::StrCat(field, ": must be one of ",
-                                  absl::StrJoin(allowed, ", "), "; got '", v, "'"));
-  };
-  one_of("trainer.optimizer", t.optimizer(), {"adamw", "sgd"});
-  one_of("trainer.precision", t.precision(), {"fp32", "bf16", "fp16"});
-  one_of("trainer.scaling", t.scaling(), {"strong", "weak"});
-  one_of("trainer.device", t.device(), {"auto", "cpu", "cuda"});
-  one_of("trainer.init_names", t.init_names(),
-         {"auto", "timm", "hf", "torchvision", "tessera"});
-  fraction("trainer.crop_fraction", t.crop_fraction(), true);
-  fraction("trainer.data_max_skipped", t.data_max_skipped(), true);
-  fraction("trainer.layer_decay", t.layer_decay(), true);
-  CheckNonNegative("trainer.head_warmup_steps", t.head_warmup_steps(), &errors);
-  for (const auto& [field, count] : {std::pair{"trainer.mean", t.mean_size()},
-                                     std::pair{"trainer.std", t.std_size()}}) {
-    if (count != 0 && count != 3) {
-      errors.push_back(absl::StrCat(field, ": three values (R, G, B), got ", count));
-    }
-  }
-  if (t.resume() && t.checkpoint_dir().empty()) {
-    errors.push_back("trainer.resume: needs trainer.checkpoint_dir");
-  }
-  CheckSpecPath("trainer.data_dir", t.data_dir(), &errors);
-  CheckSpecPath("trainer.checkpoint_dir", t.checkpoint_dir(), &errors);
-  CheckSpecPath("trainer.init_from", t.init_from(), &errors);
-  if (!t.fault().empty()) {
-    const absl::StatusOr<FaultSpec> fault = ParseFaultSpec(t.fault());
-    if (!fault.ok()) {
-      errors.push_back(absl::StrCat("trainer.", fault.status().message()));
-    } else if (fault->rank >= spec.world_size()) {
-      errors.push_back(absl::StrCat("trainer.fault: rank ", fault->rank,
-                                    " is not a rank of this job (world_size ",
-                                    spec.world_size(), ")"));
-    }
-  }
+  CheckNameAndWorldSize(spec, limits, &errors);
+  CheckRestartsAndPlacement(spec, &errors);
+  CheckWatchdog(spec.watchdog(), &errors);
+  CheckTrainerNumbers(spec.trainer(), &errors);
+  CheckTrainerChoices(spec.trainer(), &errors);
+  CheckTrainerPathsAndFault(spec.trainer(), spec.world_size(), &errors);
   CheckEnv(spec, &errors);
 
   if (errors.empty()) return absl::OkStatus();
