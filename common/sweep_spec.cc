@@ -134,6 +134,94 @@ absl::Status CheckSweepFields(const v1::SweepSpec& spec) {
   return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
 }
 
+// The grid's axes, with an empty list replaced by the base job's value.
+struct GridAxes {
+  std::vector<Shape> shapes;
+  std::vector<std::string> scalings;
+  std::vector<int> batches;
+  std::vector<int> listed_sizes;  // grid.world_size as given; may be empty
+  int repeats = 1;
+};
+
+absl::StatusOr<GridAxes> ResolveAxes(const v1::SweepSpec& spec) {
+  const v1::JobSpec& base = spec.base();
+  const v1::SweepGrid& grid = spec.grid();
+  GridAxes axes;
+  for (const std::string& s : grid.shape()) {
+    ASSIGN_OR_RETURN(Shape shape, ParseShape(s, "grid.shape"));
+    axes.shapes.push_back(std::move(shape));
+  }
+  if (axes.shapes.empty()) {
+    Shape shape;
+    if (base.nodes() > 0 && base.per_node() > 0) {
+      shape.label = absl::StrCat(base.nodes(), "x", base.per_node());
+      shape.nodes = base.nodes();
+      shape.per_node = base.per_node();
+    } else {
+      shape.placement = base.placement().empty() ? "pack" : base.placement();
+      shape.label = shape.placement;
+    }
+    axes.shapes.push_back(shape);
+  }
+  axes.scalings.assign(grid.scaling().begin(), grid.scaling().end());
+  if (axes.scalings.empty()) {
+    axes.scalings.push_back(base.trainer().scaling().empty() ? "strong"
+                                                             : base.trainer().scaling());
+  }
+  axes.batches.assign(grid.batch_size().begin(), grid.batch_size().end());
+  if (axes.batches.empty()) axes.batches.push_back(base.trainer().batch_size());
+  axes.listed_sizes.assign(grid.world_size().begin(), grid.world_size().end());
+  axes.repeats = spec.repeats() > 0 ? spec.repeats() : 1;
+  return axes;
+}
+
+// The number of points the grid expands to (an NxM shape has one world size).
+int64_t CountPoints(const GridAxes& axes) {
+  int64_t total = 0;
+  for (const Shape& shape : axes.shapes) {
+    const int64_t sizes = shape.nodes > 0 ? 1
+                          : axes.listed_sizes.empty()
+                              ? 1
+                              : static_cast<int64_t>(axes.listed_sizes.size());
+    total += sizes * static_cast<int64_t>(axes.scalings.size()) *
+             static_cast<int64_t>(axes.batches.size()) * axes.repeats;
+  }
+  return total;
+}
+
+// The world sizes a shape runs at: N*M for an NxM shape, else the grid's list,
+// else the base job's.
+std::vector<int> WorldSizesOf(const Shape& shape, const GridAxes& axes,
+                              const v1::JobSpec& base) {
+  if (shape.nodes > 0) return {shape.nodes * shape.per_node};
+  if (!axes.listed_sizes.empty()) return axes.listed_sizes;
+  return {base.world_size()};
+}
+
+// The base job with the point's coordinates applied, validated.
+absl::StatusOr<SweepJob> MakePointJob(const v1::SweepSpec& spec, const Shape& shape,
+                                      const v1::SweepPoint& p, const SpecLimits& limits) {
+  SweepJob point;
+  point.point = p;
+  v1::JobSpec& job = point.job;
+  job = spec.base();
+  job.set_world_size(p.world_size());
+  job.mutable_trainer()->set_batch_size(p.batch_size());
+  job.mutable_trainer()->set_scaling(p.scaling());
+  job.set_nodes(shape.nodes);
+  job.set_per_node(shape.per_node);
+  job.set_placement(shape.placement);
+  job.set_name(PointJobName(spec.name(), p));
+  if (job.name().size() > kMaxNameBytes)
+    job.set_name(job.name().substr(0, kMaxNameBytes));
+  absl::Status valid = ValidateJobSpec(job, limits);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("point ", p.index(), " (", Describe(p), "): ", valid.message()));
+  }
+  return point;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::SweepSpec> ParseSweepSpec(const std::string& yaml_text) {
@@ -145,89 +233,28 @@ absl::StatusOr<v1::SweepSpec> ParseSweepSpec(const std::string& yaml_text) {
 absl::StatusOr<std::vector<SweepJob>> ExpandSweep(const v1::SweepSpec& spec,
                                                   const SpecLimits& limits) {
   RETURN_IF_ERROR(CheckSweepFields(spec));
-  const v1::JobSpec& base = spec.base();
-  const v1::SweepGrid& grid = spec.grid();
-
-  // Empty lists take the base job's value.
-  std::vector<Shape> shapes;
-  for (const std::string& s : grid.shape()) {
-    ASSIGN_OR_RETURN(Shape shape, ParseShape(s, "grid.shape"));
-    shapes.push_back(std::move(shape));
-  }
-  if (shapes.empty()) {
-    Shape shape;
-    if (base.nodes() > 0 && base.per_node() > 0) {
-      shape.label = absl::StrCat(base.nodes(), "x", base.per_node());
-      shape.nodes = base.nodes();
-      shape.per_node = base.per_node();
-    } else {
-      shape.placement = base.placement().empty() ? "pack" : base.placement();
-      shape.label = shape.placement;
-    }
-    shapes.push_back(shape);
-  }
-  std::vector<std::string> scalings(grid.scaling().begin(), grid.scaling().end());
-  if (scalings.empty()) {
-    scalings.push_back(base.trainer().scaling().empty() ? "strong"
-                                                        : base.trainer().scaling());
-  }
-  std::vector<int> batches(grid.batch_size().begin(), grid.batch_size().end());
-  if (batches.empty()) batches.push_back(base.trainer().batch_size());
-  const std::vector<int> listed_sizes(grid.world_size().begin(), grid.world_size().end());
-  const int repeats = spec.repeats() > 0 ? spec.repeats() : 1;
-
-  int64_t total = 0;
-  for (const Shape& shape : shapes) {
-    const int64_t sizes = shape.nodes > 0 ? 1
-                          : listed_sizes.empty()
-                              ? 1
-                              : static_cast<int64_t>(listed_sizes.size());
-    total += sizes * static_cast<int64_t>(scalings.size()) *
-             static_cast<int64_t>(batches.size()) * repeats;
-  }
+  ASSIGN_OR_RETURN(const GridAxes axes, ResolveAxes(spec));
+  const int64_t total = CountPoints(axes);
   if (total > kMaxSweepPoints) {
     return absl::InvalidArgumentError(
         absl::StrCat("grid: expands to ", total, " points, limit ", kMaxSweepPoints));
   }
 
   std::vector<SweepJob> out;
-  for (const Shape& shape : shapes) {
-    std::vector<int> sizes;
-    if (shape.nodes > 0) {
-      sizes.push_back(shape.nodes * shape.per_node);
-    } else if (!listed_sizes.empty()) {
-      sizes = listed_sizes;
-    } else {
-      sizes.push_back(base.world_size());
-    }
-    for (const std::string& scaling : scalings) {
-      for (int batch : batches) {
+  for (const Shape& shape : axes.shapes) {
+    const std::vector<int> sizes = WorldSizesOf(shape, axes, spec.base());
+    for (const std::string& scaling : axes.scalings) {
+      for (int batch : axes.batches) {
         for (int world : sizes) {
-          for (int r = 0; r < repeats; ++r) {
-            SweepJob point;
-            v1::SweepPoint& p = point.point;
+          for (int r = 0; r < axes.repeats; ++r) {
+            v1::SweepPoint p;
             p.set_index(static_cast<int32_t>(out.size()));
             p.set_world_size(world);
             p.set_batch_size(batch);
             p.set_scaling(scaling);
             p.set_shape(shape.label);
             p.set_repeat(r);
-            v1::JobSpec& job = point.job;
-            job = base;
-            job.set_world_size(world);
-            job.mutable_trainer()->set_batch_size(batch);
-            job.mutable_trainer()->set_scaling(scaling);
-            job.set_nodes(shape.nodes);
-            job.set_per_node(shape.per_node);
-            job.set_placement(shape.placement);
-            job.set_name(PointJobName(spec.name(), p));
-            if (job.name().size() > kMaxNameBytes)
-              job.set_name(job.name().substr(0, kMaxNameBytes));
-            absl::Status valid = ValidateJobSpec(job, limits);
-            if (!valid.ok()) {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  "point ", p.index(), " (", Describe(p), "): ", valid.message()));
-            }
+            ASSIGN_OR_RETURN(SweepJob point, MakePointJob(spec, shape, p, limits));
             out.push_back(std::move(point));
           }
         }
