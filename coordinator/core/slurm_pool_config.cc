@@ -3,6 +3,8 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -235,123 +237,166 @@ class Parser {
   }
 };
 
-absl::StatusOr<SlurmPoolConfig> ParsePool(const Parser& p, const YAML::Node& node,
-                                          const std::string& path) {
-  SlurmPoolConfig pool;
-  bool named = false;
-  static const std::set<std::string> kKeys = {
-      "name",         "partition",        "account",         "qos",
-      "max_nodes",    "cpus_per_node",    "gpus_per_node",   "time_limit",
-      "idle_timeout", "register_timeout", "max_allocations", "submit_as",
-      "signal",       "output",           "sbatch_options",  "worker",
-      "node_dir"};
-  static const std::set<std::string> kWorkerKeys = {"path", "args"};
-  auto field = [&](const std::string& key, const YAML::Node& v) -> absl::Status {
-    const std::string at = absl::StrCat(path, ".", key);
+// Parses one pool's mapping, one group of fields at a time.
+class PoolParser {
+ public:
+  PoolParser(const Parser& p, std::string path) : p_(p), path_(std::move(path)) {}
+
+  absl::StatusOr<SlurmPoolConfig> Parse(const YAML::Node& node) {
+    static const std::set<std::string> kKeys = {
+        "name",         "partition",        "account",         "qos",
+        "max_nodes",    "cpus_per_node",    "gpus_per_node",   "time_limit",
+        "idle_timeout", "register_timeout", "max_allocations", "submit_as",
+        "signal",       "output",           "sbatch_options",  "worker",
+        "node_dir"};
+    RETURN_IF_ERROR(p_.Fields(node, path_, kKeys,
+                              [this](const std::string& key, const YAML::Node& v) {
+                                return Field(key, v, absl::StrCat(path_, ".", key));
+                              }));
+    if (!named_) return p_.Error(node, path_, "name is required");
+    return pool_;
+  }
+
+ private:
+  absl::Status Field(const std::string& key, const YAML::Node& v, const std::string& at) {
+    if (key == "name" || key == "partition" || key == "account" || key == "qos") {
+      return NameField(key, v, at);
+    }
+    if (key == "submit_as" || key == "signal" || key == "output" || key == "node_dir") {
+      return TextField(key, v, at);
+    }
+    if (key == "sbatch_options") return SbatchOptions(v, at);
+    if (key == "worker") return Worker(v, at);
+    return SizeField(key, v, at);
+  }
+
+  // name, partition, account, qos.
+  absl::Status NameField(const std::string& key, const YAML::Node& v,
+                         const std::string& at) {
+    ASSIGN_OR_RETURN(std::string s, p_.String(v, at));
     if (key == "name") {
-      ASSIGN_OR_RETURN(pool.name, p.String(v, at));
-      named = true;
-      if (!IsPoolName(pool.name)) {
-        return p.Error(v, at,
-                       "must be 1-32 characters: lowercase letters, digits, '-' and '_', "
-                       "starting with a letter or digit");
-      }
-    } else if (key == "partition" || key == "account" || key == "qos") {
-      ASSIGN_OR_RETURN(std::string s, p.String(v, at));
-      if (!IsSlurmName(s)) {
-        return p.Error(v, at, "must be a Slurm name (letters, digits, _ - . , : +)");
-      }
-      (key == "partition" ? pool.partition
-       : key == "account" ? pool.account
-                          : pool.qos) = s;
-    } else if (key == "max_nodes") {
-      ASSIGN_OR_RETURN(pool.max_nodes, p.Int(v, at, 1, 10000));
-    } else if (key == "cpus_per_node") {
-      ASSIGN_OR_RETURN(pool.cpus_per_node, p.Int(v, at, 1, 4096));
-    } else if (key == "gpus_per_node") {
-      ASSIGN_OR_RETURN(pool.gpus_per_node, p.Int(v, at, 0, 64));
-    } else if (key == "time_limit") {
-      ASSIGN_OR_RETURN(pool.time_limit,
-                       p.Duration(v, at, absl::Minutes(1), absl::Hours(24 * 365)));
-    } else if (key == "idle_timeout") {
-      ASSIGN_OR_RETURN(pool.idle_timeout,
-                       p.Duration(v, at, absl::Seconds(1), absl::Hours(24 * 30)));
-    } else if (key == "register_timeout") {
-      ASSIGN_OR_RETURN(pool.register_timeout,
-                       p.Duration(v, at, absl::Seconds(10), absl::Hours(24)));
-    } else if (key == "max_allocations") {
-      ASSIGN_OR_RETURN(pool.max_allocations, p.Int(v, at, 0, 10000));
-    } else if (key == "submit_as") {
-      ASSIGN_OR_RETURN(std::string s, p.String(v, at));
-      if (s != "owner" && s != "service") {
-        return p.Error(v, at, absl::StrCat("expected owner or service, got '", s, "'"));
-      }
-      pool.submit_as_owner = s == "owner";
-    } else if (key == "signal") {
-      ASSIGN_OR_RETURN(pool.signal, p.String(v, at));
-      if (!pool.signal.empty() && !IsSignalSpec(pool.signal)) {
-        return p.Error(v, at,
-                       "expected [B:]SIGNAL@SECONDS as sbatch --signal takes it, e.g. "
-                       "USR1@120, or \"\" for none");
-      }
-    } else if (key == "output") {
-      ASSIGN_OR_RETURN(pool.output, p.String(v, at));
-      if (pool.output.empty() || pool.output[0] != '/' || !IsSbatchToken(pool.output)) {
-        return p.Error(
+      pool_.name = s;
+      named_ = true;
+      if (!IsPoolName(s)) {
+        return p_.Error(
             v, at,
-            "must be an absolute path without spaces or quotes (Slurm patterns "
-            "such as %j allowed)");
+            "must be 1-32 characters: lowercase letters, digits, '-' and '_', "
+            "starting with a letter or digit");
       }
-    } else if (key == "sbatch_options") {
-      ASSIGN_OR_RETURN(pool.sbatch_options, p.Strings(v, at));
-      for (size_t i = 0; i < pool.sbatch_options.size(); ++i) {
-        const std::string& o = pool.sbatch_options[i];
-        const std::string oat = absl::StrCat(at, "[", i, "]");
-        if (o.size() < 2 || o[0] != '-' || !IsSbatchToken(o)) {
-          return p.Error(v[i], oat,
-                         "must be one sbatch option without spaces or quotes, such as "
-                         "--mem=0");
-        }
-        auto managed = ManagedSbatchOptions().find(OptionName(o));
-        if (managed != ManagedSbatchOptions().end()) {
-          return p.Error(
-              v[i], oat,
-              absl::StrCat(OptionName(o), " is set by the pool: use ", managed->second));
-        }
-      }
-    } else if (key == "node_dir") {
-      ASSIGN_OR_RETURN(pool.node_dir, p.String(v, at));
-      if (pool.node_dir.empty() || pool.node_dir[0] != '/') {
-        return p.Error(v, at, "must be an absolute path");
-      }
-    } else if (key == "worker") {
-      return p.Fields(v, at, kWorkerKeys,
-                      [&](const std::string& wkey, const YAML::Node& w) -> absl::Status {
-                        const std::string wat = absl::StrCat(at, ".", wkey);
-                        if (wkey == "path") {
-                          ASSIGN_OR_RETURN(pool.worker_path, p.String(w, wat));
-                          if (pool.worker_path.empty() || pool.worker_path[0] != '/') {
-                            return p.Error(w, wat, "must be an absolute path");
-                          }
-                          return absl::OkStatus();
-                        }
-                        ASSIGN_OR_RETURN(pool.worker_args, p.Strings(w, wat));
-                        for (size_t i = 0; i < pool.worker_args.size(); ++i) {
-                          const std::string flag = OptionName(pool.worker_args[i]);
-                          if (ManagedWorkerFlags().contains(flag)) {
-                            return p.Error(w[i], absl::StrCat(wat, "[", i, "]"),
-                                           flag + " is set by the pool for every worker");
-                          }
-                        }
-                        return absl::OkStatus();
-                      });
+      return absl::OkStatus();
+    }
+    if (!IsSlurmName(s)) {
+      return p_.Error(v, at, "must be a Slurm name (letters, digits, _ - . , : +)");
+    }
+    (key == "partition" ? pool_.partition
+     : key == "account" ? pool_.account
+                        : pool_.qos) = s;
+    return absl::OkStatus();
+  }
+
+  // The node counts and shapes, the allocation limit and the time limits.
+  absl::Status SizeField(const std::string& key, const YAML::Node& v,
+                         const std::string& at) {
+    if (key == "max_nodes") {
+      ASSIGN_OR_RETURN(pool_.max_nodes, p_.Int(v, at, 1, 10000));
+    } else if (key == "cpus_per_node") {
+      ASSIGN_OR_RETURN(pool_.cpus_per_node, p_.Int(v, at, 1, 4096));
+    } else if (key == "gpus_per_node") {
+      ASSIGN_OR_RETURN(pool_.gpus_per_node, p_.Int(v, at, 0, 64));
+    } else if (key == "max_allocations") {
+      ASSIGN_OR_RETURN(pool_.max_allocations, p_.Int(v, at, 0, 10000));
+    } else if (key == "time_limit") {
+      ASSIGN_OR_RETURN(pool_.time_limit,
+                       p_.Duration(v, at, absl::Minutes(1), absl::Hours(24 * 365)));
+    } else if (key == "idle_timeout") {
+      ASSIGN_OR_RETURN(pool_.idle_timeout,
+                       p_.Duration(v, at, absl::Seconds(1), absl::Hours(24 * 30)));
+    } else if (key == "register_timeout") {
+      ASSIGN_OR_RETURN(pool_.register_timeout,
+                       p_.Duration(v, at, absl::Seconds(10), absl::Hours(24)));
     }
     return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(p.Fields(node, path, kKeys, field));
-  if (!named) return p.Error(node, path, "name is required");
-  return pool;
-}
+  }
+
+  // submit_as, signal, output, node_dir.
+  absl::Status TextField(const std::string& key, const YAML::Node& v,
+                         const std::string& at) {
+    ASSIGN_OR_RETURN(std::string s, p_.String(v, at));
+    if (key == "submit_as") {
+      if (s != "owner" && s != "service") {
+        return p_.Error(v, at, absl::StrCat("expected owner or service, got '", s, "'"));
+      }
+      pool_.submit_as_owner = s == "owner";
+    } else if (key == "signal") {
+      if (!s.empty() && !IsSignalSpec(s)) {
+        return p_.Error(v, at,
+                        "expected [B:]SIGNAL@SECONDS as sbatch --signal takes it, e.g. "
+                        "USR1@120, or \"\" for none");
+      }
+      pool_.signal = s;
+    } else if (key == "output") {
+      if (s.empty() || s[0] != '/' || !IsSbatchToken(s)) {
+        return p_.Error(v, at,
+                        "must be an absolute path without spaces or quotes (Slurm "
+                        "patterns such as %j allowed)");
+      }
+      pool_.output = s;
+    } else if (key == "node_dir") {
+      if (s.empty() || s[0] != '/') return p_.Error(v, at, "must be an absolute path");
+      pool_.node_dir = s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SbatchOptions(const YAML::Node& v, const std::string& at) {
+    ASSIGN_OR_RETURN(pool_.sbatch_options, p_.Strings(v, at));
+    for (size_t i = 0; i < pool_.sbatch_options.size(); ++i) {
+      const std::string& o = pool_.sbatch_options[i];
+      const std::string oat = absl::StrCat(at, "[", i, "]");
+      if (o.size() < 2 || o[0] != '-' || !IsSbatchToken(o)) {
+        return p_.Error(v[i], oat,
+                        "must be one sbatch option without spaces or quotes, such as "
+                        "--mem=0");
+      }
+      auto managed = ManagedSbatchOptions().find(OptionName(o));
+      if (managed != ManagedSbatchOptions().end()) {
+        return p_.Error(
+            v[i], oat,
+            absl::StrCat(OptionName(o), " is set by the pool: use ", managed->second));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // worker: {path, args}.
+  absl::Status Worker(const YAML::Node& v, const std::string& at) {
+    return p_.Fields(v, at, {"path", "args"},
+                     [&](const std::string& key, const YAML::Node& w) -> absl::Status {
+                       const std::string wat = absl::StrCat(at, ".", key);
+                       if (key == "path") {
+                         ASSIGN_OR_RETURN(pool_.worker_path, p_.String(w, wat));
+                         if (pool_.worker_path.empty() || pool_.worker_path[0] != '/') {
+                           return p_.Error(w, wat, "must be an absolute path");
+                         }
+                         return absl::OkStatus();
+                       }
+                       ASSIGN_OR_RETURN(pool_.worker_args, p_.Strings(w, wat));
+                       for (size_t i = 0; i < pool_.worker_args.size(); ++i) {
+                         const std::string flag = OptionName(pool_.worker_args[i]);
+                         if (ManagedWorkerFlags().contains(flag)) {
+                           return p_.Error(w[i], absl::StrCat(wat, "[", i, "]"),
+                                           flag + " is set by the pool for every worker");
+                         }
+                       }
+                       return absl::OkStatus();
+                     });
+  }
+
+  const Parser& p_;
+  const std::string path_;
+  SlurmPoolConfig pool_;
+  bool named_ = false;
+};
 
 }  // namespace
 
@@ -446,8 +491,9 @@ absl::StatusOr<std::vector<SlurmPoolConfig>> ParseSlurmPools(
           }
           std::set<std::string> names;
           for (size_t i = 0; i < list.size(); ++i) {
-            ASSIGN_OR_RETURN(SlurmPoolConfig pool,
-                             ParsePool(p, list[i], absl::StrCat("pools[", i, "]")));
+            ASSIGN_OR_RETURN(
+                SlurmPoolConfig pool,
+                PoolParser(p, absl::StrCat("pools[", i, "]")).Parse(list[i]));
             if (!names.insert(pool.name).second) {
               return p.Error(list[i], absl::StrCat("pools[", i, "].name"),
                              absl::StrCat("pool '", pool.name, "' is defined twice"));
