@@ -6,6 +6,13 @@
 # sides alternate, best of ROUNDS; then the pipeline's peak RSS on a 2,000- and
 # a 20,000-image folder, each in its own process.
 #
+# The machine's own scaling, as a reference for the per-CPU figures at W > 1
+# workers: W separate single-worker processes run at once, sharing nothing but
+# the machine; their mean images per CPU-second ("solo x W") is what W workers
+# could reach if the pipeline's threads cost nothing extra. Where it falls below
+# the single-worker figure, the cores slow each other down (shared caches,
+# memory bandwidth, the hypervisor), not the pipeline.
+#
 # Usage: bench/input_pipeline/run.sh [--build-dir DIR] [--images N] [--rounds R]
 #   --build-dir DIR  a configured build directory (default build/); the
 #                    input_pipeline_bench target is built there
@@ -22,7 +29,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD="$2"; shift 2 ;;
     --images) IMAGES="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -49,24 +56,36 @@ have_tv=1
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || have_tv=0
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "folder: $small ($IMAGES JPEGs, 10 classes); batch 64, RandomResizedCrop 224 + flip, uint8"
-printf '\n%-8s %12s %12s %7s %12s %12s %12s %12s %7s\n' workers tessera tv ratio \
-  tessera/wkr tv/wkr tessera/cpu tv/cpu ratio
+# Mean images per CPU-second of N single-worker processes run at once.
+solo_cpu() {
+  local n=$1 r=$2 i out
+  out=$(mktemp -d)
+  for i in $(seq "$n"); do "$BENCH" run "$small" --workers 1 --epoch "$((r * 10 + i))" >"$out/$i" & done
+  wait
+  cat "$out"/* | python3 -c "import sys; v = [float(l.split()[1]) for l in sys.stdin]; print(sum(v) / len(v))"
+  rm -rf "$out"
+}
+printf '\n%-8s %12s %12s %7s %12s %12s %12s %12s %7s %12s\n' workers tessera tv ratio \
+  tessera/wkr tv/wkr tessera/cpu tv/cpu ratio 'solo x W/cpu'
 for w in 1 2; do
-  best_t=0; best_v=0; best_tc=0; best_vc=0
+  best_t=0; best_v=0; best_tc=0; best_vc=0; best_s=0
   for r in $(seq "$ROUNDS"); do
     read -r t tc < <("$BENCH" run "$small" --workers "$w" --epoch "$r")
     best_t=$(python3 -c "print(max($best_t, $t))"); best_tc=$(python3 -c "print(max($best_tc, $tc))")
+    if [ "$w" -gt 1 ]; then best_s=$(python3 -c "print(max($best_s, $(solo_cpu "$w" "$r")))"); fi
     if [ $have_tv = 1 ]; then
       read -r v vc < <(/usr/bin/python3 "$ROOT/bench/input_pipeline/torchvision_loader.py" "$small" "$w" 2>/dev/null)
       best_v=$(python3 -c "print(max($best_v, $v))"); best_vc=$(python3 -c "print(max($best_vc, $vc))")
     fi
   done
   python3 -c "
-t, v, tc, vc, w = $best_t, $best_v, $best_tc, $best_vc, $w
+t, v, tc, vc, w, s = $best_t, $best_v, $best_tc, $best_vc, $w, $best_s
 r = lambda a, b: '%.2fx' % (a / b) if b else 'n/a'
-print('%-8d %12.1f %12.1f %7s %12.1f %12.1f %12.1f %12.1f %7s' % (w, t, v, r(t, v), t / w, v / w, tc, vc, r(tc, vc)))"
+solo = '%.1f' % s if s else '-'
+print('%-8d %12.1f %12.1f %7s %12.1f %12.1f %12.1f %12.1f %7s %12s' % (w, t, v, r(t, v), t / w, v / w, tc, vc, r(tc, vc), solo))"
 done
-echo "(images/s; /wkr: images/s per worker; /cpu: images per CPU-second, all threads or processes)"
+echo "(images/s; /wkr: images/s per worker; /cpu: images per CPU-second, all threads or processes;"
+echo " solo x W/cpu: W single-worker tessera processes at once, mean images per CPU-second each)"
 
 echo
 kb_small=$("$BENCH" rss "$DATA/images-2000" --workers 2)
