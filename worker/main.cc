@@ -13,9 +13,13 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -47,28 +51,43 @@ std::string DefaultTrainerPath() {
   return (self.parent_path() / "tessera-train").string();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Blocked in every thread, and so before anything starts one (gRPC does);
-  // the signal thread takes them. Ranks start with an empty mask (supervisor.cc).
+// The signals the signal thread takes, blocked in every thread; so this runs
+// before anything starts one (gRPC does). Ranks start with an empty mask
+// (supervisor.cc).
+sigset_t BlockWorkerSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
+// The command line: WorkerOptions, and the flags that main() turns into
+// options after parsing.
+struct WorkerFlags {
   tessera::WorkerOptions options;
-  options.hostname = Hostname();
-  options.name = options.hostname;
-  options.trainer_path = DefaultTrainerPath();
   int64_t grace_ms = 10000;
   bool use_cgroups = true;
-  std::string gpus_flag = "auto";
+  std::string gpus = "auto";
+  std::string drain_timeout = "120s";
+  std::string join_token_file;
+  std::string tls_ca_file;
+  std::vector<std::string> data_roots;
+  std::vector<std::string> checkpoint_roots;
+};
 
-  CLI::App app{
-      "tessera-worker: runs training ranks on this node for a tessera-coordinator"};
+// The defaults that come from this machine.
+WorkerFlags DefaultFlags() {
+  WorkerFlags flags;
+  flags.options.hostname = Hostname();
+  flags.options.name = flags.options.hostname;
+  flags.options.trainer_path = DefaultTrainerPath();
+  return flags;
+}
+
+void SetHelpFooter(CLI::App& app) {
   app.footer(
       "Example:\n"
       "  tessera-worker --coordinator 10.0.0.1:50051 --name node07 --cpu-slots 4 "
@@ -83,6 +102,12 @@ int main(int argc, char** argv) {
       "(SIGTERM, then SIGKILL after --kill-grace-ms). A second SIGTERM stops at once.\n"
       "SIGUSR1 (e.g. Slurm's --signal=USR1@120 before preemption or the time limit):\n"
       "asks the ranks to checkpoint and exit and takes no new ranks, without exiting.");
+}
+
+// The coordinator, this node's name and slots, its directories, the trainer
+// and how its ranks are stopped.
+void AddNodeFlags(CLI::App& app, WorkerFlags& flags) {
+  tessera::WorkerOptions& options = flags.options;
   app.add_option("--coordinator", options.coordinator,
                  "coordinator gRPC address HOST:PORT")
       ->capture_default_str();
@@ -105,16 +130,20 @@ int main(int argc, char** argv) {
                  "(repeatable; LANG, LC_ALL and TZ always pass, nothing else does)");
   app.add_option("--trainer", options.trainer_path, "tessera-train executable")
       ->capture_default_str();
-  app.add_option("--kill-grace-ms", grace_ms,
+  app.add_option("--kill-grace-ms", flags.grace_ms,
                  "time between SIGTERM and SIGKILL for a rank")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
-  std::string drain_timeout = "120s";
-  app.add_option("--drain-timeout", drain_timeout,
+  app.add_option("--drain-timeout", flags.drain_timeout,
                  "on SIGTERM, how long the ranks get to checkpoint and exit before the "
                  "worker stops them and exits: seconds or a duration (90s, 5m); 0 stops "
                  "at once")
       ->capture_default_str();
+}
+
+// Where the worker sits: its pool, its Slurm allocation, its GPUs.
+void AddPlacementFlags(CLI::App& app, WorkerFlags& flags) {
+  tessera::WorkerOptions& options = flags.options;
   app.add_option("--pool", options.pool,
                  "worker pool this worker belongs to, sent to the coordinator, e.g. "
                  "--pool slurm-gpu (default: none)");
@@ -126,22 +155,26 @@ int main(int argc, char** argv) {
                  "--slurm-job-id 81234 (default: $SLURM_JOB_ID when set)")
       ->capture_default_str();
   app.add_option(
-         "--gpus", gpus_flag,
+         "--gpus", flags.gpus,
          "GPUs to offer: auto (those this worker was given: CUDA_VISIBLE_DEVICES, "
          "else SLURM_STEP_GPUS or SLURM_JOB_GPUS, else every GPU under "
          "/proc/driver/nvidia/gpus), none, or a count N (the first N of those; "
          "more is refused)")
       ->capture_default_str();
-  std::string join_token_file;
-  app.add_option("--join-token-file", join_token_file,
+}
+
+// How the worker proves itself to the coordinator and checks it, and what its
+// ranks run as and may touch.
+void AddTrustAndIsolationFlags(CLI::App& app, WorkerFlags& flags) {
+  tessera::WorkerOptions& options = flags.options;
+  app.add_option("--join-token-file", flags.join_token_file,
                  "file holding the cluster join token (tessera-coordinator token create "
                  "--kind join); default: $TESSERA_JOIN_TOKEN");
-  std::string tls_ca_file;
-  app.add_option("--tls-ca", tls_ca_file,
+  app.add_option("--tls-ca", flags.tls_ca_file,
                  "PEM roots to verify the coordinator's TLS certificate with (operator "
                  "PKI); without it, a join token that carries a certificate pin turns "
                  "TLS on");
-  app.add_flag("!--no-cgroups", use_cgroups,
+  app.add_flag("!--no-cgroups", flags.use_cgroups,
                "do not put each job attempt in its own cgroup v2 group");
   app.add_flag("--allow-root-jobs", options.allow_root_jobs,
                "when running as root, let ranks run as root: jobs whose owner is root "
@@ -149,60 +182,63 @@ int main(int argc, char** argv) {
   app.add_option("--job-user", options.job_user,
                  "when running as root, the account for jobs without an owner "
                  "(coordinator with --insecure-no-auth), e.g. nobody");
-  std::vector<std::string> data_roots;
-  std::vector<std::string> checkpoint_roots;
-  app.add_option("--data-root", data_roots,
+  app.add_option("--data-root", flags.data_roots,
                  "directory that trainer.data_dir must lie under (repeatable; default: "
                  "/usr/share/datasets, /var/lib/tessera/data, /data)");
-  app.add_option("--checkpoint-root", checkpoint_roots,
+  app.add_option("--checkpoint-root", flags.checkpoint_roots,
                  "directory that trainer.checkpoint_dir must lie under (repeatable; "
                  "default: /var/lib/tessera/checkpoints, /shared/checkpoints)");
-  CLI11_PARSE(app, argc, argv);
-  if (!data_roots.empty()) options.data_roots = data_roots;
-  if (!checkpoint_roots.empty()) options.checkpoint_roots = checkpoint_roots;
-  options.kill_grace = absl::Milliseconds(grace_ms);
-  if (int64_t seconds = 0; absl::SimpleAtoi(drain_timeout, &seconds) && seconds >= 0) {
-    options.drain_timeout = absl::Seconds(seconds);
-  } else if (!absl::ParseDuration(drain_timeout, &options.drain_timeout) ||
-             options.drain_timeout < absl::ZeroDuration()) {
-    std::cerr << "tessera-worker: --drain-timeout must be seconds or a duration such as "
-                 "90s or 5m, got '"
-              << drain_timeout << "'\n";
-    return 2;
+}
+
+// --drain-timeout: whole seconds, or an absl duration; at most a day.
+absl::StatusOr<absl::Duration> ParseDrainTimeout(const std::string& text) {
+  absl::Duration timeout;
+  if (int64_t seconds = 0; absl::SimpleAtoi(text, &seconds) && seconds >= 0) {
+    timeout = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(text, &timeout) || timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--drain-timeout must be seconds or a duration such as 90s or 5m, "
+                     "got '",
+                     text, "'"));
   }
-  if (options.drain_timeout > absl::Hours(24)) {
-    std::cerr << "tessera-worker: --drain-timeout is at most 24h\n";
-    return 2;
+  if (timeout > absl::Hours(24)) {
+    return absl::InvalidArgumentError("--drain-timeout is at most 24h");
   }
-  // The token is secret: never a flag value, which every user can read in
-  // /proc/PID/cmdline.
-  if (!join_token_file.empty()) {
-    std::ifstream in(join_token_file);
+  return timeout;
+}
+
+// The token is secret: never a flag value, which every user can read in
+// /proc/PID/cmdline. From the file when one is named, else $TESSERA_JOIN_TOKEN.
+absl::Status LoadJoinToken(const std::string& file, tessera::WorkerOptions& options) {
+  if (!file.empty()) {
+    std::ifstream in(file);
     std::getline(in, options.join_token);
     if (options.join_token.empty()) {
-      std::cerr << "tessera-worker: cannot read a join token from " << join_token_file
-                << "\n";
-      return 2;
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read a join token from ", file));
     }
   } else if (const char* env = std::getenv("TESSERA_JOIN_TOKEN"); env != nullptr) {
     options.join_token = env;
   }
-  // The GPUs this worker was given (CUDA_VISIBLE_DEVICES, Slurm's, or the
-  // node's): ranks get only these.
-  absl::StatusOr<tessera::GpuSet> gpus =
-      tessera::SelectGpus(gpus_flag, tessera::SystemDeviceEnvironment());
-  if (!gpus.ok()) {
-    std::cerr << "tessera-worker: " << gpus.status().message() << "\n";
-    return 2;
-  }
-  if (gpus->ids.size() > static_cast<size_t>(tessera::kMaxWorkerSlots)) {
-    std::cerr << "tessera-worker: " << gpus->ids.size() << " GPUs, at most "
-              << tessera::kMaxWorkerSlots << "\n";
-    return 2;
-  }
-  options.gpu_ids = gpus->ids;
+  return absl::OkStatus();
+}
 
-  // Logs go to stderr; stdout stays free for output meant for programs.
+// The GPUs this worker was given (CUDA_VISIBLE_DEVICES, Slurm's, or the
+// node's): ranks get only these.
+absl::StatusOr<tessera::GpuSet> SelectOfferedGpus(const std::string& flag) {
+  absl::StatusOr<tessera::GpuSet> gpus =
+      tessera::SelectGpus(flag, tessera::SystemDeviceEnvironment());
+  if (!gpus.ok()) return gpus.status();
+  if (gpus->ids.size() > static_cast<size_t>(tessera::kMaxWorkerSlots)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(gpus->ids.size(), " GPUs, at most ", tessera::kMaxWorkerSlots));
+  }
+  return gpus;
+}
+
+// Logs go to stderr; stdout stays free for output meant for programs. Says
+// whom ranks run as and what the worker offers.
+void SetUpLogging(const tessera::WorkerOptions& options, const std::string& gpu_source) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ worker " + options.name + ": %v");
   if (geteuid() == 0) {
@@ -215,104 +251,127 @@ int main(int argc, char** argv) {
                  geteuid());
   }
   if (options.gpu_ids.empty()) {
-    spdlog::info("no GPU to offer ({}): {} CPU slots", gpus->source, options.cpu_slots);
+    spdlog::info("no GPU to offer ({}): {} CPU slots", gpu_source, options.cpu_slots);
   } else {
     spdlog::info("offering GPUs {} ({})", absl::StrJoin(options.gpu_ids, ","),
-                 gpus->source);
+                 gpu_source);
   }
+}
+
+// The trainer, the name and the directories; makes the directories absolute.
+absl::Status CheckLocalSetup(tessera::WorkerOptions& options) {
   if (access(options.trainer_path.c_str(), X_OK) != 0) {
-    std::cerr << "tessera-worker: trainer " << options.trainer_path
-              << " is not an executable file (set --trainer)\n";
-    return 2;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trainer ", options.trainer_path, " is not an executable file (set --trainer)"));
   }
   if (absl::Status name_ok = tessera::CheckWorkerName(options.name); !name_ok.ok()) {
-    std::cerr << "tessera-worker: --" << name_ok.message() << " (got '" << options.name
-              << "')\n";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name_ok.message(), " (got '", options.name, "')"));
   }
   // Ranks get the work dir's paths; the worker's cwd is nothing to them.
   options.work_dir = std::filesystem::absolute(options.work_dir).lexically_normal();
   if (absl::StatusOr<tessera::ScopedFd> work = tessera::OpenWorkDir(options.work_dir);
       !work.ok()) {
-    std::cerr << "tessera-worker: " << work.status().message() << " (--work-dir)\n";
-    return 2;
+    return absl::Status(work.status().code(),
+                        absl::StrCat(work.status().message(), " (--work-dir)"));
   }
   if (!options.state_dir.empty()) {
     options.state_dir = std::filesystem::absolute(options.state_dir).lexically_normal();
     if (absl::StatusOr<std::string> kept =
             tessera::LoadWorkerCredential(options.state_dir, options.name);
         !kept.ok()) {
-      std::cerr << "tessera-worker: " << kept.status().message() << " (--state-dir)\n";
-      return 2;
+      return absl::Status(kept.status().code(),
+                          absl::StrCat(kept.status().message(), " (--state-dir)"));
     }
   }
+  return absl::OkStatus();
+}
 
-  // TLS: --tls-ca, or the certificate pin the join token carries.
-  tessera::TokenParts token_parts = tessera::SplitTokenPin(options.join_token);
-  options.join_token = token_parts.token;
+// How to talk to the coordinator: --tls-ca, or the certificate pin the join
+// token carries. Waits while the coordinator cannot be reached.
+absl::StatusOr<tessera::ClientTls> FetchCoordinatorTls(const std::string& coordinator,
+                                                       const std::string& tls_ca_file,
+                                                       const std::string& pin) {
   absl::StatusOr<tessera::ClientTls> tls;
   for (absl::Duration backoff = absl::Milliseconds(500);;
        backoff = std::min(2 * backoff, absl::Seconds(3))) {
-    tls = tessera::ResolveClientTls(options.coordinator, tls_ca_file, token_parts.pin);
+    tls = tessera::ResolveClientTls(coordinator, tls_ca_file, pin);
     if (!absl::IsUnavailable(tls.status())) break;
     // Not up yet: keep trying, as the agent does.
     spdlog::warn("cannot fetch the coordinator's certificate to check its pin: {}",
                  tls.status().ToString());
     absl::SleepFor(backoff);
   }
-  if (!tls.ok()) {
-    std::cerr << "tessera-worker: " << tls.status().message() << "\n";
-    return 2;
-  }
-  if (tls->enabled) {
-    options.tls_server_name = tls->server_name;
-    if (!tls_ca_file.empty()) {
-      options.tls_ca_file = std::filesystem::absolute(tls_ca_file).string();
-    } else {
-      // The pinned certificate, for the trainers; not secret.
-      options.tls_ca_file =
-          std::filesystem::absolute(std::filesystem::path(options.work_dir) /
-                                    "coordinator-cert.pem")
-              .string();
-      const std::string tmp = options.tls_ca_file + ".tmp";
-      std::ofstream(tmp, std::ios::trunc) << tls->root_pem;
-      // Ranks run as their submitters' accounts and must read it.
-      if (::chmod(tmp.c_str(), 0644) != 0 ||
-          std::rename(tmp.c_str(), options.tls_ca_file.c_str()) != 0) {
-        std::cerr << "tessera-worker: cannot write " << options.tls_ca_file << "\n";
-        return 2;
-      }
-      spdlog::info("coordinator certificate matches the join token's pin {}",
-                   tls->pinned_fingerprint);
-    }
-  } else {
+  return tls;
+}
+
+// Hands the TLS settings on to the trainers: the CA file, or the pinned
+// certificate written into the work dir.
+absl::Status PassTlsToRanks(const tessera::ClientTls& tls, const std::string& tls_ca_file,
+                            tessera::WorkerOptions& options) {
+  if (!tls.enabled) {
     spdlog::warn(
         "talking to the coordinator in plaintext (no --tls-ca, no pin in the "
         "join token)");
+    return absl::OkStatus();
   }
+  options.tls_server_name = tls.server_name;
+  if (!tls_ca_file.empty()) {
+    options.tls_ca_file = std::filesystem::absolute(tls_ca_file).string();
+    return absl::OkStatus();
+  }
+  // The pinned certificate, for the trainers; not secret.
+  options.tls_ca_file =
+      std::filesystem::absolute(std::filesystem::path(options.work_dir) /
+                                "coordinator-cert.pem")
+          .string();
+  const std::string tmp = options.tls_ca_file + ".tmp";
+  std::ofstream(tmp, std::ios::trunc) << tls.root_pem;
+  // Ranks run as their submitters' accounts and must read it.
+  if (::chmod(tmp.c_str(), 0644) != 0 ||
+      std::rename(tmp.c_str(), options.tls_ca_file.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot write ", options.tls_ca_file));
+  }
+  spdlog::info("coordinator certificate matches the join token's pin {}",
+               tls.pinned_fingerprint);
+  return absl::OkStatus();
+}
 
+std::shared_ptr<grpc::Channel> CoordinatorChannel(const std::string& coordinator,
+                                                  const tessera::ClientTls& tls) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetMaxReceiveMessageSize(16 * 1024 * 1024);
-  auto channel = grpc::CreateCustomChannel(
-      options.coordinator, tessera::ChannelCredentialsFor(*tls, args), args);
-  tessera::PosixLauncher launcher;
-  std::unique_ptr<tessera::CgroupTree> cgroups;
-  if (use_cgroups) {
-    absl::StatusOr<std::unique_ptr<tessera::CgroupTree>> tree =
-        tessera::CgroupTree::Create(options.name);
-    if (tree.ok()) {
-      cgroups = std::move(*tree);
-      spdlog::info("ranks run in cgroups under {}", cgroups->root());
-    } else {
-      spdlog::warn(
-          "no writable cgroup2 ({}); stopping jobs relies on process groups only",
-          tree.status().ToString());
-    }
+  return grpc::CreateCustomChannel(coordinator, tessera::ChannelCredentialsFor(tls, args),
+                                   args);
+}
+
+// A cgroup tree for the ranks, or null (--no-cgroups, or no writable cgroup2).
+std::unique_ptr<tessera::CgroupTree> MakeCgroups(bool use_cgroups,
+                                                 const std::string& name) {
+  if (!use_cgroups) return nullptr;
+  absl::StatusOr<std::unique_ptr<tessera::CgroupTree>> tree =
+      tessera::CgroupTree::Create(name);
+  if (!tree.ok()) {
+    spdlog::warn("no writable cgroup2 ({}); stopping jobs relies on process groups only",
+                 tree.status().ToString());
+    return nullptr;
   }
+  spdlog::info("ranks run in cgroups under {}", (*tree)->root());
+  return *std::move(tree);
+}
+
+// Runs the agent until it stops, with a thread that turns `signals` into
+// drains and preemption notices; logs "stopped" before anything is torn down.
+void RunAgent(const tessera::WorkerOptions& options,
+              std::shared_ptr<grpc::Channel> channel, bool use_cgroups,
+              const sigset_t& signals) {
+  tessera::PosixLauncher launcher;
+  const std::unique_ptr<tessera::CgroupTree> cgroups =
+      MakeCgroups(use_cgroups, options.name);
   tessera::WorkerAgent agent(options, channel, &launcher, cgroups.get());
   std::atomic<bool> done = false;
   std::thread signal_thread([&agent, &done, signals] {
@@ -332,5 +391,54 @@ int main(int argc, char** argv) {
   pthread_kill(signal_thread.native_handle(), SIGTERM);
   signal_thread.join();
   spdlog::info("stopped");
+}
+
+// A start-up error: the reason on stderr and exit code 2.
+int StartupError(const absl::Status& status) {
+  std::cerr << "tessera-worker: " << status.message() << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const sigset_t signals = BlockWorkerSignals();
+  WorkerFlags flags = DefaultFlags();
+  CLI::App app{
+      "tessera-worker: runs training ranks on this node for a tessera-coordinator"};
+  SetHelpFooter(app);
+  AddNodeFlags(app, flags);
+  AddPlacementFlags(app, flags);
+  AddTrustAndIsolationFlags(app, flags);
+  CLI11_PARSE(app, argc, argv);
+  tessera::WorkerOptions& options = flags.options;
+  if (!flags.data_roots.empty()) options.data_roots = flags.data_roots;
+  if (!flags.checkpoint_roots.empty()) options.checkpoint_roots = flags.checkpoint_roots;
+  options.kill_grace = absl::Milliseconds(flags.grace_ms);
+  absl::StatusOr<absl::Duration> drain_timeout = ParseDrainTimeout(flags.drain_timeout);
+  if (!drain_timeout.ok()) return StartupError(drain_timeout.status());
+  options.drain_timeout = *drain_timeout;
+  if (absl::Status token = LoadJoinToken(flags.join_token_file, options); !token.ok()) {
+    return StartupError(token);
+  }
+  absl::StatusOr<tessera::GpuSet> gpus = SelectOfferedGpus(flags.gpus);
+  if (!gpus.ok()) return StartupError(gpus.status());
+  options.gpu_ids = gpus->ids;
+
+  SetUpLogging(options, gpus->source);
+  if (absl::Status local = CheckLocalSetup(options); !local.ok()) {
+    return StartupError(local);
+  }
+  const tessera::TokenParts token_parts = tessera::SplitTokenPin(options.join_token);
+  options.join_token = token_parts.token;
+  absl::StatusOr<tessera::ClientTls> tls =
+      FetchCoordinatorTls(options.coordinator, flags.tls_ca_file, token_parts.pin);
+  if (!tls.ok()) return StartupError(tls.status());
+  if (absl::Status passed = PassTlsToRanks(*tls, flags.tls_ca_file, options);
+      !passed.ok()) {
+    return StartupError(passed);
+  }
+  RunAgent(options, CoordinatorChannel(options.coordinator, *tls), flags.use_cgroups,
+           signals);
   return 0;
 }
