@@ -128,6 +128,80 @@ absl::Status AddExtension(X509* cert, int nid, const std::string& value) {
   return absl::OkStatus();
 }
 
+// A random positive 128-bit serial number.
+absl::Status SetRandomSerial(X509* cert) {
+  unsigned char serial[16];
+  if (RAND_bytes(serial, sizeof(serial)) != 1) {
+    return absl::InternalError("the system random generator failed");
+  }
+  serial[0] &= 0x7f;  // positive
+  BIGNUM* bn = BN_bin2bn(serial, sizeof(serial), nullptr);
+  ASN1_INTEGER* sn = bn != nullptr ? BN_to_ASN1_INTEGER(bn, nullptr) : nullptr;
+  BN_free(bn);
+  if (sn == nullptr || X509_set_serialNumber(cert, sn) != 1) {
+    ASN1_INTEGER_free(sn);
+    return absl::InternalError("cannot set the certificate's serial number");
+  }
+  ASN1_INTEGER_free(sn);
+  return absl::OkStatus();
+}
+
+// Ten years of validity, the public key, and the same subject and issuer.
+void SetValidityAndNames(X509* cert, EVP_PKEY* key) {
+  // An hour of slack for clocks that lag behind this machine's.
+  X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert), 10L * 365 * 24 * 3600);
+  X509_set_pubkey(cert, key);
+  X509_NAME* name = X509_get_subject_name(cert);
+  X509_NAME_add_entry_by_txt(
+      name, "CN", MBSTRING_ASC,
+      reinterpret_cast<const unsigned char*>(kSelfSignedServerName), -1, -1, 0);
+  X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("Tessera"), -1, -1,
+                             0);
+  X509_set_issuer_name(cert, name);
+}
+
+// The subjectAltName entries: the fixed server name, then each usable host
+// (wildcard listen addresses and names a SAN cannot hold are left out).
+std::vector<std::string> SubjectAltNames(const std::vector<std::string>& hosts) {
+  std::vector<std::string> san = {absl::StrCat("DNS:", kSelfSignedServerName)};
+  for (const std::string& host : hosts) {
+    if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]" ||
+        host == kSelfSignedServerName) {
+      continue;
+    }
+    std::string h = host;
+    if (absl::StartsWith(h, "[") && absl::EndsWith(h, "]")) h = h.substr(1, h.size() - 2);
+    // Anything else would not parse as a SAN entry.
+    if (h.find_first_of(",: ") != std::string::npos && !IsIpAddress(h)) continue;
+    std::string entry = absl::StrCat(IsIpAddress(h) ? "IP:" : "DNS:", h);
+    if (std::find(san.begin(), san.end(), entry) == san.end()) san.push_back(entry);
+  }
+  return san;
+}
+
+absl::Status AddServerExtensions(X509* cert, const std::vector<std::string>& san) {
+  // The certificate is its own trust anchor for pinned clients, so it signs
+  // itself as a CA would.
+  if (absl::Status s = AddExtension(cert, NID_basic_constraints, "critical,CA:TRUE");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          AddExtension(cert, NID_key_usage, "critical,digitalSignature,keyCertSign");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = AddExtension(cert, NID_ext_key_usage, "serverAuth"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = AddExtension(cert, NID_subject_key_identifier, "hash"); !s.ok()) {
+    return s;
+  }
+  return AddExtension(cert, NID_subject_alt_name, absl::StrJoin(san, ","));
+}
+
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -239,68 +313,9 @@ absl::StatusOr<TlsIdentity> GenerateSelfSignedIdentity(
   X509Ptr cert(X509_new());
   if (cert == nullptr) return absl::InternalError("out of memory");
   X509_set_version(cert.get(), 2);  // v3
-  unsigned char serial[16];
-  if (RAND_bytes(serial, sizeof(serial)) != 1) {
-    return absl::InternalError("the system random generator failed");
-  }
-  serial[0] &= 0x7f;  // positive
-  BIGNUM* bn = BN_bin2bn(serial, sizeof(serial), nullptr);
-  ASN1_INTEGER* sn = bn != nullptr ? BN_to_ASN1_INTEGER(bn, nullptr) : nullptr;
-  BN_free(bn);
-  if (sn == nullptr || X509_set_serialNumber(cert.get(), sn) != 1) {
-    ASN1_INTEGER_free(sn);
-    return absl::InternalError("cannot set the certificate's serial number");
-  }
-  ASN1_INTEGER_free(sn);
-  // An hour of slack for clocks that lag behind this machine's.
-  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
-  X509_gmtime_adj(X509_getm_notAfter(cert.get()), 10L * 365 * 24 * 3600);
-  X509_set_pubkey(cert.get(), key.get());
-  X509_NAME* name = X509_get_subject_name(cert.get());
-  X509_NAME_add_entry_by_txt(
-      name, "CN", MBSTRING_ASC,
-      reinterpret_cast<const unsigned char*>(kSelfSignedServerName), -1, -1, 0);
-  X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>("Tessera"), -1, -1,
-                             0);
-  X509_set_issuer_name(cert.get(), name);
-
-  std::vector<std::string> san = {absl::StrCat("DNS:", kSelfSignedServerName)};
-  for (const std::string& host : hosts) {
-    if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]" ||
-        host == kSelfSignedServerName) {
-      continue;
-    }
-    std::string h = host;
-    if (absl::StartsWith(h, "[") && absl::EndsWith(h, "]")) h = h.substr(1, h.size() - 2);
-    // Anything else would not parse as a SAN entry.
-    if (h.find_first_of(",: ") != std::string::npos && !IsIpAddress(h)) continue;
-    std::string entry = absl::StrCat(IsIpAddress(h) ? "IP:" : "DNS:", h);
-    if (std::find(san.begin(), san.end(), entry) == san.end()) san.push_back(entry);
-  }
-  // The certificate is its own trust anchor for pinned clients, so it signs
-  // itself as a CA would.
-  if (absl::Status s =
-          AddExtension(cert.get(), NID_basic_constraints, "critical,CA:TRUE");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = AddExtension(cert.get(), NID_key_usage,
-                                    "critical,digitalSignature,keyCertSign");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = AddExtension(cert.get(), NID_ext_key_usage, "serverAuth");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = AddExtension(cert.get(), NID_subject_key_identifier, "hash");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          AddExtension(cert.get(), NID_subject_alt_name, absl::StrJoin(san, ","));
-      !s.ok()) {
+  if (absl::Status s = SetRandomSerial(cert.get()); !s.ok()) return s;
+  SetValidityAndNames(cert.get(), key.get());
+  if (absl::Status s = AddServerExtensions(cert.get(), SubjectAltNames(hosts)); !s.ok()) {
     return s;
   }
   if (X509_sign(cert.get(), key.get(), EVP_sha256()) <= 0) {
