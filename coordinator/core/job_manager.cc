@@ -982,7 +982,10 @@ void JobManager::ScheduleLocked() {
     options.placed_by_owner[user] = load.placed_ranks;
   }
   std::vector<WorkerInventory> inventory = workers_.Inventory(UsedSlotsLocked());
-  if (!reserved_workers_.empty()) {
+  SlurmPoolManager* const slurm = slurm_.load();
+  const std::map<std::string, int64_t> reserved_workers =
+      slurm == nullptr ? std::map<std::string, int64_t>() : slurm->ReservedWorkers();
+  if (!reserved_workers.empty()) {
     // A job that caused a Slurm allocation is placed first on its workers,
     // which no other job gets while it waits.
     std::vector<PendingJob> rest;
@@ -990,8 +993,8 @@ void JobManager::ScheduleLocked() {
       std::vector<WorkerInventory> own = inventory;
       bool has_own = false;
       for (WorkerInventory& w : own) {
-        auto it = reserved_workers_.find(w.worker);
-        const bool mine = it != reserved_workers_.end() && it->second == job.job_id;
+        auto it = reserved_workers.find(w.worker);
+        const bool mine = it != reserved_workers.end() && it->second == job.job_id;
         has_own |= mine && w.alive;
         w.alive = w.alive && mine;
       }
@@ -1006,79 +1009,60 @@ void JobManager::ScheduleLocked() {
     }
     queue = std::move(rest);
     for (WorkerInventory& w : inventory) {
-      if (reserved_workers_.contains(w.worker)) w.alive = false;
+      if (reserved_workers.contains(w.worker)) w.alive = false;
     }
   }
   ScheduleResult result = Schedule(queue, inventory, clock_->Now(), options);
   for (const Placement& placement : result.placements) PlaceLocked(placement);
   lacking_workers_ = result.lacking_workers;
   for (const auto& [id, reason] : result.pending_reasons) {
-    auto slurm = slurm_reasons_.find(id);
-    SetPendingReasonLocked(jobs_.at(id),
-                           lacking_workers_.contains(id) && slurm != slurm_reasons_.end()
-                               ? slurm->second
-                               : reason);
+    std::optional<std::string> in_slurm;
+    if (slurm != nullptr && lacking_workers_.contains(id))
+      in_slurm = slurm->PendingReason(id);
+    SetPendingReasonLocked(jobs_.at(id), in_slurm.value_or(reason));
   }
 }
 
 void JobManager::TickSlurm() {
   SlurmPoolManager* const slurm = slurm_.load();
-  if (slurm == nullptr) return;
-  absl::MutexLock tick(&slurm_tick_mu_);
-  if (clock_->Now() - last_slurm_tick_ < options_.slurm_interval) return;
-  last_slurm_tick_ = clock_->Now();
-  std::vector<WaitingJob> waiting;
-  std::vector<SlurmPoolWorker> workers;
+  if (slurm == nullptr || !slurm->TickIfDue(*this)) return;
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time now = clock_->Now();
-    for (const v1::Worker& w : workers_.List(UsedSlotsLocked())) {
-      if (w.pool().empty() || !workers_.Live(w.name())) continue;
-      auto since = pool_idle_since_.try_emplace(w.name(), now).first;
-      if (w.slots_used() > 0) {
-        since->second = absl::InfiniteFuture();
-      } else if (since->second == absl::InfiniteFuture()) {
-        since->second = now;
-      }
-      workers.push_back(SlurmPoolWorker{.name = w.name(),
-                                        .pool = w.pool(),
-                                        .slurm_job_id = w.slurm_job_id(),
-                                        .running_ranks = w.slots_used(),
-                                        .idle_since = since->second,
-                                        .draining = w.draining()});
-    }
-    for (const auto& [id, job] : jobs_) {
-      if (job.record.state != v1::JOB_STATE_QUEUED || !lacking_workers_.contains(id)) {
-        continue;
-      }
-      const v1::JobSpec& spec = job.record.spec;
-      waiting.push_back(WaitingJob{.job_id = id,
-                                   .world_size = spec.world_size(),
-                                   .nodes = spec.nodes(),
-                                   .per_node = spec.per_node(),
-                                   .kind = SlurmNodeKindOf(spec.trainer()),
-                                   .owner = job.record.owner});
-    }
-  }
-  SlurmPoolManager::TickResult result = slurm->Tick(waiting, workers);
-  for (const std::string& line : result.events) spdlog::info("slurm: {}", line);
-  {
-    absl::MutexLock lock(&mu_);
-    slurm_reasons_ = std::move(result.pending_reasons);
-    reserved_workers_ = std::move(result.reserved_workers);
     for (auto& [id, job] : jobs_) {
-      auto it = slurm_reasons_.find(id);
-      if (job.record.state == v1::JOB_STATE_QUEUED && it != slurm_reasons_.end()) {
-        SetPendingReasonLocked(job, it->second);
+      if (job.record.state != v1::JOB_STATE_QUEUED) continue;
+      if (std::optional<std::string> why = slurm->PendingReason(id)) {
+        SetPendingReasonLocked(job, *why);
       }
     }
-    std::erase_if(pool_idle_since_,
-                  [this](const auto& entry) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                    return !workers_.Live(entry.first);
-                  });
     ScheduleLocked();
   }
   changes_.Notify();
+}
+
+SlurmPoolSnapshot JobManager::SlurmSnapshot() {
+  SlurmPoolSnapshot snapshot;
+  absl::MutexLock lock(&mu_);
+  for (const v1::Worker& w : workers_.List(UsedSlotsLocked())) {
+    if (w.pool().empty() || !workers_.Live(w.name())) continue;
+    snapshot.workers.push_back(SlurmPoolWorker{.name = w.name(),
+                                               .pool = w.pool(),
+                                               .slurm_job_id = w.slurm_job_id(),
+                                               .running_ranks = w.slots_used(),
+                                               .draining = w.draining()});
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (job.record.state != v1::JOB_STATE_QUEUED || !lacking_workers_.contains(id)) {
+      continue;
+    }
+    const v1::JobSpec& spec = job.record.spec;
+    snapshot.waiting.push_back(WaitingJob{.job_id = id,
+                                          .world_size = spec.world_size(),
+                                          .nodes = spec.nodes(),
+                                          .per_node = spec.per_node(),
+                                          .kind = SlurmNodeKindOf(spec.trainer()),
+                                          .owner = job.record.owner});
+  }
+  return snapshot;
 }
 
 std::vector<PendingJob> JobManager::QueueLocked() {

@@ -133,8 +133,6 @@ struct JobManagerOptions {
   // How often trainers report progress (and so renew their lease) at least
   // (--progress-interval): RenewLeaseResponse.report_every_ms.
   absl::Duration progress_report_interval = absl::Seconds(2);
-  // How often TickSlurm asks Slurm for its allocations' states.
-  absl::Duration slurm_interval = absl::Seconds(2);
   // How long a drain waits for ranks to checkpoint and exit before it stops
   // them (--drain-timeout); DrainWorker may name another.
   absl::Duration drain_timeout = absl::Minutes(2);
@@ -170,7 +168,7 @@ struct UserShare {
   int32_t queued_jobs = 0;
 };
 
-class JobManager {
+class JobManager : public SlurmPoolSource {
  public:
   // `store`, `writer` and `clock` are not owned and must outlive the manager.
   JobManager(Store* store, StoreWriter* writer, const Clock* clock,
@@ -266,11 +264,16 @@ class JobManager {
   // Slurm pools (slurm_pool_manager.h), not owned; null (the default): none.
   // Set once, before serving.
   void SetSlurmPools(SlurmPoolManager* pools) { slurm_.store(pools); }
-  // One round of the Slurm pools, at most every slurm_interval: submits
-  // allocations for jobs the workers cannot host, cancels idle or drained
-  // ones, and shows the jobs why they wait. Runs sbatch, squeue and scancel
-  // without holding the lock; called by the monitor thread after Tick().
-  void TickSlurm();
+  // One round of the Slurm pools when their interval has passed: the pool
+  // manager submits allocations for jobs the workers cannot host, cancels
+  // idle or drained ones, and keeps why each job waits, which this shows on
+  // the queued jobs. Runs sbatch, squeue and scancel without holding the
+  // lock; called by the monitor thread after Tick().
+  void TickSlurm() ABSL_LOCKS_EXCLUDED(mu_);
+  // The pools' view of the queue and the workers (SlurmPoolSource): the
+  // queued jobs the last schedule left lacking workers and the live pool
+  // workers. Takes the lock; the pool manager calls it from TickSlurm.
+  SlurmPoolSnapshot SlurmSnapshot() override ABSL_LOCKS_EXCLUDED(mu_);
 
   // Bumped whenever a job, worker, metric or log changes; live views wait on it.
   ChangeNotifier& changes() { return changes_; }
@@ -404,16 +407,11 @@ class JobManager {
   FairShare usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_accrual_ ABSL_GUARDED_BY(mu_);
   absl::Time last_usage_save_ ABSL_GUARDED_BY(mu_);
-  // Slurm pools: the manager, the jobs the last schedule left waiting for
-  // workers, what each waits for in Slurm, the workers reserved for the job
-  // that caused their allocation, and when each pool worker last went idle.
-  std::atomic<SlurmPoolManager*> slurm_{nullptr};  // Not owned.
-  absl::Mutex slurm_tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  absl::Time last_slurm_tick_ ABSL_GUARDED_BY(slurm_tick_mu_) = absl::InfinitePast();
+  // The jobs the last schedule left waiting for workers.
   std::set<int64_t> lacking_workers_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, std::string> slurm_reasons_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, int64_t> reserved_workers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, absl::Time> pool_idle_since_ ABSL_GUARDED_BY(mu_);
+  // The Slurm pools, which keep their own state under their own lock (taken
+  // after mu_, never while a Slurm command runs).
+  std::atomic<SlurmPoolManager*> slurm_{nullptr};  // Not owned.
 };
 
 // Runs released rendezvous callbacks; call without locks held.

@@ -4,7 +4,7 @@
 // submit, allocations to cancel, allocations to forget) and what to tell the
 // users whose jobs wait ("waiting for Slurm allocation 1234 (PD: Resources)").
 //
-// The caller (the JobManager's tick) does the I/O around it, outside its lock:
+// The caller (SlurmPoolManager, ticked by the JobManager) does the I/O around it:
 // SlurmClient::Query for the allocations' states, then PlanSlurmPools, then
 // Submit / Cancel through the SlurmClient, recording each new allocation
 // with state "PD" (and each failed submission as a SlurmSubmitFailure).

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/core/slurm_script.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 
@@ -38,11 +39,27 @@ std::string SlurmPoolManager::SubmitAccount(const SlurmPoolConfig& pool,
   return owner;
 }
 
-SlurmPoolManager::TickResult SlurmPoolManager::Tick(
-    const std::vector<WaitingJob>& waiting, const std::vector<SlurmPoolWorker>& workers) {
+bool SlurmPoolManager::TickIfDue(SlurmPoolSource& source) {
   absl::MutexLock tick(&tick_mu_);
+  if (clock_->Now() - last_tick_ < options_.interval) return false;
+  last_tick_ = clock_->Now();
+  SlurmPoolSnapshot snapshot = source.SlurmSnapshot();  // takes the source's lock
+  const TickResult result = Round(snapshot.waiting, std::move(snapshot.workers));
+  for (const std::string& line : result.events) spdlog::info("slurm: {}", line);
+  return true;
+}
+
+SlurmPoolManager::TickResult SlurmPoolManager::Tick(
+    const std::vector<WaitingJob>& waiting, std::vector<SlurmPoolWorker> workers) {
+  absl::MutexLock tick(&tick_mu_);
+  return Round(waiting, std::move(workers));
+}
+
+SlurmPoolManager::TickResult SlurmPoolManager::Round(
+    const std::vector<WaitingJob>& waiting, std::vector<SlurmPoolWorker> workers) {
   TickResult result;
   const absl::Time now = clock_->Now();
+  TrackIdle(workers, now);
   const SlurmPoolState state = Observe(waiting, workers, now, &result);
   const SlurmPoolPlan plan = PlanSlurmPools(pools_, state, now, options_.plan);
   result.pending_reasons = plan.pending_reasons;
@@ -50,7 +67,39 @@ SlurmPoolManager::TickResult SlurmPoolManager::Tick(
   Cancel(plan.cancel, &result);
   Forget(plan.forget, &result);
   for (const SlurmSubmitDecision& d : plan.submit) Submit(d, now, &result);
+  absl::MutexLock lock(&mu_);
+  pending_reasons_ = result.pending_reasons;
+  reserved_workers_ = result.reserved_workers;
   return result;
+}
+
+void SlurmPoolManager::TrackIdle(std::vector<SlurmPoolWorker>& workers, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, absl::Time> seen;
+  for (SlurmPoolWorker& w : workers) {
+    auto it = idle_since_.find(w.name);
+    absl::Time since = it == idle_since_.end() ? now : it->second;
+    if (w.running_ranks > 0) {
+      since = absl::InfiniteFuture();
+    } else if (since == absl::InfiniteFuture()) {
+      since = now;
+    }
+    w.idle_since = since;
+    seen[w.name] = since;
+  }
+  idle_since_ = std::move(seen);  // workers gone from the pools are forgotten
+}
+
+std::optional<std::string> SlurmPoolManager::PendingReason(int64_t job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_reasons_.find(job_id);
+  if (it == pending_reasons_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::map<std::string, int64_t> SlurmPoolManager::ReservedWorkers() const {
+  absl::MutexLock lock(&mu_);
+  return reserved_workers_;
 }
 
 SlurmPoolState SlurmPoolManager::Observe(const std::vector<WaitingJob>& waiting,

@@ -17,14 +17,19 @@
 // invalidates it (and removes the file) once the allocation has ended, or at
 // once when it went unused.
 //
-// Use: the JobManager calls Tick() from its tick thread, WITHOUT holding its
-// own lock (Tick runs sbatch, squeue and scancel), with the waiting jobs and
-// the pool workers it copied under its lock, then applies the result under
-// its lock. Allocation() is for `tessctl status`.
+// Use: the JobManager implements SlurmPoolSource and calls TickIfDue() from
+// its tick thread WITHOUT holding its own lock; the manager takes the
+// source's snapshot (the waiting jobs and the pool workers), runs sbatch,
+// squeue and scancel, and keeps the outcome: the JobManager asks for a job's
+// PendingReason() and the ReservedWorkers() when it schedules, under its own
+// lock. Allocation() is for `tessctl status`.
 //
 // Thread-safety: thread-safe. Ticks run one at a time (tick_mu_); the
-// allocation list is guarded by mu_, which is never held across a Slurm
-// command.
+// allocations and the outcome of the last round are guarded by mu_, which is
+// never held across a Slurm command or a call into the source. Lock order:
+// tick_mu_, then the source's lock (inside SlurmSnapshot()), then mu_; a
+// caller may hold its own lock while it calls the accessors (they take only
+// mu_).
 #ifndef TESSERA_COORDINATOR_CORE_SLURM_POOL_MANAGER_H_
 #define TESSERA_COORDINATOR_CORE_SLURM_POOL_MANAGER_H_
 
@@ -38,6 +43,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/core/slurm_client.h"
 #include "coordinator/core/slurm_pool.h"
@@ -54,6 +60,27 @@ struct SlurmPoolManagerOptions {
   // Directory sbatch runs in (SbatchRequest::working_dir); "/" by default.
   std::string submit_dir = "/";
   SlurmPoolOptions plan;
+  // TickIfDue runs a round at most this often.
+  absl::Duration interval = absl::Seconds(2);
+};
+
+// What a round reads from the jobs and the workers: a consistent copy.
+struct SlurmPoolSnapshot {
+  // Queued jobs that the registered workers cannot host and that could run
+  // if they could, in scheduling order.
+  std::vector<WaitingJob> waiting;
+  // The live registered workers that belong to a pool. idle_since is not
+  // read: the manager tracks when each went idle from the rounds it sees.
+  std::vector<SlurmPoolWorker> workers;
+};
+
+// Where the pools' snapshot comes from (the JobManager). SlurmSnapshot() is
+// called with none of the manager's locks held but tick_mu_; it may take the
+// source's own lock and must not call back into the manager.
+class SlurmPoolSource {
+ public:
+  virtual ~SlurmPoolSource() = default;
+  virtual SlurmPoolSnapshot SlurmSnapshot() = 0;
 };
 
 class SlurmPoolManager {
@@ -81,13 +108,25 @@ class SlurmPoolManager {
                    const Clock* clock, CredentialWriter credentials,
                    SlurmPoolManagerOptions options, CredentialRevoker revoke = nullptr);
 
-  // One round (see the header comment). Blocks on Slurm's commands.
+  // One round, when options.interval has passed since the last one: takes
+  // `source`'s snapshot, then runs Tick() and logs its events. Returns
+  // whether it ran; the caller then reads the new PendingReason()s.
+  bool TickIfDue(SlurmPoolSource& source) ABSL_LOCKS_EXCLUDED(tick_mu_, mu_);
+
+  // One round over the given jobs and workers (see the header comment),
+  // whenever called. Blocks on Slurm's commands.
   TickResult Tick(const std::vector<WaitingJob>& waiting,
-                  const std::vector<SlurmPoolWorker>& workers) ABSL_LOCKS_EXCLUDED(mu_);
+                  std::vector<SlurmPoolWorker> workers) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // What the last round says job `job_id` waits for in Slurm, if anything.
+  std::optional<std::string> PendingReason(int64_t job_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Worker name -> the waiting job whose allocation it belongs to: the
+  // scheduler gives these workers to that job first and to no other job.
+  std::map<std::string, int64_t> ReservedWorkers() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // A worker started inside allocation `slurm_job_id` registered: its batch
   // script runs, so the allocation is running even if the latest squeue
-  // (polled every slurm_interval) still said pending. Unknown ids are ignored.
+  // (polled every options.interval) still said pending. Unknown ids are ignored.
   void WorkerJoined(const std::string& slurm_job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The live allocation submitted for `job_id`, if any.
@@ -99,6 +138,14 @@ class SlurmPoolManager {
  private:
   // Who sbatch runs as for a job of `owner` in `pool` ("" = service account).
   std::string SubmitAccount(const SlurmPoolConfig& pool, const std::string& owner) const;
+  // Tick's body, under tick_mu_.
+  TickResult Round(const std::vector<WaitingJob>& waiting,
+                   std::vector<SlurmPoolWorker> workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fills each worker's idle_since: when this manager first saw it without
+  // ranks since it last ran some (the round's time for a new worker).
+  void TrackIdle(std::vector<SlurmPoolWorker>& workers, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Tick's steps. Observe: Slurm's states into allocations_, stale failures
   // dropped; returns what the planner reads.
   SlurmPoolState Observe(const std::vector<WaitingJob>& waiting,
@@ -128,9 +175,15 @@ class SlurmPoolManager {
   const SlurmPoolManagerOptions options_;
 
   absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one Tick at a time
+  absl::Time last_tick_ ABSL_GUARDED_BY(tick_mu_) = absl::InfinitePast();
   mutable absl::Mutex mu_;
   std::vector<SlurmAllocation> allocations_ ABSL_GUARDED_BY(mu_);
   std::vector<SlurmSubmitFailure> failures_ ABSL_GUARDED_BY(mu_);
+  // Pool worker -> when it went idle (InfiniteFuture while it runs ranks).
+  std::map<std::string, absl::Time> idle_since_ ABSL_GUARDED_BY(mu_);
+  // The last round's outcome (TickResult's).
+  std::map<int64_t, std::string> pending_reasons_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> reserved_workers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -4,9 +4,11 @@
 
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_slurm_client.h"
 
 namespace tessera {
 namespace {
@@ -301,6 +303,42 @@ TEST_F(JobManagerTest, ShippedLogsAreReadBackAndCompleteAfterEof) {
   // A stale session cannot write logs.
   ship.set_epoch(ea + 7);
   EXPECT_TRUE(absl::IsAborted(manager_->ShipLogs(ship).status()));
+}
+
+// The Slurm pools read the queue through the JobManager's snapshot and keep
+// their own state: the job shows what it waits for in Slurm and is placed on
+// its allocation's worker once that registers.
+TEST_F(JobManagerTest, JobLackingWorkersGetsASlurmAllocationAndRunsOnItsWorker) {
+  testing::FakeSlurmClient slurm;
+  SlurmPoolConfig pool;
+  pool.name = "cpu";
+  pool.cpus_per_node = 2;
+  pool.max_nodes = 1;
+  SlurmPoolManager pools(
+      {pool}, &slurm, &clock_,
+      [](const SlurmSubmitDecision& d, const std::string&) {
+        return absl::StatusOr<std::string>(absl::StrCat("/join/job", d.job_id));
+      },
+      {.coordinator_address = "coord:50051"});
+  manager_->SetSlurmPools(&pools);
+  const int64_t id = Submit(2);
+  manager_->TickSlurm();
+  ASSERT_EQ(slurm.submitted.size(), 1u);
+  EXPECT_EQ(Get(id).pending_reason(), "waiting for Slurm allocation 100 (PD)");
+  EXPECT_THAT(Get(id).slurm_allocation(), HasSubstr("100 in pool cpu (PD)"));
+
+  v1::RegisterWorkerRequest req;
+  req.set_name("n1-slurm-100");
+  req.set_slots(2);
+  req.set_pool("cpu");
+  req.set_slurm_job_id("100");
+  ASSERT_TRUE(manager_->RegisterWorker(req).ok());
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SCHEDULED) << job.pending_reason();
+  ASSERT_EQ(job.ranks_size(), 2);
+  EXPECT_EQ(job.ranks(0).worker(), "n1-slurm-100");
+  EXPECT_EQ(pools.Allocation(id)->state, "R");  // its worker joined
+  manager_->SetSlurmPools(nullptr);
 }
 
 }  // namespace

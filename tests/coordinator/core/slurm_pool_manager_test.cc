@@ -13,49 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_slurm_client.h"
 
 namespace tessera {
 namespace {
 
-// Records every call; jobs get ids from 100 up and sit in `jobs` until the
-// test changes or removes them.
-class FakeSlurmClient : public SlurmClient {
- public:
-  absl::StatusOr<std::string> Submit(const SbatchRequest& request) override {
-    submitted.push_back(request);
-    if (!submit_errors.empty()) {
-      absl::Status e = submit_errors.front();
-      submit_errors.erase(submit_errors.begin());
-      return e;
-    }
-    const std::string id = absl::StrCat(next_id++);
-    jobs[id] = {id, "PD", "None", ""};
-    return id;
-  }
-  absl::StatusOr<std::map<std::string, SlurmJobInfo>> Query(
-      const std::vector<std::string>& ids) override {
-    ++queries;
-    if (!query_error.ok()) return query_error;
-    std::map<std::string, SlurmJobInfo> out;
-    for (const std::string& id : ids) {
-      if (jobs.contains(id)) out[id] = jobs[id];
-    }
-    return out;
-  }
-  absl::Status Cancel(const std::string& id, std::optional<std::string> signal) override {
-    cancelled.push_back(id);
-    if (jobs.contains(id)) jobs[id].state = "CA";
-    return absl::OkStatus();
-  }
-
-  std::map<std::string, SlurmJobInfo> jobs;
-  std::vector<SbatchRequest> submitted;
-  std::vector<absl::Status> submit_errors;
-  std::vector<std::string> cancelled;
-  absl::Status query_error;
-  int queries = 0;
-  int next_id = 100;
-};
+using ::tessera::testing::FakeSlurmClient;
 
 SlurmPoolConfig CpuPool() {
   SlurmPoolConfig p;
@@ -180,15 +143,18 @@ TEST_F(SlurmPoolManagerTest, CancelsTheIdleAllocationAndForgetsItOnceEnded) {
   SlurmPoolManager m = Make(false);
   m.Tick({Job(7, 2)}, {});
   slurm_.jobs["100"].state = "R";
-  SlurmPoolWorker w{.name = "n1-slurm-100",
-                    .pool = "cpu",
-                    .slurm_job_id = "100",
-                    .running_ranks = 0,
-                    .idle_since = clock_.Now()};
+  SlurmPoolWorker w{.name = "n1-slurm-100", .pool = "cpu", .slurm_job_id = "100"};
   SlurmPoolManager::TickResult r = m.Tick({Job(7, 2)}, {w});
   EXPECT_EQ(r.reserved_workers, (std::map<std::string, int64_t>{{"n1-slurm-100", 7}}));
-  // The job ran there and finished; the worker is idle from now.
-  w.idle_since = clock_.Now();
+  EXPECT_EQ(m.ReservedWorkers(), r.reserved_workers);
+  // The job runs there for a while, then finishes: the worker is idle from
+  // the first round that sees it without ranks.
+  w.running_ranks = 2;
+  clock_.Advance(absl::Minutes(10));
+  m.Tick({}, {w});
+  EXPECT_TRUE(slurm_.cancelled.empty());
+  w.running_ranks = 0;
+  m.Tick({}, {w});
   clock_.Advance(absl::Minutes(4));
   m.Tick({}, {w});
   EXPECT_TRUE(slurm_.cancelled.empty());
@@ -201,6 +167,48 @@ TEST_F(SlurmPoolManagerTest, CancelsTheIdleAllocationAndForgetsItOnceEnded) {
   m.Tick({}, {w});
   EXPECT_EQ(slurm_.cancelled.size(), 1u);
   EXPECT_TRUE(m.Allocations().empty());
+}
+
+// A source that hands out what the test put in it and counts the snapshots.
+class FakeSource : public SlurmPoolSource {
+ public:
+  SlurmPoolSnapshot SlurmSnapshot() override {
+    ++snapshots;
+    return snapshot;
+  }
+  SlurmPoolSnapshot snapshot;
+  int snapshots = 0;
+};
+
+TEST_F(SlurmPoolManagerTest, TickIfDueReadsTheSourceOncePerIntervalAndKeepsTheOutcome) {
+  SlurmPoolManager m = Make(false);
+  FakeSource source;
+  source.snapshot.waiting = {Job(7, 2)};
+  EXPECT_TRUE(m.TickIfDue(source));
+  EXPECT_EQ(m.PendingReason(7), "waiting for Slurm allocation 100 (PD)");
+  EXPECT_EQ(m.PendingReason(8), std::nullopt);
+
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_FALSE(m.TickIfDue(source));  // the default interval is 2 s
+  EXPECT_EQ(source.snapshots, 1);
+
+  // Its worker registers: it is reserved for job 7, whose reason follows
+  // Slurm's state.
+  slurm_.jobs["100"].state = "R";
+  source.snapshot.workers = {{.name = "n1", .pool = "cpu", .slurm_job_id = "100"}};
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(m.TickIfDue(source));
+  EXPECT_EQ(source.snapshots, 2);
+  EXPECT_EQ(m.ReservedWorkers(), (std::map<std::string, int64_t>{{"n1", 7}}));
+  EXPECT_EQ(m.PendingReason(7),
+            "waiting for Slurm allocation 100 (R: 1 of 1 workers registered)");
+
+  // Job 7 was placed: nothing waits, nothing is reserved.
+  source.snapshot.waiting.clear();
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_TRUE(m.TickIfDue(source));
+  EXPECT_EQ(m.PendingReason(7), std::nullopt);
+  EXPECT_TRUE(m.ReservedWorkers().empty());
 }
 
 TEST_F(SlurmPoolManagerTest, FailedQueryDoesNotLookLikeEndedAllocations) {
