@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,17 +33,37 @@ absl::Duration ParseDurationFlag(const std::string& flag, const std::string& tex
       flag, absl::StrCat("\"", text, "\" is not a duration such as 300s, 5m or 300"));
 }
 
-// Declares every flag on `app`, bound to `flags`. Returns the names of the flags
-// that carry TrainerConfig fields, in field order.
-std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
-  app.option_defaults()->always_capture_default();
-  std::vector<std::string> config_names;
-  auto config = [&](const std::string& name, auto& value, const std::string& help) {
-    config_names.push_back(name);
-    app.add_option("--" + name, value, help)
-        ->group("Training (tessera.v1.TrainerConfig)");
-  };
-  TrainerOptions& t = flags.trainer;
+// Declares the flags that carry tessera.v1.TrainerConfig fields, in their help
+// group, and keeps their names in the order declared.
+class ConfigFlags {
+ public:
+  explicit ConfigFlags(CLI::App& app) : app_(app) {}
+
+  template <typename T>
+  void operator()(const std::string& name, T& value, const std::string& help) {
+    names_.push_back(name);
+    app_.add_option("--" + name, value, help)->group(kGroup);
+  }
+
+  // A flag that sets its field through `set`.
+  template <typename T>
+  void Function(const std::string& name, std::function<void(const T&)> set,
+                const std::string& help) {
+    names_.push_back(name);
+    app_.add_option_function<T>("--" + name, std::move(set), help)->group(kGroup);
+  }
+
+  std::vector<std::string> TakeNames() { return std::move(names_); }
+
+ private:
+  static constexpr const char* kGroup = "Training (tessera.v1.TrainerConfig)";
+
+  CLI::App& app_;
+  std::vector<std::string> names_;
+};
+
+// What is trained, on which data, for how long.
+void DeclareRunFlags(ConfigFlags& config, TrainerOptions& t) {
   config("model", t.model, "model preset: vit-micro, vit-ti16, vit-s16, vit-b16");
   config("dataset", t.dataset, "fashion-mnist | synthetic");
   config("data-dir", t.data_dir, "directory holding the dataset files (plain or .gz)");
@@ -55,6 +77,10 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   config("metrics-every", t.metrics_every, "report metrics every K steps");
   config("seed", t.seed, "seed for initialisation, shuffling and synthetic data");
   config("threads", t.threads, "intra-op threads per rank (0: trainer default, 1)");
+}
+
+// The optimizer, its schedule and the arithmetic.
+void DeclareOptimizationFlags(ConfigFlags& config, TrainerOptions& t) {
   config("weight-decay", t.weight_decay, "weight decay (decoupled for AdamW)");
   config("optimizer", t.optimizer, "adamw | sgd");
   config("momentum", t.momentum, "SGD momentum");
@@ -64,6 +90,10 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
          "micro-batches per optimizer step; only the last one allreduces");
   config("clip-grad-norm", t.clip_grad_norm, "clip the global gradient norm (0: off)");
   config("precision", t.precision, "fp32 | bf16 | fp16 (bf16/fp16 on CUDA only)");
+}
+
+// How the data is split across ranks, and checkpoints.
+void DeclareScalingAndCheckpointFlags(ConfigFlags& config, TrainerOptions& t) {
   config("scaling", t.scaling,
          "strong: the whole dataset at any world size | weak: weak-fraction per rank");
   config("weak-fraction", t.weak_fraction,
@@ -73,14 +103,17 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   config("checkpoint-every", t.checkpoint_every,
          "checkpoint every N steps (0: only at the end)");
   config("resume", t.resume, "resume from the latest checkpoint in --checkpoint-dir");
+}
+
+// The model's input and regularisation, the device, gradient buckets, and the
+// --fault test hook.
+void DeclareModelAndDeviceFlags(ConfigFlags& config, TrainerOptions& t) {
   config("dropout", t.dropout, "dropout probability");
   config("bucket-cap-mb", t.bucket_cap_mb, "gradient bucket size in MiB (DDP: 25)");
   config("image-size", t.image_size, "model input size; images are resized (0: preset)");
-  config_names.push_back("augment");
-  app.add_option_function<bool>(
-         "--augment", [&t](const bool& on) { t.augment = on; },
-         "random crop with padding + horizontal flip (default: on for CIFAR)")
-      ->group("Training (tessera.v1.TrainerConfig)");
+  config.Function<bool>(
+      "augment", [&t](const bool& on) { t.augment = on; },
+      "random crop with padding + horizontal flip (default: on for CIFAR)");
   config("device", t.device, "auto | cpu | cuda");
   config("data-workers", t.data_workers, "background data loading threads");
   config("first-bucket-mb", t.first_bucket_mb,
@@ -94,6 +127,10 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
          "reports go on; slow:rank=R,phase=P,ms=M makes rank R spend M ms more in "
          "phase P every step. Add ,attempt=A to act in that attempt only "
          "(worker/trainer/README.md)");
+}
+
+// Image data normalisation and cropping, and fine-tuning from pretrained weights.
+void DeclareImageAndFineTuningFlags(ConfigFlags& config, TrainerOptions& t) {
   config("mean", t.mean,
          "image data: normalisation mean per RGB channel, three values "
          "(default ImageNet's 0.485 0.456 0.406)");
@@ -116,7 +153,9 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
          "decay^(L + 1 - i) (1: off)");
   config("head-warmup-steps", t.head_warmup_steps,
          "train only the classifier head for the first N steps (0: off)");
+}
 
+void DeclareCommunicationFlags(CLI::App& app, TrainerFlags& flags) {
   app.add_option("--gloo-allreduce", flags.gloo_allreduce,
                  "two-rank Gloo all-reduce: exchange (one round) or ring (Gloo's)")
       ->check(CLI::IsMember({"exchange", "ring"}))
@@ -137,7 +176,9 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
          "acts first")
       ->default_str(absl::FormatDuration(flags.launch.collective_timeout))
       ->group("Communication");
+}
 
+void DeclarePerformanceFlags(CLI::App& app, TrainerFlags& flags) {
   app.add_option_function<std::string>(
          "--checkpoint-writes",
          [&flags](const std::string& mode) {
@@ -158,8 +199,10 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
          "oneDNN; the default) or aten (LibTorch's kernels, for comparison)")
       ->check(CLI::IsMember({"tessera", "aten"}))
       ->group("Performance");
+}
 
-  LaunchOptions& l = flags.launch;
+// The flags tessera-worker sets for each rank.
+void DeclareLaunchFlags(CLI::App& app, LaunchOptions& l) {
   const std::string launch = "Launch (set by tessera-worker)";
   app.add_option("--coordinator", l.coordinator,
                  "coordinator HOST:PORT; omit for a standalone run")
@@ -179,7 +222,22 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
                  "without a coordinator: HOST:PORT of a TCPStore that rank 0 hosts "
                  "and all ranks join")
       ->group(launch);
-  return config_names;
+}
+
+// Declares every flag on `app`, bound to `flags`. Returns the names of the flags
+// that carry TrainerConfig fields, in field order.
+std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
+  app.option_defaults()->always_capture_default();
+  ConfigFlags config(app);
+  DeclareRunFlags(config, flags.trainer);
+  DeclareOptimizationFlags(config, flags.trainer);
+  DeclareScalingAndCheckpointFlags(config, flags.trainer);
+  DeclareModelAndDeviceFlags(config, flags.trainer);
+  DeclareImageAndFineTuningFlags(config, flags.trainer);
+  DeclareCommunicationFlags(app, flags);
+  DeclarePerformanceFlags(app, flags);
+  DeclareLaunchFlags(app, flags.launch);
+  return config.TakeNames();
 }
 
 }  // namespace

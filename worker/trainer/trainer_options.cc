@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 
@@ -27,6 +28,27 @@ absl::Status CheckRange(const char* flag, T value, T low, T high) {
     }
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, " must be in [", low, ", ", high, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOneOf(const char* flag, const std::string& value,
+                        std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed) {
+    if (value == a) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be one of ",
+                                                 absl::StrJoin(allowed, ", "), "; got \"",
+                                                 value, "\""));
+}
+
+// A finite value in [low, high], or in [low, high) when `high_open`.
+absl::Status CheckInterval(const char* flag, double v, double low, double high,
+                           bool high_open) {
+  if (!std::isfinite(v) || v < low || v > high || (high_open && v == high)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be in [", low, ", ",
+                                                   high, high_open ? ")" : "]", ", got ",
+                                                   v));
   }
   return absl::OkStatus();
 }
@@ -71,38 +93,21 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight-decay must be a non-negative number, got ", o.weight_decay));
   }
-  auto one_of = [](const char* flag, const std::string& value,
-                   std::initializer_list<const char*> allowed) -> absl::Status {
-    for (const char* a : allowed) {
-      if (value == a) return absl::OkStatus();
-    }
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be one of ",
-                                                   absl::StrJoin(allowed, ", "),
-                                                   "; got \"", value, "\""));
-  };
-  RETURN_IF_ERROR(one_of("optimizer", o.optimizer, {"adamw", "sgd"}));
-  RETURN_IF_ERROR(one_of("precision", o.precision, {"fp32", "bf16", "fp16"}));
-  RETURN_IF_ERROR(one_of("scaling", o.scaling, {"strong", "weak"}));
-  RETURN_IF_ERROR(one_of("device", o.device, {"auto", "cpu", "cuda"}));
-  auto in_range = [](const char* flag, double v, double low, double high,
-                     bool high_open) -> absl::Status {
-    if (!std::isfinite(v) || v < low || v > high || (high_open && v == high)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be in [", low,
-                                                     ", ", high, high_open ? ")" : "]",
-                                                     ", got ", v));
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(in_range("momentum", o.momentum, 0, 1, true));
-  RETURN_IF_ERROR(in_range("label-smoothing", o.label_smoothing, 0, 1, true));
-  RETURN_IF_ERROR(in_range("dropout", o.dropout, 0, 1, true));
-  RETURN_IF_ERROR(in_range("weak-fraction", o.weak_fraction, 0, 1, false));
+  RETURN_IF_ERROR(CheckOneOf("optimizer", o.optimizer, {"adamw", "sgd"}));
+  RETURN_IF_ERROR(CheckOneOf("precision", o.precision, {"fp32", "bf16", "fp16"}));
+  RETURN_IF_ERROR(CheckOneOf("scaling", o.scaling, {"strong", "weak"}));
+  RETURN_IF_ERROR(CheckOneOf("device", o.device, {"auto", "cpu", "cuda"}));
+  RETURN_IF_ERROR(CheckInterval("momentum", o.momentum, 0, 1, true));
+  RETURN_IF_ERROR(CheckInterval("label-smoothing", o.label_smoothing, 0, 1, true));
+  RETURN_IF_ERROR(CheckInterval("dropout", o.dropout, 0, 1, true));
+  RETURN_IF_ERROR(CheckInterval("weak-fraction", o.weak_fraction, 0, 1, false));
   if (o.weak_fraction <= 0) {
     return absl::InvalidArgumentError("--weak-fraction must be positive");
   }
-  RETURN_IF_ERROR(in_range("clip-grad-norm", o.clip_grad_norm, 0, 1e9, false));
-  RETURN_IF_ERROR(in_range("bucket-cap-mb", o.bucket_cap_mb, 0.001, 4096, false));
-  RETURN_IF_ERROR(in_range("first-bucket-mb", o.first_bucket_mb, 0.001, 4096, false));
+  RETURN_IF_ERROR(CheckInterval("clip-grad-norm", o.clip_grad_norm, 0, 1e9, false));
+  RETURN_IF_ERROR(CheckInterval("bucket-cap-mb", o.bucket_cap_mb, 0.001, 4096, false));
+  RETURN_IF_ERROR(
+      CheckInterval("first-bucket-mb", o.first_bucket_mb, 0.001, 4096, false));
   RETURN_IF_ERROR(CheckRange<int64_t>("warmup-steps", o.warmup_steps, -1,
                                       std::numeric_limits<int64_t>::max()));
   RETURN_IF_ERROR(CheckRange<int32_t>("grad-accum", o.grad_accum, 1, 65536));
