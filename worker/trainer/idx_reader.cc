@@ -65,10 +65,8 @@ std::string ResolveDataFile(const std::string& dir, const std::string& stem) {
   return "";
 }
 
-}  // namespace
-
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
-                                     const IdxReadOptions& options) {
+// The file, opened for (possibly gzip-compressed) reading.
+absl::StatusOr<GzHandle> OpenIdxFile(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
@@ -78,9 +76,14 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
     return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   }
   gzbuffer(file.get(), 1 << 17);
+  return file;
+}
 
+// Reads the magic number: two zero bytes, the element type (unsigned byte
+// only) and the number of dimensions, which must be `expected_rank`.
+absl::Status ReadMagic(gzFile file, const std::string& path, int expected_rank) {
   uint8_t magic[4];
-  ASSIGN_OR_RETURN(int64_t got, ReadFully(file.get(), path, magic, sizeof(magic)));
+  ASSIGN_OR_RETURN(const int64_t got, ReadFully(file, path, magic, sizeof(magic)));
   if (got < static_cast<int64_t>(sizeof(magic))) {
     return absl::DataLossError(
         absl::StrCat(path, ": truncated header (", got, " bytes, expected at least 4)"));
@@ -98,17 +101,24 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
     return absl::DataLossError(
         absl::StrCat(path, ": has ", magic[3], " dimensions, expected ", expected_rank));
   }
+  return absl::OkStatus();
+}
 
-  std::vector<uint8_t> header(4 * static_cast<size_t>(expected_rank));
-  ASSIGN_OR_RETURN(got, ReadFully(file.get(), path, header.data(),
-                                  static_cast<int64_t>(header.size())));
+// Reads the `rank` big-endian dimensions that follow the magic number, each
+// and their product (the payload's bytes) within the limits of `options`.
+absl::StatusOr<std::vector<int64_t>> ReadDimensions(gzFile file, const std::string& path,
+                                                    int rank,
+                                                    const IdxReadOptions& options) {
+  std::vector<uint8_t> header(4 * static_cast<size_t>(rank));
+  ASSIGN_OR_RETURN(const int64_t got, ReadFully(file, path, header.data(),
+                                                static_cast<int64_t>(header.size())));
   if (got < static_cast<int64_t>(header.size())) {
     return absl::DataLossError(absl::StrCat(
         path, ": truncated header (dimension list cut at ", 4 + got, " bytes)"));
   }
-  IdxArray array;
+  std::vector<int64_t> dims;
   int64_t payload = 1;
-  for (int i = 0; i < expected_rank; ++i) {
+  for (int i = 0; i < rank; ++i) {
     const uint8_t* b = &header[4 * static_cast<size_t>(i)];
     const int64_t dim = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) |
                         (int64_t{b[2]} << 8) | int64_t{b[3]};
@@ -117,7 +127,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
                                               ", above the limit of ",
                                               options.max_dimension));
     }
-    array.dims.push_back(dim);
+    dims.push_back(dim);
     // Both factors are at most 2^28 and payload stays below the byte limit, so
     // this product cannot overflow before the check.
     payload *= dim;
@@ -127,15 +137,22 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
                                               " bytes of data"));
     }
   }
+  return dims;
+}
 
+// Reads exactly `payload` bytes of data, which must end the file.
+absl::StatusOr<std::vector<uint8_t>> ReadPayload(gzFile file, const std::string& path,
+                                                 int64_t payload) {
   // The buffer grows as data arrives, so a header that promises more than the
   // file holds costs no more memory than the file's real contents.
   constexpr int64_t kChunkBytes = int64_t{4} << 20;
+  std::vector<uint8_t> data;
   int64_t have = 0;
+  int64_t got = 0;
   while (have < payload) {
     const int64_t want = std::min(kChunkBytes, payload - have);
-    array.data.resize(static_cast<size_t>(have + want));
-    ASSIGN_OR_RETURN(got, ReadFully(file.get(), path, array.data.data() + have, want));
+    data.resize(static_cast<size_t>(have + want));
+    ASSIGN_OR_RETURN(got, ReadFully(file, path, data.data() + have, want));
     have += got;
     if (got < want) break;
   }
@@ -145,12 +162,26 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
                                             have));
   }
   uint8_t extra;
-  ASSIGN_OR_RETURN(got, ReadFully(file.get(), path, &extra, 1));
+  ASSIGN_OR_RETURN(got, ReadFully(file, path, &extra, 1));
   if (got != 0) {
     return absl::DataLossError(
         absl::StrCat(path, ": size mismatch: trailing bytes after the ", payload,
                      " bytes of data the header promises"));
   }
+  return data;
+}
+
+}  // namespace
+
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int expected_rank,
+                                     const IdxReadOptions& options) {
+  ASSIGN_OR_RETURN(const GzHandle file, OpenIdxFile(path));
+  RETURN_IF_ERROR(ReadMagic(file.get(), path, expected_rank));
+  IdxArray array;
+  ASSIGN_OR_RETURN(array.dims, ReadDimensions(file.get(), path, expected_rank, options));
+  int64_t payload = 1;
+  for (const int64_t dim : array.dims) payload *= dim;
+  ASSIGN_OR_RETURN(array.data, ReadPayload(file.get(), path, payload));
   return array;
 }
 

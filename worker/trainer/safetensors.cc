@@ -11,10 +11,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -248,105 +251,147 @@ const TensorView* SafetensorsFile::Find(absl::string_view name) const {
   return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 
-absl::Status SafetensorsFile::Parse(const Options& options) {
-  if (bytes_.size() < kLengthBytes) {
-    return Corrupt(absl::StrCat("truncated: ", bytes_.size(),
+namespace {
+
+// The header's length from the 8-byte prefix: within the file and the limit.
+absl::StatusOr<uint64_t> ReadHeaderLength(absl::string_view bytes,
+                                          int64_t max_header_bytes) {
+  if (bytes.size() < kLengthBytes) {
+    return Corrupt(absl::StrCat("truncated: ", bytes.size(),
                                 " bytes, less than the 8-byte header length"));
   }
-  const auto header_length = LoadUnaligned<uint64_t>(bytes_.data());
-  if (header_length > static_cast<uint64_t>(options.max_header_bytes)) {
+  const auto header_length = LoadUnaligned<uint64_t>(bytes.data());
+  if (header_length > static_cast<uint64_t>(max_header_bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("safetensors: header length ", header_length,
-                     " bytes is past the limit of ", options.max_header_bytes, " bytes"));
+                     " bytes is past the limit of ", max_header_bytes, " bytes"));
   }
-  if (header_length > bytes_.size() - kLengthBytes) {
+  if (header_length > bytes.size() - kLengthBytes) {
     return Corrupt(absl::StrCat("truncated: header length ", header_length,
-                                " bytes is past the end of the file (", bytes_.size(),
+                                " bytes is past the end of the file (", bytes.size(),
                                 " bytes)"));
   }
-  const absl::string_view header_text = bytes_.substr(kLengthBytes, header_length);
-  const absl::string_view data = bytes_.substr(kLengthBytes + header_length);
-  ASSIGN_OR_RETURN(const nlohmann::json header, ParseHeaderJson(header_text));
+  return header_length;
+}
 
-  std::vector<ByteRange> ranges;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == kMetadataKey) {
-      if (!entry.is_object()) return Corrupt("__metadata__ is not a JSON object");
-      for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string()) {
-          return Corrupt(absl::StrCat("__metadata__ value of \"", absl::CEscape(key),
-                                      "\" is not a string"));
-        }
-        metadata_.emplace(key, value.get<std::string>());
-      }
-      continue;
+// The __metadata__ entry: an object whose values are strings.
+absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(
+    const nlohmann::json& entry) {
+  if (!entry.is_object()) return Corrupt("__metadata__ is not a JSON object");
+  std::map<std::string, std::string> metadata;
+  for (const auto& [key, value] : entry.items()) {
+    if (!value.is_string()) {
+      return Corrupt(absl::StrCat("__metadata__ value of \"", absl::CEscape(key),
+                                  "\" is not a string"));
     }
-    if (!entry.is_object()) return BadTensor(name, "its entry is not a JSON object");
-    const auto dtype_it = entry.find("dtype");
-    const auto shape_it = entry.find("shape");
-    const auto offsets_it = entry.find("data_offsets");
-    if (dtype_it == entry.end() || shape_it == entry.end() || offsets_it == entry.end()) {
-      return BadTensor(name, "needs \"dtype\", \"shape\" and \"data_offsets\"");
-    }
-    if (!dtype_it->is_string()) return BadTensor(name, "dtype is not a string");
-    const absl::StatusOr<SafetensorsDtype> dtype =
-        ParseSafetensorsDtype(dtype_it->get<std::string>());
-    if (!dtype.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "safetensors: tensor \"", absl::CEscape(name), "\": unknown dtype \"",
-          absl::CEscape(dtype_it->get<std::string>()), "\""));
-    }
-    if (!shape_it->is_array()) return BadTensor(name, "shape is not an array");
-    TensorView tensor;
-    tensor.name = name;
-    tensor.dtype = *dtype;
-    uint64_t elements = 1;
-    bool overflow = false;
-    for (const nlohmann::json& d : *shape_it) {
-      const std::optional<uint64_t> dim = AsUnsigned(d);
-      if (!dim || *dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return BadTensor(name, "shape holds something other than a non-negative integer");
-      }
-      tensor.shape.push_back(static_cast<int64_t>(*dim));
-      if (*dim != 0 && elements > std::numeric_limits<uint64_t>::max() / *dim)
-        overflow = true;
-      elements *= *dim;
-    }
-    if (!offsets_it->is_array() || offsets_it->size() != 2) {
-      return BadTensor(name, "data_offsets is not a pair [begin, end]");
-    }
-    const std::optional<uint64_t> begin = AsUnsigned((*offsets_it)[0]);
-    const std::optional<uint64_t> end = AsUnsigned((*offsets_it)[1]);
-    if (!begin || !end)
-      return BadTensor(name, "data_offsets are not non-negative integers");
-    if (*begin > *end || *end > data.size()) {
-      return BadTensor(
-          name, absl::StrCat("data_offsets [", *begin, ", ", *end,
-                             ") are out of range of the ", data.size(), " data bytes"));
-    }
-    // An element count past bytes / element_size cannot match (and its
-    // product with the size could wrap), so it is refused before multiplying.
-    const size_t element_size = SafetensorsDtypeSize(*dtype);
-    const uint64_t bytes = *end - *begin;
-    if (overflow || elements > bytes / element_size || elements * element_size != bytes) {
-      return BadTensor(
-          name, absl::StrCat("shape [", absl::StrJoin(tensor.shape, ", "), "] of ",
-                             SafetensorsDtypeName(*dtype), " does not match its ", bytes,
-                             " bytes (shape/size mismatch)"));
-    }
-    tensor.data = data.substr(*begin, *end - *begin);
-    ranges.push_back({*begin, *end, tensors_.size()});
-    tensors_.push_back(std::move(tensor));
+    metadata.emplace(key, value.get<std::string>());
   }
+  return metadata;
+}
 
-  // The ranges must tile the data: sorted, each starts where the last ended.
+// A tensor's shape and its element count; `overflow` when the count does not
+// fit in 64 bits.
+struct Shape {
+  std::vector<int64_t> dims;
+  uint64_t elements = 1;
+  bool overflow = false;
+};
+
+absl::StatusOr<Shape> ParseShape(absl::string_view name, const nlohmann::json& json) {
+  if (!json.is_array()) return BadTensor(name, "shape is not an array");
+  Shape shape;
+  for (const nlohmann::json& d : json) {
+    const std::optional<uint64_t> dim = AsUnsigned(d);
+    if (!dim || *dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return BadTensor(name, "shape holds something other than a non-negative integer");
+    }
+    shape.dims.push_back(static_cast<int64_t>(*dim));
+    if (*dim != 0 && shape.elements > std::numeric_limits<uint64_t>::max() / *dim)
+      shape.overflow = true;
+    shape.elements *= *dim;
+  }
+  return shape;
+}
+
+// data_offsets: a pair [begin, end) within the `data_size` bytes of data.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseOffsets(absl::string_view name,
+                                                           const nlohmann::json& json,
+                                                           uint64_t data_size) {
+  if (!json.is_array() || json.size() != 2) {
+    return BadTensor(name, "data_offsets is not a pair [begin, end]");
+  }
+  const std::optional<uint64_t> begin = AsUnsigned(json[0]);
+  const std::optional<uint64_t> end = AsUnsigned(json[1]);
+  if (!begin || !end)
+    return BadTensor(name, "data_offsets are not non-negative integers");
+  if (*begin > *end || *end > data_size) {
+    return BadTensor(
+        name, absl::StrCat("data_offsets [", *begin, ", ", *end,
+                           ") are out of range of the ", data_size, " data bytes"));
+  }
+  return std::pair{*begin, *end};
+}
+
+// One tensor's header entry, checked against the data section `data`.
+struct ParsedTensor {
+  TensorView view;
+  uint64_t begin;
+  uint64_t end;
+};
+
+absl::StatusOr<ParsedTensor> ParseTensorEntry(const std::string& name,
+                                              const nlohmann::json& entry,
+                                              absl::string_view data) {
+  if (!entry.is_object()) return BadTensor(name, "its entry is not a JSON object");
+  const auto dtype_it = entry.find("dtype");
+  const auto shape_it = entry.find("shape");
+  const auto offsets_it = entry.find("data_offsets");
+  if (dtype_it == entry.end() || shape_it == entry.end() || offsets_it == entry.end()) {
+    return BadTensor(name, "needs \"dtype\", \"shape\" and \"data_offsets\"");
+  }
+  if (!dtype_it->is_string()) return BadTensor(name, "dtype is not a string");
+  const absl::StatusOr<SafetensorsDtype> dtype =
+      ParseSafetensorsDtype(dtype_it->get<std::string>());
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "safetensors: tensor \"", absl::CEscape(name), "\": unknown dtype \"",
+        absl::CEscape(dtype_it->get<std::string>()), "\""));
+  }
+  ASSIGN_OR_RETURN(Shape shape, ParseShape(name, *shape_it));
+  ASSIGN_OR_RETURN(const auto offsets, ParseOffsets(name, *offsets_it, data.size()));
+  const auto [begin, end] = offsets;
+  // An element count past bytes / element_size cannot match (and its
+  // product with the size could wrap), so it is refused before multiplying.
+  const size_t element_size = SafetensorsDtypeSize(*dtype);
+  const uint64_t bytes = end - begin;
+  if (shape.overflow || shape.elements > bytes / element_size ||
+      shape.elements * element_size != bytes) {
+    return BadTensor(
+        name, absl::StrCat("shape [", absl::StrJoin(shape.dims, ", "), "] of ",
+                           SafetensorsDtypeName(*dtype), " does not match its ", bytes,
+                           " bytes (shape/size mismatch)"));
+  }
+  ParsedTensor tensor;
+  tensor.begin = begin;
+  tensor.end = end;
+  tensor.view.name = name;
+  tensor.view.dtype = *dtype;
+  tensor.view.shape = std::move(shape.dims);
+  tensor.view.data = data.substr(begin, end - begin);
+  return tensor;
+}
+
+// The ranges must tile the data: sorted, each starts where the last ended.
+absl::Status CheckRangesTileData(std::vector<ByteRange> ranges,
+                                 const std::vector<TensorView>& tensors,
+                                 uint64_t data_size) {
   std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) {
     return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
   });
   uint64_t covered = 0;
   const TensorView* previous = nullptr;
   for (const ByteRange& range : ranges) {
-    const TensorView& tensor = tensors_[range.tensor];
+    const TensorView& tensor = tensors[range.tensor];
     if (range.begin < covered) {
       return BadTensor(tensor.name, absl::StrCat("data_offsets [", range.begin, ", ",
                                                  range.end, ") overlap tensor \"",
@@ -361,10 +406,33 @@ absl::Status SafetensorsFile::Parse(const Options& options) {
     covered = range.end;
     previous = &tensor;
   }
-  if (covered != data.size()) {
-    return Corrupt(absl::StrCat("the tensors cover ", covered, " of the ", data.size(),
+  if (covered != data_size) {
+    return Corrupt(absl::StrCat("the tensors cover ", covered, " of the ", data_size,
                                 " data bytes (bad offsets or trailing bytes)"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SafetensorsFile::Parse(const Options& options) {
+  ASSIGN_OR_RETURN(const uint64_t header_length,
+                   ReadHeaderLength(bytes_, options.max_header_bytes));
+  const absl::string_view header_text = bytes_.substr(kLengthBytes, header_length);
+  const absl::string_view data = bytes_.substr(kLengthBytes + header_length);
+  ASSIGN_OR_RETURN(const nlohmann::json header, ParseHeaderJson(header_text));
+
+  std::vector<ByteRange> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == kMetadataKey) {
+      ASSIGN_OR_RETURN(metadata_, ParseMetadata(entry));
+      continue;
+    }
+    ASSIGN_OR_RETURN(ParsedTensor tensor, ParseTensorEntry(name, entry, data));
+    ranges.push_back({tensor.begin, tensor.end, tensors_.size()});
+    tensors_.push_back(std::move(tensor.view));
+  }
+  RETURN_IF_ERROR(CheckRangesTileData(std::move(ranges), tensors_, data.size()));
   // header.items() iterates in key order, so tensors_ is sorted by name.
   return absl::OkStatus();
 }
