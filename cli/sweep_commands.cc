@@ -56,6 +56,83 @@ const v1::SweepPoint* RunningPoint(const v1::Sweep& sweep) {
   return nullptr;
 }
 
+// What `sweep follow` prints between polls: a line per point whose job or
+// state changed, and a status line (redrawn in place on a terminal) with the
+// progress of the first running point.
+class SweepFollower {
+ public:
+  SweepFollower(const SweepFollowOptions& options, CoordinatorClient& client,
+                std::ostream& out)
+      : options_(options), client_(client), out_(out) {}
+
+  // Erases the live status line, if one is on screen.
+  void ClearLine() {
+    if (drawn_) out_ << "\r\x1b[K";
+    drawn_ = false;
+  }
+
+  void PrintPointChanges(const v1::Sweep& sweep, absl::Duration elapsed) {
+    for (const v1::SweepPoint& p : sweep.points()) {
+      if (p.job_id() == 0) continue;
+      const std::pair<int64_t, v1::JobState> now_at(p.job_id(), p.state());
+      auto it = printed_.find(p.index());
+      if (it != printed_.end() && it->second == now_at) continue;
+      printed_[p.index()] = now_at;
+      ClearLine();
+      out_ << "[" << FormatElapsed(elapsed) << "] " << DescribePoint(p) << ": job "
+           << p.job_id() << " " << JobStateName(p.state()) << "\n";
+    }
+  }
+
+  void ShowStatus(const v1::Sweep& sweep, absl::Duration elapsed) {
+    const std::string line = StatusLine(sweep, elapsed);
+    if (options_.live) {
+      out_ << RedrawLine(line, options_.columns) << std::flush;
+      drawn_ = true;
+    } else {
+      out_ << line << std::endl;
+    }
+  }
+
+ private:
+  // The points done so far, then the running point's progress when its job
+  // can be read, else the counts of running and waiting points.
+  std::string StatusLine(const v1::Sweep& sweep, absl::Duration elapsed) {
+    const PointCounts counts = CountPoints(sweep);
+    const std::string summary = absl::StrCat(
+        "sweep ", sweep.id(), ": ", counts.done(), "/", counts.total, " done",
+        counts.failed > 0 ? absl::StrCat(", ", counts.failed, " failed") : "");
+    const v1::SweepPoint* running = RunningPoint(sweep);
+    absl::StatusOr<v1::Job> job = absl::NotFoundError("no running point");
+    if (running != nullptr) job = client_.GetJob(running->job_id());
+    if (!job.ok()) {
+      return absl::StrCat("[", FormatElapsed(elapsed), "] ", summary, ", ",
+                          counts.running, " running, ", counts.waiting, " waiting");
+    }
+    if (!tracked_ || tracked_->first != job->id()) {
+      tracked_.emplace(job->id(), ProgressTracker());
+    }
+    ProgressTracker& tracker = tracked_->second;
+    absl::StatusOr<std::vector<v1::MetricPoint>> points =
+        FetchMetrics(client_, job->id(), tracker.FetchAfter(), "");
+    if (points.ok()) {
+      tracker.Update(job->attempt(), job->spec().world_size(), *points, absl::Now());
+    }
+    ProgressInfo info = tracker.Info(*job, elapsed);
+    info.label = absl::StrCat(summary, ", point ", running->index(), " job ", job->id());
+    return FormatProgress(info);
+  }
+
+  const SweepFollowOptions& options_;
+  CoordinatorClient& client_;
+  std::ostream& out_;
+  // index -> (job id, state) last printed.
+  std::map<int32_t, std::pair<int64_t, v1::JobState>> printed_;
+  // Progress of the point the status line shows.
+  std::optional<std::pair<int64_t, ProgressTracker>> tracked_;
+  bool drawn_ = false;  // a live line is on screen
+};
+
 }  // namespace
 
 int RunSweepSubmit(const SweepSubmitOptions& options, CoordinatorClient& client,
@@ -100,16 +177,7 @@ int RunSweepFollow(const SweepFollowOptions& options, CoordinatorClient& client,
   const absl::Time start = absl::Now();
   absl::Time next_status = start;
   int failures = 0;
-  // index -> (job id, state) last printed.
-  std::map<int32_t, std::pair<int64_t, v1::JobState>> printed;
-  // Progress of the point the status line shows.
-  std::optional<std::pair<int64_t, ProgressTracker>> tracked;
-  bool drawn = false;  // a live line is on screen
-  auto clear_line = [&] {
-    if (drawn) out << "\r\x1b[K";
-    drawn = false;
-  };
-
+  SweepFollower follower(options, client, out);
   while (true) {
     absl::StatusOr<v1::Sweep> sweep = client.GetSweep(options.sweep_id);
     if (!sweep.ok()) {
@@ -117,61 +185,18 @@ int RunSweepFollow(const SweepFollowOptions& options, CoordinatorClient& client,
         absl::SleepFor(options.poll_interval);
         continue;
       }
-      clear_line();
+      follower.ClearLine();
       return ReportRpcError(sweep.status(), client, SweepSubject(options.sweep_id), err);
     }
     failures = 0;
     const absl::Duration elapsed = absl::Now() - start;
-
-    for (const v1::SweepPoint& p : sweep->points()) {
-      if (p.job_id() == 0) continue;
-      const std::pair<int64_t, v1::JobState> now_at(p.job_id(), p.state());
-      auto it = printed.find(p.index());
-      if (it != printed.end() && it->second == now_at) continue;
-      printed[p.index()] = now_at;
-      clear_line();
-      out << "[" << FormatElapsed(elapsed) << "] " << DescribePoint(p) << ": job "
-          << p.job_id() << " " << JobStateName(p.state()) << "\n";
-    }
-
+    follower.PrintPointChanges(*sweep, elapsed);
     if (IsTerminal(sweep->state())) {
-      clear_line();
+      follower.ClearLine();
       return ReportSweepEnd(*sweep, elapsed, out);
     }
-
     if (options.live || absl::Now() >= next_status) {
-      const PointCounts counts = CountPoints(*sweep);
-      const std::string summary = absl::StrCat(
-          "sweep ", sweep->id(), ": ", counts.done(), "/", counts.total, " done",
-          counts.failed > 0 ? absl::StrCat(", ", counts.failed, " failed") : "");
-      std::string line;
-      const v1::SweepPoint* running = RunningPoint(*sweep);
-      absl::StatusOr<v1::Job> job = absl::NotFoundError("no running point");
-      if (running != nullptr) job = client.GetJob(running->job_id());
-      if (job.ok()) {
-        if (!tracked || tracked->first != job->id()) {
-          tracked.emplace(job->id(), ProgressTracker());
-        }
-        ProgressTracker& tracker = tracked->second;
-        absl::StatusOr<std::vector<v1::MetricPoint>> points =
-            FetchMetrics(client, job->id(), tracker.FetchAfter(), "");
-        if (points.ok()) {
-          tracker.Update(job->attempt(), job->spec().world_size(), *points, absl::Now());
-        }
-        ProgressInfo info = tracker.Info(*job, elapsed);
-        info.label =
-            absl::StrCat(summary, ", point ", running->index(), " job ", job->id());
-        line = FormatProgress(info);
-      } else {
-        line = absl::StrCat("[", FormatElapsed(elapsed), "] ", summary, ", ",
-                            counts.running, " running, ", counts.waiting, " waiting");
-      }
-      if (options.live) {
-        out << RedrawLine(line, options.columns) << std::flush;
-        drawn = true;
-      } else {
-        out << line << std::endl;
-      }
+      follower.ShowStatus(*sweep, elapsed);
       next_status = absl::Now() + options.progress_interval;
     }
     absl::SleepFor(options.poll_interval);
