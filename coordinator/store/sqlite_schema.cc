@@ -175,6 +175,24 @@ ALTER TABLE workers ADD COLUMN admin_drain_deadline_ms INTEGER NOT NULL DEFAULT 
     {10, R"sql(
 ALTER TABLE workers ADD COLUMN gpu_ids TEXT NOT NULL DEFAULT '';
 )sql"},
+    // The Slurm allocations the coordinator submitted and has not seen end,
+    // so that a restart can cancel the idle ones and revoke their credentials.
+    {11, R"sql(
+CREATE TABLE slurm_allocations (
+  slurm_job_id TEXT PRIMARY KEY,
+  pool TEXT NOT NULL,
+  job_id INTEGER NOT NULL,
+  owner TEXT NOT NULL,
+  submitted_as TEXT NOT NULL,
+  nodes INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  cancel_sent INTEGER NOT NULL,
+  credential_path TEXT NOT NULL,
+  credential_id INTEGER NOT NULL,
+  submitted_ms INTEGER NOT NULL,
+  running_since_ms INTEGER NOT NULL
+);
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;

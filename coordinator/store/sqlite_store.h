@@ -59,7 +59,7 @@ class SqliteStore : public Store {
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 10;
+  static constexpr int kSchemaVersion = 11;
 
   // Creates the database file 0600 when missing; FailedPrecondition when it
   // (or its -wal or -shm file) is readable or writable by group or others.
@@ -111,6 +111,9 @@ class SqliteStore : public Store {
   absl::StatusOr<std::vector<UsageRecord>> ListUsage() override;
   absl::Status PutWorkerCredential(const WorkerCredentialRecord& credential) override;
   absl::StatusOr<std::vector<WorkerCredentialRecord>> ListWorkerCredentials() override;
+  absl::Status PutSlurmAllocation(const SlurmAllocationRecord& allocation) override;
+  absl::Status DeleteSlurmAllocation(const std::string& slurm_job_id) override;
+  absl::StatusOr<std::vector<SlurmAllocationRecord>> ListSlurmAllocations() override;
   absl::StatusOr<JobOutputUsage> GetJobOutputUsage(int64_t job_id) override;
   absl::StatusOr<std::string> GetOrCreateSecret(const std::string& name,
                                                 const std::string& value_if_new) override;

@@ -105,6 +105,28 @@ struct WorkerCredentialRecord {
   int64_t issued_unix_ms = 0;
 };
 
+// An allocation the coordinator submitted to a Slurm pool
+// (coordinator/core/slurm/slurm_pool_manager.h), kept from its submission
+// until the coordinator has seen it end and revoked its join credential, so
+// that a restarted coordinator finds the allocations it left behind.
+struct SlurmAllocationRecord {
+  std::string slurm_job_id;  // primary key, as Slurm prints it ("1234")
+  std::string pool;
+  int64_t job_id = 0;        // the tessera job it was submitted for
+  std::string owner;         // that job's owner
+  std::string submitted_as;  // the account sbatch ran as; empty: the service's
+  int32_t nodes = 0;
+  // Slurm's compact state when last seen ("PD", "R", "CG", ...).
+  std::string state;
+  bool cancel_sent = false;
+  // Its workers' join credential: the file and the token's id; both empty
+  // once it is revoked.
+  std::string credential_path;
+  int64_t credential_id = 0;
+  int64_t submitted_unix_ms = 0;
+  int64_t running_since_unix_ms = 0;  // 0: not seen running
+};
+
 struct WorkerRecord {
   std::string name;  // primary key
   std::string hostname;
@@ -258,6 +280,13 @@ class Store {
   virtual absl::StatusOr<std::vector<UsageRecord>> ListUsage() = 0;
   // What a job has stored so far (every attempt).
   virtual absl::StatusOr<JobOutputUsage> GetJobOutputUsage(int64_t job_id) = 0;
+
+  // Inserts the allocation, or replaces the one with its slurm_job_id.
+  virtual absl::Status PutSlurmAllocation(const SlurmAllocationRecord& allocation) = 0;
+  // Removes it; removing one that is not stored is not an error.
+  virtual absl::Status DeleteSlurmAllocation(const std::string& slurm_job_id) = 0;
+  // Every stored allocation, oldest submission first.
+  virtual absl::StatusOr<std::vector<SlurmAllocationRecord>> ListSlurmAllocations() = 0;
 
   // The secret stored under `name`; stores `value_if_new` first if there is
   // none, atomically, so that concurrent callers agree on one value.

@@ -77,6 +77,15 @@ class StoreWrapper : public Store {
   absl::StatusOr<std::vector<WorkerCredentialRecord>> ListWorkerCredentials() override {
     return target_->ListWorkerCredentials();
   }
+  absl::Status PutSlurmAllocation(const SlurmAllocationRecord& allocation) override {
+    return target_->PutSlurmAllocation(allocation);
+  }
+  absl::Status DeleteSlurmAllocation(const std::string& slurm_job_id) override {
+    return target_->DeleteSlurmAllocation(slurm_job_id);
+  }
+  absl::StatusOr<std::vector<SlurmAllocationRecord>> ListSlurmAllocations() override {
+    return target_->ListSlurmAllocations();
+  }
 
   absl::Status PutRanks(const std::vector<RankRecord>& ranks) override {
     return target_->PutRanks(ranks);

@@ -710,6 +710,64 @@ TEST_P(StoreContractTest, RankExitReasonRoundTrips) {
   EXPECT_EQ((*got)[0].exit_reason, "worker w1 declared dead");
 }
 
+// The Slurm allocations a coordinator submitted (slurm_pool_manager.h).
+SlurmAllocationRecord Allocation(const std::string& slurm_job_id, int64_t submitted_ms) {
+  SlurmAllocationRecord a;
+  a.slurm_job_id = slurm_job_id;
+  a.pool = "gpu";
+  a.job_id = 7;
+  a.owner = "alice";
+  a.submitted_as = "alice";
+  a.nodes = 2;
+  a.state = "PD";
+  a.credential_path = "/shared/slurm/slurm-gpu-job7-1.token";
+  a.credential_id = 12;
+  a.submitted_unix_ms = submitted_ms;
+  return a;
+}
+
+TEST_P(StoreContractTest, SlurmAllocationsRoundTripReplaceByIdAndListOldestFirst) {
+  ASSERT_THAT(store_->PutSlurmAllocation(Allocation("1235", 2000)), IsOk());
+  SlurmAllocationRecord first = Allocation("1234", 1000);
+  ASSERT_THAT(store_->PutSlurmAllocation(first), IsOk());
+  first.state = "R";
+  first.cancel_sent = true;
+  first.credential_path.clear();
+  first.credential_id = 0;
+  first.running_since_unix_ms = 1500;
+  ASSERT_THAT(store_->PutSlurmAllocation(first), IsOk());
+
+  absl::StatusOr<std::vector<SlurmAllocationRecord>> got = store_->ListSlurmAllocations();
+  ASSERT_THAT(got, IsOk());
+  ASSERT_EQ(got->size(), 2u);
+  const SlurmAllocationRecord& a = (*got)[0];
+  EXPECT_EQ(a.slurm_job_id, "1234");
+  EXPECT_EQ(a.pool, "gpu");
+  EXPECT_EQ(a.job_id, 7);
+  EXPECT_EQ(a.owner, "alice");
+  EXPECT_EQ(a.submitted_as, "alice");
+  EXPECT_EQ(a.nodes, 2);
+  EXPECT_EQ(a.state, "R");
+  EXPECT_TRUE(a.cancel_sent);
+  EXPECT_EQ(a.credential_path, "");
+  EXPECT_EQ(a.credential_id, 0);
+  EXPECT_EQ(a.submitted_unix_ms, 1000);
+  EXPECT_EQ(a.running_since_unix_ms, 1500);
+  EXPECT_EQ((*got)[1].slurm_job_id, "1235");
+  EXPECT_EQ((*got)[1].credential_id, 12);
+  EXPECT_FALSE((*got)[1].cancel_sent);
+}
+
+TEST_P(StoreContractTest, DeletedSlurmAllocationIsGoneAndUnknownDeleteIsFine) {
+  ASSERT_THAT(store_->PutSlurmAllocation(Allocation("1234", 1000)), IsOk());
+  ASSERT_THAT(store_->DeleteSlurmAllocation("1234"), IsOk());
+  EXPECT_THAT(store_->DeleteSlurmAllocation("1234"), IsOk());
+  absl::StatusOr<std::vector<SlurmAllocationRecord>> got = store_->ListSlurmAllocations();
+  ASSERT_THAT(got, IsOk());
+  EXPECT_TRUE(got->empty());
+  EXPECT_TRUE(absl::IsInvalidArgument(store_->PutSlurmAllocation(Allocation("", 1000))));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, StoreContractTest,
                          ::testing::Values(SqliteMemoryBackend(), SqliteFileBackend(),
                                            WrappedSqliteMemoryBackend()),
@@ -866,6 +924,32 @@ TEST_F(SqliteStoreFileTest, SecondConnectionSeesCommittedWrites) {
   absl::StatusOr<JobRecord> job = (*reader)->GetJob(*id);
   ASSERT_THAT(job, IsOk());
   EXPECT_EQ(job->name, "shared");
+}
+
+TEST_F(SqliteStoreFileTest, VersionTenDatabaseGainsTheSlurmAllocationsTable) {
+  {
+    SqliteStore::Options v10;
+    v10.migrate_to_version = 10;
+    auto old = SqliteStore::Open(DbPath(), v10);
+    ASSERT_THAT(old, IsOk());
+    EXPECT_EQ(*(*old)->SchemaVersion(), 10);
+    EXPECT_FALSE((*old)->ListSlurmAllocations().ok()) << "no table before version 11";
+  }
+  {
+    auto store = SqliteStore::Open(DbPath());
+    ASSERT_THAT(store, IsOk());
+    EXPECT_EQ(*(*store)->SchemaVersion(), 11);
+    ASSERT_THAT((*store)->PutSlurmAllocation(Allocation("99", 5)), IsOk());
+    EXPECT_EQ(*(*store)->SynchronousLevel(), 2) << "allocations commit fully synced";
+  }
+  // What a restarted coordinator reads back.
+  auto reopened = SqliteStore::Open(DbPath());
+  ASSERT_THAT(reopened, IsOk());
+  absl::StatusOr<std::vector<SlurmAllocationRecord>> got =
+      (*reopened)->ListSlurmAllocations();
+  ASSERT_THAT(got, IsOk());
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].slurm_job_id, "99");
 }
 
 TEST_F(SqliteStoreFileTest, RecordsSchemaVersionOnceAcrossReopens) {
