@@ -137,6 +137,44 @@ void FusedUpdate(const TensorLists& l, const torch::optim::AdamWOptions& options
 #endif
 }
 
+// The kCpuLoop path: one parameter's update (its state's step already
+// advanced), in parallel chunks over its elements.
+void CpuLoopUpdate(const torch::Tensor& p, torch::optim::AdamWParamState& state,
+                   const torch::optim::AdamWOptions& options) {
+  const double beta1 = std::get<0>(options.betas());
+  const double beta2 = std::get<1>(options.betas());
+  const double bias1 = 1 - std::pow(beta1, static_cast<double>(state.step()));
+  const double bias2 = 1 - std::pow(beta2, static_cast<double>(state.step()));
+  const Coefficients c{static_cast<float>(1 - options.lr() * options.weight_decay()),
+                       static_cast<float>(beta1),
+                       static_cast<float>(1 - beta1),
+                       static_cast<float>(beta2),
+                       static_cast<float>(1 - beta2),
+                       static_cast<float>(std::sqrt(bias2)),
+                       static_cast<float>(options.eps()),
+                       static_cast<float>(-options.lr() / bias1)};
+  torch::Tensor exp_avg = state.exp_avg();
+  torch::Tensor exp_avg_sq = state.exp_avg_sq();
+  float* param = p.data_ptr<float>();
+  const float* grad = p.grad().data_ptr<float>();
+  float* m = exp_avg.data_ptr<float>();
+  float* v = exp_avg_sq.data_ptr<float>();
+  at::parallel_for(0, p.numel(), 32768, [&](int64_t begin, int64_t end) {
+    Update(c, param, grad, m, v, begin, end);
+  });
+}
+
+// Adds a parameter of the kFused or kForeach path to its call's operands
+// (all but its device step count, which only kFused takes).
+void AppendToLists(TensorLists& lists, const torch::Tensor& p,
+                   torch::optim::AdamWParamState& state) {
+  lists.params.push_back(p);
+  lists.grads.push_back(p.grad());
+  lists.exp_avgs.push_back(state.exp_avg());
+  lists.exp_avg_sqs.push_back(state.exp_avg_sq());
+  lists.steps.push_back(state.step());
+}
+
 }  // namespace
 
 bool FusedAdamW::HasFusedKernel(c10::DeviceType device) {
@@ -186,6 +224,20 @@ torch::Tensor FusedAdamW::StepTensorFor(const torch::Tensor& p, int64_t step,
   return entry.count;
 }
 
+torch::optim::AdamWParamState& FusedAdamW::StateFor(const torch::Tensor& p) {
+  using StateMap = std::decay_t<decltype(state_)>;
+  const auto key = StateKey<StateMap::key_type>(p);
+  auto found = state_.find(key);
+  if (found == state_.end()) {
+    auto state = std::make_unique<torch::optim::AdamWParamState>();
+    state->step(0);
+    state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    found = state_.emplace(key, std::move(state)).first;
+  }
+  return static_cast<torch::optim::AdamWParamState&>(*found->second);
+}
+
 torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
   torch::Tensor loss = {};
@@ -198,7 +250,6 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> stashed;
   last_step_counts_ = {};
   bool any_stock = false;
-  using StateMap = std::decay_t<decltype(state_)>;
   for (auto& group : param_groups_) {
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
     std::map<ListKey, TensorLists> fused_lists;
@@ -212,52 +263,19 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         any_stock = true;
         continue;
       }
-      const auto key = StateKey<StateMap::key_type>(p);
-      auto found = state_.find(key);
-      if (found == state_.end()) {
-        auto state = std::make_unique<torch::optim::AdamWParamState>();
-        state->step(0);
-        state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        found = state_.emplace(key, std::move(state)).first;
-      }
-      auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
+      torch::optim::AdamWParamState& state = StateFor(p);
       state.step(state.step() + 1);
       stashed.emplace_back(p, p.grad());
-      if (path != AdamWPath::kCpuLoop) {
-        TensorLists& lists =
-            (path == AdamWPath::kFused ? fused_lists : foreach_lists)[KeyOf(p)];
-        lists.params.push_back(p);
-        lists.grads.push_back(p.grad());
-        lists.exp_avgs.push_back(state.exp_avg());
-        lists.exp_avg_sqs.push_back(state.exp_avg_sq());
-        lists.steps.push_back(state.step());
-        if (path == AdamWPath::kFused) {
-          lists.counts.push_back(StepTensorFor(p, state.step(), to_advance));
-        }
+      if (path == AdamWPath::kCpuLoop) {
+        CpuLoopUpdate(p, state, options);
         continue;
       }
-      const double beta1 = std::get<0>(options.betas());
-      const double beta2 = std::get<1>(options.betas());
-      const double bias1 = 1 - std::pow(beta1, static_cast<double>(state.step()));
-      const double bias2 = 1 - std::pow(beta2, static_cast<double>(state.step()));
-      const Coefficients c{static_cast<float>(1 - options.lr() * options.weight_decay()),
-                           static_cast<float>(beta1),
-                           static_cast<float>(1 - beta1),
-                           static_cast<float>(beta2),
-                           static_cast<float>(1 - beta2),
-                           static_cast<float>(std::sqrt(bias2)),
-                           static_cast<float>(options.eps()),
-                           static_cast<float>(-options.lr() / bias1)};
-      torch::Tensor exp_avg = state.exp_avg();
-      torch::Tensor exp_avg_sq = state.exp_avg_sq();
-      float* param = p.data_ptr<float>();
-      const float* grad = p.grad().data_ptr<float>();
-      float* m = exp_avg.data_ptr<float>();
-      float* v = exp_avg_sq.data_ptr<float>();
-      at::parallel_for(0, p.numel(), 32768, [&](int64_t begin, int64_t end) {
-        Update(c, param, grad, m, v, begin, end);
-      });
+      TensorLists& lists =
+          (path == AdamWPath::kFused ? fused_lists : foreach_lists)[KeyOf(p)];
+      AppendToLists(lists, p, state);
+      if (path == AdamWPath::kFused) {
+        lists.counts.push_back(StepTensorFor(p, state.step(), to_advance));
+      }
     }
     if (!to_advance.empty()) at::_foreach_add_(to_advance, 1);
     for (const auto& [key, lists] : fused_lists) FusedUpdate(lists, options);

@@ -68,6 +68,9 @@ class FusedAdamW final : public torch::optim::AdamW {
 
   AdamWPath PathFor(const torch::Tensor& p,
                     const torch::optim::AdamWOptions& options) const;
+  // The parameter's AdamW state in the optimizer's map, created (step 0, zero
+  // moments) on its first step, where the stock step would look for it.
+  torch::optim::AdamWParamState& StateFor(const torch::Tensor& p);
   // The state's step count (already advanced to `step`) as the parameter's
   // device tensor; an existing tensor one step behind joins `to_advance`.
   torch::Tensor StepTensorFor(const torch::Tensor& p, int64_t step,

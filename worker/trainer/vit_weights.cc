@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <system_error>
@@ -240,53 +241,153 @@ std::string HfPrefix(const SafetensorsFile& file) {
              : "vit.";
 }
 
+// The layout the options name, else the one the file's tensor names show.
+absl::StatusOr<WeightLayout> LayoutOf(const SafetensorsFile& file,
+                                      const PretrainedOptions& options) {
+  if (options.layout.has_value()) return *options.layout;
+  std::vector<std::string> names;
+  for (const TensorView& tensor : file.tensors()) names.push_back(tensor.name);
+  return DetectWeightLayout(names);
+}
+
+// The number of blocks: a file of another depth is not a near miss.
+absl::Status CheckDepth(const SafetensorsFile& file, WeightLayout layout,
+                        const std::string& hf_prefix, int depth) {
+  int file_depth = 0;
+  while (file.Find(BlockMappings(layout, file_depth, hf_prefix).front().source.front()) !=
+         nullptr) {
+    ++file_depth;
+  }
+  if (file_depth > 0 && file_depth != depth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the file has ", file_depth, " encoder blocks (",
+                     WeightLayoutName(layout), " names); the model has ", depth));
+  }
+  return absl::OkStatus();
+}
+
+// The tensors of one Load: those it looked up, those it needs and the file
+// lacks, and the copies into parameters it makes once all are checked.
+struct LoadPlan {
+  std::set<std::string> consulted;
+  std::vector<std::string> missing;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // parameter, value
+};
+
+// The head is taken whole or not at all: absent from the file, or of another
+// class count (or width), it stays as the model initialised it.
+bool HeadFits(const std::vector<NameMapping>& map, const SafetensorsFile& file,
+              const torch::OrderedDict<std::string, torch::Tensor>& parameters,
+              LoadPlan& plan) {
+  bool head_fits = true;
+  for (const NameMapping& mapping : map) {
+    if (!IsHeadParameter(mapping.tessera)) continue;
+    const TensorView* view = file.Find(mapping.source.front());
+    const torch::Tensor* parameter = parameters.find(mapping.tessera);
+    plan.consulted.insert(mapping.source.front());
+    head_fits = head_fits && view != nullptr && parameter != nullptr &&
+                c10::IntArrayRef(view->shape) == parameter->sizes();
+  }
+  return head_fits;
+}
+
+// The file's tensors for one parameter, concatenated along the first dimension
+// when there are several; nullopt when one is missing (then it is in
+// plan.missing).
+absl::StatusOr<std::optional<torch::Tensor>> ReadMapped(const NameMapping& mapping,
+                                                        const SafetensorsFile& file,
+                                                        LoadPlan& plan) {
+  std::vector<torch::Tensor> parts;
+  for (const std::string& source : mapping.source) {
+    plan.consulted.insert(source);
+    const TensorView* view = file.Find(source);
+    if (view == nullptr) {
+      plan.missing.push_back(source);
+      continue;
+    }
+    ASSIGN_OR_RETURN(torch::Tensor part, ToTorch(*view));
+    parts.push_back(std::move(part));
+  }
+  if (parts.size() != mapping.source.size()) return std::nullopt;
+  if (parts.size() > 1) {
+    for (const torch::Tensor& part : parts) {
+      if (part.dim() == 0 || part.sizes().slice(1) != parts.front().sizes().slice(1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensors ", absl::StrJoin(mapping.source, " + "),
+            " cannot be concatenated into ", mapping.tessera, " (shapes ",
+            ShapeString(parts.front().sizes()), " and ", ShapeString(part.sizes()), ")"));
+      }
+    }
+  }
+  return parts.size() == 1 ? parts.front() : torch::cat(parts, 0);
+}
+
+// `value` in the parameter's shape: as it is, or (the position embedding of
+// another grid) resampled. Notes which in the summary.
+absl::StatusOr<torch::Tensor> FitToParameter(const NameMapping& mapping,
+                                             torch::Tensor value,
+                                             const torch::Tensor& parameter,
+                                             const ViTConfig& config,
+                                             PretrainedSummary& summary) {
+  const std::string source_name = absl::StrJoin(mapping.source, " + ");
+  const std::string value_shape = ShapeString(value.sizes());
+  const std::string model_shape = ShapeString(parameter.sizes());
+  if (value.sizes() == parameter.sizes()) {
+    summary.loaded.push_back(mapping.tessera);
+    return value;
+  }
+  if (mapping.tessera == "position_embedding" && value.dim() == 3 &&
+      parameter.dim() == 3 && value.size(0) == 1 && value.size(2) == parameter.size(2)) {
+    const int grid = config.image_size / config.patch_size;
+    absl::StatusOr<torch::Tensor> resampled =
+        ResamplePositionEmbedding(value, grid, grid);
+    if (!resampled.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", source_name, " has shape ", value_shape,
+                       "; the model's ", mapping.tessera, " is ", model_shape,
+                       " and cannot be resampled to it: ", resampled.status().message()));
+    }
+    summary.resampled.push_back(
+        absl::StrCat(mapping.tessera, " ", value_shape, " -> ", model_shape));
+    return *std::move(resampled);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("tensor ", source_name, " has shape ",
+                                                 value_shape, "; the model's ",
+                                                 mapping.tessera, " is ", model_shape));
+}
+
+// What the summary says besides the parameters: the file's tensors no
+// parameter took, and a LayerNorm epsilon other than the layout's models use.
+void NoteUnusedAndConventions(const SafetensorsFile& file, const LoadPlan& plan,
+                              WeightLayout layout, const ViTConfig& config,
+                              PretrainedSummary& summary) {
+  for (const TensorView& tensor : file.tensors()) {
+    if (plan.consulted.count(tensor.name) == 0) summary.unused.push_back(tensor.name);
+  }
+  if (layout != WeightLayout::kTessera &&
+      config.layer_norm_eps != ConventionsOf(layout).layer_norm_eps) {
+    summary.notes.push_back(absl::StrFormat(
+        "the model's LayerNorm epsilon is %g; %s models use %g", config.layer_norm_eps,
+        WeightLayoutName(layout), ConventionsOf(layout).layer_norm_eps));
+  }
+}
+
 absl::StatusOr<PretrainedSummary> Load(VisionTransformerImpl& model,
                                        const SafetensorsFile& file,
                                        const PretrainedOptions& options) {
   const ViTConfig& config = model.config();
   PretrainedSummary summary;
   summary.metadata = file.metadata();
-  if (options.layout.has_value()) {
-    summary.layout = *options.layout;
-  } else {
-    std::vector<std::string> names;
-    for (const TensorView& tensor : file.tensors()) names.push_back(tensor.name);
-    ASSIGN_OR_RETURN(summary.layout, DetectWeightLayout(names));
-  }
+  ASSIGN_OR_RETURN(summary.layout, LayoutOf(file, options));
   const WeightLayout layout = summary.layout;
   const std::string hf_prefix = HfPrefix(file);
-
-  // The number of blocks: a file of another depth is not a near miss.
-  int file_depth = 0;
-  while (file.Find(BlockMappings(layout, file_depth, hf_prefix).front().source.front()) !=
-         nullptr) {
-    ++file_depth;
-  }
-  if (file_depth > 0 && file_depth != config.depth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the file has ", file_depth, " encoder blocks (",
-                     WeightLayoutName(layout), " names); the model has ", config.depth));
-  }
+  RETURN_IF_ERROR(CheckDepth(file, layout, hf_prefix, config.depth));
 
   const torch::OrderedDict<std::string, torch::Tensor> parameters =
       model.named_parameters();
   const std::vector<NameMapping> map = BuildMap(layout, config.depth, hf_prefix);
-  std::set<std::string> consulted;
-  std::vector<std::string> missing;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // parameter, value
-
-  // The head is taken whole or not at all: absent from the file, or of another
-  // class count (or width), it stays as the model initialised it.
-  bool head_fits = true;
-  for (const NameMapping& mapping : map) {
-    if (!IsHeadParameter(mapping.tessera)) continue;
-    const TensorView* view = file.Find(mapping.source.front());
-    const torch::Tensor* parameter = parameters.find(mapping.tessera);
-    consulted.insert(mapping.source.front());
-    head_fits = head_fits && view != nullptr && parameter != nullptr &&
-                c10::IntArrayRef(view->shape) == parameter->sizes();
-  }
-
+  LoadPlan plan;
+  const bool head_fits = HeadFits(map, file, parameters, plan);
   for (const NameMapping& mapping : map) {
     const torch::Tensor* parameter = parameters.find(mapping.tessera);
     if (parameter == nullptr) {
@@ -297,73 +398,21 @@ absl::StatusOr<PretrainedSummary> Load(VisionTransformerImpl& model,
       summary.reinitialised.push_back(mapping.tessera);
       continue;
     }
-    std::vector<torch::Tensor> parts;
-    for (const std::string& source : mapping.source) {
-      consulted.insert(source);
-      const TensorView* view = file.Find(source);
-      if (view == nullptr) {
-        missing.push_back(source);
-        continue;
-      }
-      ASSIGN_OR_RETURN(torch::Tensor part, ToTorch(*view));
-      parts.push_back(std::move(part));
-    }
-    if (parts.size() != mapping.source.size()) continue;
-    const std::string source_name = absl::StrJoin(mapping.source, " + ");
-    if (parts.size() > 1) {
-      for (const torch::Tensor& part : parts) {
-        if (part.dim() == 0 || part.sizes().slice(1) != parts.front().sizes().slice(1)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tensors ", source_name, " cannot be concatenated into ", mapping.tessera,
-              " (shapes ", ShapeString(parts.front().sizes()), " and ",
-              ShapeString(part.sizes()), ")"));
-        }
-      }
-    }
-    torch::Tensor value = parts.size() == 1 ? parts.front() : torch::cat(parts, 0);
-    const std::string value_shape = ShapeString(value.sizes());
-    const std::string model_shape = ShapeString(parameter->sizes());
-    if (value.sizes() == parameter->sizes()) {
-      summary.loaded.push_back(mapping.tessera);
-    } else if (mapping.tessera == "position_embedding" && value.dim() == 3 &&
-               parameter->dim() == 3 && value.size(0) == 1 &&
-               value.size(2) == parameter->size(2)) {
-      const int grid = config.image_size / config.patch_size;
-      absl::StatusOr<torch::Tensor> resampled =
-          ResamplePositionEmbedding(value, grid, grid);
-      if (!resampled.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor ", source_name, " has shape ", value_shape, "; the model's ",
-            mapping.tessera, " is ", model_shape,
-            " and cannot be resampled to it: ", resampled.status().message()));
-      }
-      value = *std::move(resampled);
-      summary.resampled.push_back(
-          absl::StrCat(mapping.tessera, " ", value_shape, " -> ", model_shape));
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", source_name, " has shape ", value_shape,
-                       "; the model's ", mapping.tessera, " is ", model_shape));
-    }
-    copies.emplace_back(*parameter, std::move(value));
+    ASSIGN_OR_RETURN(std::optional<torch::Tensor> value, ReadMapped(mapping, file, plan));
+    if (!value.has_value()) continue;
+    ASSIGN_OR_RETURN(torch::Tensor fitted, FitToParameter(mapping, *std::move(value),
+                                                          *parameter, config, summary));
+    plan.copies.emplace_back(*parameter, std::move(fitted));
   }
-  if (!missing.empty()) {
+  if (!plan.missing.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the file lacks ", missing.size(), " tensors the model needs (",
-        WeightLayoutName(layout), " names): ", absl::StrJoin(missing, ", ")));
+        "the file lacks ", plan.missing.size(), " tensors the model needs (",
+        WeightLayoutName(layout), " names): ", absl::StrJoin(plan.missing, ", ")));
   }
-  for (const TensorView& tensor : file.tensors()) {
-    if (consulted.count(tensor.name) == 0) summary.unused.push_back(tensor.name);
-  }
-  if (layout != WeightLayout::kTessera &&
-      config.layer_norm_eps != ConventionsOf(layout).layer_norm_eps) {
-    summary.notes.push_back(absl::StrFormat(
-        "the model's LayerNorm epsilon is %g; %s models use %g", config.layer_norm_eps,
-        WeightLayoutName(layout), ConventionsOf(layout).layer_norm_eps));
-  }
+  NoteUnusedAndConventions(file, plan, layout, config, summary);
 
   torch::NoGradGuard no_grad;
-  for (auto& [parameter, value] : copies) parameter.copy_(value);
+  for (auto& [parameter, value] : plan.copies) parameter.copy_(value);
   return summary;
 }
 
