@@ -10,10 +10,13 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/vit_config.h"
 #include "worker/trainer/vit_weights.h"
@@ -31,14 +34,7 @@ struct ExportFlags {
   int64_t step = 0;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace tessera::trainer;
-  ExportFlags f;
-  CLI::App app(
-      "tessera-export: writes a Tessera checkpoint's model as safetensors with the "
-      "parameter names of timm, Hugging Face, torchvision or Tessera");
+void AddExportFlags(CLI::App& app, ExportFlags& f) {
   app.add_option("--checkpoint", f.checkpoint,
                  "a checkpoint directory (its latest checkpoint), a step directory or a "
                  "model.pt")
@@ -66,6 +62,56 @@ int main(int argc, char** argv) {
       "      --names timm -o pets.safetensors\n"
       "Then in Python: timm.create_model('vit_tiny_patch16_224', num_classes=N)"
       ".load_state_dict(safetensors.torch.load_file('pets.safetensors'))");
+}
+
+// A failure: its message and the exit code to end with.
+struct ExportError {
+  std::string message;
+  int exit_code;
+};
+
+// With --step, the step directory of that checkpoint.
+std::optional<ExportError> SelectStep(ExportFlags& f) {
+  if (f.step == 0) return std::nullopt;
+  // One step's checkpoint of a checkpoint directory.
+  const tessera::trainer::CheckpointDirectory dir(f.checkpoint);
+  if (!std::filesystem::is_regular_file(dir.ModelPath(f.step))) {
+    return ExportError{absl::StrCat(f.checkpoint, " holds no checkpoint of step ", f.step,
+                                    " (no ", dir.ModelPath(f.step), ")"),
+                       1};
+  }
+  f.checkpoint = dir.StepDir(f.step);
+  return std::nullopt;
+}
+
+// --classes, or the class count from the names the checkpoint stored.
+std::variant<int, ExportError> ClassCount(const ExportFlags& f) {
+  if (f.classes != 0) return f.classes;
+  absl::StatusOr<std::string> model_path =
+      tessera::trainer::FindCheckpointModel(f.checkpoint);
+  if (!model_path.ok()) return ExportError{std::string(model_path.status().message()), 1};
+  absl::StatusOr<std::vector<std::string>> names =
+      tessera::trainer::ReadCheckpointClassNames(*model_path);
+  if (!names.ok() || names->empty()) {
+    return ExportError{"the checkpoint stores no class names; give --classes", 2};
+  }
+  return static_cast<int>(names->size());
+}
+
+int Report(const ExportError& error) {
+  std::cerr << "tessera-export: " << error.message << std::endl;
+  return error.exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessera::trainer;
+  ExportFlags f;
+  CLI::App app(
+      "tessera-export: writes a Tessera checkpoint's model as safetensors with the "
+      "parameter names of timm, Hugging Face, torchvision or Tessera");
+  AddExportFlags(app, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -76,45 +122,16 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-export: --names: " << layout.status().message() << std::endl;
     return 2;
   }
-  if (f.step > 0) {
-    // One step's checkpoint of a checkpoint directory.
-    const CheckpointDirectory dir(f.checkpoint);
-    if (!std::filesystem::is_regular_file(dir.ModelPath(f.step))) {
-      std::cerr << "tessera-export: " << f.checkpoint << " holds no checkpoint of step "
-                << f.step << " (no " << dir.ModelPath(f.step) << ")" << std::endl;
-      return 1;
-    }
-    f.checkpoint = dir.StepDir(f.step);
-  }
-  int classes = f.classes;
-  if (classes == 0) {
-    // The class count from the names the checkpoint stored.
-    absl::StatusOr<std::string> model_path = FindCheckpointModel(f.checkpoint);
-    if (!model_path.ok()) {
-      std::cerr << "tessera-export: " << model_path.status().message() << std::endl;
-      return 1;
-    }
-    absl::StatusOr<std::vector<std::string>> names =
-        ReadCheckpointClassNames(*model_path);
-    if (!names.ok() || names->empty()) {
-      std::cerr << "tessera-export: the checkpoint stores no class names; give --classes"
-                << std::endl;
-      return 2;
-    }
-    classes = static_cast<int>(names->size());
-  }
+  if (std::optional<ExportError> error = SelectStep(f)) return Report(*error);
+  const std::variant<int, ExportError> class_count = ClassCount(f);
+  if (const auto* error = std::get_if<ExportError>(&class_count)) return Report(*error);
+  const int classes = std::get<int>(class_count);
   absl::StatusOr<ViTConfig> config =
       ResolveViTConfig(f.model, f.channels, classes, f.image_size);
-  if (!config.ok()) {
-    std::cerr << "tessera-export: " << config.status().message() << std::endl;
-    return 2;
-  }
+  if (!config.ok()) return Report({std::string(config.status().message()), 2});
   const absl::Status exported =
       ExportCheckpoint(f.checkpoint, *config, *layout, {}, f.out);
-  if (!exported.ok()) {
-    std::cerr << "tessera-export: " << exported.message() << std::endl;
-    return 1;
-  }
+  if (!exported.ok()) return Report({std::string(exported.message()), 1});
   std::cout << "tessera-export: wrote " << f.out << " (" << WeightLayoutName(*layout)
             << " names, " << classes << " classes)" << std::endl;
   return 0;

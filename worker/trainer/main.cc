@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -166,62 +167,140 @@ std::unique_ptr<LeaseKeeper> StartLease(CoordinatorClient* coordinator,
   return keeper;
 }
 
-int Run(int argc, char** argv) {
-  // First, before any other thread starts: SIGUSR1 is taken on a thread of
-  // its own (preemption.h), and one that comes during start-up is remembered
-  // (the rank stops after its first step) rather than ending the process.
-  absl::StatusOr<std::unique_ptr<PreemptionListener>> preemption =
-      PreemptionListener::Start();
-  if (!preemption.ok()) return Fail("starting", preemption.status());
-  absl::StatusOr<TrainerFlags> flags =
-      ParseTrainerFlags(std::vector<std::string>(argv + 1, argv + argc));
-  if (!flags.ok()) {
-    std::cerr << "tessera-train: " << flags.status().message()
-              << "\nRun with --help for usage." << std::endl;
-    return kExitUsage;
-  }
-  if (!flags->help.empty()) {
-    std::cout << flags->help;
-    return 0;
-  }
-  const TrainerOptions& options = flags->trainer;
-  if (!flags->launch.credential_file.empty()) {
+// Reads the rank's credential from --credential-file, which is then removed,
+// and checks the options; the message of what is wrong is a usage error's.
+absl::Status CompleteAndCheckFlags(TrainerFlags& flags) {
+  if (!flags.launch.credential_file.empty()) {
     // The credential never appears in argv, which every user can read.
-    std::ifstream in(flags->launch.credential_file);
-    std::getline(in, flags->launch.credential);
-    if (!in && flags->launch.credential.empty()) {
-      std::cerr << "tessera-train: cannot read --credential-file "
-                << flags->launch.credential_file << std::endl;
-      return kExitUsage;
+    std::ifstream in(flags.launch.credential_file);
+    std::getline(in, flags.launch.credential);
+    if (!in && flags.launch.credential.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read --credential-file ", flags.launch.credential_file));
     }
-    std::remove(flags->launch.credential_file.c_str());
+    std::remove(flags.launch.credential_file.c_str());
   }
-  const LaunchOptions& launch = flags->launch;
   for (const absl::Status& status :
-       {ValidateTrainerOptions(options),
-        ValidateLaunchOptions(launch, kCoordinatorSupported)}) {
-    if (!status.ok()) {
-      std::cerr << "tessera-train: " << status.message() << std::endl;
-      return kExitUsage;
+       {ValidateTrainerOptions(flags.trainer),
+        ValidateLaunchOptions(flags.launch, kCoordinatorSupported)}) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+// How an image folder or shard set is opened and preprocessed.
+ImageDataOptions ImageDataOptionsFor(const TrainerOptions& options) {
+  ImageDataOptions opening;
+  opening.kind = options.dataset;
+  opening.root = options.data_dir;
+  if (!options.mean.empty())
+    opening.mean.assign(options.mean.begin(), options.mean.end());
+  if (!options.std.empty()) opening.stddev.assign(options.std.begin(), options.std.end());
+  opening.crop_fraction = options.crop_fraction;
+  opening.max_skipped_fraction = options.data_max_skipped;
+  return opening;
+}
+
+// The process group's backend, device, limits and failure handling.
+absl::StatusOr<ProcessGroupOptions> GroupOptionsFor(const TrainerFlags& flags,
+                                                    const DevicePlacement& placement) {
+  ProcessGroupOptions group_options;
+  group_options.timeout = flags.launch.collective_timeout;
+  // A collective that timed out or failed ends the rank at once, with the
+  // reason on stderr and its own exit code (the watchdog aborted the
+  // communicator first).
+  group_options.on_collective_failure = ExitOnCollectiveFailure;
+  // A CUDA error outside NCCL that the NCCL watchdog finds: its own code.
+  group_options.on_device_failure = ExitOnCudaError;
+  group_options.gloo_pairwise_exchange = flags.gloo_allreduce == "exchange";
+  if (placement.cuda) {
+    if (!NcclBackendAvailable()) {
+      return absl::FailedPreconditionError(
+          "training on CUDA needs the nccl backend, which this build lacks "
+          "(NCCL not found at build time); use --device=cpu");
     }
+    group_options.backend = "nccl";
+    group_options.cuda_device = placement.index;
   }
+  return group_options;
+}
 
-  // The device decides the collective backend; an impossible --device or
-  // --precision fails before any peer waits on us.
-  absl::StatusOr<DevicePlacement> placement = ResolveDevice(options, launch.local_rank);
-  if (!placement.ok()) {
-    std::cerr << "tessera-train: " << placement.status().message() << std::endl;
-    return placement.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                           : kExitFailure;
+FaultInjectorOptions FaultInjectorLogging() {
+  FaultInjectorOptions faulting;
+  faulting.log = [](const std::string& line) {
+    std::cerr << "tessera-train: " << line << std::endl;
+  };
+  return faulting;
+}
+
+TrainerLoopOptions LoopOptionsFor(const LaunchOptions& launch, ProgressTracker& progress,
+                                  FaultInjector& fault) {
+  TrainerLoopOptions loop;
+  loop.log = &std::cout;
+  loop.local_rank = launch.local_rank;  // the device ResolveDevice chose
+  loop.progress = &progress;
+  loop.stop_requested = &PreemptionRequested();
+  loop.fault = &fault;
+  return loop;
+}
+
+// A preempted run's end: every rank stopped after the same step, and the job
+// resumes from there. Returns the exit code.
+int FinishPreempted(const TrainingOutcome& outcome, MetricsReporter& reporter,
+                    LeaseKeeper* lease) {
+  const absl::Status flushed = reporter.Flush(kFinalFlushTimeout);
+  if (!flushed.ok()) std::cerr << "tessera-train: " << flushed << std::endl;
+  // One last progress report ("done" at the checkpoint's step), so that the
+  // coordinator knows where the ranks stopped before it sees the exit.
+  if (lease != nullptr) lease->ReportNow(kFinalReportTimeout);
+  if (outcome.checkpointed) {
+    std::cout << "tessera-train: preempted: checkpointed at step " << outcome.steps
+              << "; exiting with code " << kTrainerExitPreempted << std::endl;
+  } else {
+    std::cout << "tessera-train: preempted at step " << outcome.steps
+              << " without a --checkpoint-dir: the work since the start is lost; "
+                 "exiting with code "
+              << kTrainerExitPreempted << std::endl;
   }
-  // The rank's own device before anything touches CUDA (NCCL, the model), so
-  // that no context lands on another rank's GPU.
-  const absl::Status made_current = MakePlacementCurrent(*placement);
-  if (!made_current.ok()) return Fail("selecting the device", made_current);
-#if TESSERA_NCCL_TENSORS
-  if (placement->cuda) LogNcclVersion();
-#endif
+  return kTrainerExitPreempted;
+}
 
+void PrintDone(int rank, const TrainingOutcome& outcome) {
+  std::cout << absl::StrFormat(
+                   "[rank %d] done: %d steps, %.1f images/s, test_accuracy=%.4f "
+                   "test_loss=%.4f param_hash=%s",
+                   rank, outcome.steps,
+                   outcome.train_seconds > 0
+                       ? static_cast<double>(outcome.train_images) / outcome.train_seconds
+                       : 0.0,
+                   outcome.test_accuracy, outcome.test_loss, outcome.param_hash)
+            << std::endl;
+}
+
+// A completed run's end: metrics first, so they are stored by the time the
+// result marks the rank done; then the result. Returns whether the
+// coordinator took the result.
+absl::Status FlushAndReportResult(const TrainingOutcome& outcome,
+                                  MetricsReporter& reporter,
+                                  CoordinatorClient* coordinator) {
+  const absl::Status flushed = reporter.Flush(kFinalFlushTimeout);
+  if (!flushed.ok()) {
+    // Training succeeded; lost metric points are not a reason to fail the rank.
+    std::cerr << "tessera-train: " << flushed << std::endl;
+  }
+  if (coordinator == nullptr) return absl::OkStatus();
+  TrainingResult result;
+  result.param_hash = outcome.param_hash;
+  result.test_accuracy = outcome.test_accuracy;
+  result.test_loss = outcome.test_loss;
+  return coordinator->ReportResult(result);
+}
+
+// The rank on its device: lease, data, process group, reporter, training and
+// its end. Returns the exit code.
+int TrainRank(const TrainerFlags& flags, const DevicePlacement& placement) {
+  const TrainerOptions& options = flags.trainer;
+  const LaunchOptions& launch = flags.launch;
   // The lease first: it counts from the process start, and loading data may
   // take a while. Its renewals report the rank's progress from the start.
   const RealClock clock;
@@ -242,16 +321,8 @@ int Run(int argc, char** argv) {
   absl::StatusOr<ImageDataset> test = absl::UnknownError("not loaded");
   std::unique_ptr<TrainingData> data;
   if (IsImageDataKind(options.dataset)) {
-    ImageDataOptions opening;
-    opening.kind = options.dataset;
-    opening.root = options.data_dir;
-    if (!options.mean.empty())
-      opening.mean.assign(options.mean.begin(), options.mean.end());
-    if (!options.std.empty())
-      opening.stddev.assign(options.std.begin(), options.std.end());
-    opening.crop_fraction = options.crop_fraction;
-    opening.max_skipped_fraction = options.data_max_skipped;
-    absl::StatusOr<std::unique_ptr<TrainingData>> opened = OpenImageData(opening);
+    absl::StatusOr<std::unique_ptr<TrainingData>> opened =
+        OpenImageData(ImageDataOptionsFor(options));
     if (!opened.ok()) return Fail("opening the data", opened.status());
     data = *std::move(opened);
   } else {
@@ -262,27 +333,11 @@ int Run(int argc, char** argv) {
     data = std::make_unique<InMemoryData>(*train, *test, options.dataset);
   }
 
-  ProcessGroupOptions group_options;
-  group_options.timeout = launch.collective_timeout;
-  // A collective that timed out or failed ends the rank at once, with the
-  // reason on stderr and its own exit code (the watchdog aborted the
-  // communicator first).
-  group_options.on_collective_failure = ExitOnCollectiveFailure;
-  // A CUDA error outside NCCL that the NCCL watchdog finds: its own code.
-  group_options.on_device_failure = ExitOnCudaError;
-  group_options.gloo_pairwise_exchange = flags->gloo_allreduce == "exchange";
-  if (placement->cuda) {
-    if (!NcclBackendAvailable()) {
-      return Fail("forming the process group",
-                  absl::FailedPreconditionError(
-                      "training on CUDA needs the nccl backend, which this build lacks "
-                      "(NCCL not found at build time); use --device=cpu"));
-    }
-    group_options.backend = "nccl";
-    group_options.cuda_device = placement->index;
-  }
+  absl::StatusOr<ProcessGroupOptions> group_options = GroupOptionsFor(flags, placement);
+  if (!group_options.ok())
+    return Fail("forming the process group", group_options.status());
   absl::StatusOr<ProcessGroup> group =
-      JoinProcessGroup(launch, coordinator.get(), group_options);
+      JoinProcessGroup(launch, coordinator.get(), *group_options);
   if (!group.ok()) return Fail("forming the process group", group.status());
   // From here on every exit that is not clean aborts the communicator rather
   // than tearing it down, which could wait on a peer that is gone.
@@ -302,74 +357,67 @@ int Run(int argc, char** argv) {
 
   // Validated with the options above.
   const FaultSpec fault_spec = ParseFaultSpec(options.fault).value_or(FaultSpec{});
-  FaultInjectorOptions faulting;
-  faulting.log = [](const std::string& line) {
-    std::cerr << "tessera-train: " << line << std::endl;
-  };
-  FaultInjector fault(fault_spec, group->rank, launch.attempt, faulting);
-
-  TrainerLoopOptions loop;
-  loop.log = &std::cout;
-  loop.local_rank = launch.local_rank;  // the device ResolveDevice chose above
-  loop.progress = &progress;
-  loop.stop_requested = &PreemptionRequested();
-  loop.fault = &fault;
-  Trainer trainer(options, *data, *group->communicator, **reporter, loop);
+  FaultInjector fault(fault_spec, group->rank, launch.attempt, FaultInjectorLogging());
+  Trainer trainer(options, *data, *group->communicator, **reporter,
+                  LoopOptionsFor(launch, progress, fault));
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
   if (!outcome.ok() && IsCudaErrorMessage(std::string(outcome.status().message()))) {
     // A kernel fault or an out-of-memory: the device, not the training code
     // or a peer, is the reason.
     group->communicator->Abort();
-    ExitOnCudaError(absl::StrCat("training on ", placement->name(), " failed: ",
-                                 outcome.status().message()));
+    ExitOnCudaError(absl::StrCat("training on ", placement.name(),
+                                 " failed: ", outcome.status().message()));
   }
   if (!outcome.ok()) return fail_and_abort("training", outcome.status());
+  if (outcome->preempted) return FinishPreempted(*outcome, **reporter, lease.get());
 
-  if (outcome->preempted) {
-    // Every rank stopped after the same step; the job resumes from there.
-    const absl::Status flushed = (*reporter)->Flush(kFinalFlushTimeout);
-    if (!flushed.ok()) std::cerr << "tessera-train: " << flushed << std::endl;
-    // One last progress report ("done" at the checkpoint's step), so that the
-    // coordinator knows where the ranks stopped before it sees the exit.
-    if (lease != nullptr) lease->ReportNow(kFinalReportTimeout);
-    if (outcome->checkpointed) {
-      std::cout << "tessera-train: preempted: checkpointed at step " << outcome->steps
-                << "; exiting with code " << kTrainerExitPreempted << std::endl;
-    } else {
-      std::cout << "tessera-train: preempted at step " << outcome->steps
-                << " without a --checkpoint-dir: the work since the start is lost; "
-                   "exiting with code "
-                << kTrainerExitPreempted << std::endl;
-    }
-    return kTrainerExitPreempted;
-  }
-
-  std::cout << absl::StrFormat(
-                   "[rank %d] done: %d steps, %.1f images/s, test_accuracy=%.4f "
-                   "test_loss=%.4f param_hash=%s",
-                   group->rank, outcome->steps,
-                   outcome->train_seconds > 0
-                       ? static_cast<double>(outcome->train_images) /
-                             outcome->train_seconds
-                       : 0.0,
-                   outcome->test_accuracy, outcome->test_loss, outcome->param_hash)
-            << std::endl;
-
-  // Metrics first, so they are stored by the time the result marks the rank done.
-  const absl::Status flushed = (*reporter)->Flush(kFinalFlushTimeout);
-  if (!flushed.ok()) {
-    // Training succeeded; lost metric points are not a reason to fail the rank.
-    std::cerr << "tessera-train: " << flushed << std::endl;
-  }
-  if (coordinator != nullptr) {
-    TrainingResult result;
-    result.param_hash = outcome->param_hash;
-    result.test_accuracy = outcome->test_accuracy;
-    result.test_loss = outcome->test_loss;
-    const absl::Status reported = coordinator->ReportResult(result);
-    if (!reported.ok()) return fail_and_abort("reporting the result", reported);
-  }
+  PrintDone(group->rank, *outcome);
+  const absl::Status reported =
+      FlushAndReportResult(*outcome, **reporter, coordinator.get());
+  if (!reported.ok()) return fail_and_abort("reporting the result", reported);
   return 0;
+}
+
+int Run(int argc, char** argv) {
+  // First, before any other thread starts: SIGUSR1 is taken on a thread of
+  // its own (preemption.h), and one that comes during start-up is remembered
+  // (the rank stops after its first step) rather than ending the process.
+  absl::StatusOr<std::unique_ptr<PreemptionListener>> preemption =
+      PreemptionListener::Start();
+  if (!preemption.ok()) return Fail("starting", preemption.status());
+  absl::StatusOr<TrainerFlags> flags =
+      ParseTrainerFlags(std::vector<std::string>(argv + 1, argv + argc));
+  if (!flags.ok()) {
+    std::cerr << "tessera-train: " << flags.status().message()
+              << "\nRun with --help for usage." << std::endl;
+    return kExitUsage;
+  }
+  if (!flags->help.empty()) {
+    std::cout << flags->help;
+    return 0;
+  }
+  if (const absl::Status checked = CompleteAndCheckFlags(*flags); !checked.ok()) {
+    std::cerr << "tessera-train: " << checked.message() << std::endl;
+    return kExitUsage;
+  }
+
+  // The device decides the collective backend; an impossible --device or
+  // --precision fails before any peer waits on us.
+  absl::StatusOr<DevicePlacement> placement =
+      ResolveDevice(flags->trainer, flags->launch.local_rank);
+  if (!placement.ok()) {
+    std::cerr << "tessera-train: " << placement.status().message() << std::endl;
+    return placement.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                           : kExitFailure;
+  }
+  // The rank's own device before anything touches CUDA (NCCL, the model), so
+  // that no context lands on another rank's GPU.
+  const absl::Status made_current = MakePlacementCurrent(*placement);
+  if (!made_current.ok()) return Fail("selecting the device", made_current);
+#if TESSERA_NCCL_TENSORS
+  if (placement->cuda) LogNcclVersion();
+#endif
+  return TrainRank(*flags, *placement);
 }
 
 }  // namespace
