@@ -33,10 +33,10 @@
 #include "coordinator/coordinator_flags.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/core/auth.h"
-#include "coordinator/core/slurm_pool_config.h"
-#include "coordinator/core/slurm_pool_manager.h"
+#include "coordinator/core/slurm/slurm_pool_config.h"
+#include "coordinator/core/slurm/slurm_pool_manager.h"
 #include "coordinator/core/tls_identity.h"
-#include "coordinator/slurm/slurm_cli.h"
+#include "coordinator/slurm/slurm_command_client.h"
 #include "coordinator/store/sqlite_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
     std::vector<tessera::SlurmPoolConfig> pools,
     const tessera::CoordinatorOptions& options, int port, const std::string& slurm_conf,
     std::string address, const std::string& credential_dir, bool tls_self_signed,
-    std::unique_ptr<tessera::SlurmCli>* cli) {
+    std::unique_ptr<tessera::SlurmCommandClient>* cli) {
   std::error_code ec;
   std::filesystem::create_directories(credential_dir, ec);
   if (ec || chmod(credential_dir.c_str(), 0711) != 0) {
@@ -69,9 +69,9 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
     }
     address = absl::StrCat(host, ":", port);
   }
-  tessera::SlurmCliOptions cli_options;
+  tessera::SlurmCommandClientOptions cli_options;
   cli_options.slurm_conf = slurm_conf;
-  *cli = std::make_unique<tessera::SlurmCli>(cli_options);
+  *cli = std::make_unique<tessera::SlurmCommandClient>(cli_options);
   auto opened = tessera::SqliteStore::Open(options.db_path);  // for the tokens
   if (!opened.ok()) return opened.status();
   std::shared_ptr<tessera::Store> store = *std::move(opened);
@@ -148,7 +148,8 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
   };
   tessera::SlurmPoolManagerOptions manager_options;
   manager_options.coordinator_address = address;
-  manager_options.can_submit_as_owner = tessera::SlurmCli::CanSubmitAsOtherUsers();
+  manager_options.can_submit_as_owner =
+      tessera::SlurmCommandClient::CanSubmitAsOtherUsers();
   spdlog::info("Slurm pools: {}; workers in allocations dial {}", pools.size(), address);
   return std::make_unique<tessera::SlurmPoolManager>(
       std::move(pools), cli->get(), &clock, std::move(write_credential), manager_options,
@@ -284,7 +285,7 @@ int Serve(const tessera::CoordinatorFlags& flags,
           const std::vector<tessera::SlurmPoolConfig>& slurm_pools,
           tessera::ServiceNotifier& notifier, const sigset_t& stop_signals) {
   const tessera::CoordinatorOptions& options = flags.options;
-  std::unique_ptr<tessera::SlurmCli> slurm_cli;
+  std::unique_ptr<tessera::SlurmCommandClient> slurm_client;
   std::unique_ptr<tessera::SlurmPoolManager> slurm_manager;
   auto server = tessera::CoordinatorServer::Start(options);
   if (!server.ok()) {
@@ -297,7 +298,7 @@ int Serve(const tessera::CoordinatorFlags& flags,
         flags.slurm_credential_dir.empty()
             ? (std::filesystem::path(options.db_path).parent_path() / "slurm").string()
             : flags.slurm_credential_dir,
-        flags.tls_self_signed, &slurm_cli);
+        flags.tls_self_signed, &slurm_client);
     if (!made.ok()) {
       std::cerr << "tessera-coordinator: " << made.status().message() << "\n";
       (*server)->Shutdown();

@@ -48,7 +48,7 @@
 #include "coordinator/core/rank_watch.h"
 #include "coordinator/core/rendezvous.h"
 #include "coordinator/core/scheduler.h"
-#include "coordinator/core/slurm_pool_manager.h"
+#include "coordinator/core/slurm/slurm_pool_manager.h"
 #include "coordinator/core/worker_registry.h"
 #include "coordinator/store/store.h"
 #include "coordinator/store/store_writer.h"

@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/core/slurm_client.h"
+#include "coordinator/core/slurm/slurm_client.h"
 
 namespace tessera::testing {
 

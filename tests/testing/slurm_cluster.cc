@@ -24,7 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/process/run_command.h"
-#include "coordinator/core/slurm_client.h"
+#include "coordinator/core/slurm/slurm_client.h"
 #include "tests/testing/test_util.h"
 
 namespace tessera::testing {

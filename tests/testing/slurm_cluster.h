@@ -32,7 +32,7 @@
 //   absl::StatusOr<std::unique_ptr<SlurmCluster>> cluster = SlurmCluster::Start();
 //   ASSERT_TRUE(cluster.ok()) << cluster.status();
 //   (*cluster)->Run({"sbatch", "--parsable", "--wrap", "srun hostname"});
-//   // A coordinator: SlurmCliOptions{.slurm_conf = cluster->conf_path()}.
+//   // A coordinator: SlurmCommandClientOptions{.slurm_conf = cluster->conf_path()}.
 //
 // Needs root (slurmd runs jobs as their users) and the Debian packages
 // slurm-wlm and munge (scripts/setup.sh installs them). Two clusters may run

@@ -1,4 +1,4 @@
-#include "coordinator/slurm/slurm_cli.h"
+#include "coordinator/slurm/slurm_command_client.h"
 
 #include <unistd.h>
 
@@ -57,15 +57,15 @@ absl::Status CommandError(const std::string& tool, const CommandResult& r) {
 
 }  // namespace
 
-SlurmCli::SlurmCli(SlurmCliOptions options) : options_(std::move(options)) {}
+SlurmCommandClient::SlurmCommandClient(SlurmCommandClientOptions options)
+    : options_(std::move(options)) {}
 
-bool SlurmCli::CanSubmitAsOtherUsers() { return geteuid() == 0; }
+bool SlurmCommandClient::CanSubmitAsOtherUsers() { return geteuid() == 0; }
 
-absl::StatusOr<CommandResult> SlurmCli::Run(const std::string& tool,
-                                            const std::vector<std::string>& args,
-                                            const std::string& stdin_data,
-                                            const std::optional<UnixAccount>& run_as,
-                                            const std::string& working_dir) const {
+absl::StatusOr<CommandResult> SlurmCommandClient::Run(
+    const std::string& tool, const std::vector<std::string>& args,
+    const std::string& stdin_data, const std::optional<UnixAccount>& run_as,
+    const std::string& working_dir) const {
   CommandSpec spec;
   spec.argv.push_back(absl::StrCat(options_.bin_dir, "/", tool));
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
@@ -88,7 +88,7 @@ absl::StatusOr<CommandResult> SlurmCli::Run(const std::string& tool,
   return RunCommand(spec);
 }
 
-absl::StatusOr<std::string> SlurmCli::Submit(const SbatchRequest& request) {
+absl::StatusOr<std::string> SlurmCommandClient::Submit(const SbatchRequest& request) {
   if (request.script.empty()) return absl::InvalidArgumentError("sbatch: empty script");
   std::optional<UnixAccount> run_as;
   if (!request.run_as.empty()) {
@@ -104,7 +104,7 @@ absl::StatusOr<std::string> SlurmCli::Submit(const SbatchRequest& request) {
   return ParseSbatchParsable(r.out);
 }
 
-absl::StatusOr<std::map<std::string, SlurmJobInfo>> SlurmCli::Query(
+absl::StatusOr<std::map<std::string, SlurmJobInfo>> SlurmCommandClient::Query(
     const std::vector<std::string>& ids) {
   if (ids.empty()) return std::map<std::string, SlurmJobInfo>{};
   for (const std::string& id : ids) RETURN_IF_ERROR(CheckJobId(id));
@@ -124,7 +124,8 @@ absl::StatusOr<std::map<std::string, SlurmJobInfo>> SlurmCli::Query(
   return ParseSqueue(r.out);
 }
 
-absl::Status SlurmCli::Cancel(const std::string& id, std::optional<std::string> signal) {
+absl::Status SlurmCommandClient::Cancel(const std::string& id,
+                                        std::optional<std::string> signal) {
   RETURN_IF_ERROR(CheckJobId(id));
   std::vector<std::string> args;
   if (signal) {

@@ -31,8 +31,8 @@
 // plain characters, so that a pool file cannot inject script lines.
 //
 // Thread-safety: plain values and free functions.
-#ifndef TESSERA_COORDINATOR_CORE_SLURM_POOL_CONFIG_H_
-#define TESSERA_COORDINATOR_CORE_SLURM_POOL_CONFIG_H_
+#ifndef TESSERA_COORDINATOR_CORE_SLURM_SLURM_POOL_CONFIG_H_
+#define TESSERA_COORDINATOR_CORE_SLURM_SLURM_POOL_CONFIG_H_
 
 #include <cstdint>
 #include <string>
@@ -93,4 +93,4 @@ absl::Status ValidateSlurmPool(const SlurmPoolConfig& pool);
 
 }  // namespace tessera
 
-#endif  // TESSERA_COORDINATOR_CORE_SLURM_POOL_CONFIG_H_
+#endif  // TESSERA_COORDINATOR_CORE_SLURM_SLURM_POOL_CONFIG_H_

@@ -2,7 +2,7 @@
 // interface: submit a batch script, ask for the state of some jobs, cancel or
 // signal a job.
 //
-// The real implementation (coordinator/slurm/slurm_cli.h) runs sbatch,
+// The real implementation (coordinator/slurm/slurm_command_client.h) runs sbatch,
 // squeue and scancel; core code sees only this interface, so that the pool
 // logic (slurm_pool.h) is tested with a fake and core holds no process code.
 //
@@ -12,8 +12,8 @@
 // Thread-safety: implementations must be safe to call from several threads.
 // Every call may block for as long as the command takes (bounded by the
 // implementation's timeout); never call one under a lock.
-#ifndef TESSERA_COORDINATOR_CORE_SLURM_CLIENT_H_
-#define TESSERA_COORDINATOR_CORE_SLURM_CLIENT_H_
+#ifndef TESSERA_COORDINATOR_CORE_SLURM_SLURM_CLIENT_H_
+#define TESSERA_COORDINATOR_CORE_SLURM_SLURM_CLIENT_H_
 
 #include <map>
 #include <optional>
@@ -85,4 +85,4 @@ bool IsSlurmStatePending(std::string_view state);
 
 }  // namespace tessera
 
-#endif  // TESSERA_COORDINATOR_CORE_SLURM_CLIENT_H_
+#endif  // TESSERA_COORDINATOR_CORE_SLURM_SLURM_CLIENT_H_

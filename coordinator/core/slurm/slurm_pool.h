@@ -32,8 +32,8 @@
 //   - else the reason says why no pool takes it.
 //
 // Thread-safety: pure functions.
-#ifndef TESSERA_COORDINATOR_CORE_SLURM_POOL_H_
-#define TESSERA_COORDINATOR_CORE_SLURM_POOL_H_
+#ifndef TESSERA_COORDINATOR_CORE_SLURM_SLURM_POOL_H_
+#define TESSERA_COORDINATOR_CORE_SLURM_SLURM_POOL_H_
 
 #include <cstdint>
 #include <map>
@@ -42,7 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/core/slurm_pool_config.h"
+#include "coordinator/core/slurm/slurm_pool_config.h"
 #include "tessera/v1/tessera.pb.h"
 
 namespace tessera {
@@ -163,4 +163,4 @@ std::string SlurmWaitReason(const SlurmAllocation& allocation, int32_t registere
 
 }  // namespace tessera
 
-#endif  // TESSERA_COORDINATOR_CORE_SLURM_POOL_H_
+#endif  // TESSERA_COORDINATOR_CORE_SLURM_SLURM_POOL_H_

@@ -1,6 +1,6 @@
-// PlanSlurmPools and AllocationNodes (coordinator/core/slurm_pool.h): which
+// PlanSlurmPools and AllocationNodes (coordinator/core/slurm/slurm_pool.h): which
 // allocations to submit, cancel and forget, and the pending reasons.
-#include "coordinator/core/slurm_pool.h"
+#include "coordinator/core/slurm/slurm_pool.h"
 
 #include <string>
 

@@ -1,10 +1,10 @@
-#include "coordinator/core/slurm_pool_manager.h"
+#include "coordinator/core/slurm/slurm_pool_manager.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/core/slurm_script.h"
+#include "coordinator/core/slurm/slurm_script.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {

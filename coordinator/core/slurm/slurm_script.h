@@ -20,15 +20,15 @@
 // characters; argv values are single-quoted for bash.
 //
 // Thread-safety: free functions.
-#ifndef TESSERA_COORDINATOR_CORE_SLURM_SCRIPT_H_
-#define TESSERA_COORDINATOR_CORE_SLURM_SCRIPT_H_
+#ifndef TESSERA_COORDINATOR_CORE_SLURM_SLURM_SCRIPT_H_
+#define TESSERA_COORDINATOR_CORE_SLURM_SLURM_SCRIPT_H_
 
 #include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/core/slurm_pool_config.h"
+#include "coordinator/core/slurm/slurm_pool_config.h"
 
 namespace tessera {
 
@@ -56,4 +56,4 @@ std::string ShellQuote(const std::string& s);
 
 }  // namespace tessera
 
-#endif  // TESSERA_COORDINATOR_CORE_SLURM_SCRIPT_H_
+#endif  // TESSERA_COORDINATOR_CORE_SLURM_SLURM_SCRIPT_H_

@@ -1,4 +1,4 @@
-#include "coordinator/core/slurm_pool_config.h"
+#include "coordinator/core/slurm/slurm_pool_config.h"
 
 #include <functional>
 #include <map>

@@ -1,4 +1,4 @@
-// SlurmCli: the SlurmClient that runs Slurm's own commands.
+// SlurmCommandClient: the SlurmClient that runs Slurm's own commands.
 //
 //   Submit  sbatch --parsable            (the script on stdin)
 //   Query   squeue -h --states=all -j ID,ID,... -o %i|%t|%r|%N
@@ -25,8 +25,8 @@
 //
 // Thread-safety: thread-safe; every call runs its own process and blocks
 // until it ends or times out.
-#ifndef TESSERA_COORDINATOR_SLURM_SLURM_CLI_H_
-#define TESSERA_COORDINATOR_SLURM_SLURM_CLI_H_
+#ifndef TESSERA_COORDINATOR_SLURM_SLURM_COMMAND_CLIENT_H_
+#define TESSERA_COORDINATOR_SLURM_SLURM_COMMAND_CLIENT_H_
 
 #include <map>
 #include <optional>
@@ -37,11 +37,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/process/run_command.h"
-#include "coordinator/core/slurm_client.h"
+#include "coordinator/core/slurm/slurm_client.h"
 
 namespace tessera {
 
-struct SlurmCliOptions {
+struct SlurmCommandClientOptions {
   // Directory holding sbatch, squeue and scancel.
   std::string bin_dir = "/usr/bin";
   // slurm.conf the commands use (SLURM_CONF); empty: Slurm's default
@@ -56,9 +56,9 @@ struct SlurmCliOptions {
   std::vector<std::string> env;
 };
 
-class SlurmCli final : public SlurmClient {
+class SlurmCommandClient final : public SlurmClient {
  public:
-  explicit SlurmCli(SlurmCliOptions options);
+  explicit SlurmCommandClient(SlurmCommandClientOptions options);
 
   // Whether Submit can honour SbatchRequest::run_as (the process is root).
   static bool CanSubmitAsOtherUsers();
@@ -77,7 +77,7 @@ class SlurmCli final : public SlurmClient {
                                     const std::optional<UnixAccount>& run_as,
                                     const std::string& working_dir) const;
 
-  const SlurmCliOptions options_;
+  const SlurmCommandClientOptions options_;
 };
 
 // Parses sbatch --parsable output ("1234" or "1234;cluster") into the job id.
@@ -88,4 +88,4 @@ absl::StatusOr<std::map<std::string, SlurmJobInfo>> ParseSqueue(const std::strin
 
 }  // namespace tessera
 
-#endif  // TESSERA_COORDINATOR_SLURM_SLURM_CLI_H_
+#endif  // TESSERA_COORDINATOR_SLURM_SLURM_COMMAND_CLIENT_H_

@@ -1,4 +1,4 @@
-#include "coordinator/core/slurm_client.h"
+#include "coordinator/core/slurm/slurm_client.h"
 
 #include <array>
 

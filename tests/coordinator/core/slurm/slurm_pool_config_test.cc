@@ -1,6 +1,6 @@
-// The Slurm pool file (coordinator/core/slurm_pool_config.h): every field,
+// The Slurm pool file (coordinator/core/slurm/slurm_pool_config.h): every field,
 // the defaults, and the refusals, each naming the line and the field.
-#include "coordinator/core/slurm_pool_config.h"
+#include "coordinator/core/slurm/slurm_pool_config.h"
 
 #include <string>
 

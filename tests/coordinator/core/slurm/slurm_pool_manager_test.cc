@@ -1,8 +1,8 @@
-// SlurmPoolManager (coordinator/core/slurm_pool_manager.h) over a fake
+// SlurmPoolManager (coordinator/core/slurm/slurm_pool_manager.h) over a fake
 // SlurmClient and a fake clock: submissions with their script, account and
 // credential file, the pending reasons from Slurm's states, idle cancels,
 // forgetting ended allocations, failed commands.
-#include "coordinator/core/slurm_pool_manager.h"
+#include "coordinator/core/slurm/slurm_pool_manager.h"
 
 #include <map>
 #include <string>

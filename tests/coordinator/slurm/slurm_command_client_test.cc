@@ -1,9 +1,8 @@
-// SlurmCli (coordinator/slurm/slurm_cli.h): output parsing and argument
-// checks without Slurm, then sbatch/squeue/scancel against a real one-node
-// Slurm started by the test (tests/testing/slurm_cluster.h; needs root,
-// skipped otherwise, failed when TESSERA_REQUIRE_SLURM=1). Prints
-// FIGURE slurm_submit_to_running_s.
-#include "coordinator/slurm/slurm_cli.h"
+// SlurmCommandClient (coordinator/slurm/slurm_command_client.h): output parsing and
+// argument checks without Slurm, then sbatch/squeue/scancel against a real one-node Slurm
+// started by the test (tests/testing/slurm_cluster.h; needs root, skipped otherwise,
+// failed when TESSERA_REQUIRE_SLURM=1). Prints FIGURE slurm_submit_to_running_s.
+#include "coordinator/slurm/slurm_command_client.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,7 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "coordinator/core/slurm_script.h"
+#include "coordinator/core/slurm/slurm_script.h"
 #include "gtest/gtest.h"
 #include "tests/testing/slurm_cluster.h"
 #include "tests/testing/test_util.h"
@@ -27,7 +26,7 @@ namespace {
 using ::tessera::testing::ReadFile;
 using ::tessera::testing::SlurmTest;
 
-TEST(SlurmCliParseTest, ParsableOutputGivesTheJobId) {
+TEST(SlurmCommandClientParseTest, ParsableOutputGivesTheJobId) {
   EXPECT_EQ(*ParseSbatchParsable("1234\n"), "1234");
   EXPECT_EQ(*ParseSbatchParsable("1234;cluster-a\n"), "1234");
   EXPECT_EQ(*ParseSbatchParsable("sbatch: warning: something\n77\n"), "77");
@@ -35,7 +34,7 @@ TEST(SlurmCliParseTest, ParsableOutputGivesTheJobId) {
   EXPECT_FALSE(ParseSbatchParsable("Submitted batch job 5\n").ok());
 }
 
-TEST(SlurmCliParseTest, SqueueLinesGiveStateReasonAndNodes) {
+TEST(SlurmCommandClientParseTest, SqueueLinesGiveStateReasonAndNodes) {
   absl::StatusOr<std::map<std::string, SlurmJobInfo>> jobs =
       ParseSqueue("12|PD|Resources|\n13|R|None|node[1-2]\n");
   ASSERT_TRUE(jobs.ok()) << jobs.status();
@@ -47,9 +46,9 @@ TEST(SlurmCliParseTest, SqueueLinesGiveStateReasonAndNodes) {
   EXPECT_FALSE(ParseSqueue("12|PD\n").ok());
 }
 
-TEST(SlurmCliParseTest, RefusesIdsAndSignalsThatCouldBeOptions) {
+TEST(SlurmCommandClientParseTest, RefusesIdsAndSignalsThatCouldBeOptions) {
   // bin_dir does not exist: a command that ran would fail with NotFound.
-  SlurmCli cli({.bin_dir = "/nonexistent"});
+  SlurmCommandClient cli({.bin_dir = "/nonexistent"});
   EXPECT_EQ(cli.Cancel("--user=alice").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cli.Cancel("12 13").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cli.Cancel("12", "USR1 --full").code(), absl::StatusCode::kInvalidArgument);
@@ -60,10 +59,11 @@ TEST(SlurmCliParseTest, RefusesIdsAndSignalsThatCouldBeOptions) {
   EXPECT_EQ(cli.Cancel("12").code(), absl::StatusCode::kNotFound);
 }
 
-class SlurmCliTest : public SlurmTest {
+class SlurmCommandClientTest : public SlurmTest {
  protected:
-  SlurmCli Cli() const {
-    return SlurmCli({.slurm_conf = cluster_->conf_path(), .timeout = absl::Seconds(20)});
+  SlurmCommandClient Cli() const {
+    return SlurmCommandClient(
+        {.slurm_conf = cluster_->conf_path(), .timeout = absl::Seconds(20)});
   }
   // A batch script that runs `step` as one srun step, its output in `out`.
   std::string Script(const std::string& out, const std::string& step,
@@ -85,7 +85,8 @@ class SlurmCliTest : public SlurmTest {
     return false;
   }
   // Polls Query until the job's state is `state`.
-  absl::StatusOr<SlurmJobInfo> WaitForState(SlurmCli& cli, const std::string& id,
+  absl::StatusOr<SlurmJobInfo> WaitForState(SlurmCommandClient& cli,
+                                            const std::string& id,
                                             const std::string& state) {
     SlurmJobInfo last;
     for (absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;) {
@@ -100,8 +101,8 @@ class SlurmCliTest : public SlurmTest {
   }
 };
 
-TEST_F(SlurmCliTest, SubmitQueryAndCancelFollowTheJob) {
-  SlurmCli cli = Cli();
+TEST_F(SlurmCommandClientTest, SubmitQueryAndCancelFollowTheJob) {
+  SlurmCommandClient cli = Cli();
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::string> id =
       cli.Submit({.script = Script("/dev/null", "/bin/sleep 300")});
@@ -127,8 +128,8 @@ TEST_F(SlurmCliTest, SubmitQueryAndCancelFollowTheJob) {
   EXPECT_EQ(mixed->size(), 1u);
 }
 
-TEST_F(SlurmCliTest, PendingJobShowsWhyItWaits) {
-  SlurmCli cli = Cli();
+TEST_F(SlurmCommandClientTest, PendingJobShowsWhyItWaits) {
+  SlurmCommandClient cli = Cli();
   // The first job takes both CPUs of the node; the second must wait.
   absl::StatusOr<std::string> big = cli.Submit(
       {.script = Script("/dev/null", "/bin/sleep 300", "#SBATCH --cpus-per-task=2\n")});
@@ -151,8 +152,8 @@ TEST_F(SlurmCliTest, PendingJobShowsWhyItWaits) {
   EXPECT_EQ(info.reason, "Resources");
 }
 
-TEST_F(SlurmCliTest, SubmitErrorCarriesWhatSbatchSaid) {
-  SlurmCli cli = Cli();
+TEST_F(SlurmCommandClientTest, SubmitErrorCarriesWhatSbatchSaid) {
+  SlurmCommandClient cli = Cli();
   absl::StatusOr<std::string> id =
       cli.Submit({.script = Script("/dev/null", "/bin/true",
                                    "#SBATCH --partition=no-such-partition\n")});
@@ -164,8 +165,8 @@ TEST_F(SlurmCliTest, SubmitErrorCarriesWhatSbatchSaid) {
       << id.status();
 }
 
-TEST_F(SlurmCliTest, SignalReachesTheSrunStepAndEndedJobIsNotFound) {
-  SlurmCli cli = Cli();
+TEST_F(SlurmCommandClientTest, SignalReachesTheSrunStepAndEndedJobIsNotFound) {
+  SlurmCommandClient cli = Cli();
   const std::string out = cluster_->dir() + "/step.out";
   const std::string step = WriteExecutable("step.sh",
                                            "#!/bin/bash\n"
@@ -181,15 +182,16 @@ TEST_F(SlurmCliTest, SignalReachesTheSrunStepAndEndedJobIsNotFound) {
   EXPECT_EQ(cli.Cancel(*id, "USR1").code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(SlurmCliTest, SubmitAsAnotherUserRunsTheJobAsThatUser) {
+TEST_F(SlurmCommandClientTest, SubmitAsAnotherUserRunsTheJobAsThatUser) {
   absl::StatusOr<UnixAccount> nobody = LookUpUnixAccount("nobody");
   ASSERT_TRUE(nobody.ok()) << nobody.status();
-  ASSERT_TRUE(SlurmCli::CanSubmitAsOtherUsers());  // SlurmTest runs as root only
+  ASSERT_TRUE(
+      SlurmCommandClient::CanSubmitAsOtherUsers());  // SlurmTest runs as root only
   // A directory the job, as nobody, may write its output into.
   const std::string outdir = cluster_->dir() + "/out";
   ASSERT_EQ(mkdir(outdir.c_str(), 0777), 0);
   chmod(outdir.c_str(), 01777);
-  SlurmCli cli = Cli();
+  SlurmCommandClient cli = Cli();
   absl::StatusOr<std::string> id = cli.Submit(
       {.script = Script(outdir + "/%u-%j.out", "/usr/bin/id -un"), .run_as = "nobody"});
   ASSERT_TRUE(id.ok()) << id.status();
@@ -208,7 +210,7 @@ TEST_F(SlurmCliTest, SubmitAsAnotherUserRunsTheJobAsThatUser) {
             absl::StatusCode::kNotFound);
 }
 
-TEST_F(SlurmCliTest, RenderedPoolScriptRunsTheWorkerAndSignalReachesIt) {
+TEST_F(SlurmCommandClientTest, RenderedPoolScriptRunsTheWorkerAndSignalReachesIt) {
   // The script slurm_script.h renders, submitted to the real sbatch: Slurm
   // accepts its #SBATCH lines, srun starts the worker with its flags and a
   // per-node name, and scancel --signal=USR1 reaches the worker process.
@@ -232,7 +234,7 @@ TEST_F(SlurmCliTest, RenderedPoolScriptRunsTheWorkerAndSignalReachesIt) {
                                 .coordinator_address = "127.0.0.1:50051",
                                 .join_token_file = "/nonexistent/join.token"});
   ASSERT_TRUE(script.ok()) << script.status();
-  SlurmCli cli = Cli();
+  SlurmCommandClient cli = Cli();
   absl::StatusOr<std::string> id = cli.Submit({.script = *script});
   ASSERT_TRUE(id.ok()) << id.status();
   ASSERT_TRUE(WaitForText(args_file, "--name")) << cluster_->DaemonLogs();

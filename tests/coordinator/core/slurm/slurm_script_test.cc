@@ -1,7 +1,7 @@
-// The batch script of a pool allocation (coordinator/core/slurm_script.h):
+// The batch script of a pool allocation (coordinator/core/slurm/slurm_script.h):
 // its #SBATCH lines, and the worker argv it really produces, run through
 // bash with a stand-in srun and worker.
-#include "coordinator/core/slurm_script.h"
+#include "coordinator/core/slurm/slurm_script.h"
 
 #include <sys/stat.h>
 

@@ -1,11 +1,11 @@
-#include "coordinator/core/slurm_pool.h"
+#include "coordinator/core/slurm/slurm_pool.h"
 
 #include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/core/slurm_client.h"
+#include "coordinator/core/slurm/slurm_client.h"
 
 namespace tessera {
 

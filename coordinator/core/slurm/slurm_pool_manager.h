@@ -30,8 +30,8 @@
 // tick_mu_, then the source's lock (inside SlurmSnapshot()), then mu_; a
 // caller may hold its own lock while it calls the accessors (they take only
 // mu_).
-#ifndef TESSERA_COORDINATOR_CORE_SLURM_POOL_MANAGER_H_
-#define TESSERA_COORDINATOR_CORE_SLURM_POOL_MANAGER_H_
+#ifndef TESSERA_COORDINATOR_CORE_SLURM_SLURM_POOL_MANAGER_H_
+#define TESSERA_COORDINATOR_CORE_SLURM_SLURM_POOL_MANAGER_H_
 
 #include <cstdint>
 #include <functional>
@@ -45,9 +45,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "coordinator/core/slurm_client.h"
-#include "coordinator/core/slurm_pool.h"
-#include "coordinator/core/slurm_pool_config.h"
+#include "coordinator/core/slurm/slurm_client.h"
+#include "coordinator/core/slurm/slurm_pool.h"
+#include "coordinator/core/slurm/slurm_pool_config.h"
 
 namespace tessera {
 
@@ -55,7 +55,8 @@ struct SlurmPoolManagerOptions {
   // HOST:PORT the workers in the allocations dial (the coordinator's
   // address as the compute nodes reach it).
   std::string coordinator_address;
-  // Whether sbatch may run as the job's owner (SlurmCli::CanSubmitAsOtherUsers()).
+  // Whether sbatch may run as the job's owner
+  // (SlurmCommandClient::CanSubmitAsOtherUsers()).
   bool can_submit_as_owner = false;
   // Directory sbatch runs in (SbatchRequest::working_dir); "/" by default.
   std::string submit_dir = "/";
@@ -188,4 +189,4 @@ class SlurmPoolManager {
 
 }  // namespace tessera
 
-#endif  // TESSERA_COORDINATOR_CORE_SLURM_POOL_MANAGER_H_
+#endif  // TESSERA_COORDINATOR_CORE_SLURM_SLURM_POOL_MANAGER_H_

@@ -1,4 +1,4 @@
-#include "coordinator/core/slurm_script.h"
+#include "coordinator/core/slurm/slurm_script.h"
 
 #include <cmath>
 #include <vector>
