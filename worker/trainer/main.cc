@@ -225,6 +225,24 @@ absl::StatusOr<ProcessGroupOptions> GroupOptionsFor(const TrainerFlags& flags,
   return group_options;
 }
 
+MetricsReporterOptions ReportingFor(int rank, const LaunchOptions& launch) {
+  MetricsReporterOptions reporting;
+  reporting.rank = rank;
+  reporting.metrics_file = launch.metrics_file;
+  reporting.progress = &std::cout;
+  return reporting;
+}
+
+// A kernel fault or an out-of-memory: the device, not the training code or a
+// peer, is the reason, and the rank ends with its own exit code.
+void ExitIfCudaError(const absl::Status& failure, const DevicePlacement& placement,
+                     Communicator& communicator) {
+  if (!IsCudaErrorMessage(std::string(failure.message()))) return;
+  communicator.Abort();
+  ExitOnCudaError(
+      absl::StrCat("training on ", placement.name(), " failed: ", failure.message()));
+}
+
 FaultInjectorOptions FaultInjectorLogging() {
   FaultInjectorOptions faulting;
   faulting.log = [](const std::string& line) {
@@ -347,12 +365,8 @@ int TrainRank(const TrainerFlags& flags, const DevicePlacement& placement) {
     return Fail(context, status);
   };
 
-  MetricsReporterOptions reporting;
-  reporting.rank = group->rank;
-  reporting.metrics_file = launch.metrics_file;
-  reporting.progress = &std::cout;
   absl::StatusOr<std::unique_ptr<MetricsReporter>> reporter =
-      MetricsReporter::Create(reporting, coordinator.get());
+      MetricsReporter::Create(ReportingFor(group->rank, launch), coordinator.get());
   if (!reporter.ok()) return fail_and_abort("setting up metrics", reporter.status());
 
   // Validated with the options above.
@@ -361,14 +375,10 @@ int TrainRank(const TrainerFlags& flags, const DevicePlacement& placement) {
   Trainer trainer(options, *data, *group->communicator, **reporter,
                   LoopOptionsFor(launch, progress, fault));
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
-  if (!outcome.ok() && IsCudaErrorMessage(std::string(outcome.status().message()))) {
-    // A kernel fault or an out-of-memory: the device, not the training code
-    // or a peer, is the reason.
-    group->communicator->Abort();
-    ExitOnCudaError(absl::StrCat("training on ", placement.name(),
-                                 " failed: ", outcome.status().message()));
+  if (!outcome.ok()) {
+    ExitIfCudaError(outcome.status(), placement, *group->communicator);
+    return fail_and_abort("training", outcome.status());
   }
-  if (!outcome.ok()) return fail_and_abort("training", outcome.status());
   if (outcome->preempted) return FinishPreempted(*outcome, **reporter, lease.get());
 
   PrintDone(group->rank, *outcome);
