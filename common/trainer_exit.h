@@ -14,8 +14,8 @@
 
 namespace tessera {
 
-// A collective failed or timed out: the watchdog aborted the communicator
-// (worker/trainer/collective_watchdog.h).
+// A collective failed or timed out: the collective timeout aborted the communicator
+// (worker/trainer/collective_timeout.h).
 inline constexpr int kTrainerExitCollectiveFailure = 4;
 
 // The rank was asked to leave (SIGUSR1: a drain or a preemption notice). It

@@ -11,7 +11,7 @@
 #      989: H100 SXM bf16 dense);
 #   3. NCCL at world size 1: joining the communicator, and one all-reduce of a
 #      25 MiB bucket (nccl_communicator_test's FIGURE lines);
-#   4. the collective watchdog aborting a collective the check makes hang: a
+#   4. the collective timeout aborting a collective the check makes hang: a
 #      world-of-one all-reduce queued behind a stream held by a blocking host
 #      function (nccl_communicator_test), and with two or more GPUs also two
 #      tessera-train ranks of which the check stops one (SIGSTOP) mid-run: the
@@ -385,7 +385,7 @@ print(f"{ips:.0f}")
 EOF
 ) || die "no step times in $WORK/b16.jsonl"
 
-# 7. NCCL at world size 1, and the watchdog on a collective held back on
+# 7. NCCL at world size 1, and the collective timeout on a collective held back on
 #    purpose (both ran under ctest above; their figures).
 grep -Eo 'FIGURE .*' "$WORK/ctest.log" || die "nccl_communicator_test printed no FIGURE lines"
 
@@ -428,12 +428,12 @@ print("  %-58s %7.0f images/s  tessera/peer %.2f" % (name, ips, tessera / ips))
 done
 
 # 9. With two GPUs: two ranks, one of them stopped mid-run; the other's
-#    watchdog must end it with exit code 4, naming the collective.
+#    collective timeout must end it with exit code 4, naming the collective.
 if [ "$gpu_count" -lt 2 ]; then
-  phase "done (one GPU: the two-rank watchdog run needs two, skipped)"
+  phase "done (one GPU: the two-rank collective-timeout run needs two, skipped)"
   exit 0
 fi
-phase "two-rank watchdog run"
+phase "two-rank collective-timeout run"
 port=$((20000 + RANDOM % 20000))
 pids=()
 for rank in 0 1; do
@@ -455,8 +455,8 @@ status=0
 wait "${pids[0]}" || status=$?
 ended=$(date +%s.%N)
 kill -9 "${pids[1]}" 2>/dev/null || true
-echo "watchdog, two ranks: rank 1 stopped; rank 0 exited with code $status after" \
+echo "collective timeout, two ranks: rank 1 stopped; rank 0 exited with code $status after" \
   "$(awk -v a="$stopped" -v b="$ended" 'BEGIN { printf "%.1f", b - a }') s (--collective-timeout $COLLECTIVE_TIMEOUT)"
-grep -iE 'collective|watchdog|abort' "$WORK/hang-0.log" | tail -3
+grep -iE 'collective|timeout|abort' "$WORK/hang-0.log" | tail -3
 [ "$status" = 4 ] || die "rank 0 should have exited with code 4 (collective failure)"
 phase "done"

@@ -8,8 +8,8 @@
 // names at::Tensor without including LibTorch, so it stays cheap to include.
 //
 // The Gloo and NCCL backends track their unfinished collectives
-// (pending_collective_tracker.h) and run a watchdog over them
-// (collective_watchdog.h): a collective pending past the timeout, or a broken
+// (pending_collective_tracker.h) and run a collective timeout over them
+// (collective_timeout.h): a collective pending past the timeout, or a broken
 // communicator, aborts the communicator and fails with a reason that names the
 // collective, e.g. "allreduce #412 (bucket 3)".
 //

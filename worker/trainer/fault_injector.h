@@ -4,7 +4,7 @@
 //
 // A hang blocks the calling (training) thread for good and nothing else: the
 // lease thread keeps renewing and so keeps reporting the step and the phase it
-// hangs in, which is the alive-but-stuck rank the coordinator's watchdog must
+// hangs in, which is the alive-but-stuck rank the coordinator's rank watch must
 // find. A slow fault sleeps once per step, on the first entry into its phase.
 //
 // Plain C++ (no LibTorch). Not thread-safe: the training thread owns it.

@@ -23,7 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
-#include "worker/trainer/collective_watchdog.h"
+#include "worker/trainer/collective_timeout.h"
 #include "worker/trainer/net_util.h"
 #include "worker/trainer/pending_collective_tracker.h"
 
@@ -78,7 +78,7 @@ class ScratchPool {
 
 namespace {
 
-// A communicator's collectives: the tracker its watchdog ages, the reason it
+// A communicator's collectives: the tracker its collective timeout ages, the reason it
 // was aborted, and the handler told when a collective fails. Shared with the
 // launched collectives, which may outlive the communicator. Thread-safe.
 class GlooCollectives {
@@ -150,8 +150,8 @@ class TrackedCollective {
   }
 
   // Ends the collective and returns its outcome. A failure after the
-  // communicator was aborted carries that reason (the watchdog's); any other
-  // fails the communicator as the watchdog would, naming this collective.
+  // communicator was aborted carries that reason (the collective timeout's); any other
+  // fails the communicator as the collective timeout would, naming this collective.
   absl::Status Finish(absl::Status status) {
     End();
     if (status.ok()) return status;
@@ -182,7 +182,7 @@ struct GlooCommunicator::Impl {
   std::shared_ptr<ScratchPool> scratch = std::make_shared<ScratchPool>();
   std::shared_ptr<GlooCollectives> collectives;
   // Last: its thread ages `collectives` and is joined first.
-  std::unique_ptr<CollectiveWatchdog> watchdog;
+  std::unique_ptr<CollectiveTimeout> collective_timeout;
 };
 
 namespace {
@@ -313,7 +313,7 @@ GlooCommunicator::GlooCommunicator(int rank, int world_size,
       impl_(std::move(impl)) {}
 
 GlooCommunicator::~GlooCommunicator() {
-  impl_->watchdog.reset();
+  impl_->collective_timeout.reset();
   if (impl_->collectives->abort_reason().has_value()) {
     // ~ProcessGroupGloo waits for the queued work, which may wait on a peer
     // that is gone until Gloo's timeout; an aborted group is left to the
@@ -357,17 +357,17 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store->impl_->store, rank,
                                                               world_size, group_options);
     impl->collectives = std::make_shared<GlooCollectives>(options.on_collective_failure);
-    CollectiveWatchdogOptions watchdog;
-    watchdog.timeout = options.timeout;
-    watchdog.poll_interval = options.watchdog_interval;
+    CollectiveTimeoutOptions timeout_options;
+    timeout_options.timeout = options.timeout;
+    timeout_options.poll_interval = options.timeout_poll_interval;
     // Gloo reports errors only to the waiting call: no poll, only the ages.
-    impl->watchdog = std::make_unique<CollectiveWatchdog>(
+    impl->collective_timeout = std::make_unique<CollectiveTimeout>(
         impl->collectives->tracker(), impl->collectives->clock(), nullptr,
         [collectives = impl->collectives.get()](const std::string& reason) {
           collectives->Fail(reason);
         },
-        watchdog);
-    impl->watchdog->Start();
+        timeout_options);
+    impl->collective_timeout->Start();
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(rank, world_size, std::move(store), std::move(impl)));
   } catch (const std::exception& e) {

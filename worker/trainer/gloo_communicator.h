@@ -12,12 +12,12 @@
 // status that names the collective ("allreduce #412 (bucket 3)"): Unavailable
 // for a peer that went away, DeadlineExceeded for timeouts.
 //
-// Timeouts: a collective watchdog (collective_watchdog.h) fires when a
+// Timeouts: a collective timeout (collective_timeout.h) fires when a
 // collective has been pending for GlooOptions::timeout; it aborts the
 // communicator and calls on_collective_failure with a reason naming the
 // collective. Gloo's own limit per operation is set a little later
-// (GlooOperationTimeout), so the watchdog acts first; Gloo's then frees the
-// call that waits, which fails with the watchdog's reason. A collective counts
+// (GlooOperationTimeout), so the collective timeout acts first; Gloo's then frees the
+// call that waits, which fails with the collective timeout's reason. A collective counts
 // as pending from its launch until it has been waited for. Gloo reports other
 // errors (a peer that closed its connection) only to that call; such a failure
 // aborts the communicator the same way, with a reason naming the collective.
@@ -78,12 +78,12 @@ struct GlooOptions {
   // Address of the local interface the Gloo device binds to; peers connect to
   // it. Normally the address used to reach the coordinator or store.
   std::string local_address = "127.0.0.1";
-  // Limit for connecting the mesh and for each collective (the watchdog's
+  // Limit for connecting the mesh and for each collective (the collective timeout's
   // timeout; --collective-timeout).
   absl::Duration timeout = absl::Minutes(5);
-  // Time between two checks of the watchdog.
-  absl::Duration watchdog_interval = absl::Milliseconds(100);
-  // Called once, after a collective timed out (on the watchdog's thread) or
+  // Time between two checks of the collective timeout.
+  absl::Duration timeout_poll_interval = absl::Milliseconds(100);
+  // Called once, after a collective timed out (on the collective timeout's thread) or
   // failed (on the thread that waited for it) and the communicator was
   // aborted, with the reason; tessera-train exits there
   // (ExitOnCollectiveFailure). Unset: the call waiting for the collective
@@ -101,7 +101,7 @@ struct GlooOptions {
 };
 
 // Gloo's own limit for one operation (and for connecting the mesh): `timeout`
-// plus max(1 s, timeout / 10), so that the watchdog fires first.
+// plus max(1 s, timeout / 10), so that the collective timeout fires first.
 absl::Duration GlooOperationTimeout(absl::Duration timeout);
 
 class GlooCommunicator final : public Communicator {
@@ -129,7 +129,7 @@ class GlooCommunicator final : public Communicator {
   void Abort() override;
   const PendingCollectiveTracker* collectives() const override;
 
-  // Why the communicator was aborted (the watchdog's reason); nullopt if not.
+  // Why the communicator was aborted (the collective timeout's reason); nullopt if not.
   std::optional<std::string> abort_reason() const;
 
  private:

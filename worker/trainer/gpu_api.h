@@ -14,7 +14,7 @@
 //   GpuStream stream = nullptr;
 //   if (api.StreamCreate(&stream) != kCudaSuccess) ...
 //
-// Thread-safety: as the libraries' (the communicator's watchdog thread queries
+// Thread-safety: as the libraries' (the communicator's collective-timeout thread queries
 // events while its owner issues collectives).
 #ifndef TESSERA_WORKER_TRAINER_GPU_API_H_
 #define TESSERA_WORKER_TRAINER_GPU_API_H_

@@ -5,7 +5,7 @@
 // on the lease renewals, training loop, result.
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 lost the
 // coordinator's lease (lease.h), 4 a collective failed or timed out
-// (--collective-timeout; collective_watchdog.h), 5 preempted: SIGUSR1 asked
+// (--collective-timeout; collective_timeout.h), 5 preempted: SIGUSR1 asked
 // the rank to checkpoint and leave, and it did so at the step all ranks agreed
 // on (kTrainerExitPreempted, common/trainer_exit.h; preemption.h); its job
 // resumes from that checkpoint; 6 a CUDA error outside NCCL (a kernel fault,
@@ -29,7 +29,7 @@
 #include "common/clock.h"
 #include "common/fault_spec.h"
 #include "common/trainer_exit.h"
-#include "worker/trainer/collective_watchdog.h"
+#include "worker/trainer/collective_timeout.h"
 #include "worker/trainer/coordinator_client.h"
 #include "worker/trainer/fault_injector.h"
 #include "worker/trainer/image_data.h"
@@ -207,10 +207,10 @@ absl::StatusOr<ProcessGroupOptions> GroupOptionsFor(const TrainerFlags& flags,
   ProcessGroupOptions group_options;
   group_options.timeout = flags.launch.collective_timeout;
   // A collective that timed out or failed ends the rank at once, with the
-  // reason on stderr and its own exit code (the watchdog aborted the
+  // reason on stderr and its own exit code (the collective timeout aborted the
   // communicator first).
   group_options.on_collective_failure = ExitOnCollectiveFailure;
-  // A CUDA error outside NCCL that the NCCL watchdog finds: its own code.
+  // A CUDA error outside NCCL that the NCCL collective timeout finds: its own code.
   group_options.on_device_failure = ExitOnCudaError;
   group_options.gloo_pairwise_exchange = flags.gloo_allreduce == "exchange";
   if (placement.cuda) {

@@ -18,7 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "worker/trainer/collective_watchdog.h"
+#include "worker/trainer/collective_timeout.h"
 #include "worker/trainer/gpu_api.h"
 #include "worker/trainer/pending_collective_tracker.h"
 
@@ -89,7 +89,7 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-// A CUDA event shared by a pending operation and the watchdog, which queries
+// A CUDA event shared by a pending operation and the collective timeout, which queries
 // it from its own thread; destroyed when the last of them lets go.
 using SharedEvent = std::shared_ptr<void>;
 
@@ -105,7 +105,7 @@ absl::StatusOr<SharedEvent> NewEvent(GpuApi& api, int device) {
 
 }  // namespace
 
-// Shared by the communicator, its pending operations and its watchdog.
+// Shared by the communicator, its pending operations and its collective timeout.
 //
 // `comm_mu` keeps NCCL calls on `comm` apart from ncclCommAbort: calls hold it
 // shared, Abort exclusively, so that no call runs on a communicator being torn
@@ -251,7 +251,7 @@ struct NcclCommState {
     api.NcclAbort(comm);
   }
 
-  // The watchdog fired: a CUDA error goes to on_device_failure, the rest to
+  // The collective timeout fired: a CUDA error goes to on_device_failure, the rest to
   // on_collective_failure.
   void Fail(const std::string& reason) {
     std::optional<std::string> device_failure;
@@ -262,7 +262,7 @@ struct NcclCommState {
     const std::string text =
         device_failure.has_value()
             ? absl::StrCat(*device_failure, " on CUDA device ", device,
-                           " (not an NCCL failure; the NCCL watchdog found it: ", reason,
+                           " (not an NCCL failure; the NCCL collective timeout found it: ", reason,
                            ")")
             : reason;
     Abort(text);
@@ -275,7 +275,7 @@ struct NcclCommState {
 
   // Issues one collective (`call`, which enqueues on the communicator's
   // stream after `ready`) named `name` and `bucket`, and records its done
-  // event. It stays in the tracker until the watchdog sees that event
+  // event. It stays in the tracker until the collective timeout sees that event
   // complete. An enqueue that NCCL leaves in progress past the timeout aborts
   // the communicator.
   absl::StatusOr<SharedEvent> Launch(absl::string_view name, int bucket,
@@ -354,7 +354,7 @@ struct NcclCommState {
     return status;
   }
 
-  // The watchdog's poll: retires finished collectives, then asks NCCL for an
+  // The collective timeout's poll: retires finished collectives, then asks NCCL for an
   // asynchronous error.
   absl::Status Poll() {
     DeviceGuard guard(api, device);
@@ -372,7 +372,7 @@ struct NcclCommState {
   }
 
   // Blocks until `event` completes or the communicator is aborted (by the
-  // watchdog, on an error or past the timeout).
+  // collective timeout, on an error or past the timeout).
   absl::Status WaitForEvent(GpuEvent event) {
     Backoff backoff;
     while (true) {
@@ -447,14 +447,14 @@ std::string FormatNcclVersion(int code) {
 NcclComm::NcclComm(int rank, int world_size, int device,
                    std::shared_ptr<NcclCommState> state)
     : rank_(rank), world_size_(world_size), device_(device), state_(std::move(state)) {
-  CollectiveWatchdogOptions watchdog;
-  watchdog.timeout = state_->options.timeout;
-  watchdog.poll_interval = state_->options.watchdog_interval;
-  NcclCommState* const watched = state_.get();  // outlives the watchdog
-  watchdog_ = std::make_unique<CollectiveWatchdog>(
+  CollectiveTimeoutOptions timeout_options;
+  timeout_options.timeout = state_->options.timeout;
+  timeout_options.poll_interval = state_->options.timeout_poll_interval;
+  NcclCommState* const watched = state_.get();  // outlives the collective timeout
+  collective_timeout_ = std::make_unique<CollectiveTimeout>(
       state_->tracker, state_->clock, [watched] { return watched->Poll(); },
-      [watched](const std::string& reason) { watched->Fail(reason); }, watchdog);
-  watchdog_->Start();
+      [watched](const std::string& reason) { watched->Fail(reason); }, timeout_options);
+  collective_timeout_->Start();
 }
 
 NcclComm::~NcclComm() = default;

@@ -25,7 +25,7 @@
 // waits on this rank's own kernels (PendingCollectiveInfo::ready is false);
 // after, on its peers.
 //
-// The watchdog (collective_watchdog.h): a thread per communicator polls
+// The collective timeout (collective_timeout.h): a thread per communicator polls
 // ncclCommGetAsyncError, the collectives' events and the age of the oldest
 // unfinished collective (until its `done` event completes). On an error, or
 // once one has been pending for NcclOptions::timeout, it aborts the
@@ -61,7 +61,7 @@
 
 namespace tessera::trainer {
 
-class CollectiveWatchdog;
+class CollectiveTimeout;
 
 // A fresh NCCL unique id (rank 0 only), as kNcclUniqueIdBytes raw bytes.
 absl::StatusOr<std::string> NewNcclUniqueId(GpuApi& api);
@@ -91,20 +91,20 @@ absl::StatusOr<NcclVersions> GetNcclVersions();
 std::string FormatNcclVersion(int code);
 
 struct NcclOptions {
-  // Limit for joining the communicator and for each collective: the watchdog
+  // Limit for joining the communicator and for each collective: the collective timeout
   // aborts the communicator once one has been pending this long
   // (--collective-timeout).
   absl::Duration timeout = absl::Minutes(5);
-  // Time between two checks of the watchdog.
-  absl::Duration watchdog_interval = absl::Milliseconds(100);
+  // Time between two checks of the collective timeout.
+  absl::Duration timeout_poll_interval = absl::Milliseconds(100);
   // The longest a clean teardown waits for ncclCommFinalize before it aborts
   // (a peer that died after the last collective never finalizes).
   absl::Duration finalize_timeout = absl::Seconds(10);
-  // Called once, on the watchdog's thread, after it aborted the communicator,
+  // Called once, on the collective timeout's thread, after it aborted the communicator,
   // with the reason; tessera-train exits there (ExitOnCollectiveFailure).
   // Unset: pending and later collectives fail with the reason.
   std::function<void(const std::string& reason)> on_collective_failure;
-  // Called instead of on_collective_failure when what the watchdog found is a
+  // Called instead of on_collective_failure when what the collective timeout found is a
   // CUDA error outside NCCL (the reason names it); tessera-train exits with
   // kTrainerExitCudaError there (ExitOnCudaError). Unset: on_collective_failure.
   std::function<void(const std::string& reason)> on_device_failure;
@@ -175,14 +175,14 @@ class NcclComm {
   void Abort();
 
   // The collectives issued whose `done` event has not completed yet (as the
-  // watchdog last saw them).
+  // collective timeout last saw them).
   const PendingCollectiveTracker& collectives() const;
 
   // Why the communicator was aborted; nullopt if it was not.
   std::optional<std::string> abort_reason() const;
 
  private:
-  // Starts the watchdog.
+  // Starts the collective timeout.
   NcclComm(int rank, int world_size, int device, std::shared_ptr<NcclCommState> state);
 
   const int rank_;
@@ -190,7 +190,7 @@ class NcclComm {
   const int device_;
   std::shared_ptr<NcclCommState> state_;
   // Last: polls state_, and is stopped and joined first.
-  std::unique_ptr<CollectiveWatchdog> watchdog_;
+  std::unique_ptr<CollectiveTimeout> collective_timeout_;
 };
 
 }  // namespace tessera::trainer

@@ -7,7 +7,7 @@
 // Collectives are stream-ordered: AllReduceSumAsync starts after the work queued
 // so far on the tensor device's current stream, and Wait makes the then-current
 // stream wait for the result without blocking the host (a later .item() or copy
-// to the CPU sees it). The NcclComm's watchdog tracks every collective until
+// to the CPU sees it). The NcclComm's collective timeout tracks every collective until
 // its done event completes and aborts the communicator on an NCCL error or
 // timeout (nccl_communicator.h).
 //

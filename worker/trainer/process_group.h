@@ -36,13 +36,13 @@ namespace tessera::trainer {
 struct ProcessGroupOptions {
   // --collective-timeout: the limit for connecting to the store and forming the
   // group (Gloo mesh, NCCL init), and each collective's: a collective pending
-  // this long fires the communicator's watchdog (collective_watchdog.h).
+  // this long fires the communicator's collective timeout (collective_timeout.h).
   absl::Duration timeout = absl::Minutes(5);
-  // Called once, on the watchdog's thread, after the communicator was aborted
+  // Called once, on the collective timeout's thread, after the communicator was aborted
   // (a collective timed out, or NCCL reported an error), with the reason;
   // tessera-train exits there (ExitOnCollectiveFailure).
   std::function<void(const std::string& reason)> on_collective_failure;
-  // The NCCL backend's watchdog found a CUDA error outside NCCL instead
+  // The NCCL backend's collective timeout found a CUDA error outside NCCL instead
   // (NcclOptions::on_device_failure); tessera-train exits there
   // (ExitOnCudaError). Unset: on_collective_failure.
   std::function<void(const std::string& reason)> on_device_failure;

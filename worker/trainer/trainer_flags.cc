@@ -121,7 +121,7 @@ void DeclareModelAndDeviceFlags(ConfigFlags& config, TrainerOptions& t) {
   config("overlap", t.overlap, "start each bucket's allreduce during backward");
   config("fault", t.fault,
          "TEST HOOK, off by default: make one rank misbehave so tests can show the "
-         "coordinator's watchdog. hang:rank=R,step=N,phase=P blocks rank R for good "
+         "coordinator's rank watch. hang:rank=R,step=N,phase=P blocks rank R for good "
          "once it has done N steps and enters phase P (data, forward, backward, "
          "collective, optimizer, eval, checkpoint) while its lease and progress "
          "reports go on; slow:rank=R,phase=P,ms=M makes rank R spend M ms more in "

@@ -160,7 +160,7 @@ TEST(GlooCommunicatorTest, RejectsTensorsItCannotReduce) {
 // Rank 1 stops taking part after the first all-reduce but stays connected (a
 // hung rank, not a dead one). Rank 0's second all-reduce, bucket 3, must fail
 // within the short collective timeout with a reason that names it, and the
-// watchdog must report that reason once.
+// collective timeout must report that reason once.
 void ExpectAMissingPeerFailsNamingThePendingCollective(bool pairwise_exchange) {
   using ::testing::HasSubstr;
   using ::testing::StartsWith;
@@ -170,7 +170,7 @@ void ExpectAMissingPeerFailsNamingThePendingCollective(bool pairwise_exchange) {
   absl::Notification rank0_done;
   GlooOptions options;
   options.timeout = kCollectiveTimeout;
-  options.watchdog_interval = absl::Milliseconds(10);
+  options.timeout_poll_interval = absl::Milliseconds(10);
   options.pairwise_exchange = pairwise_exchange;
   options.on_collective_failure = [&](const std::string& reason) {
     absl::MutexLock lock(&mu);
@@ -211,7 +211,7 @@ void ExpectAMissingPeerFailsNamingThePendingCollective(bool pairwise_exchange) {
   });
   absl::MutexLock lock(&mu);
   ASSERT_EQ(fired.size(), 1u);
-  std::cout << "watchdog reason: " << fired[0] << std::endl;
+  std::cout << "collective timeout reason: " << fired[0] << std::endl;
   EXPECT_THAT(fired[0],
               StartsWith("collective timeout: allreduce #2 (bucket 3) pending for"));
   EXPECT_THAT(fired[0], HasSubstr("(limit 1.0 s)"));

@@ -31,7 +31,7 @@ constexpr int kCudaErrorIllegalAddress = 700;
 // created) and every other one (the callers'). Whether the work queued on
 // each kind has run is a switch, so a test decides whether a collective's
 // inputs are produced (caller streams) and whether it finished (the
-// communicator's stream). Thread-safe: the watchdog polls from its thread.
+// communicator's stream). Thread-safe: the collective timeout polls from its thread.
 class FakeGpuApi final : public GpuApi {
  public:
   // Switches.
@@ -296,7 +296,7 @@ TEST(NcclCommunicatorFakeTest, AnEnqueueThatNeverCompletesAbortsTheCommunicator)
   FakeGpuApi api;
   NcclOptions options;
   options.timeout = absl::Milliseconds(200);
-  options.watchdog_interval = absl::Hours(1);  // only the launch itself acts
+  options.timeout_poll_interval = absl::Hours(1);  // only the launch itself acts
   std::unique_ptr<NcclComm> comm = Join(api, options);
   ASSERT_NE(comm, nullptr);
   api.set_enqueue_hangs(true);
@@ -318,12 +318,12 @@ TEST(NcclCommunicatorFakeTest, AnEnqueueThatNeverCompletesAbortsTheCommunicator)
   EXPECT_EQ(api.count("finalize"), 0);
 }
 
-// A communicator whose watchdog polls every 5 ms, with an all-reduce of
+// A communicator whose collective timeout polls every 5 ms, with an all-reduce of
 // `bucket` pending on it (the communicator's stream does not run).
 std::unique_ptr<NcclComm> JoinWithAPendingAllReduce(FakeGpuApi& api, Failures& failures,
                                                     int bucket) {
   NcclOptions options;
-  options.watchdog_interval = absl::Milliseconds(5);
+  options.timeout_poll_interval = absl::Milliseconds(5);
   failures.Attach(options);
   std::unique_ptr<NcclComm> comm = Join(api, options);
   if (comm == nullptr) return nullptr;
@@ -377,7 +377,7 @@ TEST(NcclCommunicatorFakeTest,
      ACollectiveIsReadyOnlyOnceThisRanksKernelsProducedItsInput) {
   FakeGpuApi api;
   NcclOptions options;
-  options.watchdog_interval = absl::Milliseconds(5);
+  options.timeout_poll_interval = absl::Milliseconds(5);
   std::unique_ptr<NcclComm> comm = Join(api, options);
   ASSERT_NE(comm, nullptr);
   // This rank's backward still runs, and the collective cannot finish yet.
@@ -386,7 +386,7 @@ TEST(NcclCommunicatorFakeTest,
   float buffer[4] = {};
   ASSERT_TRUE(
       comm->AllReduceSumAsync(buffer, 4, NcclDataType::kFloat32, CallerStream(), 1).ok());
-  absl::SleepFor(absl::Milliseconds(50));  // ten watchdog polls
+  absl::SleepFor(absl::Milliseconds(50));  // ten collective-timeout polls
   std::optional<PendingCollectiveInfo> oldest = comm->collectives().Oldest();
   ASSERT_TRUE(oldest.has_value());
   EXPECT_FALSE(oldest->ready) << "its input is still being computed on this rank";

@@ -210,9 +210,9 @@ TEST(NcclCommunicatorTest, AWorldOfOneJoinsAndReducesA25MiBBucket) {
 }
 
 // A collective queued behind a stream that does not drain (a host function that
-// blocks until released) never finishes: the watchdog aborts the communicator
+// blocks until released) never finishes: the collective timeout aborts the communicator
 // once it has been pending for the timeout, and names it and its bucket.
-TEST(NcclCommunicatorTest, TheWatchdogAbortsACollectiveThatNeverFinishes) {
+TEST(NcclCommunicatorTest, TheCollectiveTimeoutAbortsACollectiveThatNeverFinishes) {
   if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device is visible";
   absl::StatusOr<std::string> id = NewNcclUniqueId();
   ASSERT_TRUE(id.ok()) << id.status();
@@ -220,7 +220,7 @@ TEST(NcclCommunicatorTest, TheWatchdogAbortsACollectiveThatNeverFinishes) {
   std::string reported;
   NcclOptions options;
   options.timeout = absl::Seconds(2);
-  options.watchdog_interval = absl::Milliseconds(20);
+  options.timeout_poll_interval = absl::Milliseconds(20);
   options.on_collective_failure = [&](const std::string& reason) {
     reported = reason;
     failed.Notify();
@@ -245,7 +245,7 @@ TEST(NcclCommunicatorTest, TheWatchdogAbortsACollectiveThatNeverFinishes) {
       buffer.data(), 3, NcclDataType::kFloat32, stream, /*bucket=*/7);
   ASSERT_TRUE(pending.ok()) << pending.status();
   // The abort may wait for the device, so the stream is released as soon as the
-  // watchdog has decided (its reason is recorded first).
+  // collective timeout has decided (its reason is recorded first).
   const absl::Time give_up = start + absl::Seconds(30);
   while (!(*comm)->abort_reason().has_value() && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(10));
@@ -254,10 +254,10 @@ TEST(NcclCommunicatorTest, TheWatchdogAbortsACollectiveThatNeverFinishes) {
   release.Notify();
   ASSERT_TRUE(failed.WaitForNotificationWithTimeout(absl::Seconds(60)));
   const double aborted_s = absl::ToDoubleSeconds(absl::Now() - start);
-  std::cout << "FIGURE watchdog_timeout_s=2\n"
-            << "FIGURE watchdog_decided_s=" << decided_s << "\n"
-            << "FIGURE watchdog_aborted_s=" << aborted_s << "\n"
-            << "FIGURE watchdog_reason=\"" << reported << "\"" << std::endl;
+  std::cout << "FIGURE collective_timeout_timeout_s=2\n"
+            << "FIGURE collective_timeout_decided_s=" << decided_s << "\n"
+            << "FIGURE collective_timeout_aborted_s=" << aborted_s << "\n"
+            << "FIGURE collective_timeout_reason=\"" << reported << "\"" << std::endl;
   EXPECT_GE(decided_s, 2.0) << "not before the timeout";
   EXPECT_LT(decided_s, 10.0);
   EXPECT_NE(reported.find("(bucket 7)"), std::string::npos) << reported;

@@ -1,6 +1,6 @@
 // The training loop with real ranks (Gloo on loopback, one thread per rank):
 // the progress it reports, the preemption stop the ranks agree on, and the
-// --fault hook's hung and slow ranks as the coordinator's watchdog sees them
+// --fault hook's hung and slow ranks as the coordinator's rank watch sees them
 // through the progress reports.
 #include <unistd.h>
 
@@ -242,7 +242,7 @@ TEST(TrainerFaultTest, AHungRankReportsItsStepAndPhaseWhileItsPeerWaitsOnTheColl
 
   std::optional<ProgressReport> culprit;
   std::optional<ProgressReport> peer;
-  std::thread watchdog([&] {
+  std::thread observer([&] {
     ASSERT_TRUE(hanging.WaitForNotificationWithTimeout(absl::Seconds(120)));
     // Wait until rank 0 is blocked on rank 1 in step 4's gradient all-reduce
     // (it may still be leaving step 3's when rank 1 starts hanging).
@@ -258,7 +258,7 @@ TEST(TrainerFaultTest, AHungRankReportsItsStepAndPhaseWhileItsPeerWaitsOnTheColl
     release.Notify();
   });
   TrainTwoRanks(SmallRun(), runs);
-  watchdog.join();
+  observer.join();
 
   ASSERT_TRUE(culprit.has_value() && peer.has_value());
   EXPECT_EQ(culprit->step, 3);

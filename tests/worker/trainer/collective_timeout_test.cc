@@ -1,7 +1,7 @@
-// The collective watchdog's logic (Check) on a fake clock and a fake poll, and
+// The collective timeout's logic (Check) on a fake clock and a fake poll, and
 // its thread: it fires once past the timeout or at once on a poll error, stays
 // quiet while collectives complete, and stops when destroyed.
-#include "worker/trainer/collective_watchdog.h"
+#include "worker/trainer/collective_timeout.h"
 
 #include <atomic>
 #include <memory>
@@ -25,8 +25,8 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kTimeout = absl::Seconds(300);
 
-CollectiveWatchdogOptions Options(absl::Duration poll_interval = absl::Milliseconds(1)) {
-  CollectiveWatchdogOptions options;
+CollectiveTimeoutOptions Options(absl::Duration poll_interval = absl::Milliseconds(1)) {
+  CollectiveTimeoutOptions options;
   options.timeout = kTimeout;
   options.poll_interval = poll_interval;
   return options;
@@ -35,7 +35,7 @@ CollectiveWatchdogOptions Options(absl::Duration poll_interval = absl::Milliseco
 // Collects what on_fire was told.
 class FireLog {
  public:
-  CollectiveWatchdog::OnFire Callback() {
+  CollectiveTimeout::OnFire Callback() {
     return [this](const std::string& reason) {
       {
         absl::MutexLock lock(&mu_);
@@ -56,84 +56,84 @@ class FireLog {
   absl::Notification fired_;
 };
 
-TEST(CollectiveWatchdogTest, NothingPendingNeverFires) {
+TEST(CollectiveTimeoutTest, NothingPendingNeverFires) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
-  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
+  CollectiveTimeout collective_timeout(tracker, clock, nullptr, nullptr, Options());
   clock.Advance(absl::Hours(10));
-  EXPECT_EQ(watchdog.Check(), std::nullopt);
+  EXPECT_EQ(collective_timeout.Check(), std::nullopt);
 }
 
-TEST(CollectiveWatchdogTest, FiresOnceTheOldestCollectiveReachesTheTimeout) {
+TEST(CollectiveTimeoutTest, FiresOnceTheOldestCollectiveReachesTheTimeout) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
-  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
+  CollectiveTimeout collective_timeout(tracker, clock, nullptr, nullptr, Options());
   for (int bucket = 0; bucket < 3; ++bucket)
     tracker.End(tracker.Begin("allreduce", bucket));
   tracker.Begin("allreduce", 3);
   clock.Advance(kTimeout - absl::Milliseconds(1));
-  EXPECT_EQ(watchdog.Check(), std::nullopt);
+  EXPECT_EQ(collective_timeout.Check(), std::nullopt);
   clock.Advance(absl::Milliseconds(1));
-  EXPECT_EQ(watchdog.Check(),
+  EXPECT_EQ(collective_timeout.Check(),
             "collective timeout: allreduce #4 (bucket 3) pending for 300.0 s "
             "(limit 300.0 s)");
 }
 
-TEST(CollectiveWatchdogTest, AgesTheOldestPendingCollective) {
+TEST(CollectiveTimeoutTest, AgesTheOldestPendingCollective) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
-  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
+  CollectiveTimeout collective_timeout(tracker, clock, nullptr, nullptr, Options());
   const uint64_t first = tracker.Begin("allreduce", 0);
   clock.Advance(kTimeout / 2);
   tracker.Begin("allreduce", 1);
   clock.Advance(kTimeout / 2);
   // The first one has been pending for the whole timeout.
-  std::optional<std::string> reason = watchdog.Check();
+  std::optional<std::string> reason = collective_timeout.Check();
   ASSERT_TRUE(reason.has_value());
   EXPECT_THAT(*reason, HasSubstr("allreduce #1 (bucket 0)"));
   // Once it finished, the second is only half as old.
   tracker.End(first);
-  EXPECT_EQ(watchdog.Check(), std::nullopt);
+  EXPECT_EQ(collective_timeout.Check(), std::nullopt);
 }
 
-TEST(CollectiveWatchdogTest, NamesACollectiveWithoutABucket) {
+TEST(CollectiveTimeoutTest, NamesACollectiveWithoutABucket) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
-  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
+  CollectiveTimeout collective_timeout(tracker, clock, nullptr, nullptr, Options());
   tracker.Begin("barrier");
   clock.Advance(kTimeout + absl::Seconds(12));
-  EXPECT_EQ(watchdog.Check(),
+  EXPECT_EQ(collective_timeout.Check(),
             "collective timeout: barrier #1 pending for 312.0 s (limit 300.0 s)");
 }
 
-TEST(CollectiveWatchdogTest, APollErrorFiresAtOnceNamingThePendingCollective) {
+TEST(CollectiveTimeoutTest, APollErrorFiresAtOnceNamingThePendingCollective) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
-  CollectiveWatchdog watchdog(
+  CollectiveTimeout collective_timeout(
       tracker, clock,
       [] { return absl::UnavailableError("NCCL error 6 (remote process exited)"); },
       nullptr, Options());
   tracker.Begin("allreduce", 2);
   clock.Advance(absl::Seconds(2));
-  EXPECT_EQ(watchdog.Check(),
+  EXPECT_EQ(collective_timeout.Check(),
             "collective failed while allreduce #1 (bucket 2) was pending for 2.0 s: "
             "UNAVAILABLE: NCCL error 6 (remote process exited)");
 }
 
-TEST(CollectiveWatchdogTest, APollErrorFiresEvenWithNothingPending) {
+TEST(CollectiveTimeoutTest, APollErrorFiresEvenWithNothingPending) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
-  CollectiveWatchdog watchdog(
+  CollectiveTimeout collective_timeout(
       tracker, clock, [] { return absl::InternalError("broken"); }, nullptr, Options());
-  EXPECT_EQ(watchdog.Check(),
+  EXPECT_EQ(collective_timeout.Check(),
             "collective failed with no collective pending: INTERNAL: broken");
 }
 
-TEST(CollectiveWatchdogTest, CollectivesThePollRetiresDoNotFire) {
+TEST(CollectiveTimeoutTest, CollectivesThePollRetiresDoNotFire) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
   // A poll that finds every collective finished, as NCCL's event query does.
-  CollectiveWatchdog watchdog(
+  CollectiveTimeout collective_timeout(
       tracker, clock,
       [&tracker] {
         for (const PendingCollectiveInfo& info : tracker.Pending()) {
@@ -144,10 +144,10 @@ TEST(CollectiveWatchdogTest, CollectivesThePollRetiresDoNotFire) {
       nullptr, Options());
   tracker.Begin("allreduce", 0);
   clock.Advance(kTimeout * 2);
-  EXPECT_EQ(watchdog.Check(), std::nullopt);
+  EXPECT_EQ(collective_timeout.Check(), std::nullopt);
 }
 
-TEST(CollectiveWatchdogTest, ThreadFiresOnceAfterTheTimeout) {
+TEST(CollectiveTimeoutTest, ThreadFiresOnceAfterTheTimeout) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
   tracker.Begin("allreduce", 3);
@@ -155,7 +155,7 @@ TEST(CollectiveWatchdogTest, ThreadFiresOnceAfterTheTimeout) {
   FireLog log;
   {
     // Each poll moves the fake clock a quarter of the timeout on.
-    CollectiveWatchdog watchdog(
+    CollectiveTimeout collective_timeout(
         tracker, clock,
         [&] {
           ++polls;
@@ -163,9 +163,9 @@ TEST(CollectiveWatchdogTest, ThreadFiresOnceAfterTheTimeout) {
           return absl::OkStatus();
         },
         log.Callback(), Options());
-    watchdog.Start();
+    collective_timeout.Start();
     log.WaitForFire();
-    const std::optional<std::string> reason = watchdog.reason();
+    const std::optional<std::string> reason = collective_timeout.reason();
     ASSERT_TRUE(reason.has_value());
     EXPECT_THAT(*reason, HasSubstr("collective timeout: allreduce #1 (bucket 3)"));
   }
@@ -176,17 +176,17 @@ TEST(CollectiveWatchdogTest, ThreadFiresOnceAfterTheTimeout) {
             "(limit 300.0 s)");
 }
 
-TEST(CollectiveWatchdogTest, ThreadStaysQuietWhileCollectivesComplete) {
+TEST(CollectiveTimeoutTest, ThreadStaysQuietWhileCollectivesComplete) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
   uint64_t current = tracker.Begin("allreduce", 0);
-  int polls = 0;  // the watchdog's thread only
+  int polls = 0;  // the collective timeout's thread only
   absl::Notification enough;
   FireLog log;
   {
     // Every poll finds the pending collective finished and the next one
     // issued, 90% of the timeout later: far more than the timeout in all.
-    CollectiveWatchdog watchdog(
+    CollectiveTimeout collective_timeout(
         tracker, clock,
         [&] {
           tracker.End(current);
@@ -196,51 +196,51 @@ TEST(CollectiveWatchdogTest, ThreadStaysQuietWhileCollectivesComplete) {
           return absl::OkStatus();
         },
         log.Callback(), Options());
-    watchdog.Start();
+    collective_timeout.Start();
     enough.WaitForNotification();
   }  // stopped and joined here
   EXPECT_GE(polls, 20);
   EXPECT_TRUE(log.reasons().empty());
 }
 
-TEST(CollectiveWatchdogTest, ThreadFiresAtOnceOnAPollError) {
+TEST(CollectiveTimeoutTest, ThreadFiresAtOnceOnAPollError) {
   FakeClock clock;  // never advanced: the error alone fires it
   PendingCollectiveTracker tracker(clock);
   tracker.Begin("allreduce", 1);
   FireLog log;
-  CollectiveWatchdog watchdog(
+  CollectiveTimeout collective_timeout(
       tracker, clock, [] { return absl::UnavailableError("peer gone"); }, log.Callback(),
       Options());
-  watchdog.Start();
+  collective_timeout.Start();
   log.WaitForFire();
   EXPECT_EQ(log.reasons().at(0),
             "collective failed while allreduce #1 (bucket 1) was pending for 0.0 s: "
             "UNAVAILABLE: peer gone");
 }
 
-TEST(CollectiveWatchdogTest, DestroyingStopsTheThreadWithoutWaitingForAPollInterval) {
+TEST(CollectiveTimeoutTest, DestroyingStopsTheThreadWithoutWaitingForAPollInterval) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
   tracker.Begin("allreduce", 0);
   FireLog log;
   {
     // An hour between checks: the destructor must wake the thread, not wait.
-    CollectiveWatchdog watchdog(tracker, clock, nullptr, log.Callback(),
+    CollectiveTimeout collective_timeout(tracker, clock, nullptr, log.Callback(),
                                 Options(absl::Hours(1)));
-    watchdog.Start();
+    collective_timeout.Start();
     clock.Advance(kTimeout * 10);
   }
   EXPECT_TRUE(log.reasons().empty());
 }
 
-TEST(CollectiveWatchdogTest, DestroyingAWatchdogThatNeverStartedIsFine) {
+TEST(CollectiveTimeoutTest, DestroyingACollectiveTimeoutThatNeverStartedIsFine) {
   FakeClock clock;
   PendingCollectiveTracker tracker(clock);
-  CollectiveWatchdog watchdog(tracker, clock, nullptr, nullptr, Options());
-  EXPECT_EQ(watchdog.reason(), std::nullopt);
+  CollectiveTimeout collective_timeout(tracker, clock, nullptr, nullptr, Options());
+  EXPECT_EQ(collective_timeout.reason(), std::nullopt);
 }
 
-TEST(CollectiveWatchdogExitTest, ACudaErrorExitsWithItsOwnCodeAndSaysWhy) {
+TEST(CollectiveTimeoutExitTest, ACudaErrorExitsWithItsOwnCodeAndSaysWhy) {
   EXPECT_EXIT(ExitOnCudaError("cudaErrorIllegalAddress on CUDA device 0"),
               ::testing::ExitedWithCode(kTrainerExitCudaError),
               "tessera-train: exit reason: cudaErrorIllegalAddress on CUDA device 0");
@@ -250,7 +250,7 @@ TEST(CollectiveWatchdogExitTest, ACudaErrorExitsWithItsOwnCodeAndSaysWhy) {
   EXPECT_NE(kTrainerExitCudaError, kExitCollectiveFailure);
 }
 
-TEST(CollectiveWatchdogExitTest, TellsLibTorchsCudaErrorsFromOtherFailures) {
+TEST(CollectiveTimeoutExitTest, TellsLibTorchsCudaErrorsFromOtherFailures) {
   EXPECT_TRUE(
       IsCudaErrorMessage("training failed: CUDA error: an illegal memory access "
                          "was encountered"));

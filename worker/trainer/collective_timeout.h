@@ -1,4 +1,4 @@
-// The collective watchdog: one thread per communicator that notices a
+// The collective timeout: one thread per communicator that notices a
 // collective which will never finish, so that a rank fails with a reason
 // instead of hanging (or failing later with a message that names nothing).
 //
@@ -16,15 +16,15 @@
 // The timeout (--collective-timeout, 5 minutes by default) is longer than the
 // coordinator's stall threshold (60 s by default), so that the coordinator,
 // which sees every rank and can name the one that stopped, acts first; the
-// watchdog is the rank's own last resort.
+// collective timeout is the rank's own last resort.
 //
 // Check() is one iteration without the thread; tests drive it with a
 // FakeClock and a fake poll. Plain C++ (no LibTorch, no CUDA).
 // Thread-safety: Start() and the destructor from the owning thread; `poll` and
-// `on_fire` run on the watchdog's thread (Check() on the caller's), and
-// `on_fire` must not destroy the watchdog. reason() from any thread.
-#ifndef TESSERA_WORKER_TRAINER_COLLECTIVE_WATCHDOG_H_
-#define TESSERA_WORKER_TRAINER_COLLECTIVE_WATCHDOG_H_
+// `on_fire` run on the collective timeout's thread (Check() on the caller's), and
+// `on_fire` must not destroy the collective timeout. reason() from any thread.
+#ifndef TESSERA_WORKER_TRAINER_COLLECTIVE_TIMEOUT_H_
+#define TESSERA_WORKER_TRAINER_COLLECTIVE_TIMEOUT_H_
 
 #include <functional>
 #include <optional>
@@ -43,12 +43,12 @@
 
 namespace tessera::trainer {
 
-// Exit code of a trainer whose collective failed or timed out (the watchdog
+// Exit code of a trainer whose collective failed or timed out (the collective timeout
 // fired and aborted the communicator). 1 is a runtime failure, 2 a usage
 // error, 3 a lost lease (lease.h); the codes are in common/trainer_exit.h.
 inline constexpr int kExitCollectiveFailure = kTrainerExitCollectiveFailure;
 
-// Ends tessera-train after the watchdog fired: says why on stderr (with the
+// Ends tessera-train after the collective timeout fired: says why on stderr (with the
 // "exit reason" line the worker passes on, common/trainer_exit.h), then exits
 // at once with kExitCollectiveFailure (no destructors: a communicator's
 // teardown could wait on the peer that is gone).
@@ -64,31 +64,31 @@ inline constexpr int kExitCollectiveFailure = kTrainerExitCollectiveFailure;
 // kTrainerExitCudaError, not as a runtime failure.
 bool IsCudaErrorMessage(std::string_view message);
 
-struct CollectiveWatchdogOptions {
-  // A collective pending this long fires the watchdog (--collective-timeout).
+struct CollectiveTimeoutOptions {
+  // A collective pending this long fires the collective timeout (--collective-timeout).
   absl::Duration timeout = absl::Minutes(5);
   // Real time between two checks.
   absl::Duration poll_interval = absl::Milliseconds(100);
 };
 
-class CollectiveWatchdog {
+class CollectiveTimeout {
  public:
   // The backend's asynchronous state: OK, or the error that broke the
   // communicator. It may also End() collectives that it finds finished.
   using Poll = std::function<absl::Status()>;
-  // Told why the watchdog fired; called at most once.
+  // Told why the collective timeout fired; called at most once.
   using OnFire = std::function<void(const std::string& reason)>;
 
-  // `tracker` and `clock` must outlive the watchdog. A null `poll` counts as
+  // `tracker` and `clock` must outlive the collective timeout. A null `poll` counts as
   // always OK (Gloo reports errors only through the waiting call).
-  CollectiveWatchdog(const PendingCollectiveTracker& tracker, const Clock& clock,
-                     Poll poll, OnFire on_fire, CollectiveWatchdogOptions options = {});
+  CollectiveTimeout(const PendingCollectiveTracker& tracker, const Clock& clock,
+                     Poll poll, OnFire on_fire, CollectiveTimeoutOptions options = {});
 
   // Stops the thread and joins it.
-  ~CollectiveWatchdog();
+  ~CollectiveTimeout();
 
-  CollectiveWatchdog(const CollectiveWatchdog&) = delete;
-  CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
+  CollectiveTimeout(const CollectiveTimeout&) = delete;
+  CollectiveTimeout& operator=(const CollectiveTimeout&) = delete;
 
   // Starts the thread; its first check comes one poll interval later.
   void Start();
@@ -97,10 +97,10 @@ class CollectiveWatchdog {
   // reason to fire, or nullopt. Does not call on_fire.
   std::optional<std::string> Check();
 
-  // Why the watchdog fired; nullopt while it has not.
+  // Why the collective timeout fired; nullopt while it has not.
   std::optional<std::string> reason() const;
 
-  const CollectiveWatchdogOptions& options() const { return options_; }
+  const CollectiveTimeoutOptions& options() const { return options_; }
 
  private:
   void Loop();
@@ -110,7 +110,7 @@ class CollectiveWatchdog {
   const Clock& clock_;                       // Not owned.
   const Poll poll_;
   const OnFire on_fire_;
-  const CollectiveWatchdogOptions options_;
+  const CollectiveTimeoutOptions options_;
 
   mutable absl::Mutex mu_;
   std::optional<std::string> reason_ ABSL_GUARDED_BY(mu_);
@@ -121,4 +121,4 @@ class CollectiveWatchdog {
 
 }  // namespace tessera::trainer
 
-#endif  // TESSERA_WORKER_TRAINER_COLLECTIVE_WATCHDOG_H_
+#endif  // TESSERA_WORKER_TRAINER_COLLECTIVE_TIMEOUT_H_

@@ -1,4 +1,4 @@
-#include "worker/trainer/collective_watchdog.h"
+#include "worker/trainer/collective_timeout.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -47,25 +47,25 @@ bool IsCudaErrorMessage(std::string_view message) {
   return false;
 }
 
-CollectiveWatchdog::CollectiveWatchdog(const PendingCollectiveTracker& tracker,
+CollectiveTimeout::CollectiveTimeout(const PendingCollectiveTracker& tracker,
                                        const Clock& clock, Poll poll, OnFire on_fire,
-                                       CollectiveWatchdogOptions options)
+                                       CollectiveTimeoutOptions options)
     : tracker_(tracker),
       clock_(clock),
       poll_(std::move(poll)),
       on_fire_(std::move(on_fire)),
       options_(options) {}
 
-CollectiveWatchdog::~CollectiveWatchdog() {
+CollectiveTimeout::~CollectiveTimeout() {
   stop_.Notify();
   if (thread_.joinable()) thread_.join();
 }
 
-void CollectiveWatchdog::Start() {
+void CollectiveTimeout::Start() {
   thread_ = std::thread([this] { Loop(); });
 }
 
-void CollectiveWatchdog::Loop() {
+void CollectiveTimeout::Loop() {
   while (!stop_.WaitForNotificationWithTimeout(options_.poll_interval)) {
     std::optional<std::string> reason = Check();
     if (!reason.has_value()) continue;
@@ -78,7 +78,7 @@ void CollectiveWatchdog::Loop() {
   }
 }
 
-std::optional<std::string> CollectiveWatchdog::Check() {
+std::optional<std::string> CollectiveTimeout::Check() {
   const absl::Status polled = poll_ ? poll_() : absl::OkStatus();
   // After the poll, which may have retired finished collectives.
   const std::optional<PendingCollectiveInfo> oldest = tracker_.Oldest();
@@ -99,7 +99,7 @@ std::optional<std::string> CollectiveWatchdog::Check() {
                       Seconds(options_.timeout), ")");
 }
 
-std::optional<std::string> CollectiveWatchdog::reason() const {
+std::optional<std::string> CollectiveTimeout::reason() const {
   absl::MutexLock lock(&mu_);
   return reason_;
 }
