@@ -12,57 +12,11 @@
 
 namespace tessera {
 
-absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const CoordinatorOptions& options, const Clock* clock) {
-  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
-  if (clock == nullptr) clock = &s->real_clock_;
-  SqliteStore::Options store_options;
-  store_options.max_size_bytes = options.db_max_bytes;
-  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store,
-                   SqliteStore::Open(options.db_path, store_options));
-  s->store_ = std::move(store);
-  s->writer_ = std::make_unique<StoreWriter>(s->store_.get());
-  s->manager_ = std::make_unique<JobManager>(s->store_.get(), s->writer_.get(), clock,
-                                             options.manager);
-  RETURN_IF_ERROR(s->manager_->Recover());
-  ASSIGN_OR_RETURN(s->auth_, Authenticator::Create(s->store_.get(), clock, options.auth));
-  if (!options.auth.enabled) {
-    spdlog::warn(
-        "authentication is OFF (--insecure-no-auth): anyone who can reach this "
-        "coordinator can run code on its workers");
-  }
-  TlsIdentity tls = options.tls;
-  if (!tls.enabled() && options.tls_self_signed) {
-    ASSIGN_OR_RETURN(
-        tls, LoadOrCreateSelfSignedIdentity(*s->store_, {HostOfAddress(options.listen),
-                                                         HostOfAddress(options.http)}));
-  }
-  if (tls.enabled()) {
-    ASSIGN_OR_RETURN(s->tls_fingerprint_, CertificateFingerprint(tls.cert_pem));
-    spdlog::info("TLS on for gRPC and HTTP; certificate SHA-256 {}{}",
-                 s->tls_fingerprint_,
-                 options.tls.enabled() ? "" : " (self-signed, pinned by join tokens)");
-  } else if (!options.listen.empty() || !options.http.empty()) {
-    spdlog::warn(
-        "gRPC and HTTP listeners are plaintext (no --tls-cert/--tls-key or "
-        "--tls-self-signed): tokens and job data cross the network unencrypted");
-  }
-  s->sweeps_ = std::make_unique<SweepManager>(s->store_.get(), s->manager_.get(), clock,
-                                              options.manager.spec_limits);
-  RETURN_IF_ERROR(s->sweeps_->Recover());
-  s->job_service_ = std::make_unique<JobServiceImpl>(s->manager_.get(), s->sweeps_.get(),
-                                                     s->auth_.get());
-  s->workers_ = std::make_unique<WorkerIdentity>(
-      s->store_.get(), clock, s->manager_.get(),
-      WorkerIdentity::Options{.enabled = options.auth.enabled});
-  RETURN_IF_ERROR(s->workers_->Recover());
-  s->worker_service_ =
-      std::make_unique<WorkerServiceImpl>(s->workers_.get(), s->auth_.get());
-  s->trainer_service_ =
-      std::make_unique<TrainerServiceImpl>(s->manager_.get(), s->auth_.get());
+namespace {
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
+// Channel arguments and the resource quota of the gRPC server.
+void ConfigureServerBuilder(const CoordinatorOptions& options, grpc::ResourceQuota& quota,
+                            grpc::ServerBuilder& builder) {
   // Without this, gRPC sets SO_REUSEPORT and a second coordinator could bind
   // the same port silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -78,20 +32,101 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // Bounds on what callers can make the server hold: buffer memory and
   // handler threads in total, calls per connection.
-  grpc::ResourceQuota quota("tessera-coordinator");
   quota.Resize(static_cast<size_t>(options.grpc_memory_bytes));
   quota.SetMaxThreads(options.grpc_max_threads);
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              options.grpc_max_concurrent_streams);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const CoordinatorOptions& options, const Clock* clock) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  if (clock == nullptr) clock = &s->real_clock_;
+  RETURN_IF_ERROR(s->OpenCore(options, clock));
+  ASSIGN_OR_RETURN(const TlsIdentity tls, s->ResolveTls(options));
+  RETURN_IF_ERROR(s->BuildServices(options, clock));
+  RETURN_IF_ERROR(s->StartGrpc(options, tls));
+  RETURN_IF_ERROR(s->StartHttp(options, tls));
+  s->StartMonitor(options);
+  spdlog::info("coordinator serving gRPC{} on {} (port {}), database {}",
+               tls.enabled() ? " with TLS" : "", options.listen, s->port_,
+               options.db_path);
+  return s;
+}
+
+absl::Status CoordinatorServer::OpenCore(const CoordinatorOptions& options,
+                                         const Clock* clock) {
+  SqliteStore::Options store_options;
+  store_options.max_size_bytes = options.db_max_bytes;
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store,
+                   SqliteStore::Open(options.db_path, store_options));
+  store_ = std::move(store);
+  writer_ = std::make_unique<StoreWriter>(store_.get());
+  manager_ =
+      std::make_unique<JobManager>(store_.get(), writer_.get(), clock, options.manager);
+  RETURN_IF_ERROR(manager_->Recover());
+  ASSIGN_OR_RETURN(auth_, Authenticator::Create(store_.get(), clock, options.auth));
+  if (!options.auth.enabled) {
+    spdlog::warn(
+        "authentication is OFF (--insecure-no-auth): anyone who can reach this "
+        "coordinator can run code on its workers");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TlsIdentity> CoordinatorServer::ResolveTls(
+    const CoordinatorOptions& options) {
+  TlsIdentity tls = options.tls;
+  if (!tls.enabled() && options.tls_self_signed) {
+    ASSIGN_OR_RETURN(
+        tls, LoadOrCreateSelfSignedIdentity(
+                 *store_, {HostOfAddress(options.listen), HostOfAddress(options.http)}));
+  }
+  if (tls.enabled()) {
+    ASSIGN_OR_RETURN(tls_fingerprint_, CertificateFingerprint(tls.cert_pem));
+    spdlog::info("TLS on for gRPC and HTTP; certificate SHA-256 {}{}", tls_fingerprint_,
+                 options.tls.enabled() ? "" : " (self-signed, pinned by join tokens)");
+  } else if (!options.listen.empty() || !options.http.empty()) {
+    spdlog::warn(
+        "gRPC and HTTP listeners are plaintext (no --tls-cert/--tls-key or "
+        "--tls-self-signed): tokens and job data cross the network unencrypted");
+  }
+  return tls;
+}
+
+absl::Status CoordinatorServer::BuildServices(const CoordinatorOptions& options,
+                                              const Clock* clock) {
+  sweeps_ = std::make_unique<SweepManager>(store_.get(), manager_.get(), clock,
+                                           options.manager.spec_limits);
+  RETURN_IF_ERROR(sweeps_->Recover());
+  job_service_ =
+      std::make_unique<JobServiceImpl>(manager_.get(), sweeps_.get(), auth_.get());
+  workers_ = std::make_unique<WorkerIdentity>(
+      store_.get(), clock, manager_.get(),
+      WorkerIdentity::Options{.enabled = options.auth.enabled});
+  RETURN_IF_ERROR(workers_->Recover());
+  worker_service_ = std::make_unique<WorkerServiceImpl>(workers_.get(), auth_.get());
+  trainer_service_ = std::make_unique<TrainerServiceImpl>(manager_.get(), auth_.get());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::StartGrpc(const CoordinatorOptions& options,
+                                          const TlsIdentity& tls) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  grpc::ResourceQuota quota("tessera-coordinator");
+  ConfigureServerBuilder(options, quota, builder);
   if (!options.listen.empty()) {
     std::shared_ptr<grpc::ServerCredentials> credentials;
     if (options.auth.enabled) {
       // Calls are authenticated on their metadata before their messages are
       // read (grpc_auth_gate.h).
-      s->auth_gate_ = std::make_shared<GrpcAuthGate>(CoordinatorCallCheck(s->auth_.get()),
-                                                     GrpcAuthGate::Options());
-      credentials = GrpcAuthGate::Credentials(s->auth_gate_, tls);
+      auth_gate_ = std::make_shared<GrpcAuthGate>(CoordinatorCallCheck(auth_.get()),
+                                                  GrpcAuthGate::Options());
+      credentials = GrpcAuthGate::Credentials(auth_gate_, tls);
     } else if (tls.enabled()) {
       grpc::SslServerCredentialsOptions ssl;
       ssl.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
@@ -99,44 +134,50 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     } else {
       credentials = grpc::InsecureServerCredentials();
     }
-    builder.AddListeningPort(options.listen, credentials, &s->port_);
+    builder.AddListeningPort(options.listen, credentials, &port_);
   }
-  builder.RegisterService(s->job_service_.get());
-  builder.RegisterService(s->worker_service_.get());
-  builder.RegisterService(s->trainer_service_.get());
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || (!options.listen.empty() && s->port_ == 0)) {
-    s->shut_down_ = true;
+  builder.RegisterService(job_service_.get());
+  builder.RegisterService(worker_service_.get());
+  builder.RegisterService(trainer_service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || (!options.listen.empty() && port_ == 0)) {
+    shut_down_ = true;
     return absl::FailedPreconditionError(
         absl::StrCat("cannot listen on ", options.listen,
                      ": the address is in use or not available on this host"));
   }
-  if (!options.http.empty()) {
-    HttpApi::Options http_options;
-    http_options.max_streams = options.http_max_streams;
-    http_options.static_files = options.static_files;
-    http_options.auth = s->auth_.get();
-    http_options.secure_cookies = tls.enabled();
-    s->http_api_ =
-        std::make_unique<HttpApi>(s->manager_.get(), s->sweeps_.get(), http_options);
-    absl::StatusOr<std::unique_ptr<HttpServer>> http =
-        HttpServer::Start(options.http, s->http_api_.get(), options.http_max_streams,
-                          options.http_limits, tls);
-    if (!http.ok()) {
-      s->Shutdown();
-      return http.status();
-    }
-    s->http_ = std::move(*http);
-    spdlog::info("coordinator serving {} on {} (port {})",
-                 tls.enabled() ? "HTTPS" : "HTTP", options.http, s->http_->port());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::StartHttp(const CoordinatorOptions& options,
+                                          const TlsIdentity& tls) {
+  if (options.http.empty()) return absl::OkStatus();
+  HttpApi::Options http_options;
+  http_options.max_streams = options.http_max_streams;
+  http_options.static_files = options.static_files;
+  http_options.auth = auth_.get();
+  http_options.secure_cookies = tls.enabled();
+  http_api_ = std::make_unique<HttpApi>(manager_.get(), sweeps_.get(), http_options);
+  absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
+      options.http, http_api_.get(), options.http_max_streams, options.http_limits, tls);
+  if (!http.ok()) {
+    Shutdown();
+    return http.status();
   }
-  JobManager* manager = s->manager_.get();
-  SweepManager* sweeps = s->sweeps_.get();
-  absl::Notification* stop = &s->stop_monitor_;
+  http_ = std::move(*http);
+  spdlog::info("coordinator serving {} on {} (port {})", tls.enabled() ? "HTTPS" : "HTTP",
+               options.http, http_->port());
+  return absl::OkStatus();
+}
+
+void CoordinatorServer::StartMonitor(const CoordinatorOptions& options) {
+  JobManager* manager = manager_.get();
+  SweepManager* sweeps = sweeps_.get();
+  absl::Notification* stop = &stop_monitor_;
   const absl::Duration interval = options.monitor_interval;
   std::function<void()> on_tick = options.on_tick;
-  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
-  s->monitor_ = std::thread([manager, sweeps, stop, interval, on_tick, health] {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  monitor_ = std::thread([manager, sweeps, stop, interval, on_tick, health] {
     bool serving = true;
     while (!stop->WaitForNotificationWithTimeout(interval)) {
       manager->Tick();
@@ -153,10 +194,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       if (on_tick) on_tick();
     }
   });
-  spdlog::info("coordinator serving gRPC{} on {} (port {}), database {}",
-               tls.enabled() ? " with TLS" : "", options.listen, s->port_,
-               options.db_path);
-  return s;
 }
 
 std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel() {

@@ -107,6 +107,20 @@ class CoordinatorServer {
  private:
   CoordinatorServer() = default;
 
+  // Start's steps, in order. OpenCore: the store, writer, JobManager (recovered)
+  // and Authenticator. ResolveTls: the listeners' identity (the operator's, or
+  // the self-signed one kept in the store; none: plaintext) and its
+  // fingerprint. BuildServices: the SweepManager and WorkerIdentity (recovered)
+  // and the gRPC services. StartGrpc: the gRPC server and its listener (with
+  // the auth gate). StartHttp: the HTTP API and server, when options.http is
+  // set. StartMonitor: the thread that ticks the managers.
+  absl::Status OpenCore(const CoordinatorOptions& options, const Clock* clock);
+  absl::StatusOr<TlsIdentity> ResolveTls(const CoordinatorOptions& options);
+  absl::Status BuildServices(const CoordinatorOptions& options, const Clock* clock);
+  absl::Status StartGrpc(const CoordinatorOptions& options, const TlsIdentity& tls);
+  absl::Status StartHttp(const CoordinatorOptions& options, const TlsIdentity& tls);
+  void StartMonitor(const CoordinatorOptions& options);
+
   // Members in dependency order; destroyed in reverse.
   RealClock real_clock_;
   std::unique_ptr<Store> store_;

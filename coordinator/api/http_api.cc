@@ -1,7 +1,10 @@
 #include "coordinator/api/http_api.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -240,6 +243,124 @@ class RevocableSink : public EventSink {
   const std::string authorization_;
   const absl::Duration max_age_;
   bool open_ = true;
+};
+
+// The metric points one job's stream has sent. Points of the current attempt
+// arrive in step order per rank, so each query asks only for steps at or above
+// the lowest step the ranks have reached, and `sent_` drops what an earlier
+// event already carried.
+class JobMetricsCursor {
+ public:
+  // Sends the points of `job` (number `job_id`) not sent yet as one "metrics" event; the
+  // first event is sent even when empty, with "reset": true. False once the client has
+  // gone.
+  bool SendNew(JobManager& manager, const Caller& caller, int64_t job_id,
+               const v1::Job& job, StreamWriter& out) {
+    if (job.attempt() != attempt_) {
+      attempt_ = job.attempt();
+      last_step_.clear();
+    }
+    const int64_t floor = Floor(job);
+    v1::GetMetricsRequest q;
+    q.set_job_id(job_id);
+    q.set_after_step(floor > 0 ? floor - 1 : -1);
+    q.set_limit(kStreamMetricLimit);
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager.GetMetrics(caller, q);
+    if (!points.ok()) return true;
+    v1::GetMetricsResponse fresh;
+    for (v1::MetricPoint& p : *points) {
+      Key key{p.attempt(), p.rank(), p.step(), p.name()};
+      if (!sent_.insert(key).second) continue;
+      if (p.attempt() == attempt_) {
+        int64_t& s = last_step_[p.rank()];
+        s = std::max(s, p.step());
+      }
+      *fresh.add_points() = std::move(p);
+    }
+    // Keys below the floor can no longer come back from a query.
+    if (floor > 0) {
+      for (auto it = sent_.begin(); it != sent_.end();) {
+        it = std::get<2>(*it) < floor ? sent_.erase(it) : std::next(it);
+      }
+    }
+    if (fresh.points_size() == 0 && !first_) return true;
+    nlohmann::json body = nlohmann::json::parse(ToJson(fresh));
+    body["reset"] = first_;
+    first_ = false;
+    return out.Send("metrics", body.dump());
+  }
+
+ private:
+  using Key = std::tuple<int32_t, int32_t, int64_t, std::string>;
+
+  // The lowest step every rank of the current attempt has been sent; -1 until
+  // each rank has sent one.
+  int64_t Floor(const v1::Job& job) const {
+    if (last_step_.empty()) return -1;
+    int64_t floor = INT64_MAX;
+    for (const auto& [rank, step] : last_step_) floor = std::min(floor, step);
+    if (static_cast<int>(last_step_.size()) < job.spec().world_size()) floor = -1;
+    return floor;
+  }
+
+  std::set<Key> sent_;
+  std::map<int32_t, int64_t> last_step_;  // rank -> highest step sent, current attempt
+  int32_t attempt_ = -1;
+  bool first_ = true;
+};
+
+// The log text one job's stream has sent: the next offset per (attempt, rank),
+// and the (attempt, rank)s whose logs are complete.
+class JobLogsCursor {
+ public:
+  // Sends the new log text of each rank of the job's current attempt, one
+  // "log" event per rank. `complete` turns false while some rank's log may
+  // have more to come. False once the client has gone.
+  bool SendNew(JobManager& manager, const Caller& caller, int64_t job_id,
+               const v1::Job& job, StreamWriter& out, bool& complete) {
+    for (const v1::RankStatus& rank : job.ranks()) {
+      const std::pair<int32_t, int32_t> key{job.attempt(), rank.rank()};
+      if (done_.contains(key)) continue;
+      v1::GetLogsRequest lq;
+      lq.set_job_id(job_id);
+      lq.set_attempt(job.attempt());
+      lq.set_rank(rank.rank());
+      lq.set_max_bytes(kStreamLogTail);
+      auto it = offset_.find(key);
+      if (it == offset_.end()) {
+        lq.set_tail_bytes(kStreamLogTail);
+      } else {
+        lq.set_offset(it->second);
+      }
+      absl::StatusOr<v1::GetLogsResponse> logs = manager.GetLogs(caller, lq);
+      if (!logs.ok()) {
+        complete = false;
+        continue;
+      }
+      offset_[key] = logs->next_offset();
+      if (logs->complete()) {
+        done_.insert(key);
+      } else {
+        complete = false;
+      }
+      if (logs->data().empty()) continue;
+      nlohmann::json event = {{"rank", rank.rank()},
+                              {"attempt", job.attempt()},
+                              {"offset", std::to_string(logs->offset())},
+                              {"data", logs->data()}};
+      if (!out.Send("log", event.dump(-1, ' ', false,
+                                      nlohmann::json::error_handler_t::replace))) {
+        return false;
+      }
+      // More may be waiting than one event carries: look again at once.
+      if (logs->next_offset() - logs->offset() >= kStreamLogTail) complete = false;
+    }
+    return true;
+  }
+
+ private:
+  std::map<std::pair<int32_t, int32_t>, int64_t> offset_;
+  std::set<std::pair<int32_t, int32_t>> done_;
 };
 
 }  // namespace
@@ -628,104 +749,17 @@ void HttpApi::StreamJob(EventSink& sink, const Caller& caller, int64_t job_id) c
   StreamWriter out(sink, options_.keepalive);
   std::string last_job;
   uint64_t seen = changes.version();
-
-  // Metrics: points of the current attempt arrive in step order per rank, so
-  // each query asks only for steps at or above the lowest step the ranks have
-  // reached, and `sent` drops what an earlier event already carried.
-  using Key = std::tuple<int32_t, int32_t, int64_t, std::string>;
-  std::set<Key> sent;
-  std::map<int32_t, int64_t> last_step;  // rank -> highest step sent, current attempt
-  int32_t metrics_attempt = -1;
-  bool first_metrics = true;
-  // Logs: next offset per (attempt, rank); complete per (attempt, rank).
-  std::map<std::pair<int32_t, int32_t>, int64_t> log_offset;
-  std::set<std::pair<int32_t, int32_t>> log_done;
+  JobMetricsCursor metrics;
+  JobLogsCursor logs;
   std::optional<absl::Time> ended_at;
 
   while (!changes.closed()) {
     absl::StatusOr<v1::Job> job = manager_->GetJob(caller, job_id);
     if (!job.ok()) return;
     if (!out.SendIfChanged("job", ToJson(*job), last_job)) return;
-
-    if (job->attempt() != metrics_attempt) {
-      metrics_attempt = job->attempt();
-      last_step.clear();
-    }
-    int64_t floor = -1;
-    if (!last_step.empty()) {
-      floor = INT64_MAX;
-      for (const auto& [rank, step] : last_step) floor = std::min(floor, step);
-      if (static_cast<int>(last_step.size()) < job->spec().world_size()) floor = -1;
-    }
-    v1::GetMetricsRequest q;
-    q.set_job_id(job_id);
-    q.set_after_step(floor > 0 ? floor - 1 : -1);
-    q.set_limit(kStreamMetricLimit);
-    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(caller, q);
-    if (points.ok()) {
-      v1::GetMetricsResponse fresh;
-      for (v1::MetricPoint& p : *points) {
-        Key key{p.attempt(), p.rank(), p.step(), p.name()};
-        if (!sent.insert(key).second) continue;
-        if (p.attempt() == metrics_attempt) {
-          int64_t& s = last_step[p.rank()];
-          s = std::max(s, p.step());
-        }
-        *fresh.add_points() = std::move(p);
-      }
-      // Keys below the floor can no longer come back from a query.
-      if (floor > 0) {
-        for (auto it = sent.begin(); it != sent.end();) {
-          it = std::get<2>(*it) < floor ? sent.erase(it) : std::next(it);
-        }
-      }
-      if (fresh.points_size() > 0 || first_metrics) {
-        nlohmann::json body = nlohmann::json::parse(ToJson(fresh));
-        body["reset"] = first_metrics;
-        first_metrics = false;
-        if (!out.Send("metrics", body.dump())) return;
-      }
-    }
-
-    // Log text of each rank of the current attempt.
+    if (!metrics.SendNew(*manager_, caller, job_id, *job, out)) return;
     bool logs_complete = true;
-    for (const v1::RankStatus& rank : job->ranks()) {
-      const std::pair<int32_t, int32_t> key{job->attempt(), rank.rank()};
-      if (log_done.contains(key)) continue;
-      v1::GetLogsRequest lq;
-      lq.set_job_id(job_id);
-      lq.set_attempt(job->attempt());
-      lq.set_rank(rank.rank());
-      lq.set_max_bytes(kStreamLogTail);
-      auto it = log_offset.find(key);
-      if (it == log_offset.end()) {
-        lq.set_tail_bytes(kStreamLogTail);
-      } else {
-        lq.set_offset(it->second);
-      }
-      absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(caller, lq);
-      if (!logs.ok()) {
-        logs_complete = false;
-        continue;
-      }
-      log_offset[key] = logs->next_offset();
-      if (logs->complete()) {
-        log_done.insert(key);
-      } else {
-        logs_complete = false;
-      }
-      if (logs->data().empty()) continue;
-      nlohmann::json event = {{"rank", rank.rank()},
-                              {"attempt", job->attempt()},
-                              {"offset", std::to_string(logs->offset())},
-                              {"data", logs->data()}};
-      if (!out.Send("log", event.dump(-1, ' ', false,
-                                      nlohmann::json::error_handler_t::replace))) {
-        return;
-      }
-      // More may be waiting than one event carries: look again at once.
-      if (logs->next_offset() - logs->offset() >= kStreamLogTail) logs_complete = false;
-    }
+    if (!logs.SendNew(*manager_, caller, job_id, *job, out, logs_complete)) return;
 
     if (IsTerminal(job->state())) {
       if (!ended_at.has_value()) ended_at = absl::Now();

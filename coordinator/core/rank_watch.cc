@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -75,6 +77,36 @@ bool Moved(const v1::RankProgress& before, const v1::RankProgress& after) {
          before.phase_items() != after.phase_items() ||
          before.collective() != after.collective() ||
          before.collective_ready() != after.collective_ready();
+}
+
+// The phase of a rank's own work that accounts for most of its excess over
+// its peers: its time per step there and the peers' median.
+struct SlowPhase {
+  std::string phase;
+  double mine = 0;
+  double theirs = 0;
+};
+
+SlowPhase FindSlowPhase(const v1::RankProgress& rank,
+                        const std::vector<const v1::RankProgress*>& peers,
+                        WorkClock clock) {
+  SlowPhase slow;
+  double excess = -1;
+  for (const auto& [phase, ms] : PhaseTimes(rank, clock)) {
+    if (!IsOwnWork(phase, clock)) continue;
+    std::vector<double> peer_phase;
+    for (const v1::RankProgress* peer : peers) {
+      const auto& times = PhaseTimes(*peer, clock);
+      auto it = times.find(phase);
+      peer_phase.push_back(it == times.end() ? 0 : it->second);
+    }
+    const double m = Median(peer_phase);
+    if (ms - m > excess) {
+      excess = ms - m;
+      slow = SlowPhase{phase, ms, m};
+    }
+  }
+  return slow;
 }
 
 }  // namespace
@@ -248,10 +280,8 @@ std::optional<WatchVerdict> AttemptWatch::CheckStalled(
   return v;
 }
 
-std::vector<std::string> AttemptWatch::UpdateStragglers(
-    absl::Time now, const WatchdogOptions& options, const std::vector<bool>& running) {
-  std::vector<std::string> flagged;
-  // Ranks whose report covers enough steps to compare.
+std::vector<int32_t> AttemptWatch::ComparableRanks(
+    const WatchdogOptions& options, const std::vector<bool>& running) const {
   std::vector<int32_t> comparable;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     const RankState& s = ranks_[r];
@@ -261,6 +291,36 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(
       comparable.push_back(static_cast<int32_t>(r));
     }
   }
+  return comparable;
+}
+
+void AttemptWatch::UpdateEpisode(RankState& s, double ratio, absl::Time now,
+                                 const WatchdogOptions& options) {
+  const double release = 1 + (options.straggler_ratio - 1) / 2;
+  if (ratio > options.straggler_ratio) {
+    if (s.slow_since == absl::InfiniteFuture()) s.slow_since = now;
+  } else {
+    s.slow_since = absl::InfiniteFuture();
+  }
+  // An episode ends only once the rank has stayed below the release ratio
+  // for a whole window: a moment of catching up (its peers slowed by a
+  // neighbour on a busy node) does not end it and start a new one.
+  if (ratio < release) {
+    if (s.fast_since == absl::InfiniteFuture()) s.fast_since = now;
+    if (s.flagged && now - s.fast_since >= options.straggler_window) {
+      s.flagged = false;
+      s.text.clear();
+    }
+  } else {
+    s.fast_since = absl::InfiniteFuture();
+  }
+}
+
+std::vector<std::string> AttemptWatch::UpdateStragglers(
+    absl::Time now, const WatchdogOptions& options, const std::vector<bool>& running) {
+  std::vector<std::string> flagged;
+  // Ranks whose report covers enough steps to compare.
+  const std::vector<int32_t> comparable = ComparableRanks(options, running);
   // Like with like: device times only when every rank compared has them.
   WorkClock clock = comparable.empty() ? WorkClock::kHost : WorkClock::kDevice;
   for (int32_t r : comparable) {
@@ -272,9 +332,11 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(
     RankState& s = ranks_[r];
     const bool usable = std::find(comparable.begin(), comparable.end(),
                                   static_cast<int32_t>(r)) != comparable.end();
+    std::vector<const v1::RankProgress*> peers;
     std::vector<double> peer_own;
     for (int32_t p : comparable) {
       if (p != static_cast<int32_t>(r)) {
+        peers.push_back(&ranks_[p].last);
         peer_own.push_back(OwnWorkMs(ranks_[p].last, clock));
       }
     }
@@ -287,48 +349,12 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(
     const double median = Median(peer_own);
     const double own = OwnWorkMs(s.last, clock);
     const double ratio = median > 0 ? own / median : 0;
-    const double release = 1 + (options.straggler_ratio - 1) / 2;
-    if (ratio > options.straggler_ratio) {
-      if (s.slow_since == absl::InfiniteFuture()) s.slow_since = now;
-    } else {
-      s.slow_since = absl::InfiniteFuture();
-    }
-    // An episode ends only once the rank has stayed below the release ratio
-    // for a whole window: a moment of catching up (its peers slowed by a
-    // neighbour on a busy node) does not end it and start a new one.
-    if (ratio < release) {
-      if (s.fast_since == absl::InfiniteFuture()) s.fast_since = now;
-      if (s.flagged && now - s.fast_since >= options.straggler_window) {
-        s.flagged = false;
-        s.text.clear();
-      }
-    } else {
-      s.fast_since = absl::InfiniteFuture();
-    }
+    UpdateEpisode(s, ratio, now, options);
     if (s.slow_since == absl::InfiniteFuture() && !s.flagged) continue;
-    // The phase that accounts for most of the excess over the peers.
-    std::string slow_phase;
-    double excess = -1, mine = 0, theirs = 0;
-    for (const auto& [phase, ms] : PhaseTimes(s.last, clock)) {
-      if (!IsOwnWork(phase, clock)) continue;
-      std::vector<double> peer_phase;
-      for (int32_t p : comparable) {
-        if (p == static_cast<int32_t>(r)) continue;
-        const auto& times = PhaseTimes(ranks_[p].last, clock);
-        auto it = times.find(phase);
-        peer_phase.push_back(it == times.end() ? 0 : it->second);
-      }
-      const double m = Median(peer_phase);
-      if (ms - m > excess) {
-        excess = ms - m;
-        slow_phase = phase;
-        mine = ms;
-        theirs = m;
-      }
-    }
+    const SlowPhase slow = FindSlowPhase(s.last, peers, clock);
     const std::string text = absl::StrFormat(
         "%s: %.1fx the median step work of its peers (%s %.0f ms vs %.0f ms per step%s)",
-        Name(static_cast<int32_t>(r)), ratio, slow_phase, mine, theirs,
+        Name(static_cast<int32_t>(r)), ratio, slow.phase, slow.mine, slow.theirs,
         clock == WorkClock::kDevice ? " on the device" : "");
     if (s.flagged) {
       s.text = text;

@@ -125,6 +125,14 @@ class AttemptWatch {
 
   // How long rank r has been in its reported phase, as of `now`.
   absl::Duration PhaseAge(const RankState& r, absl::Time now) const;
+  // UpdateStragglers' steps: the running ranks whose last report covers
+  // enough steps to compare; and rank state `s`'s straggler episode moved on
+  // to `now` for its work `ratio` to its peers' median (slow since, fast since,
+  // unflagged after a window below the release ratio).
+  std::vector<int32_t> ComparableRanks(const WatchdogOptions& options,
+                                       const std::vector<bool>& running) const;
+  static void UpdateEpisode(RankState& s, double ratio, absl::Time now,
+                            const WatchdogOptions& options);
   // "rank 1 on w2"
   std::string Name(int32_t rank) const;
   // "; rank 0 waiting on allreduce #830 (bucket 3) for 64 s" for the ranks in
