@@ -9,7 +9,7 @@ PACKAGES=(
   libsqlite3-dev sqlite3 libgtest-dev libgmock-dev libtorch-dev libopenblas0-pthread libdnnl-dev
   libgloo-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libcpp-httplib-dev libmicrohttpd-dev libsystemd-dev libsqlitecpp-dev libbenchmark-dev
-  dataset-fashion-mnist python3-torch clang-format iproute2 procps libssl-dev
+  dataset-fashion-mnist python3-torch clang-format universal-ctags iproute2 procps libssl-dev
   nodejs chromium clang libclang-rt-14-dev
   slurm-wlm munge
   libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev python3-torchvision

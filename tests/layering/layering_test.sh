@@ -4,7 +4,11 @@
 #   - nothing under worker/, cli/ or common/ includes coordinator/ headers;
 #   - coordinator/core and coordinator/store include no gRPC, httplib or JSON
 #     header, and only coordinator/store includes sqlite3.h;
-#   - the core and store unit tests are linked without gRPC or httplib.
+#   - the core and store unit tests are linked without gRPC or httplib;
+#   - no function or lambda in the project's own C++ sources outside tests/
+#     (generated *.pb.* files and build trees excluded) is longer than 80 lines,
+#     as universal-ctags measures it (docs/design.md, "Function length"). Needs
+#     universal-ctags (scripts/setup.sh installs it); fails without it.
 # Usage: layering_test.sh SOURCE_DIR TEST_BINARY...
 set -u
 src=$1
@@ -25,6 +29,43 @@ hits=$(grep -rnE '#include [<"](grpcpp|grpc\+\+|grpc/|httplib|microhttpd|nlohman
 hits=$(grep -rln 'sqlite3\.h' --include='*.h' --include='*.cc' common coordinator worker cli |
   grep -v '^coordinator/store/')
 [ -z "$hits" ] || fail "sqlite3.h included outside coordinator/store:"$'\n'"$hits"
+
+# Function length. The sources are the component folders of the layout
+# (docs/design.md); tests/, the build trees (build*/) and downloaded packages
+# (gpu-deps/, web/node_modules/) lie outside them or are pruned.
+max_function_lines=80
+if ! ctags --version 2>/dev/null | grep -q 'Universal Ctags'; then
+  fail "universal-ctags is not installed (scripts/setup.sh installs it): function lengths are not checked"
+else
+  dirs=()
+  for d in proto common web coordinator worker cli bench examples scripts deploy; do
+    [ -d "$d" ] && dirs+=("$d")
+  done
+  # One line per function or lambda longer than the limit: LINES file name,
+  # the name with its class and enclosing function (lambda@LINE for a lambda),
+  # longest first.
+  hits=$(find "${dirs[@]}" -name node_modules -prune -o -type f \
+      \( -name '*.cc' -o -name '*.h' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' \
+         -o -name '*.cuh' \) ! -name '*.pb.*' -print | sort |
+    ctags -L - --language-force=C++ --kinds-C++=f --fields=+ne -o - |
+    awk -F'\t' -v max="$max_function_lines" '
+      {
+        start = ""; end = ""; scope = ""
+        for (i = 4; i <= NF; i++) {
+          if ($i ~ /^line:/) start = substr($i, 6)
+          else if ($i ~ /^end:/) end = substr($i, 5)
+          else if ($i ~ /^(class|struct|union|namespace|function|enum):/) scope = substr($i, index($i, ":") + 1)
+        }
+        if (end == "" || end - start + 1 <= max) next
+        name = ($1 ~ /^__anon/) ? "lambda@" start : $1
+        gsub(/(^|::)__anon[0-9a-f]+/, "", scope)
+        sub(/^::/, "", scope)
+        sub(/^tessera(::|$)/, "", scope)
+        print end - start + 1, $2, (scope == "" ? "" : scope "::") name
+      }' | sort -k1,1nr -k2,2)
+  [ -z "$hits" ] ||
+    fail "functions longer than $max_function_lines lines (LINES file function):"$'\n'"$hits"
+fi
 
 checked=0
 for bin in "$@"; do
