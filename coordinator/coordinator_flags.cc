@@ -185,7 +185,7 @@ void AddLimitFlags(CLI::App& app, CoordinatorFlags& flags) {
 // The watchdog over running attempts and drains (docs/robustness.md).
 void AddWatchdogFlags(CLI::App& app, CoordinatorFlags& flags) {
   const JobManagerOptions& manager = flags.options.manager;
-  const WatchdogOptions& watchdog = manager.watchdog;
+  const RankWatchOptions& watchdog = manager.watchdog;
   flags.rank_silent_after_s = absl::ToDoubleSeconds(watchdog.rank_silent_after);
   flags.stall_after_min_s = absl::ToDoubleSeconds(watchdog.stall_after_min);
   flags.straggler_window_s = absl::ToDoubleSeconds(watchdog.straggler_window);
@@ -323,7 +323,7 @@ absl::Status FinishCoordinatorOptions(CoordinatorFlags& flags) {
   options.grpc_memory_bytes = flags.grpc_memory_mb << 20;
   manager.usage_half_life = absl::Seconds(flags.usage_half_life_s);
   manager.fair_share = !flags.no_fair_share;
-  WatchdogOptions& watchdog = manager.watchdog;
+  RankWatchOptions& watchdog = manager.watchdog;
   watchdog.enabled = !flags.no_watchdog;
   watchdog.rank_silent_after = absl::Seconds(flags.rank_silent_after_s);
   watchdog.stall_after_min = absl::Seconds(flags.stall_after_min_s);

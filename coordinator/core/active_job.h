@@ -56,7 +56,7 @@ struct ActiveJob {
   // stopped by its worker or its lease has run out.
   std::vector<LostRank> lost;
   // The watchdog over the current attempt, from when it began running.
-  std::optional<AttemptWatch> watch;
+  std::optional<RankWatch> watch;
   // Why the current attempt is being preempted ("preempted on w2 (drain by
   // alice)"); empty while it is not. Its ranks were sent SIGUSR1 and are
   // expected to checkpoint and exit with the preempted code.

@@ -67,7 +67,7 @@ std::string ScopedRequestId(const std::string& owner, const std::string& id) {
 
 }  // namespace
 
-void RunReleases(Rendezvous::Releases& releases) {
+void RunReleases(RendezvousRounds::Releases& releases) {
   for (auto& [callback, result] : releases) callback(std::move(result));
   releases.clear();
 }
@@ -382,7 +382,7 @@ std::vector<UserShare> JobManager::GetShare(const Caller& caller) {
 absl::StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
   v1::RegisterWorkerResponse response;
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(response, workers_.Register(request));
@@ -446,7 +446,7 @@ bool JobManager::WorkerLive(const std::string& name) {
 absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     const v1::HeartbeatRequest& request) {
   v1::HeartbeatResponse response;
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   std::vector<RankRecord> exits;  // recorded by this heartbeat
   {
     absl::MutexLock lock(&mu_);
@@ -499,7 +499,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
 }
 
 bool JobManager::LoseUnlistedRanksLocked(const HeartbeatReport& report,
-                                         Rendezvous::Releases* releases) {
+                                         RendezvousRounds::Releases* releases) {
   bool changed = false;
   for (auto& [id, job] : jobs_) {
     bool lost = false;
@@ -530,7 +530,7 @@ bool JobManager::LoseUnlistedRanksLocked(const HeartbeatReport& report,
 
 bool JobManager::ReconcileReportedRanksLocked(const HeartbeatReport& report,
                                               v1::HeartbeatResponse& response,
-                                              Rendezvous::Releases* releases,
+                                              RendezvousRounds::Releases* releases,
                                               std::vector<RankRecord>* recorded) {
   bool changed = false;
   // One rank at a time: an exit may end the attempt, which makes the ranks
@@ -580,7 +580,7 @@ bool JobManager::ReconcileReportedRanksLocked(const HeartbeatReport& report,
 }
 
 void JobManager::RecordExitLocked(ActiveJob& job, const v1::LocalRank& reported,
-                                  Rendezvous::Releases* releases,
+                                  RendezvousRounds::Releases* releases,
                                   std::vector<RankRecord>* recorded) {
   const RankRecord& rank = job.RecordExit(reported);
   writer_->PutRanks({rank});
@@ -643,7 +643,7 @@ void JobManager::AddOrdersLocked(const HeartbeatReport& report,
   }
 }
 
-void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) {
+void JobManager::EvaluateLocked(ActiveJob& job, RendezvousRounds::Releases* releases) {
   if (IsTerminal(job.record.state) || job.ranks.empty()) return;
   if (const RankRecord* failed = job.FirstFailedRank(); failed != nullptr) {
     // A rank stopped while its job was being preempted fails for the drain.
@@ -677,7 +677,7 @@ void JobManager::EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases) 
 }
 
 void JobManager::FailAttemptLocked(ActiveJob& job, const std::string& reason,
-                                   Rendezvous::Releases* releases, bool preempted) {
+                                   RendezvousRounds::Releases* releases, bool preempted) {
   for (size_t r = 0; r < job.ranks.size(); ++r) {
     if (job.ranks[r].state != kExited) job.kill_sent[r] = true;
   }
@@ -713,7 +713,7 @@ void JobManager::FailAttemptLocked(ActiveJob& job, const std::string& reason,
 }
 
 void JobManager::LoseWorkerRanksLocked(const std::string& worker, const std::string& why,
-                                       Rendezvous::Releases* releases) {
+                                       RendezvousRounds::Releases* releases) {
   for (auto& [id, job] : jobs_) {
     // Whether the worker's ranks stopped is unknown from here on: behind a
     // partition they may run on until their leases run out.
@@ -737,7 +737,7 @@ void JobManager::LoseWorkerRanksLocked(const std::string& worker, const std::str
 }
 
 void JobManager::Tick() {
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   std::vector<UsageRecord> usage;
   {
     absl::MutexLock lock(&mu_);
@@ -768,7 +768,7 @@ void JobManager::Tick() {
   }
 }
 
-bool JobManager::DeclareSilentWorkersDeadLocked(Rendezvous::Releases* releases) {
+bool JobManager::DeclareSilentWorkersDeadLocked(RendezvousRounds::Releases* releases) {
   const std::vector<std::string> silent = workers_.Silent();
   for (const std::string& name : silent) {
     // The worker's session is fenced: when it comes back it must register
@@ -779,12 +779,12 @@ bool JobManager::DeclareSilentWorkersDeadLocked(Rendezvous::Releases* releases) 
   return !silent.empty();
 }
 
-bool JobManager::WatchRunningLocked(absl::Time now, Rendezvous::Releases* releases) {
+bool JobManager::WatchRunningLocked(absl::Time now, RendezvousRounds::Releases* releases) {
   bool changed = false;
   for (auto& [id, job] : jobs_) {
     if (job.record.state != v1::JOB_STATE_RUNNING || !job.watch.has_value()) continue;
-    const WatchdogOptions options =
-        WatchdogFor(options_.watchdog, job.record.spec.watchdog());
+    const RankWatchOptions options =
+        RankWatchFor(options_.watchdog, job.record.spec.watchdog());
     std::vector<bool> running;
     for (size_t r = 0; r < job.ranks.size(); ++r) {
       running.push_back(job.ranks[r].state != kExited && !job.kill_sent[r]);
@@ -804,7 +804,7 @@ bool JobManager::WatchRunningLocked(absl::Time now, Rendezvous::Releases* releas
   return changed;
 }
 
-bool JobManager::EnforceDrainsLocked(absl::Time now, Rendezvous::Releases* releases) {
+bool JobManager::EnforceDrainsLocked(absl::Time now, RendezvousRounds::Releases* releases) {
   bool changed = false;
   for (const std::string& name : workers_.DrainingWorkers()) {
     const absl::Time deadline = workers_.DrainDeadline(name);
@@ -852,7 +852,7 @@ bool JobManager::ExpireLostRanksLocked(absl::Time now) {
 }
 
 bool JobManager::FailTimedOutRendezvousLocked(absl::Time now,
-                                              Rendezvous::Releases* releases) {
+                                              RendezvousRounds::Releases* releases) {
   bool changed = false;
   for (auto& [id, job] : jobs_) {
     if (job.record.state != v1::JOB_STATE_SCHEDULED ||
@@ -1124,7 +1124,7 @@ void JobManager::Rendezvous(
     done(absl::InvalidArgumentError("bootstrap: larger than 4096 bytes"));
     return;
   }
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
@@ -1230,7 +1230,7 @@ absl::Status JobManager::ReportResult(const v1::ReportResultRequest& request) {
 
 absl::StatusOr<v1::JobState> JobManager::CancelJob(const Caller& caller, int64_t job_id) {
   RETURN_IF_ERROR(CheckVisible(caller, job_id));
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   std::optional<v1::JobState> ended;  // set when the job had already ended
   {
     absl::MutexLock lock(&mu_);
@@ -1323,7 +1323,7 @@ absl::StatusOr<v1::GetLogsResponse> JobManager::GetLogs(
 }
 
 void JobManager::Shutdown() {
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   {
     absl::MutexLock lock(&mu_);
     releases =

@@ -7,7 +7,7 @@
 // It delegates by concern: WorkerRegistry keeps the workers (sessions,
 // liveness) and the rules that reconcile a heartbeat with the coordinator's
 // beliefs; RankOutputs stores and reads ranks' logs and metrics; Schedule()
-// places ranks; Rendezvous gathers an attempt's ranks.
+// places ranks; RendezvousRounds gathers an attempt's ranks.
 //
 // Use: construct, Recover() once before serving, then call the RPC methods
 // from any thread, and Tick() periodically (the coordinator's monitor thread).
@@ -46,7 +46,7 @@
 #include "coordinator/core/fair_share.h"
 #include "coordinator/core/rank_outputs.h"
 #include "coordinator/core/rank_watch.h"
-#include "coordinator/core/rendezvous.h"
+#include "coordinator/core/rendezvous_rounds.h"
 #include "coordinator/core/scheduler.h"
 #include "coordinator/core/slurm/slurm_pool_manager.h"
 #include "coordinator/core/worker_registry.h"
@@ -129,7 +129,7 @@ struct JobManagerOptions {
   int max_list_limit = 1000;
   // The watchdog over running attempts (rank_watch.h); a job's spec may
   // override it.
-  WatchdogOptions watchdog;
+  RankWatchOptions watchdog;
   // How often trainers report progress (and so renew their lease) at least
   // (--progress-interval): RenewLeaseResponse.report_every_ms.
   absl::Duration progress_report_interval = absl::Seconds(2);
@@ -321,14 +321,14 @@ class JobManager : public SlurmPoolSource {
   // Exits recorded are appended to `recorded` when it is not null.
   bool ReconcileReportedRanksLocked(const HeartbeatReport& report,
                                     tessera::v1::HeartbeatResponse& response,
-                                    Rendezvous::Releases* releases,
+                                    RendezvousRounds::Releases* releases,
                                     std::vector<RankRecord>* recorded = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the exit of the current rank of `job` that `reported` names, and
   // decides the job's outcome.
   // Appends the record to `recorded` when it is not null.
   void RecordExitLocked(ActiveJob& job, const tessera::v1::LocalRank& reported,
-                        Rendezvous::Releases* releases,
+                        RendezvousRounds::Releases* releases,
                         std::vector<RankRecord>* recorded = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the verdict on each rank of an earlier attempt the worker no
@@ -343,38 +343,38 @@ class JobManager : public SlurmPoolSource {
   // Counts each current rank the report's worker no longer runs (kLost) as
   // exited, and decides its job's outcome. Returns whether any was.
   bool LoseUnlistedRanksLocked(const HeartbeatReport& report,
-                               Rendezvous::Releases* releases)
+                               RendezvousRounds::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tick: the watchdog over every running attempt.
-  bool WatchRunningLocked(absl::Time now, Rendezvous::Releases* releases)
+  bool WatchRunningLocked(absl::Time now, RendezvousRounds::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tick: ends the attempts still on a draining worker past its deadline, or
   // placed there but not started.
-  bool EnforceDrainsLocked(absl::Time now, Rendezvous::Releases* releases)
+  bool EnforceDrainsLocked(absl::Time now, RendezvousRounds::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an event of the job that is not a state change (a straggler).
   void RecordEventLocked(ActiveJob& job, const std::string& text)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Tick steps; each returns whether a job changed.
-  bool DeclareSilentWorkersDeadLocked(Rendezvous::Releases* releases)
+  bool DeclareSilentWorkersDeadLocked(RendezvousRounds::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ExpireLostRanksLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool FailTimedOutRendezvousLocked(absl::Time now, Rendezvous::Releases* releases)
+  bool FailTimedOutRendezvousLocked(absl::Time now, RendezvousRounds::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Decides a job's outcome after a rank exit; may order the other ranks stopped.
-  void EvaluateLocked(ActiveJob& job, Rendezvous::Releases* releases)
+  void EvaluateLocked(ActiveJob& job, RendezvousRounds::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the current attempt: stops its ranks, then restarts the job (back to
   // QUEUED for a new attempt) if restarts are left, else marks it FAILED. A
   // preempted attempt always requeues and does not count as a restart.
   void FailAttemptLocked(ActiveJob& job, const std::string& reason,
-                         Rendezvous::Releases* releases, bool preempted = false)
+                         RendezvousRounds::Releases* releases, bool preempted = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts every rank on a worker declared dead (for `why`) as lost.
   void LoseWorkerRanksLocked(const std::string& worker, const std::string& why,
-                             Rendezvous::Releases* releases)
+                             RendezvousRounds::Releases* releases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops finished jobs whose ranks have all exited.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -403,7 +403,7 @@ class JobManager : public SlurmPoolSource {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   int64_t illegal_transitions_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);
-  tessera::Rendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
+  RendezvousRounds rendezvous_ ABSL_GUARDED_BY(mu_);
   FairShare usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_accrual_ ABSL_GUARDED_BY(mu_);
   absl::Time last_usage_save_ ABSL_GUARDED_BY(mu_);
@@ -415,7 +415,7 @@ class JobManager : public SlurmPoolSource {
 };
 
 // Runs released rendezvous callbacks; call without locks held.
-void RunReleases(Rendezvous::Releases& releases);
+void RunReleases(RendezvousRounds::Releases& releases);
 
 }  // namespace tessera
 

@@ -111,9 +111,9 @@ SlowPhase FindSlowPhase(const v1::RankProgress& rank,
 
 }  // namespace
 
-WatchdogOptions WatchdogFor(const WatchdogOptions& defaults,
+RankWatchOptions RankWatchFor(const RankWatchOptions& defaults,
                             const v1::WatchdogSpec& spec) {
-  WatchdogOptions o = defaults;
+  RankWatchOptions o = defaults;
   if (spec.has_enabled()) o.enabled = spec.enabled();
   if (spec.rank_silent_after_s() > 0) {
     o.rank_silent_after = absl::Seconds(spec.rank_silent_after_s());
@@ -129,13 +129,13 @@ WatchdogOptions WatchdogFor(const WatchdogOptions& defaults,
   return o;
 }
 
-AttemptWatch::AttemptWatch(std::vector<std::string> workers, absl::Time start)
+RankWatch::RankWatch(std::vector<std::string> workers, absl::Time start)
     : workers_(std::move(workers)),
       start_(start),
       last_move_(start),
       ranks_(workers_.size()) {}
 
-void AttemptWatch::Report(int32_t rank, const v1::RankProgress& progress,
+void RankWatch::Report(int32_t rank, const v1::RankProgress& progress,
                           absl::Time now) {
   if (rank < 0 || rank >= static_cast<int32_t>(ranks_.size())) return;
   RankState& r = ranks_[rank];
@@ -145,15 +145,15 @@ void AttemptWatch::Report(int32_t rank, const v1::RankProgress& progress,
   r.received = now;
 }
 
-absl::Duration AttemptWatch::PhaseAge(const RankState& r, absl::Time now) const {
+absl::Duration RankWatch::PhaseAge(const RankState& r, absl::Time now) const {
   return absl::Milliseconds(r.last.phase_elapsed_ms()) + (now - r.received);
 }
 
-std::string AttemptWatch::Name(int32_t rank) const {
+std::string RankWatch::Name(int32_t rank) const {
   return absl::StrCat("rank ", rank, " on ", workers_[rank]);
 }
 
-std::string AttemptWatch::WaitingText(const std::vector<int32_t>& waiting,
+std::string RankWatch::WaitingText(const std::vector<int32_t>& waiting,
                                       absl::Time now) const {
   // Group the waiting ranks by what they wait on.
   std::map<std::string, std::pair<std::vector<int32_t>, absl::Duration>> groups;
@@ -174,16 +174,16 @@ std::string AttemptWatch::WaitingText(const std::vector<int32_t>& waiting,
   return out;
 }
 
-std::optional<WatchVerdict> AttemptWatch::Check(absl::Time now,
-                                                const WatchdogOptions& options,
+std::optional<WatchVerdict> RankWatch::Check(absl::Time now,
+                                                const RankWatchOptions& options,
                                                 const std::vector<bool>& running) const {
   if (!options.enabled) return std::nullopt;
   if (std::optional<WatchVerdict> v = CheckSilent(now, options, running)) return v;
   return CheckStalled(now, options, running);
 }
 
-std::optional<WatchVerdict> AttemptWatch::CheckSilent(
-    absl::Time now, const WatchdogOptions& options,
+std::optional<WatchVerdict> RankWatch::CheckSilent(
+    absl::Time now, const RankWatchOptions& options,
     const std::vector<bool>& running) const {
   auto is_running = [&](size_t r) { return r < running.size() && running[r]; };
   // Unresponsive: silent past the threshold (counted from the start before
@@ -218,8 +218,8 @@ std::optional<WatchVerdict> AttemptWatch::CheckSilent(
   return std::nullopt;
 }
 
-std::optional<WatchVerdict> AttemptWatch::CheckStalled(
-    absl::Time now, const WatchdogOptions& options,
+std::optional<WatchVerdict> RankWatch::CheckStalled(
+    absl::Time now, const RankWatchOptions& options,
     const std::vector<bool>& running) const {
   auto is_running = [&](size_t r) { return r < running.size() && running[r]; };
   // Stalled: nothing moved for the threshold.
@@ -280,8 +280,8 @@ std::optional<WatchVerdict> AttemptWatch::CheckStalled(
   return v;
 }
 
-std::vector<int32_t> AttemptWatch::ComparableRanks(
-    const WatchdogOptions& options, const std::vector<bool>& running) const {
+std::vector<int32_t> RankWatch::ComparableRanks(
+    const RankWatchOptions& options, const std::vector<bool>& running) const {
   std::vector<int32_t> comparable;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     const RankState& s = ranks_[r];
@@ -294,8 +294,8 @@ std::vector<int32_t> AttemptWatch::ComparableRanks(
   return comparable;
 }
 
-void AttemptWatch::UpdateEpisode(RankState& s, double ratio, absl::Time now,
-                                 const WatchdogOptions& options) {
+void RankWatch::UpdateEpisode(RankState& s, double ratio, absl::Time now,
+                                 const RankWatchOptions& options) {
   const double release = 1 + (options.straggler_ratio - 1) / 2;
   if (ratio > options.straggler_ratio) {
     if (s.slow_since == absl::InfiniteFuture()) s.slow_since = now;
@@ -316,8 +316,8 @@ void AttemptWatch::UpdateEpisode(RankState& s, double ratio, absl::Time now,
   }
 }
 
-std::vector<std::string> AttemptWatch::UpdateStragglers(
-    absl::Time now, const WatchdogOptions& options, const std::vector<bool>& running) {
+std::vector<std::string> RankWatch::UpdateStragglers(
+    absl::Time now, const RankWatchOptions& options, const std::vector<bool>& running) {
   std::vector<std::string> flagged;
   // Ranks whose report covers enough steps to compare.
   const std::vector<int32_t> comparable = ComparableRanks(options, running);
@@ -367,7 +367,7 @@ std::vector<std::string> AttemptWatch::UpdateStragglers(
   return flagged;
 }
 
-std::vector<std::string> AttemptWatch::Stragglers() const {
+std::vector<std::string> RankWatch::Stragglers() const {
   std::vector<std::string> out;
   for (const RankState& s : ranks_) {
     if (s.flagged) out.push_back(s.text);
@@ -375,25 +375,25 @@ std::vector<std::string> AttemptWatch::Stragglers() const {
   return out;
 }
 
-bool AttemptWatch::IsStraggler(int32_t rank) const {
+bool RankWatch::IsStraggler(int32_t rank) const {
   return rank >= 0 && rank < static_cast<int32_t>(ranks_.size()) && ranks_[rank].flagged;
 }
 
-const v1::RankProgress* AttemptWatch::Progress(int32_t rank) const {
+const v1::RankProgress* RankWatch::Progress(int32_t rank) const {
   if (rank < 0 || rank >= static_cast<int32_t>(ranks_.size()) || !ranks_[rank].reported) {
     return nullptr;
   }
   return &ranks_[rank].last;
 }
 
-absl::Time AttemptWatch::ReceivedAt(int32_t rank) const {
+absl::Time RankWatch::ReceivedAt(int32_t rank) const {
   if (rank < 0 || rank >= static_cast<int32_t>(ranks_.size())) {
     return absl::InfinitePast();
   }
   return ranks_[rank].received;
 }
 
-int64_t AttemptWatch::MaxStep() const {
+int64_t RankWatch::MaxStep() const {
   int64_t m = 0;
   for (const RankState& s : ranks_) {
     if (s.reported) m = std::max(m, s.last.step());

@@ -1,6 +1,7 @@
-// AttemptWatch: the coordinator's watchdog over one running attempt, fed by
-// the progress reports its ranks send with every lease renewal (about every
-// 2 s; RankProgress in tessera.proto).
+// RankWatch: the coordinator's watch over the ranks of one running attempt
+// (users set it with a spec's watchdog: block and --no-watchdog), fed by the
+// progress reports its ranks send with every lease renewal (about every 2 s;
+// RankProgress in tessera.proto).
 //
 // It answers three questions, all from reports and the injected times:
 //   * Unresponsive rank: a running rank sent no report for rank_silent_after
@@ -44,8 +45,8 @@
 namespace tessera {
 
 // The coordinator's thresholds (flags of the same names); a job's
-// WatchdogSpec overrides them (WatchdogFor).
-struct WatchdogOptions {
+// WatchdogSpec overrides them (RankWatchFor).
+struct RankWatchOptions {
   bool enabled = true;
   // --rank-silent-after: no progress report from a running rank for this long.
   absl::Duration rank_silent_after = absl::Seconds(20);
@@ -62,7 +63,7 @@ struct WatchdogOptions {
 };
 
 // `defaults` with the fields the job's spec sets.
-WatchdogOptions WatchdogFor(const WatchdogOptions& defaults,
+RankWatchOptions RankWatchFor(const RankWatchOptions& defaults,
                             const tessera::v1::WatchdogSpec& spec);
 
 // Why an attempt must end.
@@ -73,11 +74,11 @@ struct WatchVerdict {
   std::string reason;
 };
 
-class AttemptWatch {
+class RankWatch {
  public:
   // `workers[r]` is where rank r runs; silence counts from `start` (when the
   // attempt began running, or when a restarted coordinator adopted it).
-  AttemptWatch(std::vector<std::string> workers, absl::Time start);
+  RankWatch(std::vector<std::string> workers, absl::Time start);
 
   // Records rank `rank`'s report, received at `now`. Out-of-range ranks are
   // ignored.
@@ -85,13 +86,13 @@ class AttemptWatch {
 
   // Whether the attempt must end at `now`; `running[r]` says whether rank r
   // still runs (exited ranks send no reports and are not judged).
-  std::optional<WatchVerdict> Check(absl::Time now, const WatchdogOptions& options,
+  std::optional<WatchVerdict> Check(absl::Time now, const RankWatchOptions& options,
                                     const std::vector<bool>& running) const;
 
   // Re-evaluates the straggler flags at `now`; returns the description of
   // each rank flagged by this call (a new episode), to be recorded once.
   std::vector<std::string> UpdateStragglers(absl::Time now,
-                                            const WatchdogOptions& options,
+                                            const RankWatchOptions& options,
                                             const std::vector<bool>& running);
 
   // The ranks flagged now, described as UpdateStragglers did (numbers as of
@@ -109,9 +110,9 @@ class AttemptWatch {
  private:
   // Check's two verdicts: ranks silent past rank_silent_after; no rank moved
   // for the stall threshold.
-  std::optional<WatchVerdict> CheckSilent(absl::Time now, const WatchdogOptions& options,
+  std::optional<WatchVerdict> CheckSilent(absl::Time now, const RankWatchOptions& options,
                                           const std::vector<bool>& running) const;
-  std::optional<WatchVerdict> CheckStalled(absl::Time now, const WatchdogOptions& options,
+  std::optional<WatchVerdict> CheckStalled(absl::Time now, const RankWatchOptions& options,
                                            const std::vector<bool>& running) const;
   struct RankState {
     bool reported = false;
@@ -129,10 +130,10 @@ class AttemptWatch {
   // enough steps to compare; and rank state `s`'s straggler episode moved on
   // to `now` for its work `ratio` to its peers' median (slow since, fast since,
   // unflagged after a window below the release ratio).
-  std::vector<int32_t> ComparableRanks(const WatchdogOptions& options,
+  std::vector<int32_t> ComparableRanks(const RankWatchOptions& options,
                                        const std::vector<bool>& running) const;
   static void UpdateEpisode(RankState& s, double ratio, absl::Time now,
-                            const WatchdogOptions& options);
+                            const RankWatchOptions& options);
   // "rank 1 on w2"
   std::string Name(int32_t rank) const;
   // "; rank 0 waiting on allreduce #830 (bucket 3) for 64 s" for the ranks in

@@ -1,4 +1,4 @@
-// AttemptWatch: unresponsive ranks, stalled attempts with the culprit named,
+// RankWatch: unresponsive ranks, stalled attempts with the culprit named,
 // and stragglers flagged once per episode, from progress reports and times.
 #include "coordinator/core/rank_watch.h"
 
@@ -73,8 +73,8 @@ v1::RankProgress GpuWork(int64_t step, double forward_ms, double backward_ms,
   return p;
 }
 
-WatchdogOptions Options() {
-  WatchdogOptions o;
+RankWatchOptions Options() {
+  RankWatchOptions o;
   o.rank_silent_after = absl::Seconds(20);
   o.stall_after_min = absl::Seconds(60);
   o.stall_step_factor = 10;
@@ -85,8 +85,8 @@ WatchdogOptions Options() {
 
 const std::vector<bool> kBoth = {true, true};
 
-TEST(AttemptWatchTest, RankThatStopsReportingIsNamedUnresponsiveWithItsPeersWait) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, RankThatStopsReportingIsNamedUnresponsiveWithItsPeersWait) {
+  RankWatch watch({"w1", "w2"}, kStart);
   for (int s = 0; s < 10; ++s) {
     const absl::Time t = kStart + absl::Seconds(2 * s);
     watch.Report(0, At(s, "forward"), t);
@@ -107,8 +107,8 @@ TEST(AttemptWatchTest, RankThatStopsReportingIsNamedUnresponsiveWithItsPeersWait
   EXPECT_THAT(verdict->reason, HasSubstr("rank 0 waiting on allreduce #31 (bucket 2)"));
 }
 
-TEST(AttemptWatchTest, SilenceCountsFromTheStartBeforeAnyReport) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, SilenceCountsFromTheStartBeforeAnyReport) {
+  RankWatch watch({"w1", "w2"}, kStart);
   watch.Report(0, At(0, "forward"), kStart + absl::Seconds(15));
   auto verdict = watch.Check(kStart + absl::Seconds(21), Options(), kBoth);
   ASSERT_TRUE(verdict.has_value());
@@ -116,16 +116,16 @@ TEST(AttemptWatchTest, SilenceCountsFromTheStartBeforeAnyReport) {
   EXPECT_THAT(verdict->reason, HasSubstr("none since the attempt started"));
 }
 
-TEST(AttemptWatchTest, ExitedRanksAreNotJudged) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, ExitedRanksAreNotJudged) {
+  RankWatch watch({"w1", "w2"}, kStart);
   watch.Report(0, At(5, "done"), kStart);
   watch.Report(1, At(5, "eval"), kStart + absl::Seconds(25));
   EXPECT_FALSE(
       watch.Check(kStart + absl::Seconds(26), Options(), {false, true}).has_value());
 }
 
-TEST(AttemptWatchTest, RankStuckOutsideACollectiveWhilePeersWaitIsTheStallCulprit) {
-  AttemptWatch watch({"w1", "w2", "w3"}, kStart);
+TEST(RankWatchTest, RankStuckOutsideACollectiveWhilePeersWaitIsTheStallCulprit) {
+  RankWatch watch({"w1", "w2", "w3"}, kStart);
   // Step 412: rank 1 hangs in data wait, the others wait on the allreduce;
   // every rank keeps reporting (its lease thread runs).
   for (int i = 0; i <= 30; ++i) {
@@ -145,8 +145,8 @@ TEST(AttemptWatchTest, RankStuckOutsideACollectiveWhilePeersWaitIsTheStallCulpri
               HasSubstr("ranks 0,2 waiting on allreduce #830 (bucket 3) for"));
 }
 
-TEST(AttemptWatchTest, GpuRankWhoseOwnDeviceWorkHangsIsTheStallCulprit) {
-  AttemptWatch watch({"w1", "w2", "w3"}, kStart);
+TEST(RankWatchTest, GpuRankWhoseOwnDeviceWorkHangsIsTheStallCulprit) {
+  RankWatch watch({"w1", "w2", "w3"}, kStart);
   // Step 412 on GPUs: every host blocks on its device. Rank 1's backward
   // kernel hangs, so the inputs of its bucket all-reduce never become ready;
   // ranks 0 and 2 have theirs ready and their devices wait in the all-reduce.
@@ -169,8 +169,8 @@ TEST(AttemptWatchTest, GpuRankWhoseOwnDeviceWorkHangsIsTheStallCulprit) {
               HasSubstr("ranks 0,2 waiting on allreduce #825 (bucket 0) for"));
 }
 
-TEST(AttemptWatchTest, GpuRankOnItsDeviceWithoutACollectiveIsWorking) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, GpuRankOnItsDeviceWithoutACollectiveIsWorking) {
+  RankWatch watch({"w1", "w2"}, kStart);
   // Rank 0's device runs a step that never ends (no collective issued yet);
   // rank 1 waits in the all-reduce that rank 0 has not reached.
   for (int i = 0; i <= 30; ++i) {
@@ -185,8 +185,8 @@ TEST(AttemptWatchTest, GpuRankOnItsDeviceWithoutACollectiveIsWorking) {
   EXPECT_THAT(verdict->reason, HasSubstr("rank 1 waiting on allreduce #825 (bucket 0)"));
 }
 
-TEST(AttemptWatchTest, InputsBecomingReadyCountAsProgress) {
-  AttemptWatch watch({"w1"}, kStart);
+TEST(RankWatchTest, InputsBecomingReadyCountAsProgress) {
+  RankWatch watch({"w1"}, kStart);
   // A long backward on the device: the all-reduce's inputs turn ready at 50 s.
   for (int i = 0; i <= 40; ++i) {
     watch.Report(0, OnDevice(412, "allreduce #825 (bucket 0)", /*ready=*/i >= 25),
@@ -195,8 +195,8 @@ TEST(AttemptWatchTest, InputsBecomingReadyCountAsProgress) {
   EXPECT_FALSE(watch.Check(kStart + absl::Seconds(80), Options(), {true}).has_value());
 }
 
-TEST(AttemptWatchTest, StallThresholdGrowsWithTheMedianStepTime) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, StallThresholdGrowsWithTheMedianStepTime) {
+  RankWatch watch({"w1", "w2"}, kStart);
   v1::RankProgress slow = At(3, "forward");
   slow.set_step_time_ms(9000);  // 10 x 9 s = 90 s > the 60 s floor
   watch.Report(0, slow, kStart);
@@ -210,8 +210,8 @@ TEST(AttemptWatchTest, StallThresholdGrowsWithTheMedianStepTime) {
   EXPECT_TRUE(watch.Check(kStart + absl::Seconds(91), Options(), kBoth).has_value());
 }
 
-TEST(AttemptWatchTest, AnyRankMovingKeepsTheAttemptAlive) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, AnyRankMovingKeepsTheAttemptAlive) {
+  RankWatch watch({"w1", "w2"}, kStart);
   // Rank 1 keeps reporting (it is not silent) but is frozen at one (step,
   // phase, items) for 200 s, past the 60 s stall threshold; rank 0 moves.
   for (int i = 0; i < 100; ++i) {
@@ -222,7 +222,7 @@ TEST(AttemptWatchTest, AnyRankMovingKeepsTheAttemptAlive) {
   }
   // The same frozen rank with its peer frozen too is a stall: the check above
   // passed because rank 0 moved, not because nothing is ever flagged.
-  AttemptWatch both_frozen({"w1", "w2"}, kStart);
+  RankWatch both_frozen({"w1", "w2"}, kStart);
   for (int i = 0; i < 100; ++i) {
     const absl::Time t = kStart + absl::Seconds(2 * i);
     both_frozen.Report(0, At(8, "forward"), t);
@@ -232,8 +232,8 @@ TEST(AttemptWatchTest, AnyRankMovingKeepsTheAttemptAlive) {
       both_frozen.Check(kStart + absl::Seconds(198), Options(), kBoth).has_value());
 }
 
-TEST(AttemptWatchTest, EvalBatchesCountAsProgress) {
-  AttemptWatch watch({"w1"}, kStart);
+TEST(RankWatchTest, EvalBatchesCountAsProgress) {
+  RankWatch watch({"w1"}, kStart);
   for (int i = 0; i < 60; ++i) {
     v1::RankProgress p = At(50, "eval");
     p.set_phase_items(i);
@@ -242,8 +242,8 @@ TEST(AttemptWatchTest, EvalBatchesCountAsProgress) {
   EXPECT_FALSE(watch.Check(kStart + absl::Seconds(120), Options(), {true}).has_value());
 }
 
-TEST(AttemptWatchTest, EveryoneWaitingNamesTheRankThatFellBehind) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, EveryoneWaitingNamesTheRankThatFellBehind) {
+  RankWatch watch({"w1", "w2"}, kStart);
   for (int i = 0; i <= 31; ++i) {
     const absl::Time t = kStart + absl::Seconds(2 * i);
     watch.Report(0, At(100, "collective", "allreduce #201"), t);
@@ -257,28 +257,28 @@ TEST(AttemptWatchTest, EveryoneWaitingNamesTheRankThatFellBehind) {
   EXPECT_THAT(verdict->reason, HasSubstr("rank 0 waiting on allreduce #201"));
 }
 
-TEST(AttemptWatchTest, DisabledWatchdogNeverEndsAnAttempt) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
-  WatchdogOptions off = Options();
+TEST(RankWatchTest, DisabledWatchdogNeverEndsAnAttempt) {
+  RankWatch watch({"w1", "w2"}, kStart);
+  RankWatchOptions off = Options();
   off.enabled = false;
   EXPECT_FALSE(watch.Check(kStart + absl::Hours(1), off, kBoth).has_value());
 }
 
-TEST(AttemptWatchTest, SpecOverridesOnlyTheFieldsItSets) {
+TEST(RankWatchTest, SpecOverridesOnlyTheFieldsItSets) {
   v1::WatchdogSpec spec;
   spec.set_rank_silent_after_s(3);
   spec.set_stall_after_min_s(10);
-  const WatchdogOptions o = WatchdogFor(Options(), spec);
+  const RankWatchOptions o = RankWatchFor(Options(), spec);
   EXPECT_TRUE(o.enabled);
   EXPECT_EQ(o.rank_silent_after, absl::Seconds(3));
   EXPECT_EQ(o.stall_after_min, absl::Seconds(10));
   EXPECT_EQ(o.straggler_ratio, 1.3);
   spec.set_enabled(false);
-  EXPECT_FALSE(WatchdogFor(Options(), spec).enabled);
+  EXPECT_FALSE(RankWatchFor(Options(), spec).enabled);
 }
 
-TEST(AttemptWatchTest, SlowRankIsFlaggedOnceAfterTheWindowAndNamesTheSlowPhase) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, SlowRankIsFlaggedOnceAfterTheWindowAndNamesTheSlowPhase) {
+  RankWatch watch({"w1", "w2"}, kStart);
   std::vector<std::string> events;
   for (int i = 0; i <= 30; ++i) {
     const absl::Time t = kStart + absl::Seconds(2 * i);
@@ -298,13 +298,13 @@ TEST(AttemptWatchTest, SlowRankIsFlaggedOnceAfterTheWindowAndNamesTheSlowPhase) 
   EXPECT_THAT(watch.Stragglers(), SizeIs(1));
 }
 
-TEST(AttemptWatchTest, SlowGpuIsFlaggedFromItsDeviceTimes) {
+TEST(RankWatchTest, SlowGpuIsFlaggedFromItsDeviceTimes) {
   // Rank 1's GPU takes 1.6x its peers' time in forward and backward. Its
   // host, like theirs, spends the step waiting on the device or the
   // all-reduce, so the host times of all three look alike.
   const std::vector<bool> all = {true, true, true};
   auto run = [&](bool with_device_times) {
-    AttemptWatch watch({"w1", "w2", "w3"}, kStart);
+    RankWatch watch({"w1", "w2", "w3"}, kStart);
     std::vector<std::string> events;
     for (int i = 0; i <= 30; ++i) {
       const absl::Time t = kStart + absl::Seconds(2 * i);
@@ -328,8 +328,8 @@ TEST(AttemptWatchTest, SlowGpuIsFlaggedFromItsDeviceTimes) {
   EXPECT_THAT(run(/*with_device_times=*/false), IsEmpty());
 }
 
-TEST(AttemptWatchTest, DeviceTimesAreComparedOnlyWhenEveryRankHasThem) {
-  AttemptWatch watch({"w1", "w2", "w3"}, kStart);
+TEST(RankWatchTest, DeviceTimesAreComparedOnlyWhenEveryRankHasThem) {
+  RankWatch watch({"w1", "w2", "w3"}, kStart);
   const std::vector<bool> all = {true, true, true};
   int flagged = 0;
   for (int i = 0; i <= 30; ++i) {
@@ -344,8 +344,8 @@ TEST(AttemptWatchTest, DeviceTimesAreComparedOnlyWhenEveryRankHasThem) {
   EXPECT_EQ(flagged, 0);
 }
 
-TEST(AttemptWatchTest, StragglerEpisodeEndsWhenTheRankCatchesUpAndANewOneIsReported) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, StragglerEpisodeEndsWhenTheRankCatchesUpAndANewOneIsReported) {
+  RankWatch watch({"w1", "w2"}, kStart);
   int flagged = 0;
   absl::Time t = kStart;
   auto run = [&](double slow_forward, int seconds) {
@@ -369,8 +369,8 @@ TEST(AttemptWatchTest, StragglerEpisodeEndsWhenTheRankCatchesUpAndANewOneIsRepor
   EXPECT_EQ(flagged, 2);
 }
 
-TEST(AttemptWatchTest, BriefSlownessAndShortWindowsAreNotFlagged) {
-  AttemptWatch watch({"w1", "w2"}, kStart);
+TEST(RankWatchTest, BriefSlownessAndShortWindowsAreNotFlagged) {
+  RankWatch watch({"w1", "w2"}, kStart);
   int flagged = 0;
   for (int i = 0; i < 40; ++i) {
     const absl::Time t = kStart + absl::Seconds(2 * i);

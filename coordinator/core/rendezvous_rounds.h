@@ -1,4 +1,4 @@
-// Rendezvous: gathers the ranks of one job attempt and releases them together.
+// RendezvousRounds: gathers the ranks of one job attempt and releases them together.
 //
 // The JobManager opens a round when it places an attempt, giving each rank's
 // local rank. Each trainer then joins with its rank; rank 0 brings the
@@ -8,8 +8,8 @@
 // twice (a retried call) replaces its earlier waiter, which is told Aborted.
 //
 // Thread-safety: none. The owner (JobManager) serialises calls under its mutex.
-#ifndef TESSERA_COORDINATOR_CORE_RENDEZVOUS_H_
-#define TESSERA_COORDINATOR_CORE_RENDEZVOUS_H_
+#ifndef TESSERA_COORDINATOR_CORE_RENDEZVOUS_ROUNDS_H_
+#define TESSERA_COORDINATOR_CORE_RENDEZVOUS_ROUNDS_H_
 
 #include <cstdint>
 #include <functional>
@@ -33,7 +33,7 @@ struct RendezvousResult {
   std::string backend;
 };
 
-class Rendezvous {
+class RendezvousRounds {
  public:
   using Callback = std::function<void(absl::StatusOr<RendezvousResult>)>;
   // Callbacks to run, each with its outcome.
@@ -74,4 +74,4 @@ class Rendezvous {
 
 }  // namespace tessera
 
-#endif  // TESSERA_COORDINATOR_CORE_RENDEZVOUS_H_
+#endif  // TESSERA_COORDINATOR_CORE_RENDEZVOUS_ROUNDS_H_

@@ -1,4 +1,4 @@
-#include "coordinator/core/rendezvous.h"
+#include "coordinator/core/rendezvous_rounds.h"
 
 #include <optional>
 #include <vector>
@@ -13,15 +13,15 @@ struct Outcome {
   std::optional<absl::StatusOr<RendezvousResult>> result;
 };
 
-Rendezvous::Callback Capture(Outcome* out) {
+RendezvousRounds::Callback Capture(Outcome* out) {
   return [out](absl::StatusOr<RendezvousResult> r) { out->result = std::move(r); };
 }
 
-TEST(RendezvousTest, ReleasesAllRanksOnlyWhenTheLastJoins) {
-  Rendezvous rdv;
+TEST(RendezvousRoundsTest, ReleasesAllRanksOnlyWhenTheLastJoins) {
+  RendezvousRounds rdv;
   rdv.Open(/*job_id=*/7, /*attempt=*/1, {0, 0, 1});
   Outcome r0, r1, r2;
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   bool completed = false;
 
   ASSERT_TRUE(rdv.Join(7, 1, 2, "", "gloo", Capture(&r2), &releases, &completed).ok());
@@ -49,9 +49,9 @@ TEST(RendezvousTest, ReleasesAllRanksOnlyWhenTheLastJoins) {
   EXPECT_EQ((*r2.result)->local_rank, 1);
 }
 
-TEST(RendezvousTest, RejectsUnknownRoundAndOutOfRangeRank) {
-  Rendezvous rdv;
-  Rendezvous::Releases releases;
+TEST(RendezvousRoundsTest, RejectsUnknownRoundAndOutOfRangeRank) {
+  RendezvousRounds rdv;
+  RendezvousRounds::Releases releases;
   bool completed = false;
   Outcome o;
   EXPECT_TRUE(absl::IsNotFound(
@@ -64,11 +64,11 @@ TEST(RendezvousTest, RejectsUnknownRoundAndOutOfRangeRank) {
       << "rank 0 must bring the bootstrap";
 }
 
-TEST(RendezvousTest, SingleRankJoinsWithoutBootstrap) {
-  Rendezvous rdv;
+TEST(RendezvousRoundsTest, SingleRankJoinsWithoutBootstrap) {
+  RendezvousRounds rdv;
   rdv.Open(3, 1, {0});
   Outcome o;
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   bool completed = false;
   ASSERT_TRUE(rdv.Join(3, 1, 0, "", "gloo", Capture(&o), &releases, &completed).ok());
   EXPECT_TRUE(completed);
@@ -79,11 +79,11 @@ TEST(RendezvousTest, SingleRankJoinsWithoutBootstrap) {
   EXPECT_EQ((*o.result)->world_size, 1);
 }
 
-TEST(RendezvousTest, RepeatedJoinSupersedesEarlierWaiter) {
-  Rendezvous rdv;
+TEST(RendezvousRoundsTest, RepeatedJoinSupersedesEarlierWaiter) {
+  RendezvousRounds rdv;
   rdv.Open(1, 1, {0, 1});
   Outcome first, second;
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   bool completed = false;
   ASSERT_TRUE(rdv.Join(1, 1, 1, "", "gloo", Capture(&first), &releases, &completed).ok());
   ASSERT_TRUE(
@@ -95,11 +95,11 @@ TEST(RendezvousTest, RepeatedJoinSupersedesEarlierWaiter) {
   EXPECT_FALSE(second.result.has_value());
 }
 
-TEST(RendezvousTest, CloseFailsWaitersWithReason) {
-  Rendezvous rdv;
+TEST(RendezvousRoundsTest, CloseFailsWaitersWithReason) {
+  RendezvousRounds rdv;
   rdv.Open(3, 2, {0, 1});
   Outcome o;
-  Rendezvous::Releases releases;
+  RendezvousRounds::Releases releases;
   bool completed = false;
   ASSERT_TRUE(rdv.Join(3, 2, 1, "", "gloo", Capture(&o), &releases, &completed).ok());
   auto closed = rdv.Close(3, 2, absl::AbortedError("rank 0 exited with code 1"));

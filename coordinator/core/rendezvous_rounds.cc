@@ -1,16 +1,16 @@
-#include "coordinator/core/rendezvous.h"
+#include "coordinator/core/rendezvous_rounds.h"
 
 #include "absl/strings/str_cat.h"
 
 namespace tessera {
 
-void Rendezvous::Open(int64_t job_id, int32_t attempt, std::vector<int32_t> local_ranks) {
+void RendezvousRounds::Open(int64_t job_id, int32_t attempt, std::vector<int32_t> local_ranks) {
   Round& round = rounds_[{job_id, attempt}];
   round = Round{};
   round.local_ranks = std::move(local_ranks);
 }
 
-absl::Status Rendezvous::Join(int64_t job_id, int32_t attempt, int32_t rank,
+absl::Status RendezvousRounds::Join(int64_t job_id, int32_t attempt, int32_t rank,
                               const std::string& bootstrap, const std::string& backend,
                               Callback cb, Releases* releases, bool* completed) {
   *completed = false;
@@ -62,7 +62,7 @@ absl::Status Rendezvous::Join(int64_t job_id, int32_t attempt, int32_t rank,
   return absl::OkStatus();
 }
 
-Rendezvous::Releases Rendezvous::Close(int64_t job_id, int32_t attempt,
+RendezvousRounds::Releases RendezvousRounds::Close(int64_t job_id, int32_t attempt,
                                        const absl::Status& reason) {
   Releases releases;
   auto it = rounds_.find({job_id, attempt});
@@ -74,7 +74,7 @@ Rendezvous::Releases Rendezvous::Close(int64_t job_id, int32_t attempt,
   return releases;
 }
 
-Rendezvous::Releases Rendezvous::CloseAll(const absl::Status& reason) {
+RendezvousRounds::Releases RendezvousRounds::CloseAll(const absl::Status& reason) {
   Releases releases;
   for (auto& [key, round] : rounds_) {
     for (auto& [r, waiter] : round.waiters)
@@ -84,11 +84,11 @@ Rendezvous::Releases Rendezvous::CloseAll(const absl::Status& reason) {
   return releases;
 }
 
-bool Rendezvous::IsOpen(int64_t job_id, int32_t attempt) const {
+bool RendezvousRounds::IsOpen(int64_t job_id, int32_t attempt) const {
   return rounds_.contains({job_id, attempt});
 }
 
-std::optional<std::vector<int32_t>> Rendezvous::Missing(int64_t job_id,
+std::optional<std::vector<int32_t>> RendezvousRounds::Missing(int64_t job_id,
                                                         int32_t attempt) const {
   auto it = rounds_.find({job_id, attempt});
   if (it == rounds_.end()) return std::nullopt;
