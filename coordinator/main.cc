@@ -19,15 +19,12 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "common/process/unix_account.h"
 #include "common/service_notify.h"
 #include "coordinator/coordinator_flags.h"
@@ -44,10 +41,87 @@
 
 namespace {
 
+// What the workers in Slurm allocations dial: --slurm-coordinator-address,
+// else this host's name (or the --listen host) and the gRPC port.
+std::string SlurmCoordinatorAddress(const tessera::CoordinatorOptions& options, int port,
+                                    const std::string& address) {
+  if (!address.empty()) return address;
+  std::string host = tessera::HostOfAddress(options.listen);
+  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+// The certificate pin the join credentials carry under --tls-self-signed; ""
+// otherwise.
+absl::StatusOr<std::string> SlurmCredentialPin(tessera::Store& store,
+                                               const tessera::CoordinatorOptions& options,
+                                               bool tls_self_signed) {
+  if (!tls_self_signed) return std::string();
+  auto identity = tessera::LoadOrCreateSelfSignedIdentity(
+      store,
+      {tessera::HostOfAddress(options.listen), tessera::HostOfAddress(options.http)});
+  if (!identity.ok()) return identity.status();
+  return tessera::CertificateFingerprint(identity->cert_pem);
+}
+
+// A join token of its own for the allocation about to be submitted for
+// `decision`, written to a new 0600 file in `dir` owned by `run_as` (the
+// service account when empty). Never in the script or an argv.
+absl::StatusOr<tessera::SlurmCredential> WriteSlurmCredential(
+    tessera::Store& store, const std::string& dir, const std::string& pin,
+    const tessera::SlurmSubmitDecision& decision, const std::string& run_as) {
+  static const tessera::RealClock clock;
+  const std::string name = absl::StrCat("slurm-", decision.pool, "-job", decision.job_id);
+  absl::StatusOr<std::string> token =
+      tessera::CreateToken(store, clock, tessera::kJoinToken, name);
+  if (!token.ok()) return token.status();
+  absl::StatusOr<int64_t> token_id = tessera::TokenIdOf(*token);
+  if (!token_id.ok()) return token_id.status();
+  if (!pin.empty()) *token = tessera::AddPinToToken(*token, pin);
+  const std::string path =
+      absl::StrCat(dir, "/", name, "-", absl::ToUnixMillis(absl::Now()), ".token");
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    (void)store.RevokeToken(*token_id);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  const std::string line = *token + "\n";
+  bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  if (ok && !run_as.empty()) {
+    absl::StatusOr<tessera::UnixAccount> owner = tessera::LookUpUnixAccount(run_as);
+    ok = owner.ok() && fchown(fd, owner->uid, owner->gid) == 0;
+  }
+  close(fd);
+  if (!ok) {
+    unlink(path.c_str());
+    (void)store.RevokeToken(*token_id);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write the join credential ", path, " for ",
+                     run_as.empty() ? std::string("the service account") : run_as));
+  }
+  return tessera::SlurmCredential{path, *token_id};
+}
+
+// Revokes a credential WriteSlurmCredential made (in this process or an
+// earlier one: the id comes from the store) and removes its file.
+void RevokeSlurmCredential(tessera::Store& store, const tessera::SlurmCredential& c) {
+  if (c.id != 0) {
+    if (absl::Status s = store.RevokeToken(c.id); !s.ok() && !absl::IsNotFound(s)) {
+      spdlog::warn("cannot revoke the join credential of {}: {}", c.path, s.ToString());
+    }
+  }
+  if (!c.path.empty()) unlink(c.path.c_str());
+}
+
 // The Slurm pools: their client over sbatch/squeue/scancel and the manager
-// the JobManager ticks. Each allocation gets a join token of its own, written
-// to a 0600 file in `credential_dir` owned by the account the allocation runs
-// as (never in the script or an argv).
+// the JobManager ticks, which keeps its allocations in the database and
+// gives each a join credential of its own in `credential_dir`.
 absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
     std::vector<tessera::SlurmPoolConfig> pools,
     const tessera::CoordinatorOptions& options, int port, const std::string& slurm_conf,
@@ -60,100 +134,34 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
         absl::StrCat("--slurm-credential-dir ", credential_dir, ": cannot create it (",
                      ec ? ec.message() : std::string(std::strerror(errno)), ")"));
   }
-  if (address.empty()) {
-    std::string host = tessera::HostOfAddress(options.listen);
-    if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
-      char name[256] = {};
-      gethostname(name, sizeof(name) - 1);
-      host = name;
-    }
-    address = absl::StrCat(host, ":", port);
-  }
+  address = SlurmCoordinatorAddress(options, port, address);
   tessera::SlurmCommandClientOptions cli_options;
   cli_options.slurm_conf = slurm_conf;
   *cli = std::make_unique<tessera::SlurmCommandClient>(cli_options);
-  auto opened = tessera::SqliteStore::Open(options.db_path);  // for the tokens
+  // The tokens and the allocations, on a connection of the pools' own. The
+  // credential functions hold it, so it lives as long as the manager.
+  auto opened = tessera::SqliteStore::Open(options.db_path);
   if (!opened.ok()) return opened.status();
   std::shared_ptr<tessera::Store> store = *std::move(opened);
-  static const tessera::RealClock clock;
-  std::string pin;
-  if (tls_self_signed) {
-    auto identity = tessera::LoadOrCreateSelfSignedIdentity(
-        *store,
-        {tessera::HostOfAddress(options.listen), tessera::HostOfAddress(options.http)});
-    if (!identity.ok()) return identity.status();
-    auto fingerprint = tessera::CertificateFingerprint(identity->cert_pem);
-    if (!fingerprint.ok()) return fingerprint.status();
-    pin = *fingerprint;
-  }
-  // Credential file -> its token's id, for the revocation once the
-  // allocation has ended.
-  struct Issued {
-    absl::Mutex mu;
-    std::map<std::string, int64_t> ids ABSL_GUARDED_BY(mu);
+  absl::StatusOr<std::string> pin = SlurmCredentialPin(*store, options, tls_self_signed);
+  if (!pin.ok()) return pin.status();
+  auto write = [store, credential_dir, pin = *pin](const tessera::SlurmSubmitDecision& d,
+                                                   const std::string& run_as) {
+    return WriteSlurmCredential(*store, credential_dir, pin, d, run_as);
   };
-  auto issued = std::make_shared<Issued>();
-  auto write_credential = [store, credential_dir, pin, issued](
-                              const tessera::SlurmSubmitDecision& decision,
-                              const std::string& run_as) -> absl::StatusOr<std::string> {
-    const std::string name =
-        absl::StrCat("slurm-", decision.pool, "-job", decision.job_id);
-    absl::StatusOr<std::string> token =
-        tessera::CreateToken(*store, clock, tessera::kJoinToken, name);
-    if (!token.ok()) return token.status();
-    absl::StatusOr<int64_t> token_id = tessera::TokenIdOf(*token);
-    if (!token_id.ok()) return token_id.status();
-    if (!pin.empty()) *token = tessera::AddPinToToken(*token, pin);
-    const std::string path = absl::StrCat(credential_dir, "/", name, "-",
-                                          absl::ToUnixMillis(absl::Now()), ".token");
-    const int fd =
-        open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-    }
-    const std::string line = *token + "\n";
-    bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-    if (ok && !run_as.empty()) {
-      absl::StatusOr<tessera::UnixAccount> owner = tessera::LookUpUnixAccount(run_as);
-      ok = owner.ok() && fchown(fd, owner->uid, owner->gid) == 0;
-    }
-    close(fd);
-    if (!ok) {
-      unlink(path.c_str());
-      (void)store->RevokeToken(*token_id);
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot write the join credential ", path, " for ",
-                       run_as.empty() ? std::string("the service account") : run_as));
-    }
-    absl::MutexLock lock(&issued->mu);
-    issued->ids[path] = *token_id;
-    return path;
-  };
-  auto revoke_credential = [store, issued](const std::string& path) {
-    std::optional<int64_t> id;
-    {
-      absl::MutexLock lock(&issued->mu);
-      if (auto it = issued->ids.find(path); it != issued->ids.end()) {
-        id = it->second;
-        issued->ids.erase(it);
-      }
-    }
-    if (id.has_value()) {
-      if (absl::Status s = store->RevokeToken(*id); !s.ok()) {
-        spdlog::warn("cannot revoke the join credential of {}: {}", path, s.ToString());
-      }
-    }
-    unlink(path.c_str());
+  auto revoke = [store](const tessera::SlurmCredential& c) {
+    RevokeSlurmCredential(*store, c);
   };
   tessera::SlurmPoolManagerOptions manager_options;
   manager_options.coordinator_address = address;
   manager_options.can_submit_as_owner =
       tessera::SlurmCommandClient::CanSubmitAsOtherUsers();
   spdlog::info("Slurm pools: {}; workers in allocations dial {}", pools.size(), address);
+  static const tessera::RealClock clock;
+  tessera::Store* const allocations = store.get();
   return std::make_unique<tessera::SlurmPoolManager>(
-      std::move(pools), cli->get(), &clock, std::move(write_credential), manager_options,
-      std::move(revoke_credential));
+      std::move(pools), cli->get(), allocations, &clock, std::move(write),
+      manager_options, std::move(revoke));
 }
 
 // `tessera-coordinator token create|list|revoke`, on the database in --db.

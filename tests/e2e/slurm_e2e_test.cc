@@ -4,8 +4,9 @@
 // workers start inside it and register, the job runs there, and the idle
 // allocation is given back; `scancel --signal=USR1` (a preemption notice)
 // drains the allocation's worker and the job resumes from its checkpoint on a
-// new allocation. Needs root; skips otherwise, except under
-// TESSERA_REQUIRE_SLURM=1 (.ci/run), where a skip is a failure.
+// new allocation; a coordinator killed while an idle allocation runs
+// cancels it and revokes its join credential once restarted. Needs root; skips otherwise,
+// except under TESSERA_REQUIRE_SLURM=1 (.ci/run), where a skip is a failure.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -44,8 +45,10 @@ class SlurmE2eTest : public ClusterTest {
   }
 
   // A coordinator whose only workers come from one Slurm pool "cpu": one
-  // node with 2 CPU slots per allocation, given back after 5 s idle.
-  void StartWithPool() {
+  // node with 2 CPU slots per allocation, given back after `idle_timeout`.
+  // The workers' directories are under the test's own: two tests' clusters
+  // both number their first allocation 1.
+  void StartWithPool(const std::string& idle_timeout = "5s") {
     const std::string pools = dir_.File("pools.yaml");
     std::ofstream(pools) << absl::StrCat(R"(pools:
   - name: cpu
@@ -54,11 +57,14 @@ class SlurmE2eTest : public ClusterTest {
     cpus_per_node: 2
     max_nodes: 1
     time_limit: 30m
-    idle_timeout: 5s
+    idle_timeout: )",
+                                         idle_timeout, R"(
     register_timeout: 60s
     submit_as: service
     output: )",
                                          slurm_->dir(), R"(/alloc-%j.out
+    node_dir: )",
+                                         dir_.path(), R"(
     worker:
       path: )",
                                          testing::BinDir(), R"(/tessera-worker
@@ -67,8 +73,34 @@ class SlurmE2eTest : public ClusterTest {
                                          dir_.path(), R"(", "--checkpoint-root", ")",
                                          dir_.path(), R"("]
 )");
-    StartCoordinator(0, {"--slurm-pools", pools, "--slurm-conf", slurm_->conf_path(),
-                         "--slurm-credential-dir", dir_.File("slurm-credentials")});
+    pool_flags_ = {"--slurm-pools",          pools,
+                   "--slurm-conf",           slurm_->conf_path(),
+                   "--slurm-credential-dir", dir_.File("slurm-credentials")};
+    StartCoordinator(0, pool_flags_);
+  }
+
+  // The join credentials the coordinator has written and not yet removed.
+  std::vector<std::filesystem::path> TokenFiles() {
+    std::vector<std::filesystem::path> files;
+    for (const auto& e :
+         std::filesystem::directory_iterator(dir_.File("slurm-credentials"))) {
+      if (e.path().extension() == ".token") files.push_back(e.path());
+    }
+    return files;
+  }
+
+  // Registers a worker named `name` with the join token `token`, as a worker
+  // started inside an allocation does.
+  grpc::Status RegisterWithJoinToken(const std::string& token, const std::string& name) {
+    auto stub = v1::WorkerService::NewStub(
+        testing::ChannelWithToken(absl::StrCat("127.0.0.1:", port_), token));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::RegisterWorkerRequest req;
+    req.set_name(name);
+    req.set_slots(1);
+    v1::RegisterWorkerResponse resp;
+    return stub->RegisterWorker(&ctx, req, &resp);
   }
 
   // Slurm job ids squeue lists (any state but the final ones).
@@ -96,6 +128,7 @@ class SlurmE2eTest : public ClusterTest {
   }
 
   std::unique_ptr<SlurmCluster> slurm_;
+  std::vector<std::string> pool_flags_;  // the coordinator's Slurm flags
 };
 
 std::string Job(const std::string& name, int64_t steps, const std::string& extra) {
@@ -217,6 +250,64 @@ TEST_F(SlurmE2eTest, PreemptionNoticeDrainsTheAllocationAndTheJobResumesOnANewOn
   }
   EXPECT_GT(first_step_2, 5) << "attempt 2 did not resume from the drain's checkpoint";
   EXPECT_TRUE(slurm_->WaitForJobState(first, {"CA", "CD", ""}, absl::Minutes(1)).ok());
+}
+
+TEST_F(SlurmE2eTest,
+       RestartedCoordinatorCancelsTheIdleAllocationAndRevokesItsCredential) {
+  // A long idle_timeout: only the restart's check may give the allocation back.
+  StartWithPool("10m");
+  const int64_t id = Submit(Job("slurm-restart", 10, ""));
+  absl::Time until = absl::Now() + absl::Seconds(60);
+  while (Get(id).state() != v1::JOB_STATE_RUNNING && absl::Now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << DumpLogs() << slurm_->DaemonLogs();
+  const std::string allocation = WorkerOfRank0(id).slurm_job_id();
+  ASSERT_FALSE(allocation.empty());
+  const std::vector<std::filesystem::path> files = TokenFiles();
+  ASSERT_EQ(files.size(), 1u);
+  std::string token = testing::ReadFile(files[0].string());
+  while (!token.empty() && token.back() == '\n') token.pop_back();
+  // The allocation's join credential lets a worker in while it is valid.
+  grpc::Status joined = RegisterWithJoinToken(token, "probe-before");
+  ASSERT_TRUE(joined.ok()) << joined.error_message();
+  const v1::Job done = WaitForEnd(id, absl::Seconds(60));
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason() << DumpLogs();
+
+  // The allocation runs idle; the coordinator dies without a word.
+  coordinator_->Signal(SIGKILL);
+  ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).has_value());
+  absl::StatusOr<std::string> state = slurm_->JobState(allocation);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(*state, "R") << slurm_->DaemonLogs();
+
+  // The restarted coordinator finds it in its database and gives it back.
+  const absl::Time restarted = absl::Now();
+  StartCoordinator(port_, pool_flags_);
+  absl::Status gone = slurm_->WaitForJobState(allocation, {"CA", ""}, absl::Seconds(30));
+  ASSERT_TRUE(gone.ok()) << gone << "\n" << DumpLogs() << slurm_->DaemonLogs();
+  std::printf("FIGURE slurm_restart_cancel_s=%.1f\n",
+              absl::ToDoubleSeconds(absl::Now() - restarted));
+  EXPECT_THAT(coordinator_->Log(),
+              HasSubstr(absl::StrCat("cancelled Slurm allocation ", allocation,
+                                     ": no job needs it after a coordinator restart")));
+
+  // Its join credential, revoked before the cancel, no longer lets a worker
+  // in once the coordinator's token cache lets go of it (Authenticator's
+  // cache_ttl, 30 s: the allocation's own worker presented the credential
+  // when it registered again after the restart), and its file is gone.
+  grpc::Status refused;
+  const absl::Time give_up = absl::Now() + absl::Seconds(40);
+  for (int i = 0; refused.ok() && absl::Now() < give_up; ++i) {
+    refused = RegisterWithJoinToken(token, absl::StrCat("probe-after-", i));
+    if (refused.ok()) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  std::printf("FIGURE slurm_restart_credential_refused_s=%.1f\n",
+              absl::ToDoubleSeconds(absl::Now() - restarted));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("revoked"));
+  EXPECT_TRUE(TokenFiles().empty());
 }
 
 }  // namespace

@@ -47,12 +47,22 @@
 
 namespace tessera {
 
+// A join credential written for one allocation (SlurmPoolManager's
+// CredentialWriter): the file its workers read, and the id the revoker needs
+// (the token's). Empty once revoked.
+struct SlurmCredential {
+  std::string path;
+  int64_t id = 0;
+  bool empty() const { return path.empty() && id == 0; }
+};
+
 // An allocation the coordinator submitted and still tracks.
 struct SlurmAllocation {
   std::string pool;
   std::string slurm_job_id;
-  int64_t job_id = 0;  // the tessera job it was submitted for
-  std::string owner;   // the job's owner (whom sbatch ran as, or recorded for)
+  int64_t job_id = 0;        // the tessera job it was submitted for
+  std::string owner;         // the job's owner (whom sbatch ran as, or recorded for)
+  std::string submitted_as;  // whom sbatch ran as; empty: the service account
   int32_t nodes = 0;
   absl::Time submitted_at = absl::InfinitePast();
   // From the latest SlurmClient::Query. An empty state means Slurm no longer
@@ -63,8 +73,8 @@ struct SlurmAllocation {
   absl::Time running_since = absl::InfiniteFuture();
   // A cancel was already sent; the allocation is only waited for now.
   bool cancel_sent = false;
-  // The join credential file its workers read (CredentialWriter's path).
-  std::string credential;
+  // The join credential its workers read.
+  SlurmCredential credential;
 };
 
 // A registered worker that belongs to a pool (RegisterWorkerRequest.pool).

@@ -3,26 +3,129 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/core/slurm/slurm_script.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
 
+namespace {
+
+int64_t UnixMsOr0(absl::Time t) {
+  return t == absl::InfiniteFuture() || t == absl::InfinitePast() ? 0
+                                                                  : absl::ToUnixMillis(t);
+}
+
+SlurmAllocationRecord ToRecord(const SlurmAllocation& a) {
+  SlurmAllocationRecord r;
+  r.slurm_job_id = a.slurm_job_id;
+  r.pool = a.pool;
+  r.job_id = a.job_id;
+  r.owner = a.owner;
+  r.submitted_as = a.submitted_as;
+  r.nodes = a.nodes;
+  r.state = a.state;
+  r.cancel_sent = a.cancel_sent;
+  r.credential_path = a.credential.path;
+  r.credential_id = a.credential.id;
+  r.submitted_unix_ms = UnixMsOr0(a.submitted_at);
+  r.running_since_unix_ms = UnixMsOr0(a.running_since);
+  return r;
+}
+
+SlurmAllocation FromRecord(const SlurmAllocationRecord& r) {
+  SlurmAllocation a;
+  a.slurm_job_id = r.slurm_job_id;
+  a.pool = r.pool;
+  a.job_id = r.job_id;
+  a.owner = r.owner;
+  a.submitted_as = r.submitted_as;
+  a.nodes = r.nodes;
+  a.state = r.state;
+  a.cancel_sent = r.cancel_sent;
+  a.credential = {r.credential_path, r.credential_id};
+  a.submitted_at = absl::FromUnixMillis(r.submitted_unix_ms);
+  if (r.running_since_unix_ms > 0) {
+    a.running_since = absl::FromUnixMillis(r.running_since_unix_ms);
+  }
+  return a;
+}
+
+// `a` as squeue's answer `seen` shows it at `now`.
+SlurmAllocation Observed(SlurmAllocation a,
+                         const std::map<std::string, SlurmJobInfo>& seen,
+                         const std::vector<SlurmPoolWorker>& workers, absl::Time now) {
+  auto it = seen.find(a.slurm_job_id);
+  if (it == seen.end()) {
+    a.state.clear();  // ended and purged
+    a.reason.clear();
+    return a;
+  }
+  a.state = it->second.state;
+  a.reason = it->second.reason;
+  if (IsSlurmStatePending(a.state) &&
+      std::any_of(workers.begin(), workers.end(), [&](const SlurmPoolWorker& w) {
+        return w.slurm_job_id == a.slurm_job_id;
+      })) {
+    a.state = "R";  // squeue lags: a worker of it is registered
+    a.reason.clear();
+  }
+  if (!IsSlurmStatePending(a.state) && !IsSlurmStateFinal(a.state) &&
+      a.running_since == absl::InfiniteFuture()) {
+    a.running_since = now;
+  }
+  return a;
+}
+
+}  // namespace
+
 SlurmPoolManager::SlurmPoolManager(std::vector<SlurmPoolConfig> pools,
-                                   SlurmClient* client, const Clock* clock,
+                                   SlurmClient* client, Store* store, const Clock* clock,
                                    CredentialWriter credentials,
                                    SlurmPoolManagerOptions options,
                                    CredentialRevoker revoke)
     : pools_(std::move(pools)),
       client_(client),
+      store_(store),
       clock_(clock),
       credentials_(std::move(credentials)),
       revoke_(std::move(revoke)),
       options_(std::move(options)) {}
 
-void SlurmPoolManager::Revoke(const std::string& credential) const {
+void SlurmPoolManager::Revoke(const SlurmCredential& credential) const {
   if (revoke_ && !credential.empty()) revoke_(credential);
+}
+
+void SlurmPoolManager::Persist(const std::string& slurm_job_id, TickResult* result) {
+  std::optional<SlurmAllocationRecord> record;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const SlurmAllocation& a : allocations_) {
+      if (a.slurm_job_id == slurm_job_id) record = ToRecord(a);
+    }
+  }
+  // Disk I/O: no lock held.
+  const absl::Status s = record.has_value() ? store_->PutSlurmAllocation(*record)
+                                            : store_->DeleteSlurmAllocation(slurm_job_id);
+  if (!s.ok()) {
+    result->events.push_back(
+        absl::StrCat("cannot store Slurm allocation ", slurm_job_id, ": ", s.message()));
+  }
+}
+
+absl::Status SlurmPoolManager::Load(TickResult* result) {
+  absl::StatusOr<std::vector<SlurmAllocationRecord>> stored =
+      store_->ListSlurmAllocations();
+  if (!stored.ok()) return stored.status();
+  for (const SlurmAllocationRecord& r : *stored) unchecked_.insert(r.slurm_job_id);
+  if (!stored->empty()) {
+    result->events.push_back(
+        absl::StrCat("found ", stored->size(), " Slurm allocations in the store"));
+  }
+  absl::MutexLock lock(&mu_);
+  for (const SlurmAllocationRecord& r : *stored) allocations_.push_back(FromRecord(r));
+  return absl::OkStatus();
 }
 
 const SlurmPoolConfig* SlurmPoolManager::Pool(const std::string& name) const {
@@ -58,9 +161,25 @@ SlurmPoolManager::TickResult SlurmPoolManager::Tick(
 SlurmPoolManager::TickResult SlurmPoolManager::Round(
     const std::vector<WaitingJob>& waiting, std::vector<SlurmPoolWorker> workers) {
   TickResult result;
+  if (!loaded_) {
+    // Until the stored allocations are known, none are submitted either.
+    if (absl::Status s = Load(&result); !s.ok()) {
+      result.events.push_back(
+          absl::StrCat("cannot read the stored Slurm allocations: ", s.message()));
+      return result;
+    }
+    loaded_ = true;
+  }
   const absl::Time now = clock_->Now();
   TrackIdle(workers, now);
-  const SlurmPoolState state = Observe(waiting, workers, now, &result);
+  bool queried = false;
+  SlurmPoolState state = Observe(waiting, workers, now, &queried, &result);
+  if (!unchecked_.empty() && queried) {
+    CancelUnneeded(state, &result);
+    unchecked_.clear();
+    absl::MutexLock lock(&mu_);
+    state.allocations = allocations_;
+  }
   const SlurmPoolPlan plan = PlanSlurmPools(pools_, state, now, options_.plan);
   result.pending_reasons = plan.pending_reasons;
   result.reserved_workers = plan.reserved_workers;
@@ -104,7 +223,8 @@ std::map<std::string, int64_t> SlurmPoolManager::ReservedWorkers() const {
 
 SlurmPoolState SlurmPoolManager::Observe(const std::vector<WaitingJob>& waiting,
                                          const std::vector<SlurmPoolWorker>& workers,
-                                         absl::Time now, TickResult* result) {
+                                         absl::Time now, bool* queried,
+                                         TickResult* result) {
   // Slurm's view of the allocations (no lock held while squeue runs).
   std::vector<std::string> ids;
   {
@@ -112,45 +232,76 @@ SlurmPoolState SlurmPoolManager::Observe(const std::vector<WaitingJob>& waiting,
     for (const SlurmAllocation& a : allocations_) ids.push_back(a.slurm_job_id);
   }
   absl::StatusOr<std::map<std::string, SlurmJobInfo>> seen = client_->Query(ids);
+  *queried = seen.ok();
   SlurmPoolState state;
-  absl::MutexLock lock(&mu_);
-  if (seen.ok()) {
-    for (SlurmAllocation& a : allocations_) {
-      auto it = seen->find(a.slurm_job_id);
-      if (it == seen->end()) {
-        a.state.clear();  // ended and purged
-        a.reason.clear();
-        continue;
+  std::vector<std::string> changed;  // stored again below
+  {
+    absl::MutexLock lock(&mu_);
+    if (seen.ok()) {
+      for (SlurmAllocation& a : allocations_) {
+        const std::string before = a.state;
+        const absl::Time running_since = a.running_since;
+        a = Observed(std::move(a), *seen, workers, now);
+        if (a.state != before || a.running_since != running_since) {
+          changed.push_back(a.slurm_job_id);
+        }
       }
-      a.state = it->second.state;
-      a.reason = it->second.reason;
-      if (IsSlurmStatePending(a.state) &&
-          std::any_of(workers.begin(), workers.end(), [&](const SlurmPoolWorker& w) {
-            return w.slurm_job_id == a.slurm_job_id;
-          })) {
-        a.state = "R";  // squeue lags: a worker of it is registered
-        a.reason.clear();
-      }
-      if (!IsSlurmStatePending(a.state) && !IsSlurmStateFinal(a.state) &&
-          a.running_since == absl::InfiniteFuture()) {
-        a.running_since = now;
-      }
+    } else if (!ids.empty()) {
+      // Keep the last known states: a failed squeue must not look like ended jobs.
+      result->events.push_back(
+          absl::StrCat("cannot query Slurm: ", seen.status().message()));
     }
-  } else if (!ids.empty()) {
-    // Keep the last known states: a failed squeue must not look like ended jobs.
-    result->events.push_back(
-        absl::StrCat("cannot query Slurm: ", seen.status().message()));
+    // Failures of jobs that no longer wait are of no use.
+    std::erase_if(failures_, [&](const SlurmSubmitFailure& f) {
+      return std::none_of(waiting.begin(), waiting.end(),
+                          [&](const WaitingJob& j) { return j.job_id == f.job_id; });
+    });
+    state.allocations = allocations_;
+    state.failures = failures_;
   }
-  // Failures of jobs that no longer wait are of no use.
-  std::erase_if(failures_, [&](const SlurmSubmitFailure& f) {
-    return std::none_of(waiting.begin(), waiting.end(),
-                        [&](const WaitingJob& j) { return j.job_id == f.job_id; });
-  });
-  state.allocations = allocations_;
-  state.failures = failures_;
+  for (const std::string& id : changed) Persist(id, result);
   state.waiting = waiting;
   state.workers = workers;
   return state;
+}
+
+void SlurmPoolManager::CancelUnneeded(const SlurmPoolState& state, TickResult* result) {
+  for (const SlurmAllocation& a : state.allocations) {
+    if (!unchecked_.contains(a.slurm_job_id)) continue;  // submitted by this manager
+    if (a.cancel_sent || a.state.empty() || IsSlurmStateFinal(a.state)) continue;
+    const bool job_waits =
+        std::any_of(state.waiting.begin(), state.waiting.end(),
+                    [&](const WaitingJob& j) { return j.job_id == a.job_id; });
+    const bool busy =
+        std::any_of(state.workers.begin(), state.workers.end(), [&](const auto& w) {
+          return w.slurm_job_id == a.slurm_job_id && w.running_ranks > 0;
+        });
+    if (job_waits || busy) continue;
+    const std::string why = absl::StrCat(
+        "no job needs it after a coordinator restart (job ", a.job_id, " does not wait)");
+    // The join credential goes first, so that no worker joins with it from
+    // the moment Slurm shows the cancel; the workers that joined hold
+    // credentials of their own.
+    Revoke(a.credential);
+    absl::Status s = client_->Cancel(a.slurm_job_id);
+    if (s.ok()) {
+      result->events.push_back(
+          absl::StrCat("cancelled Slurm allocation ", a.slurm_job_id, ": ", why));
+    } else {
+      result->events.push_back(absl::StrCat("cannot cancel Slurm allocation ",
+                                            a.slurm_job_id, " (", why,
+                                            "): ", s.message()));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      for (SlurmAllocation& mine : allocations_) {
+        if (mine.slurm_job_id != a.slurm_job_id) continue;
+        mine.cancel_sent = s.ok();
+        mine.credential = {};
+      }
+    }
+    Persist(a.slurm_job_id, result);
+  }
 }
 
 void SlurmPoolManager::Cancel(const std::vector<SlurmCancelDecision>& cancels,
@@ -165,15 +316,19 @@ void SlurmPoolManager::Cancel(const std::vector<SlurmCancelDecision>& cancels,
     }
     result->events.push_back(
         absl::StrCat("cancelled Slurm allocation ", c.slurm_job_id, ": ", c.reason));
-    absl::MutexLock lock(&mu_);
-    for (SlurmAllocation& a : allocations_) {
-      if (a.slurm_job_id == c.slurm_job_id) a.cancel_sent = true;
+    {
+      absl::MutexLock lock(&mu_);
+      for (SlurmAllocation& a : allocations_) {
+        if (a.slurm_job_id == c.slurm_job_id) a.cancel_sent = true;
+      }
     }
+    Persist(c.slurm_job_id, result);
   }
 }
 
 void SlurmPoolManager::Forget(const std::vector<std::string>& ended, TickResult* result) {
-  std::vector<std::string> credentials;
+  std::vector<SlurmCredential> credentials;
+  std::vector<std::string> forgotten;
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& id : ended) {
@@ -185,30 +340,32 @@ void SlurmPoolManager::Forget(const std::vector<std::string>& ended, TickResult*
           absl::StrCat("Slurm allocation ", id, " of job ", it->job_id, " has ended",
                        it->state.empty() ? "" : " (" + it->state + ")"));
       credentials.push_back(it->credential);
+      forgotten.push_back(id);
       allocations_.erase(it);
     }
   }
   // Its workers are gone: their join credential must not let anyone else in.
-  for (const std::string& c : credentials) Revoke(c);
+  for (const SlurmCredential& c : credentials) Revoke(c);
+  for (const std::string& id : forgotten) Persist(id, result);  // removes it
 }
 
 absl::StatusOr<std::string> SlurmPoolManager::Sbatch(const SlurmPoolConfig& pool,
                                                      const SlurmSubmitDecision& d,
                                                      std::string* run_as,
-                                                     std::string* credential,
+                                                     SlurmCredential* credential,
                                                      TickResult* result) {
   absl::StatusOr<std::string> id;
   for (int attempt = 0; attempt < 2; ++attempt) {
     Revoke(*credential);  // written for an account that could not submit
-    credential->clear();
-    absl::StatusOr<std::string> token = credentials_(d, *run_as);
-    if (!token.ok()) return token.status();
-    *credential = *token;
+    *credential = {};
+    absl::StatusOr<SlurmCredential> written = credentials_(d, *run_as);
+    if (!written.ok()) return written.status();
+    *credential = *written;
     absl::StatusOr<std::string> script =
         RenderSbatchScript(pool, {.job_id = d.job_id,
                                   .nodes = d.nodes,
                                   .coordinator_address = options_.coordinator_address,
-                                  .join_token_file = *token});
+                                  .join_token_file = written->path});
     if (!script.ok()) return script.status();
     id = client_->Submit(
         {.script = *script, .run_as = *run_as, .working_dir = options_.submit_dir});
@@ -232,32 +389,38 @@ void SlurmPoolManager::Submit(const SlurmSubmitDecision& d, absl::Time now,
   const SlurmPoolConfig* pool = Pool(d.pool);
   if (pool == nullptr) return;
   std::string run_as = SubmitAccount(*pool, d.owner);
-  std::string credential;
+  SlurmCredential credential;
   const absl::StatusOr<std::string> id = Sbatch(*pool, d, &run_as, &credential, result);
   if (!id.ok()) Revoke(credential);
-  absl::MutexLock lock(&mu_);
-  std::erase_if(failures_, [&](const SlurmSubmitFailure& f) {
-    return f.pool == d.pool && f.job_id == d.job_id;
-  });
-  if (!id.ok()) {
-    failures_.push_back({d.pool, d.job_id, std::string(id.status().message()), now});
-    const std::string why = absl::StrCat("Slurm submission to pool ", d.pool,
-                                         " failed: ", id.status().message());
-    result->pending_reasons[d.job_id] = why;
-    result->events.push_back(absl::StrCat("job ", d.job_id, ": ", why));
-    return;
+  {
+    absl::MutexLock lock(&mu_);
+    std::erase_if(failures_, [&](const SlurmSubmitFailure& f) {
+      return f.pool == d.pool && f.job_id == d.job_id;
+    });
+    if (!id.ok()) {
+      failures_.push_back({d.pool, d.job_id, std::string(id.status().message()), now});
+      const std::string why = absl::StrCat("Slurm submission to pool ", d.pool,
+                                           " failed: ", id.status().message());
+      result->pending_reasons[d.job_id] = why;
+      result->events.push_back(absl::StrCat("job ", d.job_id, ": ", why));
+      return;
+    }
+    SlurmAllocation a;
+    a.pool = d.pool;
+    a.slurm_job_id = *id;
+    a.job_id = d.job_id;
+    a.owner = d.owner;
+    a.submitted_as = run_as;
+    a.nodes = d.nodes;
+    a.submitted_at = now;
+    a.state = "PD";
+    a.credential = credential;
+    allocations_.push_back(a);
+    result->pending_reasons[d.job_id] = SlurmWaitReason(a, 0);
   }
-  SlurmAllocation a;
-  a.pool = d.pool;
-  a.slurm_job_id = *id;
-  a.job_id = d.job_id;
-  a.owner = d.owner;
-  a.nodes = d.nodes;
-  a.submitted_at = now;
-  a.state = "PD";
-  a.credential = credential;
-  allocations_.push_back(a);
-  result->pending_reasons[d.job_id] = SlurmWaitReason(a, 0);
+  // Stored before anything else can happen to it: a restarted coordinator
+  // must find it.
+  Persist(*id, result);
   result->events.push_back(absl::StrCat("submitted Slurm allocation ", *id, " (", d.nodes,
                                         " node", d.nodes == 1 ? "" : "s", ") for job ",
                                         d.job_id, " in pool ", d.pool, " as ",

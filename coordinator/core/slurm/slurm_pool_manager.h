@@ -11,11 +11,23 @@
 // owner is recorded on the allocation either way.
 //
 // The join credential: before each submission the CredentialWriter is asked
-// for the path of a file holding a credential for that allocation, readable
-// by the account the job will run as (0600, on storage the nodes see). The
-// path goes into the script; the credential never does. The CredentialRevoker
-// invalidates it (and removes the file) once the allocation has ended, or at
-// once when it went unused.
+// for a file holding a credential for that allocation, readable by the
+// account the job will run as (0600, on storage the nodes see), and the
+// credential's id. The path goes into the script; the credential never does.
+// The CredentialRevoker invalidates it (and removes the file) once the
+// allocation has ended, or at once when it went unused.
+//
+// The store: each allocation is written to the Store (slurm_allocations) once
+// sbatch has returned its id, updated when its Slurm state or cancel changes,
+// and removed once it has ended and its credential is revoked. The first
+// round of a manager (a restarted coordinator) reads them back, asks Slurm
+// for their states, and then, before it plans: revokes the credential of
+// each allocation that still holds or waits for nodes while no job needs it
+// (its job does not wait for it and none of its workers runs a rank), then
+// cancels it, without waiting for the pool's idle_timeout; the ended ones are forgotten
+// and their credentials revoked as in any round; the ones a job needs are kept. An
+// allocation whose sbatch returned just before the previous coordinator died, before the
+// write, is not known (its time limit ends it).
 //
 // Use: the JobManager implements SlurmPoolSource and calls TickIfDue() from
 // its tick thread WITHOUT holding its own lock; the manager takes the
@@ -37,6 +49,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +61,7 @@
 #include "coordinator/core/slurm/slurm_client.h"
 #include "coordinator/core/slurm/slurm_pool.h"
 #include "coordinator/core/slurm/slurm_pool_config.h"
+#include "coordinator/store/store.h"
 
 namespace tessera {
 
@@ -88,13 +102,14 @@ class SlurmPoolManager {
  public:
   // Returns the absolute path of a 0600 file, owned by `run_as` (the
   // service account when empty), holding a join credential scoped to the
-  // allocation about to be submitted for `decision`.
-  using CredentialWriter = std::function<absl::StatusOr<std::string>(
+  // allocation about to be submitted for `decision`, and the credential's id.
+  using CredentialWriter = std::function<absl::StatusOr<SlurmCredential>(
       const SlurmSubmitDecision& decision, const std::string& run_as)>;
-  // Invalidates the credential behind a path CredentialWriter returned and
-  // removes its file: called once the allocation has ended, and at once for a
-  // credential whose submission failed or was made again for another account.
-  using CredentialRevoker = std::function<void(const std::string& path)>;
+  // Invalidates a credential CredentialWriter returned (possibly by an
+  // earlier coordinator) and removes its file: called once the allocation has
+  // ended or was cancelled after a restart, and at once for a credential whose
+  // submission failed or was made again for another account.
+  using CredentialRevoker = std::function<void(const SlurmCredential& credential)>;
 
   struct TickResult {
     std::map<int64_t, std::string> pending_reasons;   // job -> reason
@@ -104,8 +119,8 @@ class SlurmPoolManager {
     std::vector<std::string> events;
   };
 
-  // `client` and `clock` are not owned and must outlive the manager.
-  SlurmPoolManager(std::vector<SlurmPoolConfig> pools, SlurmClient* client,
+  // `client`, `store` and `clock` are not owned and must outlive the manager.
+  SlurmPoolManager(std::vector<SlurmPoolConfig> pools, SlurmClient* client, Store* store,
                    const Clock* clock, CredentialWriter credentials,
                    SlurmPoolManagerOptions options, CredentialRevoker revoke = nullptr);
 
@@ -147,11 +162,19 @@ class SlurmPoolManager {
   // ranks since it last ran some (the round's time for a new worker).
   void TrackIdle(std::vector<SlurmPoolWorker>& workers, absl::Time now)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Tick's steps. Observe: Slurm's states into allocations_, stale failures
-  // dropped; returns what the planner reads.
+  // Tick's steps. Load: on the first round, the allocations a previous
+  // coordinator stored. Observe: Slurm's states into allocations_ (the
+  // changed ones stored), stale failures dropped; returns what the planner
+  // reads, and sets *queried when Slurm answered.
+  absl::Status Load(TickResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
   SlurmPoolState Observe(const std::vector<WaitingJob>& waiting,
                          const std::vector<SlurmPoolWorker>& workers, absl::Time now,
-                         TickResult* result) ABSL_LOCKS_EXCLUDED(mu_);
+                         bool* queried, TickResult* result) ABSL_LOCKS_EXCLUDED(mu_);
+  // After a restart, once Slurm has answered: cancels the loaded allocations
+  // no job needs and revokes their credentials.
+  void CancelUnneeded(const SlurmPoolState& state, TickResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   void Cancel(const std::vector<SlurmCancelDecision>& cancels, TickResult* result)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Forget(const std::vector<std::string>& ended, TickResult* result)
@@ -164,12 +187,17 @@ class SlurmPoolManager {
   // allocation's workers read; credentials not used are revoked.
   absl::StatusOr<std::string> Sbatch(const SlurmPoolConfig& pool,
                                      const SlurmSubmitDecision& d, std::string* run_as,
-                                     std::string* credential, TickResult* result);
-  void Revoke(const std::string& credential) const;
+                                     SlurmCredential* credential, TickResult* result);
+  void Revoke(const SlurmCredential& credential) const;
+  // Writes the allocation with id `slurm_job_id` as it now stands to the
+  // store, or removes it from there when it is no longer tracked.
+  void Persist(const std::string& slurm_job_id, TickResult* result)
+      ABSL_LOCKS_EXCLUDED(mu_);
   const SlurmPoolConfig* Pool(const std::string& name) const;
 
   const std::vector<SlurmPoolConfig> pools_;
   SlurmClient* const client_;  // Not owned.
+  Store* const store_;         // Not owned.
   const Clock* const clock_;   // Not owned.
   const CredentialWriter credentials_;
   const CredentialRevoker revoke_;  // may be empty
@@ -177,6 +205,10 @@ class SlurmPoolManager {
 
   absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one Tick at a time
   absl::Time last_tick_ ABSL_GUARDED_BY(tick_mu_) = absl::InfinitePast();
+  // Whether the stored allocations were read back (Load), and those of them
+  // not yet checked for a job that needs them (CancelUnneeded).
+  bool loaded_ ABSL_GUARDED_BY(tick_mu_) = false;
+  std::set<std::string> unchecked_ ABSL_GUARDED_BY(tick_mu_);
   mutable absl::Mutex mu_;
   std::vector<SlurmAllocation> allocations_ ABSL_GUARDED_BY(mu_);
   std::vector<SlurmSubmitFailure> failures_ ABSL_GUARDED_BY(mu_);

@@ -314,12 +314,12 @@ TEST_F(JobManagerTest, JobLackingWorkersGetsASlurmAllocationAndRunsOnItsWorker) 
   pool.name = "cpu";
   pool.cpus_per_node = 2;
   pool.max_nodes = 1;
-  SlurmPoolManager pools(
-      {pool}, &slurm, &clock_,
-      [](const SlurmSubmitDecision& d, const std::string&) {
-        return absl::StatusOr<std::string>(absl::StrCat("/join/job", d.job_id));
-      },
-      {.coordinator_address = "coord:50051"});
+  SlurmPoolManager pools({pool}, &slurm, store_.get(), &clock_,
+                         [](const SlurmSubmitDecision& d, const std::string&) {
+                           return absl::StatusOr<SlurmCredential>(SlurmCredential{
+                               absl::StrCat("/join/job", d.job_id), d.job_id});
+                         },
+                         {.coordinator_address = "coord:50051"});
   manager_->SetSlurmPools(&pools);
   const int64_t id = Submit(2);
   manager_->TickSlurm();

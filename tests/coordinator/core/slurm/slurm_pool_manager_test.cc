@@ -5,13 +5,16 @@
 #include "coordinator/core/slurm/slurm_pool_manager.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/clock.h"
+#include "coordinator/store/sqlite_store.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_slurm_client.h"
 
@@ -57,21 +60,43 @@ class SlurmPoolManagerTest : public ::testing::Test {
   SlurmPoolManager Make(bool can_submit_as_owner, SlurmPoolConfig pool = CpuPool()) {
     return Make(can_submit_as_owner, std::vector<SlurmPoolConfig>{pool});
   }
+  // A manager on store_: a second one made on the same store is the
+  // manager of a restarted coordinator.
   SlurmPoolManager Make(bool can_submit_as_owner, std::vector<SlurmPoolConfig> pools) {
     return SlurmPoolManager(
-        std::move(pools), &slurm_, &clock_,
+        std::move(pools), &slurm_, store_.get(), &clock_,
         [this](const SlurmSubmitDecision& d, const std::string& run_as) {
           credential_requests_.push_back(absl::StrCat(d.job_id, ":", run_as));
-          return absl::StatusOr<std::string>(absl::StrCat(
-              "/shared/join/job", d.job_id, run_as.empty() ? "" : "-" + run_as));
+          return absl::StatusOr<SlurmCredential>(
+              SlurmCredential{absl::StrCat("/shared/join/job", d.job_id,
+                                           run_as.empty() ? "" : "-" + run_as),
+                              static_cast<int64_t>(credential_requests_.size())});
         },
         {.coordinator_address = "coord:50051",
          .can_submit_as_owner = can_submit_as_owner},
-        [this](const std::string& path) { revoked_.push_back(path); });
+        [this](const SlurmCredential& c) { revoked_.push_back(c.path); });
+  }
+
+  static std::unique_ptr<Store> OpenStore() {
+    absl::StatusOr<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(":memory:");
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+
+  // What the store holds, by Slurm job id.
+  std::map<std::string, SlurmAllocationRecord> Stored() {
+    absl::StatusOr<std::vector<SlurmAllocationRecord>> all =
+        store_->ListSlurmAllocations();
+    EXPECT_TRUE(all.ok()) << all.status();
+    std::map<std::string, SlurmAllocationRecord> by_id;
+    if (!all.ok()) return by_id;
+    for (const SlurmAllocationRecord& r : *all) by_id[r.slurm_job_id] = r;
+    return by_id;
   }
 
   FakeSlurmClient slurm_;
   FakeClock clock_;
+  std::unique_ptr<Store> store_ = OpenStore();
   std::vector<std::string> credential_requests_;
   std::vector<std::string> revoked_;
 };
@@ -229,7 +254,7 @@ TEST_F(SlurmPoolManagerTest,
   slurm_.submit_errors = {absl::NotFoundError("no user carol")};
   m.Tick({Job(7, 2, "carol")}, {});
   EXPECT_EQ(revoked_, (std::vector<std::string>{"/shared/join/job7-carol"}));
-  EXPECT_EQ(m.Allocation(7)->credential, "/shared/join/job7");
+  EXPECT_EQ(m.Allocation(7)->credential.path, "/shared/join/job7");
   // A failed submission's credential is revoked at once.
   slurm_.submit_errors = {
       absl::FailedPreconditionError("sbatch: error: Invalid account")};
@@ -278,6 +303,111 @@ TEST_F(SlurmPoolManagerTest, AllocationKilledBySlurmIsReplacedForItsJob) {
   EXPECT_EQ(r.pending_reasons[7], "waiting for Slurm allocation 101 (PD)");
 }
 
+// ---- The allocations in the store, and a restarted coordinator ----
+
+TEST_F(SlurmPoolManagerTest, StoredAllocationFollowsItsStateAndIsRemovedOnceEnded) {
+  SlurmPoolManager m = Make(false);
+  m.Tick({Job(7, 2)}, {});
+  ASSERT_EQ(Stored().size(), 1u);
+  SlurmAllocationRecord r = Stored()["100"];
+  EXPECT_EQ(r.pool, "cpu");
+  EXPECT_EQ(r.job_id, 7);
+  EXPECT_EQ(r.owner, "alice");
+  EXPECT_EQ(r.submitted_as, "");
+  EXPECT_EQ(r.nodes, 1);
+  EXPECT_EQ(r.state, "PD");
+  EXPECT_EQ(r.credential_path, "/shared/join/job7");
+  EXPECT_EQ(r.credential_id, 1);
+  EXPECT_EQ(r.submitted_unix_ms, absl::ToUnixMillis(clock_.Now()));
+  EXPECT_EQ(r.running_since_unix_ms, 0);
+
+  slurm_.jobs["100"].state = "R";
+  clock_.Advance(absl::Seconds(5));
+  m.Tick({Job(7, 2)}, {});
+  EXPECT_EQ(Stored()["100"].state, "R");
+  EXPECT_EQ(Stored()["100"].running_since_unix_ms, absl::ToUnixMillis(clock_.Now()));
+
+  m.Tick({}, {});  // job 7 no longer waits and no worker registered: cancelled
+  EXPECT_EQ(slurm_.cancelled, (std::vector<std::string>{"100"}));
+  EXPECT_TRUE(Stored()["100"].cancel_sent);
+  slurm_.jobs.erase("100");
+  m.Tick({}, {});
+  EXPECT_TRUE(Stored().empty());
+}
+
+TEST_F(SlurmPoolManagerTest,
+       RestartCancelsTheIdleAllocationItSubmittedAndRevokesItsCredential) {
+  SlurmPoolWorker w{.name = "n1", .pool = "cpu", .slurm_job_id = "100"};
+  {
+    SlurmPoolManager before = Make(false);
+    before.Tick({Job(7, 2)}, {});
+    slurm_.jobs["100"].state = "R";
+    w.running_ranks = 2;  // job 7 runs there, then the coordinator dies
+    before.Tick({}, {w});
+  }
+  ASSERT_TRUE(slurm_.cancelled.empty());
+  // Job 7 finished while no coordinator ran; its worker is idle. The new
+  // coordinator does not wait out the pool's 5 minute idle_timeout.
+  w.running_ranks = 0;
+  SlurmPoolManager after = Make(false);
+  SlurmPoolManager::TickResult r = after.Tick({}, {w});
+  EXPECT_EQ(slurm_.cancelled, (std::vector<std::string>{"100"}));
+  EXPECT_EQ(revoked_, (std::vector<std::string>{"/shared/join/job7"}));
+  ASSERT_FALSE(r.events.empty());
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(r.events, "\n"),
+                                "cancelled Slurm allocation 100: no job needs it after a "
+                                "coordinator restart"))
+      << absl::StrJoin(r.events, "\n");
+  EXPECT_TRUE(Stored()["100"].cancel_sent);
+  EXPECT_EQ(Stored()["100"].credential_path, "");
+
+  // Once Slurm shows it ended it is forgotten; the credential is not revoked twice.
+  slurm_.jobs.erase("100");
+  after.Tick({}, {});
+  EXPECT_EQ(slurm_.cancelled.size(), 1u);
+  EXPECT_EQ(revoked_.size(), 1u);
+  EXPECT_TRUE(Stored().empty());
+  EXPECT_TRUE(after.Allocations().empty());
+}
+
+TEST_F(SlurmPoolManagerTest,
+       RestartRevokesTheCredentialOfAnAllocationThatEndedMeanwhile) {
+  {
+    SlurmPoolManager before = Make(false);
+    before.Tick({Job(7, 2)}, {});
+  }
+  slurm_.jobs.erase("100");  // its time limit ended it while no coordinator ran
+  SlurmPoolManager after = Make(false);
+  after.Tick({}, {});
+  EXPECT_EQ(revoked_, (std::vector<std::string>{"/shared/join/job7"}));
+  EXPECT_TRUE(slurm_.cancelled.empty());
+  EXPECT_TRUE(Stored().empty());
+}
+
+TEST_F(SlurmPoolManagerTest, RestartKeepsTheAllocationsThatJobsStillNeed) {
+  SlurmPoolWorker w{.name = "n1", .pool = "cpu", .slurm_job_id = "100"};
+  {
+    SlurmPoolManager before = Make(false);
+    before.Tick({Job(7, 2), Job(8, 2)}, {});
+    ASSERT_EQ(slurm_.submitted.size(), 2u);
+    slurm_.jobs["100"].state = "R";  // job 7 runs on it; 101 still pends for job 8
+    w.running_ranks = 2;
+    before.Tick({Job(8, 2)}, {w});
+  }
+  SlurmPoolManager after = Make(false);
+  SlurmPoolManager::TickResult r = after.Tick({Job(8, 2)}, {w});
+  EXPECT_TRUE(slurm_.cancelled.empty());
+  EXPECT_TRUE(revoked_.empty());
+  EXPECT_EQ(slurm_.submitted.size(), 2u) << "job 8 keeps its allocation";
+  ASSERT_TRUE(after.Allocation(8).has_value());
+  EXPECT_EQ(after.Allocation(8)->slurm_job_id, "101");
+  EXPECT_EQ(after.Allocation(8)->credential.path, "/shared/join/job8");
+  EXPECT_EQ(r.pending_reasons[8], "waiting for Slurm allocation 101 (PD)");
+  ASSERT_TRUE(after.Allocation(7).has_value());
+  EXPECT_EQ(after.Allocation(7)->state, "R");
+  EXPECT_EQ(Stored().size(), 2u);
+}
+
 // ---- Which pool serves a job (docs/slurm.md) ----
 
 TEST_F(SlurmPoolManagerTest, Bf16AutoJobGetsAGpuAllocationAndACpuJobStillDoesNot) {
@@ -300,6 +430,7 @@ TEST_F(SlurmPoolManagerTest, Fp32AutoJobTakesACpuPoolFirstAndAGpuPoolWhenOnlyTha
   ASSERT_EQ(slurm_.submitted.size(), 1u);
   EXPECT_EQ(both.Allocation(7)->pool, "cpu") << "GPUs are not spent on it while CPUs do";
 
+  store_ = OpenStore();  // another coordinator
   SlurmPoolManager gpu_only = Make(false, GpuPool());
   SlurmPoolManager::TickResult r = gpu_only.Tick({SpecJob(8, 2, "", "fp32")}, {});
   ASSERT_EQ(slurm_.submitted.size(), 2u) << r.pending_reasons[8];
