@@ -126,7 +126,7 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
     std::vector<tessera::SlurmPoolConfig> pools,
     const tessera::CoordinatorOptions& options, int port, const std::string& slurm_conf,
     std::string address, const std::string& credential_dir, bool tls_self_signed,
-    std::unique_ptr<tessera::SlurmCommandClient>* cli) {
+    tessera::Authenticator* auth, std::unique_ptr<tessera::SlurmCommandClient>* cli) {
   std::error_code ec;
   std::filesystem::create_directories(credential_dir, ec);
   if (ec || chmod(credential_dir.c_str(), 0711) != 0) {
@@ -149,8 +149,11 @@ absl::StatusOr<std::unique_ptr<tessera::SlurmPoolManager>> StartSlurmPools(
                                                    const std::string& run_as) {
     return WriteSlurmCredential(*store, credential_dir, pin, d, run_as);
   };
-  auto revoke = [store](const tessera::SlurmCredential& c) {
+  // Revoked in the store, then dropped from the server's token cache: the
+  // credential is refused from this moment, not cache_ttl later.
+  auto revoke = [store, auth](const tessera::SlurmCredential& c) {
     RevokeSlurmCredential(*store, c);
+    if (c.id != 0) auth->Forget(c.id);
   };
   tessera::SlurmPoolManagerOptions manager_options;
   manager_options.coordinator_address = address;
@@ -306,7 +309,7 @@ int Serve(const tessera::CoordinatorFlags& flags,
         flags.slurm_credential_dir.empty()
             ? (std::filesystem::path(options.db_path).parent_path() / "slurm").string()
             : flags.slurm_credential_dir,
-        flags.tls_self_signed, &slurm_client);
+        flags.tls_self_signed, &(*server)->auth(), &slurm_client);
     if (!made.ok()) {
       std::cerr << "tessera-coordinator: " << made.status().message() << "\n";
       (*server)->Shutdown();

@@ -120,6 +120,11 @@ absl::StatusOr<Caller> Authenticator::AuthenticateUser(absl::string_view authori
   return Caller{record.name, admin};
 }
 
+void Authenticator::Forget(int64_t token_id) {
+  absl::MutexLock lock(&mu_);
+  cache_.erase(token_id);
+}
+
 absl::Status Authenticator::Recheck(absl::string_view authorization,
                                     absl::string_view kind, absl::Duration max_age) {
   if (!options_.enabled) return absl::OkStatus();

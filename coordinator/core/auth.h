@@ -90,6 +90,11 @@ class Authenticator {
   absl::Status Recheck(absl::string_view authorization, absl::string_view kind,
                        absl::Duration max_age);
 
+  // Drops the cached record of token `token_id`, so that its next check reads
+  // the store: for a revocation made in this process (a Slurm allocation's
+  // join credential), which must not wait out cache_ttl.
+  void Forget(int64_t token_id);
+
   // A credential for one rank of one attempt.
   std::string IssueTrainerCredential(int64_t job_id, int32_t attempt, int32_t rank) const;
   // Unauthenticated unless `authorization` carries a valid, unexpired trainer

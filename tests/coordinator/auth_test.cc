@@ -93,6 +93,19 @@ TEST_F(AuthenticatorTest, RevokedTokenStopsWorkingOnceTheCacheExpires) {
   EXPECT_THAT(after.status().message(), HasSubstr("revoked"));
 }
 
+TEST_F(AuthenticatorTest, AForgottenRevokedTokenIsRefusedAtOnce) {
+  auto token = CreateToken(*store_, clock_, kJoinToken, "slurm-allocation");
+  ASSERT_TRUE(token.ok());
+  ASSERT_TRUE(auth_->Authenticate("Bearer " + *token, kJoinToken).ok());
+  ASSERT_TRUE(store_->RevokeToken(1).ok());
+  // Still cached: a revocation elsewhere takes up to cache_ttl.
+  EXPECT_TRUE(auth_->Authenticate("Bearer " + *token, kJoinToken).ok());
+  auth_->Forget(1);
+  auto after = auth_->Authenticate("Bearer " + *token, kJoinToken);
+  EXPECT_TRUE(absl::IsUnauthenticated(after.status()));
+  EXPECT_THAT(after.status().message(), HasSubstr("revoked"));
+}
+
 TEST_F(AuthenticatorTest, TrainerCredentialIsScopedToItsRankAndExpires) {
   const std::string cred = auth_->IssueTrainerCredential(7, 2, 1);
   EXPECT_TRUE(auth_->CheckTrainer("Bearer " + cred, 7, 2, 1).ok());
