@@ -779,7 +779,8 @@ bool JobManager::DeclareSilentWorkersDeadLocked(RendezvousRounds::Releases* rele
   return !silent.empty();
 }
 
-bool JobManager::WatchRunningLocked(absl::Time now, RendezvousRounds::Releases* releases) {
+bool JobManager::WatchRunningLocked(absl::Time now,
+                                    RendezvousRounds::Releases* releases) {
   bool changed = false;
   for (auto& [id, job] : jobs_) {
     if (job.record.state != v1::JOB_STATE_RUNNING || !job.watch.has_value()) continue;
@@ -804,7 +805,8 @@ bool JobManager::WatchRunningLocked(absl::Time now, RendezvousRounds::Releases* 
   return changed;
 }
 
-bool JobManager::EnforceDrainsLocked(absl::Time now, RendezvousRounds::Releases* releases) {
+bool JobManager::EnforceDrainsLocked(absl::Time now,
+                                     RendezvousRounds::Releases* releases) {
   bool changed = false;
   for (const std::string& name : workers_.DrainingWorkers()) {
     const absl::Time deadline = workers_.DrainDeadline(name);

@@ -112,7 +112,7 @@ SlowPhase FindSlowPhase(const v1::RankProgress& rank,
 }  // namespace
 
 RankWatchOptions RankWatchFor(const RankWatchOptions& defaults,
-                            const v1::WatchdogSpec& spec) {
+                              const v1::WatchdogSpec& spec) {
   RankWatchOptions o = defaults;
   if (spec.has_enabled()) o.enabled = spec.enabled();
   if (spec.rank_silent_after_s() > 0) {
@@ -135,8 +135,7 @@ RankWatch::RankWatch(std::vector<std::string> workers, absl::Time start)
       last_move_(start),
       ranks_(workers_.size()) {}
 
-void RankWatch::Report(int32_t rank, const v1::RankProgress& progress,
-                          absl::Time now) {
+void RankWatch::Report(int32_t rank, const v1::RankProgress& progress, absl::Time now) {
   if (rank < 0 || rank >= static_cast<int32_t>(ranks_.size())) return;
   RankState& r = ranks_[rank];
   if (!r.reported || Moved(r.last, progress)) last_move_ = std::max(last_move_, now);
@@ -154,7 +153,7 @@ std::string RankWatch::Name(int32_t rank) const {
 }
 
 std::string RankWatch::WaitingText(const std::vector<int32_t>& waiting,
-                                      absl::Time now) const {
+                                   absl::Time now) const {
   // Group the waiting ranks by what they wait on.
   std::map<std::string, std::pair<std::vector<int32_t>, absl::Duration>> groups;
   for (int32_t r : waiting) {
@@ -175,8 +174,8 @@ std::string RankWatch::WaitingText(const std::vector<int32_t>& waiting,
 }
 
 std::optional<WatchVerdict> RankWatch::Check(absl::Time now,
-                                                const RankWatchOptions& options,
-                                                const std::vector<bool>& running) const {
+                                             const RankWatchOptions& options,
+                                             const std::vector<bool>& running) const {
   if (!options.enabled) return std::nullopt;
   if (std::optional<WatchVerdict> v = CheckSilent(now, options, running)) return v;
   return CheckStalled(now, options, running);
@@ -280,8 +279,8 @@ std::optional<WatchVerdict> RankWatch::CheckStalled(
   return v;
 }
 
-std::vector<int32_t> RankWatch::ComparableRanks(
-    const RankWatchOptions& options, const std::vector<bool>& running) const {
+std::vector<int32_t> RankWatch::ComparableRanks(const RankWatchOptions& options,
+                                                const std::vector<bool>& running) const {
   std::vector<int32_t> comparable;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     const RankState& s = ranks_[r];
@@ -295,7 +294,7 @@ std::vector<int32_t> RankWatch::ComparableRanks(
 }
 
 void RankWatch::UpdateEpisode(RankState& s, double ratio, absl::Time now,
-                                 const RankWatchOptions& options) {
+                              const RankWatchOptions& options) {
   const double release = 1 + (options.straggler_ratio - 1) / 2;
   if (ratio > options.straggler_ratio) {
     if (s.slow_since == absl::InfiniteFuture()) s.slow_since = now;
@@ -316,8 +315,9 @@ void RankWatch::UpdateEpisode(RankState& s, double ratio, absl::Time now,
   }
 }
 
-std::vector<std::string> RankWatch::UpdateStragglers(
-    absl::Time now, const RankWatchOptions& options, const std::vector<bool>& running) {
+std::vector<std::string> RankWatch::UpdateStragglers(absl::Time now,
+                                                     const RankWatchOptions& options,
+                                                     const std::vector<bool>& running) {
   std::vector<std::string> flagged;
   // Ranks whose report covers enough steps to compare.
   const std::vector<int32_t> comparable = ComparableRanks(options, running);

@@ -64,7 +64,7 @@ struct RankWatchOptions {
 
 // `defaults` with the fields the job's spec sets.
 RankWatchOptions RankWatchFor(const RankWatchOptions& defaults,
-                            const tessera::v1::WatchdogSpec& spec);
+                              const tessera::v1::WatchdogSpec& spec);
 
 // Why an attempt must end.
 struct WatchVerdict {
@@ -112,7 +112,8 @@ class RankWatch {
   // for the stall threshold.
   std::optional<WatchVerdict> CheckSilent(absl::Time now, const RankWatchOptions& options,
                                           const std::vector<bool>& running) const;
-  std::optional<WatchVerdict> CheckStalled(absl::Time now, const RankWatchOptions& options,
+  std::optional<WatchVerdict> CheckStalled(absl::Time now,
+                                           const RankWatchOptions& options,
                                            const std::vector<bool>& running) const;
   struct RankState {
     bool reported = false;

@@ -4,15 +4,17 @@
 
 namespace tessera {
 
-void RendezvousRounds::Open(int64_t job_id, int32_t attempt, std::vector<int32_t> local_ranks) {
+void RendezvousRounds::Open(int64_t job_id, int32_t attempt,
+                            std::vector<int32_t> local_ranks) {
   Round& round = rounds_[{job_id, attempt}];
   round = Round{};
   round.local_ranks = std::move(local_ranks);
 }
 
 absl::Status RendezvousRounds::Join(int64_t job_id, int32_t attempt, int32_t rank,
-                              const std::string& bootstrap, const std::string& backend,
-                              Callback cb, Releases* releases, bool* completed) {
+                                    const std::string& bootstrap,
+                                    const std::string& backend, Callback cb,
+                                    Releases* releases, bool* completed) {
   *completed = false;
   auto it = rounds_.find({job_id, attempt});
   if (it == rounds_.end()) {
@@ -63,7 +65,7 @@ absl::Status RendezvousRounds::Join(int64_t job_id, int32_t attempt, int32_t ran
 }
 
 RendezvousRounds::Releases RendezvousRounds::Close(int64_t job_id, int32_t attempt,
-                                       const absl::Status& reason) {
+                                                   const absl::Status& reason) {
   Releases releases;
   auto it = rounds_.find({job_id, attempt});
   if (it == rounds_.end()) return releases;
@@ -89,7 +91,7 @@ bool RendezvousRounds::IsOpen(int64_t job_id, int32_t attempt) const {
 }
 
 std::optional<std::vector<int32_t>> RendezvousRounds::Missing(int64_t job_id,
-                                                        int32_t attempt) const {
+                                                              int32_t attempt) const {
   auto it = rounds_.find({job_id, attempt});
   if (it == rounds_.end()) return std::nullopt;
   std::vector<int32_t> missing;

@@ -48,8 +48,8 @@ bool IsCudaErrorMessage(std::string_view message) {
 }
 
 CollectiveTimeout::CollectiveTimeout(const PendingCollectiveTracker& tracker,
-                                       const Clock& clock, Poll poll, OnFire on_fire,
-                                       CollectiveTimeoutOptions options)
+                                     const Clock& clock, Poll poll, OnFire on_fire,
+                                     CollectiveTimeoutOptions options)
     : tracker_(tracker),
       clock_(clock),
       poll_(std::move(poll)),

@@ -82,7 +82,7 @@ class CollectiveTimeout {
   // `tracker` and `clock` must outlive the collective timeout. A null `poll` counts as
   // always OK (Gloo reports errors only through the waiting call).
   CollectiveTimeout(const PendingCollectiveTracker& tracker, const Clock& clock,
-                     Poll poll, OnFire on_fire, CollectiveTimeoutOptions options = {});
+                    Poll poll, OnFire on_fire, CollectiveTimeoutOptions options = {});
 
   // Stops the thread and joins it.
   ~CollectiveTimeout();

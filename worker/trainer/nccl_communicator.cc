@@ -36,8 +36,8 @@ absl::Status CudaStatus(GpuApi& api, int error, absl::string_view what) {
 
 absl::Status NcclStatus(GpuApi& api, int result, absl::string_view what) {
   if (result == kNcclSuccess) return absl::OkStatus();
-  const std::string text = absl::StrCat(what, ": NCCL error ", result, " (",
-                                        api.NcclErrorText(result), ")");
+  const std::string text =
+      absl::StrCat(what, ": NCCL error ", result, " (", api.NcclErrorText(result), ")");
   switch (result) {
     case kNcclInvalidArgument:
     case kNcclInvalidUsage:
@@ -95,7 +95,8 @@ using SharedEvent = std::shared_ptr<void>;
 
 absl::StatusOr<SharedEvent> NewEvent(GpuApi& api, int device) {
   GpuEvent event = nullptr;
-  const absl::Status status = CudaStatus(api, api.EventCreate(&event), "creating an event");
+  const absl::Status status =
+      CudaStatus(api, api.EventCreate(&event), "creating an event");
   if (!status.ok()) return status;
   return SharedEvent(event, [&api, device](GpuEvent e) {
     DeviceGuard guard(api, device);
@@ -261,9 +262,10 @@ struct NcclCommState {
     }
     const std::string text =
         device_failure.has_value()
-            ? absl::StrCat(*device_failure, " on CUDA device ", device,
-                           " (not an NCCL failure; the NCCL collective timeout found it: ", reason,
-                           ")")
+            ? absl::StrCat(
+                  *device_failure, " on CUDA device ", device,
+                  " (not an NCCL failure; the NCCL collective timeout found it: ", reason,
+                  ")")
             : reason;
     Abort(text);
     if (device_failure.has_value() && options.on_device_failure) {
@@ -521,7 +523,8 @@ absl::StatusOr<std::unique_ptr<NcclPending>> LaunchAfter(
   if (!ready.ok()) return ready.status();
   // The collective waits for the producer's queued work, then runs beside it.
   // The event is released once the recorded work completes.
-  status = CudaStatus(api, api.EventRecord(ready->get(), stream), "recording the ready event");
+  status =
+      CudaStatus(api, api.EventRecord(ready->get(), stream), "recording the ready event");
   if (status.ok()) {
     status = CudaStatus(api, api.StreamWaitEvent(state->stream, ready->get()),
                         "ordering the NCCL stream after the producer");
@@ -537,11 +540,10 @@ absl::StatusOr<std::unique_ptr<NcclPending>> LaunchAfter(
 absl::StatusOr<std::unique_ptr<NcclPending>> NcclComm::AllReduceSumAsync(
     void* buffer, size_t count, NcclDataType type, GpuStream stream, int bucket) {
   NcclCommState* const state = state_.get();
-  return LaunchAfter(state_, stream, "allreduce", bucket, "ncclAllReduce",
-                     [=](NcclHandle comm) {
-                       return state->api.NcclAllReduceSum(buffer, count, type, comm,
-                                                          state->stream);
-                     });
+  return LaunchAfter(
+      state_, stream, "allreduce", bucket, "ncclAllReduce", [=](NcclHandle comm) {
+        return state->api.NcclAllReduceSum(buffer, count, type, comm, state->stream);
+      });
 }
 
 absl::Status NcclComm::AllReduceSum(void* buffer, size_t count, NcclDataType type,
@@ -572,16 +574,16 @@ absl::Status NcclComm::Barrier() {
   if (!status.ok()) return status;
   GpuApi& api = state_->api;
   DeviceGuard guard(api, device_);
-  status = CudaStatus(api, api.MemsetAsync(state_->scratch, 0, sizeof(float), state_->stream),
-                      "clearing the barrier buffer");
+  status =
+      CudaStatus(api, api.MemsetAsync(state_->scratch, 0, sizeof(float), state_->stream),
+                 "clearing the barrier buffer");
   if (!status.ok()) return status;
   NcclCommState* const state = state_.get();
   absl::StatusOr<std::unique_ptr<NcclPending>> pending =
       LaunchAfter(state_, state_->stream, "barrier", kNoBucket, "ncclAllReduce",
                   [=](NcclHandle comm) {
-                    return state->api.NcclAllReduceSum(state->scratch, 1,
-                                                       NcclDataType::kFloat32, comm,
-                                                       state->stream);
+                    return state->api.NcclAllReduceSum(
+                        state->scratch, 1, NcclDataType::kFloat32, comm, state->stream);
                   });
   if (!pending.ok()) return pending.status();
   return (*pending)->Synchronize();

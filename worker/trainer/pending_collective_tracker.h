@@ -5,8 +5,8 @@
 // Begin numbers collectives 1, 2, 3, ... in issue order; every rank issues the
 // same collectives in the same order, so "allreduce #412" names the same
 // operation on every rank, and a rank stuck at a lower number than its peers is
-// the one that fell behind. Oldest() is what a collective timeout ages (collective_timeout.h)
-// and what a rank reports as its phase.
+// the one that fell behind. Oldest() is what a collective timeout ages
+// (collective_timeout.h) and what a rank reports as its phase.
 //
 // Plain C++ (no LibTorch, no CUDA). Thread-safe: a backend's issuing thread,
 // its completion poller and any reader may call it concurrently.

@@ -226,7 +226,7 @@ TEST(CollectiveTimeoutTest, DestroyingStopsTheThreadWithoutWaitingForAPollInterv
   {
     // An hour between checks: the destructor must wake the thread, not wait.
     CollectiveTimeout collective_timeout(tracker, clock, nullptr, log.Callback(),
-                                Options(absl::Hours(1)));
+                                         Options(absl::Hours(1)));
     collective_timeout.Start();
     clock.Advance(kTimeout * 10);
   }
