@@ -3,13 +3,25 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace tessera::trainer::data {
 namespace {
 
 // Weights in 1/256ths: two taps of 8 bits multiply into 16 bits, rounded once.
 constexpr uint32_t kOne = 256;
+constexpr int kUnit = static_cast<int>(kOne);
+constexpr int kHalf = kUnit * kUnit / 2;  // rounds the final >> 16
+
+// The blended row holds each vertical blend (0..255 * 256, 16 bits unsigned)
+// offset by -32768, so that it reads as a signed 16-bit value: the SSE2
+// column pass multiplies pairs of them with signed 16-bit products (pmaddwd).
+constexpr uint16_t kBias = 0x8000;
 
 struct Tap {
   int first = 0;   // index of the first (lower) tap
@@ -31,6 +43,87 @@ std::vector<Tap> Taps(double start, double length, int out, int limit) {
   return taps;
 }
 
+// Per output column, in the order written (mirrored when flipping): where its
+// first tap's pixel starts in the blended row, and its two weights.
+struct ColumnTaps {
+  std::vector<int> offsets;  // in 16-bit values: 3 * (first tap - first column)
+  std::vector<int> weights;  // of the second tap, in [0, kOne]
+};
+
+// One output row, every channel: out = (p * (kOne - w) + q * w + kHalf) >> 16
+// for the blended pixels p (at the column's offset) and q (the next pixel).
+void ColumnPassScalar(const uint16_t* row, const ColumnTaps& taps, int begin, int end,
+                      uint8_t* r, uint8_t* g, uint8_t* b) {
+  for (int ox = begin; ox < end; ++ox) {
+    const uint16_t* p = row + taps.offsets[ox];
+    const int w = taps.weights[ox];
+    uint8_t* planes[3] = {r, g, b};
+    for (int c = 0; c < 3; ++c) {
+      const int first = p[c] ^ kBias;
+      const int second = p[c + 3] ^ kBias;
+      planes[c][ox] = static_cast<uint8_t>((first * kUnit + (second - first) * w + kHalf) >> 16);
+    }
+  }
+}
+
+#if defined(__SSE2__)
+// A column's weights as pmaddwd multiplies them: (kOne - w, w) per channel.
+struct PairWeights {
+  int16_t lanes[8];
+};
+
+// The column pass four pixels at a time: each pixel's two taps are paired per
+// channel (R R' G G' B B') and multiplied with (kOne - w, w) in one pmaddwd,
+// which gives the pixel's three sums; four pixels' sums are transposed into
+// channel order. The same integers as ColumnPassScalar: the bias each
+// product carries is added back before the shift.
+inline __m128i PixelSums(const uint16_t* row, int offset, const __m128i& weights) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + offset));
+  const __m128i pairs = _mm_unpacklo_epi16(v, _mm_srli_si128(v, 6));
+  return _mm_madd_epi16(pairs, weights);  // R, G, B, 0 (each less the bias)
+}
+
+// Returns the four pixels' 16-bit R, G and B sums, shifted to 0..255: R in
+// lanes 0-3 of *rg, G in lanes 4-7, B in lanes 0-3 of *bb.
+inline void FourPixels(const uint16_t* row, const int* offsets, const PairWeights* weights,
+                       __m128i* rg, __m128i* bb) {
+  const __m128i unbias = _mm_set1_epi32(int{kBias} * kUnit + kHalf);
+  __m128i s[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(weights[k].lanes));
+    s[k] = _mm_add_epi32(PixelSums(row, offsets[k], w), unbias);
+  }
+  const __m128i t0 = _mm_unpacklo_epi32(s[0], s[1]);  // R0 R1 G0 G1
+  const __m128i t1 = _mm_unpacklo_epi32(s[2], s[3]);  // R2 R3 G2 G3
+  const __m128i t2 = _mm_unpackhi_epi32(s[0], s[1]);  // B0 B1 0 0
+  const __m128i t3 = _mm_unpackhi_epi32(s[2], s[3]);  // B2 B3 0 0
+  const __m128i red = _mm_srli_epi32(_mm_unpacklo_epi64(t0, t1), 16);
+  const __m128i green = _mm_srli_epi32(_mm_unpackhi_epi64(t0, t1), 16);
+  const __m128i blue = _mm_srli_epi32(_mm_unpacklo_epi64(t2, t3), 16);
+  *rg = _mm_packs_epi32(red, green);
+  *bb = _mm_packs_epi32(blue, blue);
+}
+
+void ColumnPass(const uint16_t* row, const ColumnTaps& taps, const PairWeights* weights,
+                int out_width, uint8_t* r, uint8_t* g, uint8_t* b) {
+  int ox = 0;
+  for (; ox + 8 <= out_width; ox += 8) {
+    __m128i rg0, b0, rg1, b1;
+    FourPixels(row, &taps.offsets[ox], &weights[ox], &rg0, &b0);
+    FourPixels(row, &taps.offsets[ox + 4], &weights[ox + 4], &rg1, &b1);
+    // 16-bit R0-3 G0-3 | R4-7 G4-7 -> bytes R0-7, G0-7.
+    const __m128i red = _mm_unpacklo_epi64(rg0, rg1);
+    const __m128i green = _mm_unpackhi_epi64(rg0, rg1);
+    const __m128i rg_bytes = _mm_packus_epi16(red, green);
+    const __m128i b_bytes = _mm_packus_epi16(_mm_unpacklo_epi64(b0, b1), b0);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(r + ox), rg_bytes);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(g + ox), _mm_srli_si128(rg_bytes, 8));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(b + ox), b_bytes);
+  }
+  ColumnPassScalar(row, taps, ox, out_width, r, g, b);
+}
+#endif
+
 }  // namespace
 
 void ResizeBoxToChw(const uint8_t* src, int src_width, int src_height, const CropBox& box,
@@ -42,19 +135,27 @@ void ResizeBoxToChw(const uint8_t* src, int src_width, int src_height, const Cro
   const int first_col = xs.front().first;
   const int cols = xs.back().second - first_col + 1;
   // A tap's second column is its first plus one, or equal to it with weight 0
-  // at the right edge (Taps clamps): one spare pixel at the end of the blended
-  // row lets every tap read first + 1, so the column pass needs one offset per
-  // output pixel. The spare is zero and always weighted 0.
-  std::vector<uint16_t> blended(static_cast<size_t>(cols + 1) * 3, 0);
-  // Per output column in the order written (mirrored when flipping): the
-  // blended-row offset of its first tap and the weight of its second.
-  std::vector<int> offsets(static_cast<size_t>(out_width));
-  std::vector<int> weights(static_cast<size_t>(out_width));
+  // at the right edge (Taps clamps): spare pixels at the end of the blended
+  // row let every tap read first + 1 (and the SSE2 pass read 8 values from its
+  // first), so the column pass needs one offset per output pixel. The spares
+  // are always weighted 0.
+  std::vector<uint16_t> blended(static_cast<size_t>(cols) * 3 + 8, kBias);
+  ColumnTaps taps;
+  taps.offsets.resize(static_cast<size_t>(out_width));
+  taps.weights.resize(static_cast<size_t>(out_width));
   for (int ox = 0; ox < out_width; ++ox) {
     const Tap& tap = xs[flip ? out_width - 1 - ox : ox];
-    offsets[ox] = 3 * (tap.first - first_col);
-    weights[ox] = tap.weight;
+    taps.offsets[ox] = 3 * (tap.first - first_col);
+    taps.weights[ox] = tap.weight;
   }
+#if defined(__SSE2__)
+  std::vector<PairWeights> weights(static_cast<size_t>(out_width));
+  for (int ox = 0; ox < out_width; ++ox) {
+    const auto w = static_cast<int16_t>(taps.weights[ox]);
+    const auto wt = static_cast<int16_t>(kUnit - w);
+    weights[ox] = PairWeights{{wt, w, wt, w, wt, w, 0, 0}};
+  }
+#endif
   const size_t stride = size_t{3} * src_width;
   const size_t plane = static_cast<size_t>(out_width) * out_height;
   const size_t n = static_cast<size_t>(cols) * 3;
@@ -66,22 +167,15 @@ void ResizeBoxToChw(const uint8_t* src, int src_width, int src_height, const Cro
     const auto wt = static_cast<uint16_t>(kOne - wb);
     uint16_t* row = blended.data();
     for (size_t i = 0; i < n; ++i) {
-      row[i] = static_cast<uint16_t>(uint16_t{top[i]} * wt + uint16_t{bottom[i]} * wb);
+      row[i] = static_cast<uint16_t>((uint16_t{top[i]} * wt + uint16_t{bottom[i]} * wb) ^
+                                     kBias);
     }
     uint8_t* r = out + static_cast<size_t>(oy) * out_width;
-    uint8_t* g = r + plane;
-    uint8_t* b = g + plane;
-    // p * (1 - w) + q * w as p + (q - p) * w: one multiply per channel, the
-    // same integers (signed: q - p may be negative, the sum is not).
-    constexpr int kUnit = static_cast<int>(kOne);
-    constexpr int kHalf = kUnit * kUnit / 2;
-    for (int ox = 0; ox < out_width; ++ox) {
-      const uint16_t* p = row + offsets[ox];
-      const int w = weights[ox];
-      r[ox] = static_cast<uint8_t>((p[0] * kUnit + (p[3] - p[0]) * w + kHalf) >> 16);
-      g[ox] = static_cast<uint8_t>((p[1] * kUnit + (p[4] - p[1]) * w + kHalf) >> 16);
-      b[ox] = static_cast<uint8_t>((p[2] * kUnit + (p[5] - p[2]) * w + kHalf) >> 16);
-    }
+#if defined(__SSE2__)
+    ColumnPass(row, taps, weights.data(), out_width, r, r + plane, r + 2 * plane);
+#else
+    ColumnPassScalar(row, taps, 0, out_width, r, r + plane, r + 2 * plane);
+#endif
   }
 }
 
