@@ -150,6 +150,7 @@ Rate Epoch(const std::string& dir, int workers, int batch, int size, int64_t epo
     } else {
       images += next->size;
     }
+    (*pipeline)->Recycle(*std::move(next));
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -251,14 +251,16 @@ class ImageLoader final : public SampleLoader {
   // Decodes sample `id`, or the next readable one after it, into `out`;
   // returns its label. Throws once too many samples were skipped.
   int64_t DecodeInto(int64_t id, int64_t epoch, uint8_t* out) const {
+    // Load runs on the loader's threads: each keeps its own decode memory.
+    thread_local data::DecodeScratch scratch;
     const int64_t n = source_.size();
     for (int64_t k = 0; k < n; ++k) {
       const int64_t candidate = (id + k) % n;
       absl::StatusOr<EncodedSample> sample = source_.Read(candidate);
       absl::Status decoded = sample.status();
       if (sample.ok()) {
-        decoded =
-            data::DecodeTransformed(sample->bytes, transform_, epoch, candidate, out);
+        decoded = data::DecodeTransformed(sample->bytes, transform_, epoch, candidate,
+                                          out, &scratch);
         if (decoded.ok()) return sample->label;
       }
       const absl::Status limit = skips_.Skip(

@@ -73,6 +73,13 @@ bool BatchPipeline::ClaimNext(Claim& claim) {
   const int64_t batch = claim.sample / b;
   if (claim.sample % b == 0) {
     Building& building = building_[batch];
+    if (spare_.empty()) {
+      ++allocated_;
+    } else {
+      building.batch = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    building.batch.replaced = 0;
     const int64_t size = std::min<int64_t>(b, total_samples_ - claim.sample);
     building.batch.index = batch;
     building.batch.size = size;
@@ -88,6 +95,7 @@ bool BatchPipeline::ClaimNext(Claim& claim) {
 }
 
 void BatchPipeline::WorkerLoop() {
+  DecodeScratch scratch;
   for (;;) {
     Claim claim;
     absl::StatusOr<StreamSample> sample;
@@ -103,8 +111,9 @@ void BatchPipeline::WorkerLoop() {
       Complete(claim, 0, sample.status(), "");
       continue;
     }
-    const absl::Status decoded = DecodeTransformed(
-        sample->sample.bytes, options_.transform, options_.epoch, sample->id, claim.slot);
+    const absl::Status decoded =
+        DecodeTransformed(sample->sample.bytes, options_.transform, options_.epoch,
+                          sample->id, claim.slot, &scratch);
     Complete(claim, sample->sample.label, decoded, sample->sample.name);
   }
 }
@@ -187,6 +196,20 @@ absl::StatusOr<ImageBatch> BatchPipeline::Next() {
   --outstanding_;
   ++next_batch_;
   return batch;
+}
+
+void BatchPipeline::Recycle(ImageBatch batch) {
+  absl::MutexLock lock(&mu_);
+  // The batches a consumer holding one at a time ever needs: the prefetched
+  // ones and its own.
+  if (static_cast<int64_t>(spare_.size()) <= options_.prefetch_batches) {
+    spare_.push_back(std::move(batch));
+  }
+}
+
+int64_t BatchPipeline::allocated_batches() const {
+  absl::MutexLock lock(&mu_);
+  return allocated_;
 }
 
 int64_t BatchPipeline::skipped() const {

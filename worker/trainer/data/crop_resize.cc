@@ -61,7 +61,8 @@ void ColumnPassScalar(const uint16_t* row, const ColumnTaps& taps, int begin, in
     for (int c = 0; c < 3; ++c) {
       const int first = p[c] ^ kBias;
       const int second = p[c + 3] ^ kBias;
-      planes[c][ox] = static_cast<uint8_t>((first * kUnit + (second - first) * w + kHalf) >> 16);
+      planes[c][ox] =
+          static_cast<uint8_t>((first * kUnit + (second - first) * w + kHalf) >> 16);
     }
   }
 }
@@ -85,8 +86,8 @@ inline __m128i PixelSums(const uint16_t* row, int offset, const __m128i& weights
 
 // Returns the four pixels' 16-bit R, G and B sums, shifted to 0..255: R in
 // lanes 0-3 of *rg, G in lanes 4-7, B in lanes 0-3 of *bb.
-inline void FourPixels(const uint16_t* row, const int* offsets, const PairWeights* weights,
-                       __m128i* rg, __m128i* bb) {
+inline void FourPixels(const uint16_t* row, const int* offsets,
+                       const PairWeights* weights, __m128i* rg, __m128i* bb) {
   const __m128i unbias = _mm_set1_epi32(int{kBias} * kUnit + kHalf);
   __m128i s[4];
   for (int k = 0; k < 4; ++k) {

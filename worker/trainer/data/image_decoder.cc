@@ -8,20 +8,28 @@
 
 namespace tessera::trainer::data {
 
-absl::StatusOr<DecodedRegion> DecodeImageRegion(absl::string_view bytes,
-                                                const RegionRequest& request,
-                                                const DecodeLimits& limits) {
+absl::Status DecodeImageRegionInto(absl::string_view bytes, const RegionRequest& request,
+                                   const DecodeLimits& limits, DecodedRegion& out) {
   switch (SniffImageFormat(bytes)) {
     case ImageFormat::kJpeg:
-      return DecodeJpegRegion(bytes, request, limits);
+      return DecodeJpegRegionInto(bytes, request, limits, out);
     case ImageFormat::kPng:
-      return DecodePngRegion(bytes, request, limits);
+      return DecodePngRegionInto(bytes, request, limits, out);
     case ImageFormat::kUnknown:
       break;
   }
   if (bytes.empty()) return absl::DataLossError("empty file (0 bytes)");
   return absl::DataLossError(absl::StrCat("not a JPEG or PNG image (", bytes.size(),
                                           " bytes, unknown signature)"));
+}
+
+absl::StatusOr<DecodedRegion> DecodeImageRegion(absl::string_view bytes,
+                                                const RegionRequest& request,
+                                                const DecodeLimits& limits) {
+  DecodedRegion out;
+  absl::Status status = DecodeImageRegionInto(bytes, request, limits, out);
+  if (!status.ok()) return status;
+  return out;
 }
 
 absl::StatusOr<DecodedRegion> DecodeImage(absl::string_view bytes,

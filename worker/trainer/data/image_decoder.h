@@ -24,6 +24,12 @@ absl::StatusOr<DecodedRegion> DecodeImageRegion(absl::string_view bytes,
                                                 const RegionRequest& request,
                                                 const DecodeLimits& limits = {});
 
+// The same into `out`, whose pixel buffer is reused: a decode thread that keeps
+// one DecodedRegion across images allocates (and faults in) its pixel memory
+// once, not per image. On error `out` is left unspecified.
+absl::Status DecodeImageRegionInto(absl::string_view bytes, const RegionRequest& request,
+                                   const DecodeLimits& limits, DecodedRegion& out);
+
 // The whole image at full size (no crop, no scaling).
 absl::StatusOr<DecodedRegion> DecodeImage(absl::string_view bytes,
                                           const DecodeLimits& limits = {});

@@ -215,9 +215,8 @@ int ChooseDctScaleDenom(const CropBox& crop, int out_width, int out_height) {
   return 1;
 }
 
-absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes,
-                                               const RegionRequest& request,
-                                               const DecodeLimits& limits) {
+absl::Status DecodeJpegRegionInto(absl::string_view bytes, const RegionRequest& request,
+                                  const DecodeLimits& limits, DecodedRegion& out) {
   Decompressor d;
   if (!GuardedReadHeader(d, bytes)) return JpegError(d, "header");
   const int64_t w = d.cinfo.image_width;
@@ -227,11 +226,17 @@ absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes,
         absl::StrCat("JPEG of ", w, "x", h, " is over the decode limits (",
                      limits.max_side, " per side, ", limits.max_pixels, " pixels)"));
   }
-  DecodedRegion out;
   out.source_width = static_cast<int>(w);
   out.source_height = static_cast<int>(h);
   out.source_crop = ResolveCrop(request, out.source_width, out.source_height);
-  absl::Status status = DecodeBody(d, request, out);
+  return DecodeBody(d, request, out);
+}
+
+absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes,
+                                               const RegionRequest& request,
+                                               const DecodeLimits& limits) {
+  DecodedRegion out;
+  absl::Status status = DecodeJpegRegionInto(bytes, request, limits, out);
   if (!status.ok()) return status;
   return out;
 }

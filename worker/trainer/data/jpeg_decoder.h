@@ -27,6 +27,11 @@ absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes,
 
 // The largest DCT scale denominator in {1, 2, 4, 8} such that the crop scaled
 // by 1/denominator still covers out_width x out_height (1 when either is 0).
+// The same into `out`, whose pixel buffer is reused (resized, not reallocated
+// while it is large enough). On error `out` is left unspecified.
+absl::Status DecodeJpegRegionInto(absl::string_view bytes, const RegionRequest& request,
+                                  const DecodeLimits& limits, DecodedRegion& out);
+
 int ChooseDctScaleDenom(const CropBox& crop, int out_width, int out_height);
 
 }  // namespace tessera::trainer::data

@@ -74,9 +74,8 @@ absl::Status DecodeWhole(spng_ctx* ctx, size_t row_bytes, PixelSpan rows, PixelS
 
 }  // namespace
 
-absl::StatusOr<DecodedRegion> DecodePngRegion(absl::string_view bytes,
-                                              const RegionRequest& request,
-                                              const DecodeLimits& limits) {
+absl::Status DecodePngRegionInto(absl::string_view bytes, const RegionRequest& request,
+                                 const DecodeLimits& limits, DecodedRegion& out) {
   Ctx ctx(spng_ctx_new(0));
   if (ctx == nullptr) return absl::ResourceExhaustedError("spng_ctx_new failed");
   spng_set_image_limits(ctx.get(), static_cast<uint32_t>(limits.max_side),
@@ -102,7 +101,7 @@ absl::StatusOr<DecodedRegion> DecodePngRegion(absl::string_view bytes,
   size_t image_bytes = 0;
   err = spng_decoded_image_size(ctx.get(), SPNG_FMT_RGB8, &image_bytes);
   if (err != 0) return PngError("size", err);
-  DecodedRegion out;
+  out.scale_denom = 1;
   out.source_width = static_cast<int>(w);
   out.source_height = static_cast<int>(h);
   out.source_crop = ResolveCrop(request, out.source_width, out.source_height);
@@ -114,9 +113,15 @@ absl::StatusOr<DecodedRegion> DecodePngRegion(absl::string_view bytes,
   out.pixels.resize(size_t{3} * out.width * out.height);
   out.crop = CropBox{c.x - cols.begin, c.y - rows.begin, c.width, c.height};
   const size_t row_bytes = image_bytes / static_cast<size_t>(h);
-  const absl::Status status = ihdr.interlace_method == 0
-                                  ? DecodeRows(ctx.get(), row_bytes, rows, cols, out)
-                                  : DecodeWhole(ctx.get(), row_bytes, rows, cols, out);
+  return ihdr.interlace_method == 0 ? DecodeRows(ctx.get(), row_bytes, rows, cols, out)
+                                    : DecodeWhole(ctx.get(), row_bytes, rows, cols, out);
+}
+
+absl::StatusOr<DecodedRegion> DecodePngRegion(absl::string_view bytes,
+                                              const RegionRequest& request,
+                                              const DecodeLimits& limits) {
+  DecodedRegion out;
+  absl::Status status = DecodePngRegionInto(bytes, request, limits, out);
   if (!status.ok()) return status;
   return out;
 }

@@ -22,6 +22,11 @@ absl::StatusOr<DecodedRegion> DecodePngRegion(absl::string_view bytes,
                                               const RegionRequest& request,
                                               const DecodeLimits& limits = {});
 
+// The same into `out`, whose pixel buffer is reused (resized, not reallocated
+// while it is large enough). On error `out` is left unspecified.
+absl::Status DecodePngRegionInto(absl::string_view bytes, const RegionRequest& request,
+                                 const DecodeLimits& limits, DecodedRegion& out);
+
 }  // namespace tessera::trainer::data
 
 #endif  // TESSERA_WORKER_TRAINER_DATA_PNG_DECODER_H_

@@ -77,8 +77,13 @@ SampleDraw DrawSampleTransform(const TransformOptions& options, int64_t epoch,
   return draw;
 }
 
+void DecodeScratch::Trim() {
+  if (region_.pixels.capacity() > kKeepBytes) PixelBuffer().swap(region_.pixels);
+}
+
 absl::Status DecodeTransformed(absl::string_view bytes, const TransformOptions& options,
-                               int64_t epoch, int64_t sample_id, uint8_t* out) {
+                               int64_t epoch, int64_t sample_id, uint8_t* out,
+                               DecodeScratch* scratch) {
   bool flip = false;
   RegionRequest request;
   request.out_width = options.size;
@@ -88,11 +93,16 @@ absl::Status DecodeTransformed(absl::string_view bytes, const TransformOptions& 
     flip = draw.flip;
     return draw.crop;
   };
-  absl::StatusOr<DecodedRegion> region = DecodeImageRegion(bytes, request);
-  if (!region.ok()) return region.status();
-  ResizeBoxToChw(region->pixels.data(), region->width, region->height, region->crop,
-                 options.size, options.size, flip, out);
-  return absl::OkStatus();
+  DecodedRegion local;
+  DecodedRegion& region = scratch != nullptr ? scratch->region() : local;
+  const absl::Status status =
+      DecodeImageRegionInto(bytes, request, DecodeLimits{}, region);
+  if (status.ok()) {
+    ResizeBoxToChw(region.pixels.data(), region.width, region.height, region.crop,
+                   options.size, options.size, flip, out);
+  }
+  if (scratch != nullptr) scratch->Trim();
+  return status;
 }
 
 }  // namespace tessera::trainer::data

@@ -20,6 +20,7 @@
 #ifndef TESSERA_WORKER_TRAINER_DATA_TRANSFORMS_H_
 #define TESSERA_WORKER_TRAINER_DATA_TRANSFORMS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -68,11 +69,32 @@ struct SampleDraw {
 SampleDraw DrawSampleTransform(const TransformOptions& options, int64_t epoch,
                                int64_t sample_id, int width, int height);
 
+// What a decode thread keeps between images: the last decoded region, whose
+// pixel buffer the next image reuses, so a thread allocates and faults in its
+// decode memory once rather than per image. A buffer grown past kKeepBytes (an
+// unusually large image) is released after that image, so a thread keeps at
+// most kKeepBytes. One per thread: not thread-safe.
+class DecodeScratch {
+ public:
+  static constexpr size_t kKeepBytes = size_t{8} << 20;
+
+  DecodedRegion& region() { return region_; }
+  // Bytes held between images.
+  size_t capacity() const { return region_.pixels.capacity(); }
+  // Releases the buffer when it is over kKeepBytes.
+  void Trim();
+
+ private:
+  DecodedRegion region_;
+};
+
 // Decodes `bytes` (only the region the draw crops) and writes the transformed
-// image, 3 x size x size, to `out`. DataLoss/InvalidArgument from the decoder
-// (image_decoder.h); `out` is then left unspecified.
+// image, 3 x size x size, to `out`, decoding into `scratch` when given.
+// DataLoss/InvalidArgument from the decoder (image_decoder.h); `out` is then
+// left unspecified.
 absl::Status DecodeTransformed(absl::string_view bytes, const TransformOptions& options,
-                               int64_t epoch, int64_t sample_id, uint8_t* out);
+                               int64_t epoch, int64_t sample_id, uint8_t* out,
+                               DecodeScratch* scratch = nullptr);
 
 }  // namespace tessera::trainer::data
 

@@ -125,6 +125,45 @@ TEST(BatchPipelineTest, NeverHoldsMoreThanThePrefetchedBatches) {
   EXPECT_EQ((*pipeline)->peak_outstanding_batches(), kAhead);
 }
 
+TEST(BatchPipelineTest, RecycledBatchesAreReusedAndHoldTheRightImages) {
+  constexpr int kAhead = 2;
+  auto stream = std::make_unique<FakeStream>(50, std::set<int64_t>{}, false);
+  FakeStream* fake = stream.get();
+  const BatchPipelineOptions o = Options(4, 2, kAhead);
+  auto pipeline = BatchPipeline::Start(std::move(stream), o);
+  ASSERT_TRUE(pipeline.ok());
+  std::vector<uint8_t> expected(3 * 16 * 16);
+  for (int64_t b = 0; b < 13; ++b) {
+    auto batch = (*pipeline)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    // The last batch is short (50 = 12 * 4 + 2): a reused buffer is resized.
+    ASSERT_EQ(batch->size, b < 12 ? 4 : 2);
+    ASSERT_EQ(batch->pixels.size(), static_cast<size_t>(batch->size) * 3 * 16 * 16);
+    EXPECT_EQ(batch->replaced, 0);
+    for (int64_t i = 0; i < batch->size; ++i) {
+      const int64_t k = 4 * b + i;
+      ASSERT_TRUE(DecodeTransformed(fake->image(k), o.transform, o.epoch, 1000 + k,
+                                    expected.data())
+                      .ok());
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(), Image(*batch, i))) << k;
+      EXPECT_EQ(batch->labels[i], k % 7);
+    }
+    (*pipeline)->Recycle(*std::move(batch));
+  }
+  // At most the prefetched batches and the one being consumed were ever
+  // allocated; the other ten reused recycled buffers.
+  EXPECT_LE((*pipeline)->allocated_batches(), kAhead + 1);
+  EXPECT_TRUE(absl::IsOutOfRange((*pipeline)->Next().status()));
+}
+
+TEST(BatchPipelineTest, BatchesNotRecycledAreEachAllocated) {
+  auto stream = std::make_unique<FakeStream>(20, std::set<int64_t>{}, false);
+  auto pipeline = BatchPipeline::Start(std::move(stream), Options(4, 2, 2));
+  ASSERT_TRUE(pipeline.ok());
+  for (int b = 0; b < 5; ++b) ASSERT_TRUE((*pipeline)->Next().ok());
+  EXPECT_EQ((*pipeline)->allocated_batches(), 5);
+}
+
 TEST(BatchPipelineTest, SequentialStreamsAreReadInOrder) {
   auto stream = std::make_unique<FakeStream>(30, std::set<int64_t>{}, true);
   FakeStream* fake = stream.get();

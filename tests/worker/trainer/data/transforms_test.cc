@@ -202,6 +202,42 @@ TEST(DecodeTransformedTest, FlipMirrorsTheSameCrop) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeTransformed("", o, 1, 17, plain.data())));
 }
 
+TEST(DecodeTransformedTest, AScratchReusesOneBufferAndReleasesAnOversizedOne) {
+  // Eval transform: every decode of an image crops the same region.
+  TransformOptions o;
+  o.train = false;
+  o.size = 32;
+  const std::string jpeg = testing::MakeJpeg(160, 120, 3);
+  std::vector<uint8_t> expected(3 * 32 * 32);
+  ASSERT_TRUE(DecodeTransformed(jpeg, o, 0, 0, expected.data()).ok());
+  DecodeScratch scratch;
+  const uint8_t* first_buffer = nullptr;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<uint8_t> out(3 * 32 * 32);
+    ASSERT_TRUE(DecodeTransformed(jpeg, o, 0, 0, out.data(), &scratch).ok());
+    EXPECT_EQ(out, expected) << "decode " << i;
+    if (i == 0) first_buffer = scratch.region().pixels.data();
+    EXPECT_EQ(scratch.region().pixels.data(), first_buffer) << "decode " << i;
+  }
+  EXPECT_GT(scratch.capacity(), 0u);
+  EXPECT_LE(scratch.capacity(), DecodeScratch::kKeepBytes);
+
+  // A PNG (no DCT scaling) whose eval crop, 1750 x 1750 x 3 bytes, is over the
+  // bound: decoded correctly, then released.
+  const std::string big = testing::MakePng(2000, 2000, 4);
+  std::vector<uint8_t> big_expected(3 * 32 * 32);
+  std::vector<uint8_t> big_out(3 * 32 * 32);
+  ASSERT_TRUE(DecodeTransformed(big, o, 0, 1, big_expected.data()).ok());
+  ASSERT_TRUE(DecodeTransformed(big, o, 0, 1, big_out.data(), &scratch).ok());
+  EXPECT_EQ(big_out, big_expected);
+  EXPECT_EQ(scratch.capacity(), 0u);
+  // A failed decode leaves the scratch usable.
+  EXPECT_TRUE(absl::IsDataLoss(DecodeTransformed("", o, 0, 2, big_out.data(), &scratch)));
+  std::vector<uint8_t> again(3 * 32 * 32);
+  ASSERT_TRUE(DecodeTransformed(jpeg, o, 0, 0, again.data(), &scratch).ok());
+  EXPECT_EQ(again, expected);
+}
+
 TEST(SampleRngTest, UniformIntCoversTheRangeAndShuffleIsAPermutation) {
   SampleRng rng(1, 2, 3);
   std::vector<int> seen(5, 0);
