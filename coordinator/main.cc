@@ -75,7 +75,7 @@ absl::StatusOr<tessera::SlurmCredential> WriteSlurmCredential(
     tessera::Store& store, const std::string& dir, const std::string& pin,
     const tessera::SlurmSubmitDecision& decision, const std::string& run_as) {
   static const tessera::RealClock clock;
-  const std::string name = absl::StrCat("slurm-", decision.pool, "-job", decision.job_id);
+  const std::string name = tessera::SlurmCredentialName(decision.pool, decision.job_id);
   absl::StatusOr<std::string> token =
       tessera::CreateToken(store, clock, tessera::kJoinToken, name);
   if (!token.ok()) return token.status();

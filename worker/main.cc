@@ -101,7 +101,9 @@ void SetHelpFooter(CLI::App& app) {
       "coordinator has their exits, at most --drain-timeout; then it stops what is left\n"
       "(SIGTERM, then SIGKILL after --kill-grace-ms). A second SIGTERM stops at once.\n"
       "SIGUSR1 (e.g. Slurm's --signal=USR1@120 before preemption or the time limit):\n"
-      "asks the ranks to checkpoint and exit and takes no new ranks, without exiting.");
+      "asks the ranks to checkpoint and exit and takes no new ranks, without exiting.\n"
+      "Exit codes: 0 stopped, 2 bad flags or start-up error, 3 a worker with\n"
+      "--slurm-job-id whose join credential the coordinator refused (revoked).");
 }
 
 // The coordinator, this node's name and slots, its directories, the trainer
@@ -366,9 +368,12 @@ std::unique_ptr<tessera::CgroupTree> MakeCgroups(bool use_cgroups,
 
 // Runs the agent until it stops, with a thread that turns `signals` into
 // drains and preemption notices; logs "stopped" before anything is torn down.
-void RunAgent(const tessera::WorkerOptions& options,
-              std::shared_ptr<grpc::Channel> channel, bool use_cgroups,
-              const sigset_t& signals) {
+// Returns the exit code: 3 when the coordinator refused the join credential
+// of a Slurm allocation's worker (the allocation's step then fails and the
+// allocation ends), else 0.
+int RunAgent(const tessera::WorkerOptions& options,
+             std::shared_ptr<grpc::Channel> channel, bool use_cgroups,
+             const sigset_t& signals) {
   tessera::PosixLauncher launcher;
   const std::unique_ptr<tessera::CgroupTree> cgroups =
       MakeCgroups(use_cgroups, options.name);
@@ -391,6 +396,7 @@ void RunAgent(const tessera::WorkerOptions& options,
   pthread_kill(signal_thread.native_handle(), SIGTERM);
   signal_thread.join();
   spdlog::info("stopped");
+  return agent.refused() ? 3 : 0;
 }
 
 // A start-up error: the reason on stderr and exit code 2.
@@ -438,7 +444,6 @@ int main(int argc, char** argv) {
       !passed.ok()) {
     return StartupError(passed);
   }
-  RunAgent(options, CoordinatorChannel(options.coordinator, *tls), flags.use_cgroups,
-           signals);
-  return 0;
+  return RunAgent(options, CoordinatorChannel(options.coordinator, *tls),
+                  flags.use_cgroups, signals);
 }

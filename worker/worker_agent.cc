@@ -667,6 +667,30 @@ void WorkerAgent::ReportFinalExits() {
   }
 }
 
+WorkerAgent::Refusal WorkerAgent::Classify(const absl::Status& s) {
+  if (epoch_ != 0 &&
+      (absl::IsNotFound(s) || absl::IsAborted(s) || absl::IsPermissionDenied(s))) {
+    spdlog::warn("coordinator dropped our session ({}); registering again",
+                 std::string(s.message()));
+    epoch_ = 0;
+    return Refusal::kRegisterAgain;
+  }
+  if (epoch_ == 0 && absl::IsUnauthenticated(s) && !options_.slurm_job_id.empty()) {
+    spdlog::error(
+        "the coordinator refused this worker's join credential ({}); as a worker of "
+        "Slurm allocation {} it stops, so that the allocation ends",
+        std::string(s.message()), options_.slurm_job_id);
+    refused_ = true;
+    return Refusal::kStop;
+  }
+  if (epoch_ == 0 && absl::IsPermissionDenied(s)) {
+    // Another worker holds this name (or this one lost its credential):
+    // the name is free again once the coordinator declares that one dead.
+    spdlog::error("coordinator refused the registration: {}", std::string(s.message()));
+  }
+  return Refusal::kRetry;
+}
+
 void WorkerAgent::Run() {
   // Ready means supervising; reaching the coordinator may take longer.
   notifier_.Ready("supervising ranks; coordinator " + options_.coordinator);
@@ -712,18 +736,9 @@ void WorkerAgent::Run() {
       WaitFor(capped(heartbeat_interval_));
       continue;
     }
-    if (epoch_ != 0 &&
-        (absl::IsNotFound(s) || absl::IsAborted(s) || absl::IsPermissionDenied(s))) {
-      spdlog::warn("coordinator dropped our session ({}); registering again",
-                   std::string(s.message()));
-      epoch_ = 0;
-      continue;
-    }
-    if (epoch_ == 0 && absl::IsPermissionDenied(s)) {
-      // Another worker holds this name (or this one lost its credential):
-      // the name is free again once the coordinator declares that one dead.
-      spdlog::error("coordinator refused the registration: {}", std::string(s.message()));
-    }
+    const Refusal refusal = Classify(s);
+    if (refusal == Refusal::kRegisterAgain) continue;
+    if (refusal == Refusal::kStop) break;
     ++failures;
     spdlog::warn(
         "coordinator {} unreachable ({}: {}); {} rank(s) keep running; retry {} in {}",

@@ -49,6 +49,7 @@
 #ifndef TESSERA_WORKER_WORKER_AGENT_H_
 #define TESSERA_WORKER_WORKER_AGENT_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -193,7 +194,15 @@ class WorkerAgent {
 
   // Serves until Stop(), or until a drain ends; then stops every rank still
   // running, reports their exits if the coordinator is reachable, and returns.
+  // A worker of a Slurm allocation (slurm_job_id set) whose registration the
+  // coordinator refuses as unauthenticated (its join credential was revoked:
+  // the coordinator no longer wants the allocation) returns too, so that the
+  // allocation ends instead of holding its nodes until its time limit;
+  // refused() then says so. Any other worker retries with backoff, as for an
+  // unreachable coordinator.
   void Run();
+  // Whether Run() returned because the join credential was refused.
+  bool refused() const { return refused_; }
   // Stops at once: every rank gets SIGTERM, then SIGKILL after kill_grace.
   void Stop();
   // Drains, then ends Run() (see the class comment); a second call, or any
@@ -207,6 +216,10 @@ class WorkerAgent {
   void Prepare(grpc::ClientContext& ctx) const;
   absl::Status Register();
   absl::Status HeartbeatOnce();
+  // What a failed registration or heartbeat means: retry with backoff,
+  // register again at once (the session is gone), or stop (see Run()).
+  enum class Refusal { kRetry, kRegisterAgain, kStop };
+  Refusal Classify(const absl::Status& s);
   // Every supervised rank as the coordinator sees it, for registrations and
   // heartbeats alike.
   void AddLocalRanks(google::protobuf::RepeatedPtrField<tessera::v1::LocalRank>* out);
@@ -240,6 +253,7 @@ class WorkerAgent {
   bool draining_ = false;                     // sent in heartbeats
   std::optional<absl::Time> drain_deadline_;  // set by Drain()
   int64_t epoch_ = 0;                         // 0: not registered
+  std::atomic<bool> refused_ = false;         // see Run()
   // This worker's own credential (empty until issued); read from the state
   // dir when Run() starts.
   std::string credential_;

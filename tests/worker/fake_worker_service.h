@@ -61,6 +61,9 @@ class FakeWorkerService final : public v1::WorkerService::Service {
                               v1::RegisterWorkerResponse* resp) override {
     absl::MutexLock lock(&mu_);
     registrations_.push_back(*req);
+    if (refuse_registrations_ != grpc::StatusCode::OK) {
+      return grpc::Status(refuse_registrations_, "token revoked");
+    }
     resp->set_epoch(++epoch_);
     resp->set_heartbeat_interval_ms(heartbeat_interval_ms_);
     return grpc::Status::OK;
@@ -129,6 +132,12 @@ class FakeWorkerService final : public v1::WorkerService::Service {
     absl::MutexLock lock(&mu_);
     forget_session_ = true;
   }
+  // Every later registration fails with `code` (OK: accepted again), as a
+  // coordinator's authentication refuses a revoked join token.
+  void RefuseRegistrations(grpc::StatusCode code) {
+    absl::MutexLock lock(&mu_);
+    refuse_registrations_ = code;
+  }
   void SetAcknowledgeExits(bool ack) {
     absl::MutexLock lock(&mu_);
     acknowledge_exits_ = ack;
@@ -161,6 +170,7 @@ class FakeWorkerService final : public v1::WorkerService::Service {
   int64_t epoch_ = 0;
   int heartbeat_interval_ms_ = 100;
   bool forget_session_ = false;
+  grpc::StatusCode refuse_registrations_ = grpc::StatusCode::OK;
   bool acknowledge_exits_ = true;
   std::vector<v1::LaunchOrder> launches_;
   std::vector<v1::KillOrder> kills_;

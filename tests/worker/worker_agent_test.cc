@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -173,6 +174,38 @@ TEST_F(WorkerAgentTest, FreshWorkerRegistersWithNoRanksAndItsPoolAndSlurmJob) {
   EXPECT_EQ(reg.pool(), "test-pool");
   EXPECT_EQ(reg.slurm_job_id(), "4242");
   EXPECT_EQ(reg.slots(), 2);
+}
+
+TEST_F(WorkerAgentTest, SlurmWorkerWhoseJoinCredentialIsRefusedStopsSoItsAllocationEnds) {
+  testing::WriteFakeTrainer(dir_.File("trainer.sh"), dir_.path(), OnUsr1::kCarryOn);
+  service().RefuseRegistrations(grpc::StatusCode::UNAUTHENTICATED);
+  StartAgent(Options());  // slurm_job_id "4242"
+  const std::optional<absl::Duration> took = WaitReturned(absl::Seconds(20));
+  ASSERT_TRUE(took.has_value()) << "Run() still retries";
+  EXPECT_TRUE(agent_->refused());
+  EXPECT_EQ(
+      service().Read([](const FakeWorkerService& s) { return s.registrations_.size(); }),
+      1u);
+  std::printf("FIGURE slurm_refused_worker_exit_s=%.2f\n", absl::ToDoubleSeconds(*took));
+}
+
+TEST_F(WorkerAgentTest, StaticWorkerWhoseJoinCredentialIsRefusedKeepsRetrying) {
+  testing::WriteFakeTrainer(dir_.File("trainer.sh"), dir_.path(), OnUsr1::kCarryOn);
+  service().RefuseRegistrations(grpc::StatusCode::UNAUTHENTICATED);
+  WorkerOptions options = Options();
+  options.slurm_job_id.clear();
+  options.pool.clear();
+  StartAgent(options);
+  // It keeps asking (backoff from 50 ms) and joins once the token is good.
+  ASSERT_TRUE(service().WaitUntil(
+      [](const FakeWorkerService& s) { return s.registrations_.size() >= 3; },
+      absl::Seconds(10)));
+  EXPECT_FALSE(WaitReturned(absl::Milliseconds(1)).has_value());
+  service().RefuseRegistrations(grpc::StatusCode::OK);
+  ASSERT_TRUE(service().WaitUntil(
+      [](const FakeWorkerService& s) { return !s.heartbeats_.empty(); },
+      absl::Seconds(20)));
+  EXPECT_FALSE(agent_->refused());
 }
 
 TEST_F(WorkerAgentTest,

@@ -1,10 +1,14 @@
 #include "coordinator/core/slurm/slurm_pool_manager.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "coordinator/core/auth.h"
 #include "coordinator/core/slurm/slurm_script.h"
 #include "spdlog/spdlog.h"
 
@@ -80,6 +84,10 @@ SlurmAllocation Observed(SlurmAllocation a,
 
 }  // namespace
 
+std::string SlurmCredentialName(const std::string& pool, int64_t job_id) {
+  return absl::StrCat("slurm-", pool, "-job", job_id);
+}
+
 SlurmPoolManager::SlurmPoolManager(std::vector<SlurmPoolConfig> pools,
                                    SlurmClient* client, Store* store, const Clock* clock,
                                    CredentialWriter credentials,
@@ -123,9 +131,39 @@ absl::Status SlurmPoolManager::Load(TickResult* result) {
     result->events.push_back(
         absl::StrCat("found ", stored->size(), " Slurm allocations in the store"));
   }
+  RevokeUnrecordedCredentials(*stored, result);
   absl::MutexLock lock(&mu_);
   for (const SlurmAllocationRecord& r : *stored) allocations_.push_back(FromRecord(r));
   return absl::OkStatus();
+}
+
+void SlurmPoolManager::RevokeUnrecordedCredentials(
+    const std::vector<SlurmAllocationRecord>& stored, TickResult* result) {
+  absl::StatusOr<std::vector<TokenRecord>> tokens = store_->ListTokens();
+  if (!tokens.ok()) {
+    result->events.push_back(
+        absl::StrCat("cannot list the join credentials: ", tokens.status().message()));
+    return;
+  }
+  std::set<int64_t> held;
+  for (const SlurmAllocationRecord& r : stored) held.insert(r.credential_id);
+  for (const TokenRecord& t : *tokens) {
+    if (t.kind != kJoinToken || t.revoked || held.contains(t.id)) continue;
+    // SlurmCredentialName(pool, job) for one of this manager's pools.
+    const bool ours = std::any_of(pools_.begin(), pools_.end(), [&](const auto& p) {
+      absl::string_view job = t.name;
+      int64_t job_id = 0;
+      return absl::ConsumePrefix(&job, absl::StrCat("slurm-", p.name, "-job")) &&
+             absl::SimpleAtoi(job, &job_id) &&
+             SlurmCredentialName(p.name, job_id) == t.name;
+    });
+    if (!ours) continue;
+    Revoke(SlurmCredential{.path = "", .id = t.id});
+    result->events.push_back(absl::StrCat(
+        "revoked join credential ", t.id, " (", t.name,
+        "): no stored allocation holds it, so the previous coordinator stopped while "
+        "submitting; an allocation sbatch made with it cannot join and ends"));
+  }
 }
 
 const SlurmPoolConfig* SlurmPoolManager::Pool(const std::string& name) const {

@@ -27,7 +27,12 @@
 // cancels it, without waiting for the pool's idle_timeout; the ended ones are forgotten
 // and their credentials revoked as in any round; the ones a job needs are kept. An
 // allocation whose sbatch returned just before the previous coordinator died, before the
-// write, is not known (its time limit ends it).
+// write, is not known to it; but the first round also revokes every join
+// credential of a configured pool (named by SlurmCredentialName) that no stored
+// allocation holds: the credential of a submission a crash cut short, before
+// or after sbatch. The workers of such an allocation are refused at once, and
+// a Slurm worker whose join credential is refused exits (worker_agent.h), so
+// the allocation ends instead of holding its nodes until its time limit.
 //
 // Use: the JobManager implements SlurmPoolSource and calls TickIfDue() from
 // its tick thread WITHOUT holding its own lock; the manager takes the
@@ -98,11 +103,19 @@ class SlurmPoolSource {
   virtual SlurmPoolSnapshot SlurmSnapshot() = 0;
 };
 
+// The name a CredentialWriter gives the credential (the token's name in the
+// Store) for `job_id`'s allocation in `pool`: "slurm-POOL-jobJOB". A
+// restarted manager revokes the unrevoked join tokens so named, for its
+// pools, that no stored allocation holds; names of that form are the
+// coordinator's own.
+std::string SlurmCredentialName(const std::string& pool, int64_t job_id);
+
 class SlurmPoolManager {
  public:
   // Returns the absolute path of a 0600 file, owned by `run_as` (the
   // service account when empty), holding a join credential scoped to the
-  // allocation about to be submitted for `decision`, and the credential's id.
+  // allocation about to be submitted for `decision`, and the credential's id
+  // (a Store token named SlurmCredentialName(decision.pool, decision.job_id)).
   using CredentialWriter = std::function<absl::StatusOr<SlurmCredential>(
       const SlurmSubmitDecision& decision, const std::string& run_as)>;
   // Invalidates a credential CredentialWriter returned (possibly by an
@@ -168,6 +181,11 @@ class SlurmPoolManager {
   // reads, and sets *queried when Slurm answered.
   absl::Status Load(TickResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Load's second step: revokes the join credentials of this manager's pools
+  // that none of `stored` holds.
+  void RevokeUnrecordedCredentials(const std::vector<SlurmAllocationRecord>& stored,
+                                   TickResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   SlurmPoolState Observe(const std::vector<WaitingJob>& waiting,
                          const std::vector<SlurmPoolWorker>& workers, absl::Time now,
                          bool* queried, TickResult* result) ABSL_LOCKS_EXCLUDED(mu_);

@@ -67,14 +67,29 @@ class SlurmPoolManagerTest : public ::testing::Test {
         std::move(pools), &slurm_, store_.get(), &clock_,
         [this](const SlurmSubmitDecision& d, const std::string& run_as) {
           credential_requests_.push_back(absl::StrCat(d.job_id, ":", run_as));
+          absl::StatusOr<int64_t> id = JoinToken(SlurmCredentialName(d.pool, d.job_id));
+          if (!id.ok()) return absl::StatusOr<SlurmCredential>(id.status());
           return absl::StatusOr<SlurmCredential>(
               SlurmCredential{absl::StrCat("/shared/join/job", d.job_id,
                                            run_as.empty() ? "" : "-" + run_as),
-                              static_cast<int64_t>(credential_requests_.size())});
+                              *id});
         },
         {.coordinator_address = "coord:50051",
          .can_submit_as_owner = can_submit_as_owner},
-        [this](const SlurmCredential& c) { revoked_.push_back(c.path); });
+        [this](const SlurmCredential& c) {
+          revoked_.push_back(c.path);
+          revoked_ids_.push_back(c.id);
+          if (c.id != 0) EXPECT_TRUE(store_->RevokeToken(c.id).ok());
+        });
+  }
+
+  // A join token in store_, as the coordinator's credential writer makes one.
+  absl::StatusOr<int64_t> JoinToken(const std::string& name) {
+    TokenRecord t;
+    t.kind = "join";
+    t.name = name;
+    t.hash = absl::StrCat("hash-of-", name, "-", credential_requests_.size());
+    return store_->CreateToken(t);
   }
 
   static std::unique_ptr<Store> OpenStore() {
@@ -99,6 +114,7 @@ class SlurmPoolManagerTest : public ::testing::Test {
   std::unique_ptr<Store> store_ = OpenStore();
   std::vector<std::string> credential_requests_;
   std::vector<std::string> revoked_;
+  std::vector<int64_t> revoked_ids_;
 };
 
 TEST_F(SlurmPoolManagerTest, SubmitsTheRenderedScriptAndReportsSlurmsState) {
@@ -382,6 +398,41 @@ TEST_F(SlurmPoolManagerTest,
   EXPECT_EQ(revoked_, (std::vector<std::string>{"/shared/join/job7"}));
   EXPECT_TRUE(slurm_.cancelled.empty());
   EXPECT_TRUE(Stored().empty());
+}
+
+TEST_F(SlurmPoolManagerTest,
+       RestartRevokesTheCredentialOfASubmissionTheLastCoordinatorDidNotStore) {
+  {
+    SlurmPoolManager before = Make(false);
+    before.Tick({Job(7, 2)}, {});  // allocation 100, stored with its credential
+  }
+  // The last coordinator wrote job 9's credential, then died before sbatch
+  // returned (or before storing what it returned). Other join tokens: a
+  // static worker's, another pool's, one already revoked.
+  absl::StatusOr<int64_t> orphan = JoinToken(SlurmCredentialName("cpu", 9));
+  absl::StatusOr<int64_t> rack = JoinToken("rack-3");
+  absl::StatusOr<int64_t> other_pool = JoinToken(SlurmCredentialName("gpu", 4));
+  absl::StatusOr<int64_t> revoked = JoinToken(SlurmCredentialName("cpu", 5));
+  ASSERT_TRUE(orphan.ok() && rack.ok() && other_pool.ok() && revoked.ok());
+  ASSERT_TRUE(store_->RevokeToken(*revoked).ok());
+
+  SlurmPoolManager after = Make(false);
+  SlurmPoolManager::TickResult r = after.Tick({Job(7, 2)}, {});
+  EXPECT_EQ(revoked_ids_, (std::vector<int64_t>{*orphan}));
+  EXPECT_TRUE(store_->GetToken(*orphan)->revoked);
+  EXPECT_FALSE(store_->GetToken(*rack)->revoked);
+  EXPECT_FALSE(store_->GetToken(*other_pool)->revoked);
+  // Job 7's allocation, which the store holds, keeps its credential.
+  ASSERT_TRUE(after.Allocation(7).has_value());
+  EXPECT_FALSE(store_->GetToken(after.Allocation(7)->credential.id)->revoked);
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(r.events, "\n"),
+                                absl::StrCat("revoked join credential ", *orphan,
+                                             " (slurm-cpu-job9): no stored allocation")))
+      << absl::StrJoin(r.events, "\n");
+  // Only the first round looks.
+  ASSERT_TRUE(JoinToken(SlurmCredentialName("cpu", 10)).ok());
+  after.Tick({Job(7, 2)}, {});
+  EXPECT_EQ(revoked_ids_.size(), 1u);
 }
 
 TEST_F(SlurmPoolManagerTest, RestartKeepsTheAllocationsThatJobsStillNeed) {
