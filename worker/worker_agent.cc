@@ -675,7 +675,7 @@ WorkerAgent::Refusal WorkerAgent::Classify(const absl::Status& s) {
     epoch_ = 0;
     return Refusal::kRegisterAgain;
   }
-  if (epoch_ == 0 && absl::IsUnauthenticated(s) && !options_.slurm_job_id.empty()) {
+  if (absl::IsUnauthenticated(s) && !options_.slurm_job_id.empty()) {
     spdlog::error(
         "the coordinator refused this worker's join credential ({}); as a worker of "
         "Slurm allocation {} it stops, so that the allocation ends",

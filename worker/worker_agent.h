@@ -194,12 +194,12 @@ class WorkerAgent {
 
   // Serves until Stop(), or until a drain ends; then stops every rank still
   // running, reports their exits if the coordinator is reachable, and returns.
-  // A worker of a Slurm allocation (slurm_job_id set) whose registration the
-  // coordinator refuses as unauthenticated (its join credential was revoked:
-  // the coordinator no longer wants the allocation) returns too, so that the
-  // allocation ends instead of holding its nodes until its time limit;
-  // refused() then says so. Any other worker retries with backoff, as for an
-  // unreachable coordinator.
+  // A worker of a Slurm allocation (slurm_job_id set) whose registration or
+  // heartbeat the coordinator refuses as unauthenticated (its join credential
+  // was revoked: the coordinator no longer wants the allocation) returns too,
+  // after stopping its ranks, so that the allocation ends instead of holding
+  // its nodes until its time limit; refused() then says so. Any other worker
+  // retries with backoff, as for an unreachable coordinator.
   void Run();
   // Whether Run() returned because the join credential was refused.
   bool refused() const { return refused_; }

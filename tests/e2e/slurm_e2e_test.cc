@@ -5,7 +5,9 @@
 // allocation is given back; `scancel --signal=USR1` (a preemption notice)
 // drains the allocation's worker and the job resumes from its checkpoint on a
 // new allocation; a coordinator killed while an idle allocation runs
-// cancels it and revokes its join credential once restarted. Needs root; skips otherwise,
+// cancels it and revokes its join credential once restarted; one that died
+// before storing an allocation revokes its credential once restarted, and the
+// allocation's worker exits so that the allocation ends. Needs root; skips otherwise,
 // except under TESSERA_REQUIRE_SLURM=1 (.ci/run), where a skip is a failure.
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/testing/slurm_cluster.h"
@@ -303,6 +306,46 @@ TEST_F(SlurmE2eTest,
       << refused.error_message();
   EXPECT_THAT(refused.error_message(), HasSubstr("revoked"));
   EXPECT_TRUE(TokenFiles().empty());
+}
+
+TEST_F(SlurmE2eTest, AllocationTheCoordinatorDiedBeforeStoringEndsAfterTheRestart) {
+  StartWithPool("10m");
+  const int64_t id = Submit(Job("slurm-unstored", 10, ""));
+  const v1::Job done = WaitForEnd(id, absl::Seconds(90));
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason() << DumpLogs();
+  const std::vector<std::string> running = Allocations();
+  ASSERT_EQ(running.size(), 1u) << slurm_->DaemonLogs();
+  const std::string allocation = running[0];
+
+  // The coordinator dies, and its database does not hold the allocation: as
+  // when it dies between sbatch returning the allocation's id and storing it.
+  coordinator_->Signal(SIGKILL);
+  ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).has_value());
+  {
+    absl::StatusOr<std::unique_ptr<SqliteStore>> store =
+        SqliteStore::Open(dir_.File("tessera.db"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->DeleteSlurmAllocation(allocation).ok());
+  }
+  absl::StatusOr<std::string> state = slurm_->JobState(allocation);
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(*state, "R");
+
+  // The restarted coordinator does not know the allocation, but revokes the
+  // credential no stored allocation holds; the allocation's worker is refused,
+  // exits, and the allocation ends long before its 30 minute time limit.
+  const absl::Time restarted = absl::Now();
+  StartCoordinator(port_, pool_flags_);
+  absl::Status ended =
+      slurm_->WaitForJobState(allocation, {"CD", "F", "CA", ""}, absl::Seconds(60));
+  ASSERT_TRUE(ended.ok()) << ended << "\n" << DumpLogs() << slurm_->DaemonLogs();
+  std::printf("FIGURE slurm_unstored_allocation_end_s=%.1f\n",
+              absl::ToDoubleSeconds(absl::Now() - restarted));
+  EXPECT_THAT(coordinator_->Log(),
+              HasSubstr(absl::StrCat("(slurm-cpu-job", id, "): no stored allocation")));
+  EXPECT_THAT(
+      testing::ReadFile(absl::StrCat(slurm_->dir(), "/alloc-", allocation, ".out")),
+      HasSubstr("refused this worker's join credential"));
 }
 
 }  // namespace

@@ -72,6 +72,9 @@ class FakeWorkerService final : public v1::WorkerService::Service {
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
     absl::MutexLock lock(&mu_);
+    if (refuse_registrations_ != grpc::StatusCode::OK) {
+      return grpc::Status(refuse_registrations_, "token revoked");
+    }
     if (forget_session_) {
       forget_session_ = false;
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such session");
@@ -132,8 +135,8 @@ class FakeWorkerService final : public v1::WorkerService::Service {
     absl::MutexLock lock(&mu_);
     forget_session_ = true;
   }
-  // Every later registration fails with `code` (OK: accepted again), as a
-  // coordinator's authentication refuses a revoked join token.
+  // Every later registration and heartbeat fails with `code` (OK: accepted
+  // again), as a coordinator's authentication refuses a revoked join token.
   void RefuseRegistrations(grpc::StatusCode code) {
     absl::MutexLock lock(&mu_);
     refuse_registrations_ = code;

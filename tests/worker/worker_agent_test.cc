@@ -189,6 +189,26 @@ TEST_F(WorkerAgentTest, SlurmWorkerWhoseJoinCredentialIsRefusedStopsSoItsAllocat
   std::printf("FIGURE slurm_refused_worker_exit_s=%.2f\n", absl::ToDoubleSeconds(*took));
 }
 
+TEST_F(WorkerAgentTest, SlurmWorkerRefusedMidSessionStopsItsRanksAndItself) {
+  testing::WriteFakeTrainer(dir_.File("trainer.sh"), dir_.path(), OnUsr1::kCarryOn);
+  WorkerOptions options = Options();  // slurm_job_id "4242"
+  options.kill_grace = absl::Seconds(1);
+  StartAgent(options);
+  ASSERT_TRUE(WaitHeartbeats(1));
+  service().QueueLaunch(testing::Launch(1, 0, 0, 1));
+  const pid_t pid = WaitForRank(0);
+  ASSERT_GT(pid, 0);
+  // The coordinator revokes the allocation's join credential.
+  service().RefuseRegistrations(grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(WaitReturned(absl::Seconds(20)).has_value()) << "Run() still retries";
+  EXPECT_TRUE(agent_->refused());
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (::kill(pid, 0) == 0 && absl::Now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(::kill(pid, 0), 0) << "the rank outlived its worker";
+}
+
 TEST_F(WorkerAgentTest, StaticWorkerWhoseJoinCredentialIsRefusedKeepsRetrying) {
   testing::WriteFakeTrainer(dir_.File("trainer.sh"), dir_.path(), OnUsr1::kCarryOn);
   service().RefuseRegistrations(grpc::StatusCode::UNAUTHENTICATED);
