@@ -221,8 +221,8 @@ int RunTokenCommand(const tessera::CoordinatorFlags& flags) {
     return 1;
   }
   std::cout << "token " << command.revoke_id
-            << " revoked; running coordinators refuse it within "
-            << "30 s, and end its open event streams within a few seconds\n";
+            << " revoked; running coordinators refuse it within about a second, and "
+            << "end its open event streams within a few seconds\n";
   return 0;
 }
 

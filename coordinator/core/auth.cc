@@ -156,6 +156,7 @@ absl::StatusOr<TokenRecord> Authenticator::Verify(absl::string_view authorizatio
   TokenRecord record;
   {
     absl::MutexLock lock(&mu_);
+    DropCacheOnExternalWrites(now);
     auto it = cache_.find(id);
     if (it != cache_.end() && now - it->second.fetched < max_age) {
       record = it->second.token;
@@ -175,6 +176,15 @@ absl::StatusOr<TokenRecord> Authenticator::Verify(absl::string_view authorizatio
   }
   if (record.revoked) return Reject("token revoked");
   return record;
+}
+
+void Authenticator::DropCacheOnExternalWrites(absl::Time now) {
+  if (now - external_checked_ < options_.external_write_check) return;
+  external_checked_ = now;
+  absl::StatusOr<int64_t> writes = store_->ExternalWrites();
+  if (!writes.ok()) return;  // the cache_ttl bound still holds
+  if (external_writes_.has_value() && *external_writes_ != *writes) cache_.clear();
+  external_writes_ = *writes;
 }
 
 std::string Authenticator::Mac(absl::string_view message) const {

@@ -10,8 +10,11 @@
 //
 // Tokens are created with `tessera-coordinator token create` and stored as the
 // SHA-256 of their secret; a presented secret is hashed and compared in
-// constant time. Verified tokens are cached briefly, so a revoked token stops
-// working within Options::cache_ttl.
+// constant time. Verified tokens are cached briefly; the cache is dropped when
+// another process has written to the store (checked at most once per
+// Options::external_write_check), so a token revoked with `tessera-coordinator
+// token revoke` stops working within about that long, and within
+// Options::cache_ttl at worst.
 //
 // Thread-safety: safe from any thread.
 #ifndef TESSERA_COORDINATOR_CORE_AUTH_H_
@@ -22,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -59,6 +63,9 @@ class Authenticator {
     absl::Duration credential_lifetime = absl::Hours(72);
     // How long a verified token is trusted without reading the store again.
     absl::Duration cache_ttl = absl::Seconds(30);
+    // How often a check asks the store whether another process wrote to it
+    // (Store::ExternalWrites), which drops the whole cache.
+    absl::Duration external_write_check = absl::Seconds(1);
     // Whether a user token's name names an admin (for example a member of the
     // --admin-group Unix group); tokens created with --admin always are.
     // Unset: only --admin tokens.
@@ -113,6 +120,9 @@ class Authenticator {
   absl::StatusOr<TokenRecord> Verify(absl::string_view authorization,
                                      absl::string_view kind, absl::Duration max_age);
   std::string Mac(absl::string_view message) const;
+  // Empties the cache when another process wrote to the store since the last
+  // look, at most once per external_write_check.
+  void DropCacheOnExternalWrites(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;        // Not owned.
   const Clock* const clock_;  // Not owned.
@@ -125,6 +135,8 @@ class Authenticator {
     absl::Time fetched;
   };
   std::map<int64_t, Cached> cache_ ABSL_GUARDED_BY(mu_);
+  std::optional<int64_t> external_writes_ ABSL_GUARDED_BY(mu_);  // last seen
+  absl::Time external_checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::atomic<int64_t> rejected_{0};
 };
 

@@ -107,6 +107,7 @@ class SqliteStore : public Store {
   absl::StatusOr<TokenRecord> GetToken(int64_t id) override;
   absl::StatusOr<std::vector<TokenRecord>> ListTokens() override;
   absl::Status RevokeToken(int64_t id) override;
+  absl::StatusOr<int64_t> ExternalWrites() override;  // PRAGMA data_version
   absl::Status PutUsage(const std::vector<UsageRecord>& usage) override;
   absl::StatusOr<std::vector<UsageRecord>> ListUsage() override;
   absl::Status PutWorkerCredential(const WorkerCredentialRecord& credential) override;

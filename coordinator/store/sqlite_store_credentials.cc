@@ -92,6 +92,15 @@ absl::Status SqliteStore::RevokeToken(int64_t id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> SqliteStore::ExternalWrites() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * pragma, Prepare("PRAGMA data_version"));
+  Statement row(db_.get(), pragma);
+  ASSIGN_OR_RETURN(bool found, row.Step());
+  if (!found) return absl::InternalError("PRAGMA data_version returned no row");
+  return row.Int(0);
+}
+
 absl::StatusOr<std::string> SqliteStore::GetOrCreateSecret(
     const std::string& name, const std::string& value_if_new) {
   absl::MutexLock lock(&mu_);

@@ -275,6 +275,10 @@ class Store {
   virtual absl::StatusOr<std::vector<TokenRecord>> ListTokens() = 0;
   // Marks the token revoked; NotFound if no such token.
   virtual absl::Status RevokeToken(int64_t id) = 0;
+  // A number that differs from the last call's whenever another process (or
+  // another connection) has written to the store since, e.g. `tessera-coordinator
+  // token revoke`; this store's own writes do not change it.
+  virtual absl::StatusOr<int64_t> ExternalWrites() = 0;
   // Replaces the stored usage of each user named.
   virtual absl::Status PutUsage(const std::vector<UsageRecord>& usage) = 0;
   virtual absl::StatusOr<std::vector<UsageRecord>> ListUsage() = 0;

@@ -136,6 +136,7 @@ class StoreWrapper : public Store {
     return target_->ListTokens();
   }
   absl::Status RevokeToken(int64_t id) override { return target_->RevokeToken(id); }
+  absl::StatusOr<int64_t> ExternalWrites() override { return target_->ExternalWrites(); }
   absl::Status PutUsage(const std::vector<UsageRecord>& usage) override {
     return target_->PutUsage(usage);
   }

@@ -394,6 +394,47 @@ TEST_F(ListenerAbuseTest, UnauthenticatedLargeGrpcCallsAreRefusedWithoutGrowingM
   EXPECT_LT(growth, 100);
 }
 
+// The HTTP status of GET /api/v1/jobs with `token`, or 0 when no answer came.
+int JobsStatus(int port, const std::string& token) {
+  Socket s(port, "127.0.0.1");
+  if (!s.Send(
+          absl::StrCat("GET /api/v1/jobs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ",
+                       token, "\r\nConnection: close\r\n\r\n"))) {
+    return 0;
+  }
+  std::string answer;
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while (answer.find("\r\n") == std::string::npos && absl::Now() < end &&
+         s.Read(absl::Milliseconds(100), answer)) {
+  }
+  int status = 0;
+  if (answer.rfind("HTTP/1.1 ", 0) == 0)
+    (void)absl::SimpleAtoi(answer.substr(9, 3), &status);
+  return status;
+}
+
+TEST_F(ListenerAbuseTest,
+       TokenRevokedByTheToolIsRefusedByTheRunningCoordinatorWithinSeconds) {
+  const std::string token = CreateUserToken("mallory");
+  ASSERT_FALSE(token.empty());
+  StartCoordinator();
+  // Verified once: the coordinator caches it (for up to 30 s).
+  ASSERT_EQ(JobsStatus(http_port_, token), 200);
+  std::vector<std::string> parts = absl::StrSplit(token, '_');
+  ASSERT_EQ(parts.size(), 4u);
+  const absl::Time revoked = absl::Now();
+  RunTool({"token", "revoke", parts[2]});
+  int status = 200;
+  while (status == 200 && absl::Now() - revoked < absl::Seconds(15)) {
+    status = JobsStatus(http_port_, token);
+    if (status == 200) absl::SleepFor(absl::Milliseconds(50));
+  }
+  const double after_s = absl::ToDoubleSeconds(absl::Now() - revoked);
+  std::cout << "FIGURE call_refused_after_revoke_s=" << after_s << std::endl;
+  EXPECT_EQ(status, 401);
+  EXPECT_LT(after_s, 5) << "the token cache kept it";
+}
+
 TEST_F(ListenerAbuseTest, RevokedTokenEndsItsOpenEventStreamWithinSeconds) {
   const std::string token = CreateUserToken("mallory");
   ASSERT_FALSE(token.empty());

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/testing/grpc_auth.h"
+#include "tests/testing/test_util.h"
 
 namespace tessera {
 namespace {
@@ -104,6 +105,41 @@ TEST_F(AuthenticatorTest, AForgottenRevokedTokenIsRefusedAtOnce) {
   auto after = auth_->Authenticate("Bearer " + *token, kJoinToken);
   EXPECT_TRUE(absl::IsUnauthenticated(after.status()));
   EXPECT_THAT(after.status().message(), HasSubstr("revoked"));
+}
+
+TEST(AuthenticatorExternalTest, ATokenRevokedByAnotherProcessIsRefusedWithinASecond) {
+  // The coordinator's store and, on the same file, the connection of a
+  // `tessera-coordinator token revoke` run beside it.
+  testing::TempDir dir;
+  auto store = SqliteStore::Open(dir.File("tessera.db"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  FakeClock clock;
+  auto auth = Authenticator::Create(store->get(), &clock, Authenticator::Options());
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  auto token = CreateToken(**store, clock, kJoinToken, "rack-2");
+  ASSERT_TRUE(token.ok());
+  absl::StatusOr<int64_t> id = TokenIdOf(*token);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE((*auth)->Authenticate("Bearer " + *token, kJoinToken).ok());
+
+  auto other = SqliteStore::Open(dir.File("tessera.db"));
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE((*other)->RevokeToken(*id).ok());
+  clock.Advance(absl::Seconds(1));
+  auto after = (*auth)->Authenticate("Bearer " + *token, kJoinToken);
+  EXPECT_TRUE(absl::IsUnauthenticated(after.status())) << "cached for cache_ttl (30 s)";
+  EXPECT_THAT(after.status().message(), HasSubstr("revoked"));
+
+  // The coordinator's own writes do not drop the cache: another token stays
+  // cached across them.
+  auto kept = CreateToken(**store, clock, kJoinToken, "rack-3");
+  ASSERT_TRUE(kept.ok());
+  ASSERT_TRUE((*auth)->Authenticate("Bearer " + *kept, kJoinToken).ok());
+  absl::StatusOr<int64_t> kept_id = TokenIdOf(*kept);
+  ASSERT_TRUE(kept_id.ok());
+  ASSERT_TRUE((*store)->RevokeToken(*kept_id).ok());  // as if cached, unseen
+  clock.Advance(absl::Seconds(2));
+  EXPECT_TRUE((*auth)->Authenticate("Bearer " + *kept, kJoinToken).ok());
 }
 
 TEST_F(AuthenticatorTest, TrainerCredentialIsScopedToItsRankAndExpires) {
