@@ -196,6 +196,7 @@ TEST_F(FailureTest, FiftyConcurrentSubmitsWithRetriesMakeExactlyFiftyJobs) {
   constexpr int kClients = 50;
   std::vector<std::thread> clients;
   std::vector<int64_t> first(kClients, -1), retried(kClients, -2);
+  std::vector<std::string> errors(kClients);  // why a submit failed, for the report
   for (int i = 0; i < kClients; ++i) {
     clients.emplace_back([&, i] {
       // Each client has its own connection, like separate tessctl processes.
@@ -212,16 +213,25 @@ TEST_F(FailureTest, FiftyConcurrentSubmitsWithRetriesMakeExactlyFiftyJobs) {
       for (int64_t* out : {&first[i], &retried[i]}) {  // the retry reuses the request id
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        // A connection attempt can fail on a loaded machine (gRPC then fails
+        // calls at once for a second): like tessctl, which retries UNAVAILABLE
+        // with backoff, the call waits for its connection, within the deadline.
+        ctx.set_wait_for_ready(true);
         v1::SubmitJobResponse resp;
-        if (jobs_ != nullptr && stub->SubmitJob(&ctx, req, &resp).ok())
+        const grpc::Status status = stub->SubmitJob(&ctx, req, &resp);
+        if (status.ok()) {
           *out = resp.job_id();
+        } else {
+          absl::StrAppend(&errors[i], status.error_code(), " ", status.error_message(),
+                          "; ");
+        }
       }
     });
   }
   for (auto& t : clients) t.join();
   std::set<int64_t> ids;
   for (int i = 0; i < kClients; ++i) {
-    EXPECT_EQ(first[i], retried[i]) << "client " << i;
+    EXPECT_EQ(first[i], retried[i]) << "client " << i << ": " << errors[i];
     ids.insert(first[i]);
   }
   EXPECT_EQ(ids.size(), static_cast<size_t>(kClients));
