@@ -12,9 +12,11 @@ ROOT=$(pwd)
 
 scripts/setup.sh
 # Only what the demo runs: the four binaries (the coordinator embeds the web
-# dashboard). README command 2 (scripts/test.sh) builds everything.
+# dashboard), and tessera-data (check and pack a dataset), which README's
+# "Training on your own images" uses next. README command 2 (scripts/test.sh)
+# builds everything.
 scripts/build.sh --target tessera-coordinator --target tessera-worker --target tessctl \
-  --target tessera-train
+  --target tessera-train --target tessera-data
 
 BIN=$ROOT/build/bin
 RUN=$ROOT/build/demo
