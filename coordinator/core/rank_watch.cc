@@ -20,6 +20,9 @@ constexpr char kCollective[] = "collective";
 constexpr char kDevice[] = "device";
 // The device-time phase that is communication not hidden behind compute.
 constexpr char kDeviceComm[] = "comm";
+// The phase of a rank that has finished training: it flushes its last
+// metrics and reports its result, which may wait on a failing store.
+constexpr char kDone[] = "done";
 
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -220,7 +223,11 @@ std::optional<WatchVerdict> RankWatch::CheckSilent(
 std::optional<WatchVerdict> RankWatch::CheckStalled(
     absl::Time now, const RankWatchOptions& options,
     const std::vector<bool>& running) const {
-  auto is_running = [&](size_t r) { return r < running.size() && running[r]; };
+  // A finished rank is never a stall: it waits on nothing of the attempt.
+  auto is_running = [&](size_t r) {
+    return r < running.size() && running[r] &&
+           !(ranks_[r].reported && ranks_[r].last.phase() == kDone);
+  };
   // Stalled: nothing moved for the threshold.
   std::vector<double> step_ms;
   for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -285,8 +292,7 @@ std::vector<int32_t> RankWatch::ComparableRanks(const RankWatchOptions& options,
   for (size_t r = 0; r < ranks_.size(); ++r) {
     const RankState& s = ranks_[r];
     if (r < running.size() && running[r] && s.reported &&
-        s.last.window_steps() >= options.straggler_min_steps &&
-        s.last.phase() != "done") {
+        s.last.window_steps() >= options.straggler_min_steps && s.last.phase() != kDone) {
       comparable.push_back(static_cast<int32_t>(r));
     }
   }

@@ -15,7 +15,9 @@
 //     when its report names a collective whose inputs are ready
 //     (collective_ready); in "device" without one, its own device work is
 //     what it waits for, so a GPU rank whose kernel hangs is named, not every
-//     rank at the lowest step.
+//     rank at the lowest step. A rank in "done" (training finished; it
+//     flushes its metrics and reports its result, which may wait on a
+//     failing store) is never a stall and is left out of this rule.
 //   * Straggler: a rank whose own work per step stays above straggler_ratio x
 //     the median of its peers' for straggler_window. Own work is, when every
 //     rank compared reports device times (GPU ranks: device_phase_ms), the

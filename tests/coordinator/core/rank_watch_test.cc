@@ -15,6 +15,7 @@ namespace v1 = ::tessera::v1;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 const absl::Time kStart = absl::FromUnixSeconds(1'000'000);
@@ -122,6 +123,31 @@ TEST(RankWatchTest, ExitedRanksAreNotJudged) {
   watch.Report(1, At(5, "eval"), kStart + absl::Seconds(25));
   EXPECT_FALSE(
       watch.Check(kStart + absl::Seconds(26), Options(), {false, true}).has_value());
+}
+
+// Finished ranks waiting to get their metrics and result stored (a full
+// disk) keep reporting "done" at the last step: that is never a stall.
+TEST(RankWatchTest, StallRuleIgnoresRanksInDone) {
+  RankWatch watch({"w1", "w2"}, kStart);
+  for (int i = 0; i <= 120; ++i) {
+    const absl::Time t = kStart + absl::Seconds(2 * i);
+    watch.Report(0, At(468, "done"), t);
+    watch.Report(1, At(468, "done"), t);
+  }
+  EXPECT_FALSE(watch.Check(kStart + absl::Seconds(241), Options(), kBoth).has_value());
+
+  // A peer still training that stops moving is judged as before, and the
+  // finished rank is not among the culprits.
+  RankWatch mixed({"w1", "w2"}, kStart);
+  for (int i = 0; i <= 40; ++i) {
+    const absl::Time t = kStart + absl::Seconds(2 * i);
+    mixed.Report(0, At(468, "done"), t);
+    mixed.Report(1, At(400, "data"), t);
+  }
+  auto verdict = mixed.Check(kStart + absl::Seconds(81), Options(), kBoth);
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_THAT(verdict->culprits, ElementsAre(1));
+  EXPECT_THAT(verdict->reason, Not(HasSubstr("rank 0")));
 }
 
 TEST(RankWatchTest, RankStuckOutsideACollectiveWhilePeersWaitIsTheStallCulprit) {
