@@ -251,7 +251,12 @@ std::string ProgressCell(const v1::RankStatus& rank) {
 std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
   Table fields({"JOB", absl::StrCat(job.id())});
   fields.AddRow({"NAME", job.name()});
-  fields.AddRow({"STATE", JobStateName(job.state())});
+  fields.AddRow(
+      {"STATE", job.not_stored()
+                    ? absl::StrCat(JobStateName(job.state()),
+                                   " (not yet stored: the database is failing "
+                                   "writes; the coordinator keeps them for retry)")
+                    : std::string(JobStateName(job.state()))});
   if (!job.owner().empty()) fields.AddRow({"OWNER", job.owner()});
   if (!job.reason().empty()) fields.AddRow({"REASON", job.reason()});
   if (!job.pending_reason().empty()) fields.AddRow({"PENDING", job.pending_reason()});
@@ -265,6 +270,13 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
                                 : absl::StrCat(job.attempt())});
   for (const std::string& s : job.stragglers()) {
     fields.AddRow({"STRAGGLER", Sanitize(s)});
+  }
+  if (job.metrics_not_stored() > 0 || job.log_lines_not_stored() > 0) {
+    fields.AddRow(
+        {"NOT STORED",
+         absl::StrCat(job.metrics_not_stored(), " metric rows, ",
+                      job.log_lines_not_stored(),
+                      " log lines (the database's disk was below its reserve)")});
   }
   if (job.sweep_id() != 0) {
     fields.AddRow(
@@ -446,6 +458,9 @@ json JobToJson(const v1::Job& job, bool include_spec_yaml) {
       {"pending_reason", job.pending_reason()},
       {"attempt", job.attempt()},
       {"preemptions", job.preemptions()},
+      {"not_stored", job.not_stored()},
+      {"metrics_not_stored", job.metrics_not_stored()},
+      {"log_lines_not_stored", job.log_lines_not_stored()},
       {"slurm_allocation", job.slurm_allocation()},
       {"stragglers",
        json(std::vector<std::string>(job.stragglers().begin(), job.stragglers().end()))},

@@ -2,12 +2,16 @@
 
 #include <sys/types.h>
 
+#include <limits>
 #include <string>
 #include <utility>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/process/unix_account.h"
 #include "coordinator/core/tls_identity.h"
@@ -40,6 +44,12 @@ void AddListenerFlags(CLI::App& app, CoordinatorFlags& flags) {
          "cap on the database size; past it writes fail as on a full disk (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--db-reserve", flags.db_reserve,
+                 "free space kept on the database's disk for job state; below it "
+                 "metric rows and log lines are shed: a size (64M, 512k, bytes), a "
+                 "share of the file system (5%), 0 for none, or auto (the smaller of "
+                 "64M and 5%)")
+      ->capture_default_str();
   app.add_option("--port-file", flags.port_file,
                  "write the bound gRPC port to this file once serving");
   app.add_option("--http-port-file", flags.http_port_file,
@@ -279,6 +289,72 @@ void AddTokenCommands(CLI::App& app, TokenCommandFlags& token) {
       ->required();
 }
 
+// "64M", "512k", "2GiB", "1048576": bytes (binary multiples).
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view flag) {
+  std::string digits(text);
+  int64_t multiplier = 1;
+  for (absl::string_view unit : {"iB", "B"}) {
+    if (absl::EndsWith(digits, unit) && digits.size() > unit.size()) {
+      digits.resize(digits.size() - unit.size());
+      break;
+    }
+  }
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'k':
+      case 'K':
+        multiplier = int64_t{1} << 10;
+        break;
+      case 'm':
+      case 'M':
+        multiplier = int64_t{1} << 20;
+        break;
+      case 'g':
+      case 'G':
+        multiplier = int64_t{1} << 30;
+        break;
+      case 't':
+      case 'T':
+        multiplier = int64_t{1} << 40;
+        break;
+      default:
+        break;
+    }
+    if (multiplier > 1) digits.pop_back();
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(digits, &value) || value < 0 ||
+      value > std::numeric_limits<int64_t>::max() / multiplier) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": '", text, "' is not a size (e.g. 64M, 512k, 2G or a number of bytes)"));
+  }
+  return value * multiplier;
+}
+
+// --db-reserve: "auto", a size, "N%" or 0.
+absl::Status ParseDbReserve(absl::string_view text, CoordinatorOptions& options) {
+  if (text == "auto") {
+    options.db_reserve_bytes = int64_t{64} << 20;
+    options.db_reserve_percent = 5;
+    return absl::OkStatus();
+  }
+  if (absl::ConsumeSuffix(&text, "%")) {
+    double percent = 0;
+    if (!absl::SimpleAtod(text, &percent) || percent < 0 || percent > 50) {
+      return absl::InvalidArgumentError(
+          "--db-reserve: a share must be between 0% and 50% of the file system");
+    }
+    options.db_reserve_bytes = std::numeric_limits<int64_t>::max();
+    options.db_reserve_percent = percent;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> bytes = ParseByteSize(text, "--db-reserve");
+  if (!bytes.ok()) return bytes.status();
+  options.db_reserve_bytes = *bytes;
+  options.db_reserve_percent = 0;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags& flags) {
@@ -305,6 +381,9 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags& flags) {
 
 absl::Status FinishCoordinatorOptions(CoordinatorFlags& flags) {
   CoordinatorOptions& options = flags.options;
+  if (absl::Status reserve = ParseDbReserve(flags.db_reserve, options); !reserve.ok()) {
+    return reserve;
+  }
   options.auth.enabled = !flags.no_auth;
   if (!flags.tls_cert_file.empty()) {
     auto identity = LoadTlsIdentityFiles(flags.tls_cert_file, flags.tls_key_file);

@@ -46,8 +46,9 @@ struct TokenCommandFlags {
 struct CoordinatorFlags {
   CoordinatorOptions options;
 
-  std::string port_file;       // the bound gRPC port is written here once serving
-  std::string http_port_file;  // the bound HTTP port, likewise
+  std::string port_file;            // the bound gRPC port is written here once serving
+  std::string db_reserve = "auto";  // --db-reserve: "auto", "0", "64M", "5%"
+  std::string http_port_file;       // the bound HTTP port, likewise
   int64_t heartbeat_ms = 1000;
   int64_t dead_after_ms = 15000;
   int64_t suspect_after_ms = 3000;

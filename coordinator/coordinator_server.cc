@@ -64,7 +64,23 @@ absl::Status CoordinatorServer::OpenCore(const CoordinatorOptions& options,
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store,
                    SqliteStore::Open(options.db_path, store_options));
   store_ = std::move(store);
-  writer_ = std::make_unique<StoreWriter>(store_.get());
+  StoreWriter::Options writer_options;
+  writer_options.reserve_bytes = options.db_reserve_bytes;
+  if (options.db_reserve_percent > 0) {
+    absl::StatusOr<DiskSpace> space = store_->GetDiskSpace();
+    if (space.ok() && space->total_bytes > 0) {
+      writer_options.reserve_bytes = std::min<int64_t>(
+          writer_options.reserve_bytes,
+          static_cast<int64_t>(space->total_bytes * options.db_reserve_percent / 100));
+    }
+  }
+  if (writer_options.reserve_bytes > 0) {
+    spdlog::info(
+        "the database's disk keeps a reserve of {} bytes for job state "
+        "(--db-reserve): below it metrics and logs are shed",
+        writer_options.reserve_bytes);
+  }
+  writer_ = std::make_unique<StoreWriter>(store_.get(), writer_options);
   manager_ =
       std::make_unique<JobManager>(store_.get(), writer_.get(), clock, options.manager);
   RETURN_IF_ERROR(manager_->Recover());
@@ -183,8 +199,9 @@ void CoordinatorServer::StartMonitor(const CoordinatorOptions& options) {
       manager->Tick();
       manager->TickSlurm();
       sweeps->Tick();
-      // NOT_SERVING while the store rejects writes, so load balancers and
-      // operators see it; SERVING again once a write goes through.
+      // NOT_SERVING while the store rejects state writes, so load balancers
+      // and operators see it; SERVING again once a write goes through. Shed
+      // metrics and logs (DEGRADED, on /healthz) still serve.
       const bool healthy = manager->StoreHealthy();
       if (health != nullptr && healthy != serving) {
         health->SetServingStatus(healthy);

@@ -51,6 +51,14 @@ struct CoordinatorOptions {
   int64_t db_max_bytes = 0;
   // SQLite database file; ":memory:" keeps everything in memory.
   std::string db_path = "tessera.db";
+  // Free space kept on the database's file system for job state
+  // (--db-reserve): below it metric rows and log lines are shed (counted per
+  // job) while job, worker, token and Slurm writes go on. The reserve is
+  // db_reserve_bytes, or when db_reserve_percent > 0 the smaller of that and
+  // this share of the file system: by default the smaller of 64 MiB and 5%.
+  // 0 bytes: no reserve.
+  int64_t db_reserve_bytes = int64_t{64} << 20;
+  double db_reserve_percent = 5;
   // How often the monitor thread runs JobManager::Tick (liveness, timeouts).
   absl::Duration monitor_interval = absl::Milliseconds(250);
   // Largest gRPC message accepted or sent, in bytes.

@@ -370,7 +370,28 @@ HttpApi::HttpApi(JobManager* manager, SweepManager* sweeps, Options options)
 
 HttpResponse HttpApi::Handle(const HttpRequest& request) const {
   if (request.path == "/healthz") {
-    return HttpResponse{200, "text/plain", "ok\n", {}, nullptr};
+    // The store's mode: ok; DEGRADED while metrics and logs are shed below
+    // the database's reserve (job state still stored); NOT_SERVING while
+    // state writes fail and are kept for retry.
+    switch (manager_->GetStoreMode()) {
+      case JobManager::StoreMode::kServing:
+        return HttpResponse{200, "text/plain", "ok\n", {}, nullptr};
+      case JobManager::StoreMode::kDegraded:
+        return HttpResponse{200,
+                            "text/plain",
+                            "DEGRADED: the database's disk is below its reserve; "
+                            "metric rows and log lines are not stored\n",
+                            {},
+                            nullptr};
+      case JobManager::StoreMode::kNotServing:
+        break;
+    }
+    return HttpResponse{503,
+                        "text/plain",
+                        "NOT_SERVING: the database is failing writes; job state is "
+                        "kept for retry\n",
+                        {},
+                        nullptr};
   }
   if (absl::StartsWith(request.path, "/api/")) return HandleApi(request);
   if (request.method != "GET" && request.method != "HEAD") return MethodNotAllowed("GET");

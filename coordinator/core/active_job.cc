@@ -97,6 +97,14 @@ const RankRecord* ActiveJob::FirstFailedRank() const {
   return nullptr;
 }
 
+const RankRecord* ActiveJob::ResultLostRank() const {
+  if (adopted_attempt == 0 || adopted_attempt != record.attempt) return nullptr;
+  for (const auto& r : ranks) {
+    if (ExitedCleanly(r) && !r.has_result) return &r;
+  }
+  return nullptr;
+}
+
 bool ActiveJob::AllExitedCleanly() const {
   return std::all_of(ranks.begin(), ranks.end(), ExitedCleanly);
 }
@@ -253,6 +261,8 @@ v1::Job JobToProto(const JobRecord& record, const std::vector<RankRecord>& ranks
   job.set_sweep_point(record.sweep_point);
   job.set_owner(record.owner);
   job.set_preemptions(record.preemptions);
+  job.set_metrics_not_stored(record.metrics_not_stored);
+  job.set_log_lines_not_stored(record.log_lines_not_stored);
   for (const auto& r : ranks) {
     v1::RankStatus* s = job.add_ranks();
     s->set_rank(r.rank);

@@ -61,6 +61,13 @@ struct ActiveJob {
   // alice)"); empty while it is not. Its ranks were sent SIGUSR1 and are
   // expected to checkpoint and exit with the preempted code.
   std::string preempting;
+  // The attempt a restarted coordinator adopted from the store (0: none).
+  // Its trainers reported their results to the previous coordinator, which
+  // may have died before storing them.
+  int32_t adopted_attempt = 0;
+  // Metric rows plus log lines not stored (shed below the database's
+  // reserve) that the job's events already name.
+  int64_t shed_named = 0;
 
   // Starts the next attempt on the placement's slots at `now`: every rank is
   // assigned, none ordered stopped, and each one's lease counts from now.
@@ -78,6 +85,10 @@ struct ActiveJob {
   // The first current rank that failed (exited non-zero or by a signal), or
   // nullptr.
   const RankRecord* FirstFailedRank() const;
+  // A current rank of the adopted attempt that exited with code 0 but has no
+  // stored result: the previous coordinator took its result and died before
+  // storing it. nullptr when there is none.
+  const RankRecord* ResultLostRank() const;
   // Whether every current rank exited with code 0.
   bool AllExitedCleanly() const;
   // Whether every current rank has exited, each with code 0 or the preempted

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "common/job_state.h"
 #include "common/status_macros.h"
@@ -127,6 +128,8 @@ absl::Status JobManager::RecoverJobLocked(JobRecord record) {
     job.ranks.clear();
   }
   job.kill_sent.assign(job.ranks.size(), false);
+  if (!job.ranks.empty()) job.adopted_attempt = job.record.attempt;
+  job.shed_named = job.record.metrics_not_stored + job.record.log_lines_not_stored;
   job.queued_at = absl::FromUnixMillis(job.record.updated_unix_ms);
   ASSIGN_OR_RETURN(job.events, store_->ListEvents(job.record.id));
   if (job.record.state == v1::JOB_STATE_SCHEDULED) {
@@ -209,6 +212,7 @@ absl::StatusOr<v1::Job> JobManager::GetJob(const Caller& caller, int64_t job_id)
     if (it != jobs_.end()) {
       if (!caller.MaySee(it->second.record.owner)) return NotFound(job_id);
       v1::Job job = it->second.ToProto(clock_->Now());
+      job.set_not_stored(!writer_->healthy() && writer_->UnstoredJobs().contains(job_id));
       if (SlurmPoolManager* slurm = slurm_.load(); slurm != nullptr) {
         if (std::optional<SlurmAllocation> a = slurm->Allocation(job_id)) {
           job.set_slurm_allocation(
@@ -216,6 +220,14 @@ absl::StatusOr<v1::Job> JobManager::GetJob(const Caller& caller, int64_t job_id)
                            a->state.empty() ? "ended" : a->state, ")"));
         }
       }
+      return job;
+    }
+    // Ended, but not yet stored: the store would show an older state.
+    auto unstored = unstored_.find(job_id);
+    if (unstored != unstored_.end() && writer_->UnstoredJobs().contains(job_id)) {
+      if (!caller.MaySee(unstored->second.owner())) return NotFound(job_id);
+      v1::Job job = unstored->second;
+      job.set_not_stored(!writer_->healthy());
       return job;
     }
   }
@@ -242,7 +254,9 @@ absl::StatusOr<JobList> JobManager::ListJobs(const Caller& caller, JobFilter fil
     if (!filter.owner.empty() && filter.owner != caller.name) return JobList();
     filter.owner = caller.name;
   }
-  writer_->Flush();
+  // While the store fails, a flush would wait for nothing: the jobs whose
+  // writes are kept are shown from memory below.
+  if (writer_->healthy()) writer_->Flush();
   ASSIGN_OR_RETURN(std::vector<JobRecord> records, store_->ListJobs(filter));
   JobList list;
   std::vector<v1::Job>& out = list.jobs;
@@ -255,8 +269,9 @@ absl::StatusOr<JobList> JobManager::ListJobs(const Caller& caller, JobFilter fil
     } else {
       out.push_back(JobToProto(rec, {}));
     }
-    ForList(out.back());
   }
+  MarkUnstoredLocked(out);
+  for (v1::Job& job : out) ForList(job);
   if (static_cast<int>(records.size()) == filter.limit && !records.empty()) {
     list.next_before_id = records.back().id;
   }
@@ -655,6 +670,18 @@ void JobManager::EvaluateLocked(ActiveJob& job, RendezvousRounds::Releases* rele
         releases, preempted);
     return;
   }
+  if (const RankRecord* lost = job.ResultLostRank(); lost != nullptr) {
+    // Never a SUCCEEDED without the result, nor a FAILED for a result the
+    // previous coordinator took: the attempt resumes from its checkpoint,
+    // not counted as a restart.
+    FailAttemptLocked(job,
+                      absl::StrCat("rank ", lost->rank, " on ", lost->worker,
+                                   " exited with code 0, but its result was lost with "
+                                   "the previous coordinator before it was stored; "
+                                   "resuming from the checkpoint"),
+                      releases, /*preempted=*/true);
+    return;
+  }
   if (job.AllExitedCleanly()) {
     rendezvous_.Close(job.record.id, job.record.attempt, absl::OkStatus());
     Transition(job, v1::JOB_STATE_SUCCEEDED,
@@ -739,9 +766,16 @@ void JobManager::LoseWorkerRanksLocked(const std::string& worker, const std::str
 void JobManager::Tick() {
   RendezvousRounds::Releases releases;
   std::vector<UsageRecord> usage;
+  writer_->BelowReserve();  // refreshes the store's mode; statvfs, before the lock
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
+    for (auto& [id, job] : jobs_) NoteShedLocked(job);
+    if (!unstored_.empty()) {
+      const std::set<int64_t> kept = writer_->UnstoredJobs();
+      std::erase_if(unstored_,
+                    [&](const auto& entry) { return !kept.contains(entry.first); });
+    }
     AccrueUsageLocked();
     if (now - last_usage_save_ >= options_.usage_save_interval) {
       last_usage_save_ = now;
@@ -788,7 +822,9 @@ bool JobManager::WatchRunningLocked(absl::Time now,
         RankWatchFor(options_.watchdog, job.record.spec.watchdog());
     std::vector<bool> running;
     for (size_t r = 0; r < job.ranks.size(); ++r) {
-      running.push_back(job.ranks[r].state != kExited && !job.kill_sent[r]);
+      // A rank whose result is in (stored or kept for the store) has finished.
+      running.push_back(job.ranks[r].state != kExited && !job.kill_sent[r] &&
+                        !job.ranks[r].has_result);
     }
     if (std::optional<WatchVerdict> verdict = job.watch->Check(now, options, running)) {
       spdlog::warn("job {} attempt {}: watchdog: {}", id, job.record.attempt,
@@ -880,10 +916,15 @@ bool JobManager::FailTimedOutRendezvousLocked(absl::Time now,
 }
 
 void JobManager::ReapLocked() {
+  std::optional<std::set<int64_t>> unstored;  // asked for once, when needed
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     if (!it->second.Finished()) {
       ++it;
       continue;
+    }
+    if (!unstored) unstored = writer_->UnstoredJobs();
+    if (unstored->contains(it->first)) {
+      unstored_[it->first] = it->second.ToProto(clock_->Now());
     }
     outputs_.Forget(it->first);
     it = jobs_.erase(it);
@@ -964,7 +1005,45 @@ void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason)
   if (to != v1::JOB_STATE_QUEUED) job.record.pending_reason.clear();
   job.record.updated_unix_ms = now;
   writer_->UpdateJob(job.record);
+  if (IsTerminal(to)) NoteShedLocked(job);
   changes_.Notify();
+}
+
+void JobManager::NoteShedLocked(ActiveJob& job) {
+  const StoreWriter::Shed shed = writer_->TakeShed(job.record.id);
+  job.record.metrics_not_stored += shed.metric_rows;
+  job.record.log_lines_not_stored += shed.log_lines;
+  const int64_t total = job.record.metrics_not_stored + job.record.log_lines_not_stored;
+  if (total == job.shed_named || !IsTerminal(job.record.state)) return;
+  job.shed_named = total;
+  std::vector<std::string> parts;
+  if (job.record.metrics_not_stored > 0) {
+    parts.push_back(
+        absl::StrCat("metrics not stored: ", job.record.metrics_not_stored, " rows"));
+  }
+  if (job.record.log_lines_not_stored > 0) {
+    parts.push_back(
+        absl::StrCat("logs not stored: ", job.record.log_lines_not_stored, " lines"));
+  }
+  parts.push_back("the database's disk is full");
+  RecordEventLocked(job, absl::StrJoin(parts, ", "));
+}
+
+void JobManager::MarkUnstoredLocked(std::vector<v1::Job>& list) const {
+  const bool healthy = writer_->healthy();
+  if (healthy && unstored_.empty()) return;
+  const std::set<int64_t> unstored = writer_->UnstoredJobs();
+  for (v1::Job& job : list) {
+    if (!unstored.contains(job.id())) continue;
+    auto snapshot = unstored_.find(job.id());
+    if (snapshot != unstored_.end()) job = snapshot->second;
+    job.set_not_stored(!healthy);
+  }
+}
+
+JobManager::StoreMode JobManager::GetStoreMode() const {
+  if (!writer_->healthy()) return StoreMode::kNotServing;
+  return writer_->shedding() ? StoreMode::kDegraded : StoreMode::kServing;
 }
 
 void JobManager::ScheduleLocked() {

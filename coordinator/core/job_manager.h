@@ -280,6 +280,11 @@ class JobManager : public SlurmPoolSource {
 
   // Whether the store takes writes (false while the disk is full or failing).
   bool StoreHealthy() const { return writer_->healthy(); }
+  // The store's mode for health checks: kServing; kDegraded while metric rows
+  // and log lines are shed below the database's reserve (job state is still
+  // stored); kNotServing while state writes fail (kept for retry).
+  enum class StoreMode { kServing, kDegraded, kNotServing };
+  StoreMode GetStoreMode() const;
 
   // Fails every waiting rendezvous with Unavailable so that the RPC server can
   // shut down; trainers retry against the restarted coordinator.
@@ -355,6 +360,14 @@ class JobManager : public SlurmPoolSource {
   // Records an event of the job that is not a state change (a straggler).
   void RecordEventLocked(ActiveJob& job, const std::string& text)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds what the writer shed of the job's metrics and logs to its record
+  // (shown by status while it runs), and names the totals once in its events
+  // when it has ended.
+  void NoteShedLocked(ActiveJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the jobs in `list` whose current state is not yet stored, and
+  // replaces stored jobs with the snapshots of those reaped unstored.
+  void MarkUnstoredLocked(std::vector<tessera::v1::Job>& list) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Tick steps; each returns whether a job changed.
   bool DeclareSilentWorkersDeadLocked(RendezvousRounds::Releases* releases)
@@ -407,6 +420,9 @@ class JobManager : public SlurmPoolSource {
   FairShare usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_accrual_ ABSL_GUARDED_BY(mu_);
   absl::Time last_usage_save_ ABSL_GUARDED_BY(mu_);
+  // Jobs reaped while their last state writes were kept for retry (the
+  // store failing): what reads show until the store has them.
+  std::map<int64_t, tessera::v1::Job> unstored_ ABSL_GUARDED_BY(mu_);
   // The jobs the last schedule left waiting for workers.
   std::set<int64_t> lacking_workers_ ABSL_GUARDED_BY(mu_);
   // The Slurm pools, which keep their own state under their own lock (taken

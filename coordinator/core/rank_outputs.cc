@@ -87,6 +87,17 @@ absl::StatusOr<v1::ShipLogsResponse> RankOutputs::ShipLog(
                        " (--max-log-bytes)"));
     }
   }
+  if (writer_->BelowReserve()) {
+    // State before logs: the chunk is shed (counted), and the worker, which
+    // keeps the rank's log, moves on; once there is space again a chunk past
+    // the stored end makes it send the gap again.
+    writer_->CountShedLog(request.job_id(),
+                          std::count(request.data().begin(), request.data().end(), '\n'));
+    v1::ShipLogsResponse response;
+    response.set_next_offset(request.offset() +
+                             static_cast<int64_t>(request.data().size()));
+    return response;
+  }
   LogChunk chunk{request.job_id(), request.attempt(), request.rank(), request.offset(),
                  request.data()};
   ASSIGN_OR_RETURN(const int64_t before,

@@ -64,7 +64,8 @@ class RankOutputs {
   static absl::Status CheckChunk(const tessera::v1::ShipLogsRequest& request);
   // Stores a log chunk that passed CheckChunk, from a worker whose session
   // the caller checked. A chunk past the stored end is not stored (the reply's
-  // next offset tells the worker where to resume).
+  // next offset tells the worker where to resume). Below the database's
+  // reserve the chunk is shed: counted per job, acknowledged, not stored.
   absl::StatusOr<tessera::v1::ShipLogsResponse> ShipLog(
       const tessera::v1::ShipLogsRequest& request);
   // Reads a rank's log. `active` is set when the job is active; otherwise the

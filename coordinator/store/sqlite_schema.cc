@@ -193,6 +193,12 @@ CREATE TABLE slurm_allocations (
   running_since_ms INTEGER NOT NULL
 );
 )sql"},
+    // What a job's metrics and logs lost while the database's disk was below
+    // its reserve (shed so that job state could still be stored).
+    {12, R"sql(
+ALTER TABLE jobs ADD COLUMN metrics_not_stored INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN log_lines_not_stored INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;

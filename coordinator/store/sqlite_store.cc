@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -135,6 +136,7 @@ absl::Status SqliteStore::Configure(const std::string& path, const Options& opti
     RETURN_IF_ERROR(pragma("PRAGMA synchronous = NORMAL").status());
     is_file_ = true;
     sync_full_ = false;
+    path_ = path;
   }
   if (options.max_size_bytes > 0) {
     ASSIGN_OR_RETURN(std::string page_size, pragma("PRAGMA page_size"));
@@ -177,6 +179,31 @@ absl::StatusOr<SqliteStore::Transaction> SqliteStore::Begin(bool write) {
   ASSIGN_OR_RETURN(sqlite3_stmt * rollback, Prepare(kRollback));
   RETURN_IF_ERROR(Statement(db_.get(), begin).Run());
   return Transaction(db_.get(), commit, rollback);
+}
+
+absl::StatusOr<DiskSpace> SqliteStore::GetDiskSpace() {
+  std::string path;
+  {
+    absl::MutexLock lock(&mu_);
+    path = path_;
+  }
+  if (path.empty()) return DiskSpace{};
+  struct statvfs fs {};
+  if (::statvfs(path.c_str(), &fs) != 0) {
+    return absl::InternalError(
+        absl::StrCat("statvfs ", path, ": ", std::strerror(errno)));
+  }
+  return DiskSpace{static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize),
+                   static_cast<int64_t>(fs.f_blocks) * static_cast<int64_t>(fs.f_frsize)};
+}
+
+absl::Status SqliteStore::CompactJournal() {
+  absl::MutexLock lock(&mu_);
+  if (!is_file_) return absl::OkStatus();
+  int rc = sqlite3_wal_checkpoint_v2(db_.get(), nullptr, SQLITE_CHECKPOINT_TRUNCATE,
+                                     nullptr, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(db_.get(), rc, "wal_checkpoint(TRUNCATE)");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> SqliteStore::JournalMode() {

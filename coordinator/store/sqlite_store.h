@@ -59,7 +59,7 @@ class SqliteStore : public Store {
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 11;
+  static constexpr int kSchemaVersion = 12;
 
   // Creates the database file 0600 when missing; FailedPrecondition when it
   // (or its -wal or -shm file) is readable or writable by group or others.
@@ -118,6 +118,11 @@ class SqliteStore : public Store {
   absl::StatusOr<JobOutputUsage> GetJobOutputUsage(int64_t job_id) override;
   absl::StatusOr<std::string> GetOrCreateSecret(const std::string& name,
                                                 const std::string& value_if_new) override;
+  // statvfs of the database file's file system; unknown for ":memory:".
+  absl::StatusOr<DiskSpace> GetDiskSpace() override;
+  // PRAGMA wal_checkpoint(TRUNCATE): the WAL's pages go into the database and
+  // the WAL file is cut to zero bytes. A no-op for ":memory:".
+  absl::Status CompactJournal() override;
 
   // The highest schema version recorded in the database's schema_version table.
   absl::StatusOr<int> SchemaVersion();
@@ -163,6 +168,7 @@ class SqliteStore : public Store {
   // Declared after db_ so that statements are finalized before it closes.
   std::map<const char*, StatementHandle> statements_ ABSL_GUARDED_BY(mu_);
   bool is_file_ ABSL_GUARDED_BY(mu_) = false;    // WAL file database (not :memory:)
+  std::string path_ ABSL_GUARDED_BY(mu_);        // the file; empty for :memory:
   bool sync_full_ ABSL_GUARDED_BY(mu_) = false;  // current PRAGMA synchronous is FULL
 };
 

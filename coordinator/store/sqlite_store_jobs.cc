@@ -34,25 +34,27 @@ constexpr char kInsertJob[] =
 constexpr char kSelectJob[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
     "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, "
-    "preemptions FROM jobs "
+    "preemptions, metrics_not_stored, log_lines_not_stored FROM jobs "
     "WHERE id "
     "= ?1";
 constexpr char kListJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
     "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, "
-    "preemptions FROM jobs "
+    "preemptions, metrics_not_stored, log_lines_not_stored FROM jobs "
     "WHERE (?1 = '' OR state = ?1) AND (?2 = 0 OR sweep_id = ?2) AND (?4 = '' OR owner = "
     "?4) "
     "AND (?5 = 0 OR id < ?5) ORDER BY id DESC LIMIT ?3";
 constexpr char kListActiveJobs[] =
     "SELECT id, name, state, reason, pending_reason, attempt, spec, spec_yaml, "
     "client_request_id, created_ms, updated_ms, sweep_id, sweep_point, owner, "
-    "preemptions FROM jobs "
+    "preemptions, metrics_not_stored, log_lines_not_stored FROM jobs "
     "WHERE state IN ('QUEUED', 'SCHEDULED', 'RUNNING') ORDER BY id";
 constexpr char kSelectJobState[] = "SELECT state FROM jobs WHERE id = ?1";
 constexpr char kUpdateJob[] =
     "UPDATE jobs SET state = ?2, reason = ?3, pending_reason = ?4, attempt = ?5, "
-    "updated_ms = ?6, preemptions = ?7 WHERE id = ?1";
+    "updated_ms = ?6, preemptions = ?7, metrics_not_stored = ?8, log_lines_not_stored = "
+    "?9 "
+    "WHERE id = ?1";
 constexpr char kInsertEvent[] =
     "INSERT INTO events (job_id, time_ms, from_state, to_state, reason) "
     "VALUES (?1, ?2, ?3, ?4, ?5)";
@@ -106,6 +108,8 @@ absl::StatusOr<JobRecord> ReadJob(const Statement& row) {
   job.sweep_point = static_cast<int32_t>(row.Int(12));
   job.owner = row.Bytes(13);
   job.preemptions = static_cast<int32_t>(row.Int(14));
+  job.metrics_not_stored = row.Int(15);
+  job.log_lines_not_stored = row.Int(16);
   return job;
 }
 
@@ -250,6 +254,8 @@ absl::Status SqliteStore::UpdateJob(const JobRecord& job) {
                       .BindInt(5, job.attempt)
                       .BindInt(6, job.updated_unix_ms)
                       .BindInt(7, job.preemptions)
+                      .BindInt(8, job.metrics_not_stored)
+                      .BindInt(9, job.log_lines_not_stored)
                       .Run());
   if (old_state != state || !job.event.empty()) {
     ASSIGN_OR_RETURN(sqlite3_stmt * event, Prepare(kInsertEvent));

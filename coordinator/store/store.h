@@ -39,8 +39,13 @@ struct JobRecord {
   // Name of the user token that submitted it (for a sweep point: the sweep's);
   // empty when submitted without authentication. Set by CreateJob only.
   std::string owner;
-  // Attempts ended by a drain or preemption; they do not count as restarts.
+  // Attempts ended by a drain or preemption, or resumed because a restarted
+  // coordinator lost a rank's result; they do not count as restarts.
   int32_t preemptions = 0;
+  // Metric rows and log lines shed (acknowledged, not stored) while the
+  // database's disk was below its reserve (StoreWriter::Options::reserve_bytes).
+  int64_t metrics_not_stored = 0;
+  int64_t log_lines_not_stored = 0;
   // UpdateJob only: when set, the event recorded for this update, also
   // without a state change (e.g. a straggler flagged); not stored in the row.
   std::string event;
@@ -192,6 +197,12 @@ struct JobEvent {
   std::string reason;
 };
 
+// The file system that holds the store; -1: unknown (an in-memory store).
+struct DiskSpace {
+  int64_t free_bytes = -1;   // available to the coordinator
+  int64_t total_bytes = -1;  // the file system's size
+};
+
 struct MetricQuery {
   int64_t job_id = 0;
   int64_t after_step = -1;  // rows with step > after_step
@@ -216,7 +227,8 @@ class Store {
   // Non-terminal jobs (QUEUED, SCHEDULED, RUNNING), oldest first.
   virtual absl::StatusOr<std::vector<JobRecord>> ListActiveJobs() = 0;
   // Replaces the mutable fields (state, reason, pending_reason, attempt,
-  // updated_unix_ms, preemptions) of an existing job; when the state changes,
+  // updated_unix_ms, preemptions, metrics_not_stored, log_lines_not_stored)
+  // of an existing job; when the state changes,
   // or `event` is set, also appends a row to the events table (its reason:
   // `event` when set, else `reason`). NotFound if no such job.
   virtual absl::Status UpdateJob(const JobRecord& job) = 0;
@@ -291,6 +303,13 @@ class Store {
   virtual absl::Status DeleteSlurmAllocation(const std::string& slurm_job_id) = 0;
   // Every stored allocation, oldest submission first.
   virtual absl::StatusOr<std::vector<SlurmAllocationRecord>> ListSlurmAllocations() = 0;
+
+  // The space on the file system that holds the store, for its reserve
+  // (StoreWriter). The default knows none.
+  virtual absl::StatusOr<DiskSpace> GetDiskSpace() { return DiskSpace{}; }
+  // Gives back the space the store's journal holds (SQLite: a TRUNCATE
+  // checkpoint of the WAL), for a disk below its reserve. The default has none.
+  virtual absl::Status CompactJournal() { return absl::OkStatus(); }
 
   // The secret stored under `name`; stores `value_if_new` first if there is
   // none, atomically, so that concurrent callers agree on one value.

@@ -146,6 +146,8 @@ class StoreWrapper : public Store {
   absl::StatusOr<JobOutputUsage> GetJobOutputUsage(int64_t job_id) override {
     return target_->GetJobOutputUsage(job_id);
   }
+  absl::StatusOr<DiskSpace> GetDiskSpace() override { return target_->GetDiskSpace(); }
+  absl::Status CompactJournal() override { return target_->CompactJournal(); }
   absl::StatusOr<std::string> GetOrCreateSecret(
       const std::string& name, const std::string& value_if_new) override {
     return target_->GetOrCreateSecret(name, value_if_new);

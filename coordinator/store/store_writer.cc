@@ -74,6 +74,89 @@ int64_t StoreWriter::coalesced_writes() const {
   return coalesced_;
 }
 
+bool StoreWriter::BelowReserve() {
+  if (options_.reserve_bytes <= 0) return false;
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (now - space_checked_ < absl::Milliseconds(250)) return below_reserve_;
+  }
+  // statvfs outside the lock; a racing checker's answer is as good.
+  absl::StatusOr<DiskSpace> space = store_->GetDiskSpace();
+  const bool below =
+      space.ok() && space->free_bytes >= 0 && space->free_bytes < options_.reserve_bytes;
+  absl::MutexLock lock(&mu_);
+  space_checked_ = now;
+  if (below && !below_reserve_) {
+    spdlog::warn(
+        "the database's disk has {} bytes free, below its reserve of {} (--db-reserve): "
+        "metric rows and log lines are shed (counted per job); job state is still stored",
+        space->free_bytes, options_.reserve_bytes);
+  } else if (!below && below_reserve_) {
+    spdlog::info(
+        "the database's disk is above its reserve again: metrics and logs are "
+        "stored again");
+  }
+  below_reserve_ = below;
+  if (!below) shedding_ = false;
+  return below;
+}
+
+bool StoreWriter::shedding() const {
+  absl::MutexLock lock(&mu_);
+  return shedding_;
+}
+
+void StoreWriter::CountShedLog(int64_t job_id, int64_t lines) {
+  absl::MutexLock lock(&mu_);
+  shedding_ = true;
+  shed_[job_id].log_lines += lines;
+}
+
+void StoreWriter::CountShedRows(const std::vector<MetricRow>& rows) {
+  absl::MutexLock lock(&mu_);
+  shedding_ = true;
+  for (const MetricRow& row : rows) ++shed_[row.job_id].metric_rows;
+}
+
+StoreWriter::Shed StoreWriter::TakeShed(int64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = shed_.find(job_id);
+  if (it == shed_.end()) return Shed{};
+  Shed out = it->second;
+  shed_.erase(it);
+  return out;
+}
+
+std::set<int64_t> StoreWriter::UnstoredJobs() const {
+  absl::MutexLock lock(&mu_);
+  std::set<int64_t> jobs = kept_jobs_;
+  for (const Op& op : queue_) AddJobIds(op, jobs);
+  return jobs;
+}
+
+void StoreWriter::AddJobIds(const Op& op, std::set<int64_t>& ids) {
+  if (auto* job = std::get_if<JobRecord>(&op.payload)) {
+    ids.insert(job->id);
+  } else if (auto* ranks = std::get_if<std::vector<RankRecord>>(&op.payload)) {
+    for (const RankRecord& r : *ranks) ids.insert(r.job_id);
+  }
+}
+
+absl::Status StoreWriter::StoreOrShedMetrics(const std::vector<MetricRow>& rows) {
+  if (BelowReserve()) {
+    CountShedRows(rows);
+    return absl::OkStatus();
+  }
+  absl::Status s = store_->AppendMetrics(rows);
+  if (absl::IsResourceExhausted(s) && options_.reserve_bytes > 0) {
+    // The disk filled between two checks: shed rather than hold the sender.
+    CountShedRows(rows);
+    return absl::OkStatus();
+  }
+  return s;
+}
+
 namespace {
 
 // Failures of the store itself (full disk, I/O), as opposed to a bad write.
@@ -161,6 +244,13 @@ void StoreWriter::Run() {
       in_flight_ = batch.size();
     }
     std::vector<Op> retry = Apply(batch);
+    // On a disk below its reserve (or full), the journal gives its space back
+    // after every round, so that state writes keep fitting.
+    if (BelowReserve() || !retry.empty()) {
+      if (absl::Status compacted = store_->CompactJournal(); !compacted.ok()) {
+        spdlog::debug("store journal not compacted: {}", compacted.ToString());
+      }
+    }
     absl::MutexLock lock(&mu_);
     in_flight_ = 0;
     if (retry.empty()) {
@@ -203,7 +293,7 @@ std::vector<StoreWriter::Op> StoreWriter::Apply(std::vector<Op>& batch) {
                       std::make_move_iterator(more.end()));
         ++j;
       }
-      absl::Status s = store_->AppendMetrics(merged);
+      absl::Status s = StoreOrShedMetrics(merged);
       for (size_t k = i; k < j; ++k) results[k] = s;
       i = j;
       continue;
@@ -255,6 +345,8 @@ std::vector<StoreWriter::Op> StoreWriter::Apply(std::vector<Op>& batch) {
     absl::MutexLock lock(&mu_);
     failed_writes_ += failures;
     healthy_ = !store_failed;
+    kept_jobs_.clear();
+    for (const Op& op : retry) AddJobIds(op, kept_jobs_);
     in_flight_ = retry.size();  // the rest is answered below
   }
   for (auto& [done, status] : answers) done(std::move(status));

@@ -28,6 +28,8 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <variant>
@@ -48,6 +50,16 @@ class StoreWriter {
   struct Options {
     // Queued writes past which metric batches are refused (Unavailable).
     size_t max_backlog = 10000;
+    // Bytes kept free on the store's file system for state writes
+    // (--db-reserve); below it metric batches are shed. 0: no reserve, and
+    // on a full disk metric batches fail with Unavailable (senders retry).
+    int64_t reserve_bytes = 0;
+  };
+
+  // What was shed of one job's outputs.
+  struct Shed {
+    int64_t metric_rows = 0;
+    int64_t log_lines = 0;
   };
 
   // `store` is not owned and must outlive the writer.
@@ -77,6 +89,21 @@ class StoreWriter {
   // Queued UpsertWorker writes replaced by a newer one for the same worker.
   int64_t coalesced_writes() const;
 
+  // Whether the store's file system has less free space than the reserve,
+  // checked at most every 250 ms; always false without a reserve. Logs when
+  // it starts and stops.
+  bool BelowReserve();
+  // True from a shed metric batch or log chunk until the reserve is free
+  // again (health: DEGRADED).
+  bool shedding() const;
+  // Counts log lines of a job shed by RankOutputs.
+  void CountShedLog(int64_t job_id, int64_t lines);
+  // What was shed of the job since the last call for it.
+  Shed TakeShed(int64_t job_id);
+  // Ids of the jobs with job or rank writes kept for retry or still queued:
+  // their current state is not yet stored.
+  std::set<int64_t> UnstoredJobs() const;
+
  private:
   struct Barrier {};
   using Payload = std::variant<JobRecord, std::vector<RankRecord>, WorkerRecord,
@@ -96,6 +123,12 @@ class StoreWriter {
   void Run();
   // Applies the batch; returns the state writes that must be retried, in order.
   std::vector<Op> Apply(std::vector<Op>& batch);
+  // Apply's metric step: stores the rows, or sheds them below the reserve
+  // (counted per job); the status for their senders.
+  absl::Status StoreOrShedMetrics(const std::vector<MetricRow>& rows);
+  void CountShedRows(const std::vector<MetricRow>& rows);
+  // Adds the job a job or rank write is about to `ids`.
+  static void AddJobIds(const Op& op, std::set<int64_t>& ids);
   // Logs a failed round: the first time, when the error changes, and then at
   // most every 30 s. Writer thread only.
   void LogFailure(const absl::Status& first, int64_t failures, size_t kept);
@@ -116,6 +149,12 @@ class StoreWriter {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t failed_writes_ ABSL_GUARDED_BY(mu_) = 0;
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Time space_checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool below_reserve_ ABSL_GUARDED_BY(mu_) = false;
+  bool shedding_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<int64_t, Shed> shed_ ABSL_GUARDED_BY(mu_);
+  // Jobs whose writes the last round kept for retry.
+  std::set<int64_t> kept_jobs_ ABSL_GUARDED_BY(mu_);
 
   std::thread thread_;  // Last: starts after every other member exists.
 };

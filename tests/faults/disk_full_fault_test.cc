@@ -1,8 +1,10 @@
 // A full disk under the coordinator's database: the coordinator keeps running,
 // the database stays intact, and writes resume once space is freed, without
-// losing a metric step.
+// losing a metric step (no reserve); with the default reserve, a disk nearly
+// full sheds metrics and logs but never fails a finished job.
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -35,7 +37,31 @@ int64_t FillFileSystem(const std::string& path) {
   return written;
 }
 
+// Appends zeros to `path` until the file system has about `leave` bytes
+// free; returns the bytes written.
+int64_t FillFileSystemTo(const std::string& path, int64_t leave) {
+  struct statvfs fs {};
+  if (statvfs(path.substr(0, path.rfind('/')).c_str(), &fs) != 0) return -1;
+  int64_t todo =
+      static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize) - leave;
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  int64_t written = 0;
+  const std::string zeros(16 * 1024, '\0');
+  while (todo > 0) {
+    ssize_t n = write(fd, zeros.data(), std::min<int64_t>(todo, zeros.size()));
+    if (n <= 0) break;
+    written += n;
+    todo -= n;
+  }
+  close(fd);
+  return written;
+}
+
 TEST_F(FaultTest, FullDiskNeitherCrashesNorCorruptsAndWritesResume) {
+  // No reserve: metric batches are refused while the disk is full, and their
+  // trainers send them again (the reserve's shedding is the next test).
+  coordinator_flags_ = {"--db-reserve", "0"};
   // The database on its own small file system; its name lets a later run
   // unmount it should this one die.
   const std::string fs = dir_.File(absl::StrCat("tessera-faults-", getpid(), "-db"));
@@ -140,6 +166,70 @@ TEST_F(FaultTest, FullDiskNeitherCrashesNorCorruptsAndWritesResume) {
   Figure("coordinator_log_lines_mentioning_full", failing_lines);
   Figure("metric_steps_lost", lost);
   Figure("metric_steps_duplicated", duplicated);
+}
+
+// The report: the database on a 1.2 MB file system with about 100 kB
+// free, a 2-rank job reporting metrics every step. Below the reserve (the
+// default: 5% of the file system here) its metrics are shed, its state is
+// still stored, and the finished ranks are neither held up nor judged
+// stalled: the job SUCCEEDS. Once space is freed, the next job's metrics are
+// stored again.
+TEST_F(FaultTest, NearlyFullDiskShedsMetricsAndTheFinishedJobSucceeds) {
+  const std::string fs = dir_.File(absl::StrCat("tessera-faults-", getpid(), "-db"));
+  std::filesystem::create_directories(fs);
+  ASSERT_EQ(mount("tmpfs", fs.c_str(), "tmpfs", 0, "size=1200k"), 0) << strerror(errno);
+  mounts_.push_back(fs);
+  db_path_ = fs + "/tessera.db";
+  ASSERT_NO_FATAL_FAILURE(StartCluster(/*slots_per_worker=*/1));
+  ASSERT_GT(FillFileSystemTo(fs + "/filler", 100 * 1024), 0);
+
+  JobOptions job;
+  job.name = "nearly-full";
+  job.max_steps = 150;
+  job.metrics_every = 1;
+  const absl::Time submitted = absl::Now();
+  absl::StatusOr<int64_t> id;
+  // The submit itself is a state write: it may wait for the journal to be
+  // given back.
+  ASSERT_TRUE(WaitUntil([&] { return (id = Submit(job, "nearly-full")).ok(); },
+                        absl::Seconds(30), absl::Milliseconds(500)))
+      << id.status() << "\n"
+      << DumpLogs();
+  v1::Job done = WaitForEnd(*id, absl::Minutes(4));
+  const double to_succeeded_s = absl::ToDoubleSeconds(absl::Now() - submitted);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason() << "\n" << DumpLogs();
+  EXPECT_GT(done.metrics_not_stored(), 0) << DumpLogs();
+  int named = 0;
+  for (const v1::JobEvent& e : done.events()) {
+    named += absl::StrContains(e.reason(), "metrics not stored: ") &&
+                     absl::StrContains(e.reason(), "the database's disk is full")
+                 ? 1
+                 : 0;
+  }
+  EXPECT_EQ(named, 1) << done.DebugString();
+  EXPECT_TRUE(coordinator_->Running()) << DumpLogs();
+  EXPECT_EQ(coordinator_starts_, 1);
+  Figure("metric_rows_shed", static_cast<double>(done.metrics_not_stored()));
+  Figure("log_lines_shed", static_cast<double>(done.log_lines_not_stored()));
+  Figure("time_to_succeeded_s", to_succeeded_s);
+
+  // Space again: the next job's metrics are stored, none shed.
+  std::filesystem::remove(fs + "/filler");
+  job.name = "after-space";
+  job.max_steps = 40;
+  absl::StatusOr<int64_t> next;
+  ASSERT_TRUE(WaitUntil([&] { return (next = Submit(job, "after-space")).ok(); },
+                        absl::Seconds(30), absl::Milliseconds(500)))
+      << next.status();
+  v1::Job second = WaitForEnd(*next, absl::Minutes(3));
+  EXPECT_EQ(second.state(), v1::JOB_STATE_SUCCEEDED) << second.reason();
+  EXPECT_EQ(second.metrics_not_stored(), 0);
+  std::set<std::pair<int32_t, int64_t>> stored;
+  for (const v1::MetricPoint& p : Points(*next, "loss"))
+    stored.insert({p.rank(), p.step()});
+  EXPECT_EQ(stored.size(), 2u * job.max_steps);
+  Figure("second_job_loss_points_stored", static_cast<double>(stored.size()));
+  EXPECT_TRUE(coordinator_->Running());
 }
 
 }  // namespace

@@ -26,15 +26,21 @@ namespace v1 = ::tessera::v1;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
-// Fails rank writes on demand, as a full disk would.
+// Fails rank writes (or every job-state write) on demand, as a full disk would.
 class FlakyStore final : public StoreWrapper {
  public:
   using StoreWrapper::StoreWrapper;
   absl::Status PutRanks(const std::vector<RankRecord>& ranks) override {
     if (fail_ranks) return absl::UnavailableError("disk I/O error");
+    if (fail_state) return absl::ResourceExhaustedError("database or disk is full");
     return StoreWrapper::PutRanks(ranks);
   }
+  absl::Status UpdateJob(const JobRecord& job) override {
+    if (fail_state) return absl::ResourceExhaustedError("database or disk is full");
+    return StoreWrapper::UpdateJob(job);
+  }
   std::atomic<bool> fail_ranks{false};
+  std::atomic<bool> fail_state{false};
 };
 
 class RobustnessTest : public ::testing::Test {
@@ -62,6 +68,7 @@ class RobustnessTest : public ::testing::Test {
     // Every state change the test caused followed the table in common/job_state.h.
     if (manager_ != nullptr) EXPECT_EQ(manager_->illegal_transitions(), 0);
     flaky_->fail_ranks = false;  // let the writer drain
+    flaky_->fail_state = false;
     manager_.reset();
     writer_.reset();
     std::remove(db_.c_str());
@@ -138,6 +145,18 @@ class RobustnessTest : public ::testing::Test {
     req.set_rank(rank);
     *req.mutable_progress() = p;
     ASSERT_TRUE(manager_->RenewLease(req).ok());
+  }
+
+  // The trainer's ReportResult, as tessera-train sends it before exiting 0.
+  absl::Status Result(JobManager& manager, const v1::LaunchOrder& o) {
+    v1::ReportResultRequest req;
+    req.set_job_id(o.job_id());
+    req.set_attempt(o.attempt());
+    req.set_rank(o.rank());
+    req.set_param_hash("00112233aabbccdd");
+    req.set_test_accuracy(0.82);
+    req.set_test_loss(0.5);
+    return manager.ReportResult(req);
   }
 
   static v1::LocalRank Running(const v1::LaunchOrder& o) {
@@ -234,6 +253,7 @@ TEST_F(RobustnessTest, ExitIsAcknowledgedOnlyOnceStoredAndACrashBeforeThatLeaves
   const int64_t id = Submit(1);
   auto launch = Beat("a", e);
   ASSERT_TRUE(Beat("a", e, {Running(launch->launch(0))}).ok());
+  ASSERT_TRUE(Result(*manager_, launch->launch(0)).ok());
   writer_->Flush();
 
   // The exit arrives while the disk fails: it is not acknowledged, so the
@@ -264,6 +284,115 @@ TEST_F(RobustnessTest, ExitIsAcknowledgedOnlyOnceStoredAndACrashBeforeThatLeaves
   for (const v1::Worker& w : manager2.ListWorkers(Caller::Admin())) {
     EXPECT_EQ(w.slots_used(), 0) << w.name();
   }
+}
+
+// ---- a result while the store fails ----
+
+TEST_F(RobustnessTest, ResultReportedWhileWritesFailIsSucceededOnceTheyDo) {
+  const int64_t e = Register("a", 1);
+  const int64_t id = Submit(1);
+  auto launch = Beat("a", e);
+  ASSERT_TRUE(Beat("a", e, {Running(launch->launch(0))}).ok());
+  ASSERT_NO_FATAL_FAILURE(JoinAll(id, 1, 1));
+  ASSERT_TRUE(writer_->Flush());
+
+  // The disk fills: the result is taken into memory and acknowledged, so the
+  // rank exits; its exit is decided at once but not acknowledged to the
+  // worker until it is stored.
+  flaky_->fail_state = true;
+  ASSERT_TRUE(Result(*manager_, launch->launch(0)).ok());
+  auto unacked = Beat("a", e, {Exited(launch->launch(0), 0)});
+  ASSERT_TRUE(unacked.ok());
+  EXPECT_EQ(unacked->acknowledged_exits_size(), 0);
+  EXPECT_FALSE(manager_->StoreHealthy());
+  auto stored = store_->GetJob(id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state, v1::JOB_STATE_RUNNING);
+
+  // Reads do not lie: they show the coordinator's state, marked not stored,
+  // not the stored RUNNING.
+  v1::Job shown = Get(id);
+  EXPECT_EQ(shown.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE(shown.not_stored());
+  auto listed = manager_->ListJobs(Caller::Admin());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_THAT(listed->jobs, SizeIs(1));
+  EXPECT_EQ(listed->jobs[0].state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE(listed->jobs[0].not_stored());
+  EXPECT_EQ(manager_->GetStoreMode(), JobManager::StoreMode::kNotServing);
+
+  // Space again: the kept writes land, in order.
+  flaky_->fail_state = false;
+  ASSERT_TRUE(writer_->Flush(absl::Seconds(20)));
+  stored = store_->GetJob(id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state, v1::JOB_STATE_SUCCEEDED);
+  auto ranks = store_->GetRanks(id, 1);
+  ASSERT_TRUE(ranks.ok());
+  ASSERT_THAT(*ranks, SizeIs(1));
+  EXPECT_TRUE((*ranks)[0].has_result);
+  EXPECT_DOUBLE_EQ((*ranks)[0].test_accuracy, 0.82);
+  shown = Get(id);
+  EXPECT_EQ(shown.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_FALSE(shown.not_stored());
+  EXPECT_EQ(manager_->GetStoreMode(), JobManager::StoreMode::kServing);
+  EXPECT_EQ(Beat("a", e, {Exited(launch->launch(0), 0)})->acknowledged_exits_size(), 1);
+}
+
+TEST_F(RobustnessTest, ResultLostWithTheCoordinatorRestartsTheJobFromItsCheckpoint) {
+  const int64_t e = Register("a", 1);
+  const int64_t id = Submit(1);  // max_restarts 0: the requeue is not a restart
+  auto launch = Beat("a", e);
+  ASSERT_TRUE(Beat("a", e, {Running(launch->launch(0))}).ok());
+  ASSERT_NO_FATAL_FAILURE(JoinAll(id, 1, 1));
+  ASSERT_TRUE(writer_->Flush());
+
+  flaky_->fail_state = true;
+  ASSERT_TRUE(Result(*manager_, launch->launch(0)).ok());
+  ASSERT_EQ(Beat("a", e, {Exited(launch->launch(0), 0)})->acknowledged_exits_size(), 0);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+
+  // The coordinator dies before the store takes the writes; a new one
+  // recovers from the file, which still says RUNNING without a result.
+  auto reopened = SqliteStore::Open(db_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  std::unique_ptr<SqliteStore> store2 = std::move(*reopened);
+  StoreWriter writer2(store2.get());
+  JobManager manager2(store2.get(), &writer2, &clock_, options_);
+  ASSERT_TRUE(manager2.Recover().ok());
+  v1::HeartbeatRequest beat;
+  beat.set_name("a");
+  beat.set_epoch(e);
+  *beat.add_ranks() = Exited(launch->launch(0), 0);
+  auto acked = manager2.Heartbeat(beat);
+  ASSERT_TRUE(acked.ok()) << acked.status();
+  EXPECT_EQ(acked->acknowledged_exits_size(), 1);
+
+  // Neither SUCCEEDED without the result nor FAILED: attempt 2 resumes from
+  // the checkpoint, not counted as a restart.
+  auto job = manager2.GetJob(Caller::Admin(), id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->attempt(), 2);
+  EXPECT_TRUE(job->state() == v1::JOB_STATE_SCHEDULED ||
+              job->state() == v1::JOB_STATE_QUEUED)
+      << v1::JobState_Name(job->state());
+  bool named = false;
+  for (const v1::JobEvent& ev : job->events()) {
+    named |= absl::StrContains(ev.reason(),
+                               "result was lost with the previous "
+                               "coordinator");
+  }
+  EXPECT_TRUE(named) << job->DebugString();
+  ASSERT_TRUE(writer2.Flush());
+  auto again = manager2.Heartbeat(beat);
+  ASSERT_TRUE(again.ok());
+  v1::HeartbeatRequest next;
+  next.set_name("a");
+  next.set_epoch(e);
+  auto orders = manager2.Heartbeat(next);
+  ASSERT_TRUE(orders.ok());
+  ASSERT_EQ(orders->launch_size(), 1);
+  EXPECT_EQ(orders->launch(0).attempt(), 2);
 }
 
 // ---- drain and preemption ----

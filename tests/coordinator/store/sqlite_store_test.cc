@@ -926,6 +926,33 @@ TEST_F(SqliteStoreFileTest, SecondConnectionSeesCommittedWrites) {
   EXPECT_EQ(job->name, "shared");
 }
 
+TEST_F(SqliteStoreFileTest, VersionElevenDatabaseKeepsItsJobsAndGainsTheShedCounts) {
+  int64_t id = 0;
+  {
+    SqliteStore::Options v11;
+    v11.migrate_to_version = 11;
+    auto old = SqliteStore::Open(DbPath(), v11);
+    ASSERT_THAT(old, IsOk());
+    JobRecord job;
+    job.name = "before";
+    job.spec.set_world_size(1);
+    auto created = (*old)->CreateJob(job);
+    ASSERT_THAT(created, IsOk());
+    id = *created;
+  }
+  auto store = SqliteStore::Open(DbPath());
+  ASSERT_THAT(store, IsOk());
+  EXPECT_EQ(*(*store)->SchemaVersion(), 12);
+  auto job = (*store)->GetJob(id);
+  ASSERT_THAT(job, IsOk());
+  EXPECT_EQ(job->metrics_not_stored, 0);
+  job->metrics_not_stored = 1234;
+  job->log_lines_not_stored = 56;
+  ASSERT_THAT((*store)->UpdateJob(*job), IsOk());
+  EXPECT_EQ((*store)->GetJob(id)->metrics_not_stored, 1234);
+  EXPECT_EQ((*store)->GetJob(id)->log_lines_not_stored, 56);
+}
+
 TEST_F(SqliteStoreFileTest, VersionTenDatabaseGainsTheSlurmAllocationsTable) {
   {
     SqliteStore::Options v10;
@@ -938,7 +965,7 @@ TEST_F(SqliteStoreFileTest, VersionTenDatabaseGainsTheSlurmAllocationsTable) {
   {
     auto store = SqliteStore::Open(DbPath());
     ASSERT_THAT(store, IsOk());
-    EXPECT_EQ(*(*store)->SchemaVersion(), 11);
+    EXPECT_EQ(*(*store)->SchemaVersion(), SqliteStore::kSchemaVersion);
     ASSERT_THAT((*store)->PutSlurmAllocation(Allocation("99", 5)), IsOk());
     EXPECT_EQ(*(*store)->SynchronousLevel(), 2) << "allocations commit fully synced";
   }

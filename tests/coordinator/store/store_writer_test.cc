@@ -7,10 +7,12 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "coordinator/store/sqlite_store.h"
 #include "coordinator/store/store_wrapper.h"
 #include "gtest/gtest.h"
@@ -42,6 +44,16 @@ class FullableStore final : public StoreWrapper {
   absl::Status AppendMetrics(const std::vector<MetricRow>& rows) override {
     return full ? Full() : StoreWrapper::AppendMetrics(rows);
   }
+  // The file system's free space as the reserve sees it.
+  absl::StatusOr<DiskSpace> GetDiskSpace() override {
+    return DiskSpace{free_bytes.load(), int64_t{1} << 30};
+  }
+  absl::Status CompactJournal() override {
+    ++compactions;
+    return absl::OkStatus();
+  }
+  std::atomic<int64_t> free_bytes{int64_t{1} << 30};
+  std::atomic<int> compactions{0};
 
  private:
   static absl::Status Full() {
@@ -209,6 +221,82 @@ TEST_F(StoreWriterTest, MetricsFailBackWhileTheDiskIsFull) {
   ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
   EXPECT_EQ(writer_->backlog(), 0u) << "a failed metric batch was kept";
+}
+
+// The reserve: below it metric batches are acknowledged, counted per job and
+// not stored, while state writes go on.
+TEST_F(StoreWriterTest, BelowTheReserveMetricsAreShedAndCountedWhileStateIsStored) {
+  MakeWriter({.reserve_bytes = 64 * 1024});
+  const int64_t id = CreateJob();
+  store_->free_bytes = 10 * 1024;
+  absl::Notification answered;
+  absl::Status status = absl::UnknownError("not answered");
+  writer_->AppendMetrics({MetricRow{id, 1, 0, 5, "loss", 1.0, 0},
+                          MetricRow{id, 1, 0, 5, "accuracy", 0.5, 0}},
+                         [&](absl::Status s) {
+                           status = s;
+                           answered.Notify();
+                         });
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(status.ok()) << status;
+  JobRecord job = *store_->GetJob(id);
+  job.state = v1::JOB_STATE_SCHEDULED;
+  job.reason = "placed";
+  writer_->UpdateJob(job);
+  ASSERT_TRUE(writer_->Flush());
+  EXPECT_EQ(store_->GetJob(id)->state, v1::JOB_STATE_SCHEDULED);
+  EXPECT_TRUE(store_->QueryMetrics(MetricQuery{.job_id = id})->empty());
+  EXPECT_EQ(writer_->TakeShed(id).metric_rows, 2);
+  EXPECT_EQ(writer_->TakeShed(id).metric_rows, 0);
+  EXPECT_TRUE(writer_->shedding());
+  EXPECT_TRUE(writer_->healthy());
+  EXPECT_GT(store_->compactions.load(), 0);
+
+  // Space again (the check is cached for 250 ms): stored, not shed.
+  store_->free_bytes = int64_t{1} << 30;
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(writer_->BelowReserve());
+  EXPECT_FALSE(writer_->shedding());
+  writer_->AppendMetrics({MetricRow{id, 1, 0, 6, "loss", 0.9, 0}});
+  ASSERT_TRUE(writer_->Flush());
+  EXPECT_EQ(store_->QueryMetrics(MetricQuery{.job_id = id})->size(), 1u);
+  EXPECT_EQ(writer_->TakeShed(id).metric_rows, 0);
+}
+
+TEST_F(StoreWriterTest, MetricsOnAFullDiskAreShedWhenAReserveIsSet) {
+  MakeWriter({.reserve_bytes = 64 * 1024});
+  const int64_t id = CreateJob();
+  store_->full = true;  // filled between two space checks
+  absl::Notification answered;
+  absl::Status status = absl::UnknownError("not answered");
+  writer_->AppendMetrics({MetricRow{id, 1, 0, 5, "loss", 1.0, 0}}, [&](absl::Status s) {
+    status = s;
+    answered.Notify();
+  });
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(writer_->TakeShed(id).metric_rows, 1);
+}
+
+TEST_F(StoreWriterTest, JobsWithStateWritesKeptForRetryAreNamedUnstored) {
+  MakeWriter();
+  const int64_t id = CreateJob();
+  const int64_t other = CreateJob();
+  EXPECT_TRUE(writer_->UnstoredJobs().empty());
+  store_->full = true;
+  JobRecord job = *store_->GetJob(id);
+  job.state = v1::JOB_STATE_SCHEDULED;
+  writer_->UpdateJob(job);
+  EXPECT_EQ(writer_->UnstoredJobs(), std::set<int64_t>{id});  // queued
+  writer_->Flush(absl::Milliseconds(500));  // the barrier passes the kept write
+  EXPECT_FALSE(writer_->healthy());
+  EXPECT_EQ(writer_->UnstoredJobs(), std::set<int64_t>{id});  // kept for retry
+  EXPECT_FALSE(writer_->UnstoredJobs().contains(other));
+  store_->full = false;
+  // A barrier queued now is applied after the kept write.
+  ASSERT_TRUE(writer_->Flush(absl::Seconds(20)));
+  EXPECT_TRUE(writer_->UnstoredJobs().empty());
+  EXPECT_EQ(store_->GetJob(id)->state, v1::JOB_STATE_SCHEDULED);
 }
 
 }  // namespace

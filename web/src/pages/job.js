@@ -111,7 +111,8 @@ export function mountJob(root, { id }, ctx) {
     const state = stateName(job.state);
     if (badgeSlot.dataset.state !== state) {
       badgeSlot.dataset.state = state;
-      setChildren(badgeSlot, stateBadge(job.state));
+      setChildren(badgeSlot, stateBadge(job.state),
+        job.not_stored ? h('span', { class: 'muted' }, ' not yet stored') : null);
     }
     const reason = [job.reason, job.pending_reason && `pending: ${job.pending_reason}`]
       .filter(Boolean).join(' · ');
@@ -134,6 +135,12 @@ export function mountJob(root, { id }, ctx) {
       job.owner ? ['Owner', job.owner] : null,
       job.slurm_allocation ? ['Slurm', `allocation ${job.slurm_allocation}`] : null,
       num(job.preemptions) ? ['Preempted', `${num(job.preemptions)} (not counted as restarts)`] : null,
+      job.not_stored
+        ? ['Stored', 'not yet: the database is failing writes; this is the coordinator\'s current state']
+        : null,
+      num(job.metrics_not_stored) || num(job.log_lines_not_stored)
+        ? ['Not stored', `${num(job.metrics_not_stored)} metric rows, ${num(job.log_lines_not_stored)} log lines (the database's disk was below its reserve)`]
+        : null,
       ['Model', `${tr.model || '–'} · ${tr.dataset || '–'}`],
       ['Batch', `${num(tr.batch_size)}/rank`],
       ['Created', h('span', { title: fmtTime(created) }, fmtShortTime(created))],
