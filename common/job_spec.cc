@@ -622,7 +622,7 @@ void CheckTrainerChoices(const tessera::v1::TrainerConfig& t,
   CheckFraction("trainer.label_smoothing", t.label_smoothing(), false, errors);
   CheckFraction("trainer.dropout", t.dropout(), false, errors);
   CheckFraction("trainer.weak_fraction", t.weak_fraction(), true, errors);
-  CheckOneOf("trainer.optimizer", t.optimizer(), {"adamw", "sgd"}, errors);
+  CheckOneOf("trainer.optimizer", t.optimizer(), {"adamw", "sgd", "lamb"}, errors);
   CheckOneOf("trainer.precision", t.precision(), {"fp32", "bf16", "fp16"}, errors);
   CheckOneOf("trainer.scaling", t.scaling(), {"strong", "weak"}, errors);
   CheckOneOf("trainer.device", t.device(), {"auto", "cpu", "cuda"}, errors);

@@ -2,55 +2,24 @@
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <cmath>
 #include <cstdint>
 #include <map>
-#include <memory>
-#include <sstream>
-#include <string>
-#include <tuple>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
-#define TESSERA_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) ||          \
-   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+#include "worker/trainer/fused_optimizer.h"
+#include "worker/trainer/torch_version.h"
 
 namespace tessera::trainer {
 namespace {
 
-// Whether the gradient fits its parameter (device, dtype, shape, dense), as
-// every path but the stock one assumes.
-bool GradientMatches(const torch::Tensor& p) {
-  const torch::Tensor& grad = p.grad();
-  return !p.is_sparse() && !grad.is_sparse() && grad.device() == p.device() &&
-         grad.scalar_type() == p.scalar_type() && grad.sizes() == p.sizes() &&
-         at::isFloatingType(p.scalar_type());
-}
-
-bool CpuLoopTakes(const torch::Tensor& p) {
-  return p.device().is_cpu() && p.scalar_type() == torch::kFloat && p.is_contiguous() &&
-         p.grad().is_contiguous();
-}
-
-// The optimizer's state map is keyed by the parameter's TensorImpl: as a
-// string in LibTorch 1.x, as the pointer itself in later versions. The string
-// is the pointer streamed to an ostream, as 1.x's c10::guts::to_string wrote it
-// (that helper is gone from LibTorch >= 2.2), so the stock step and the
-// optimizer's serialisation find the state this loop creates.
-template <typename Key>
-Key StateKey(const torch::Tensor& p) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream key;
-    key << static_cast<const void*>(p.unsafeGetTensorImpl());
-    return key.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
+using fused_optimizer::CpuLoopTakes;
+using fused_optimizer::GradientMatches;
+using fused_optimizer::KeyOf;
+using fused_optimizer::ListKey;
+using fused_optimizer::TensorLists;
 
 struct Coefficients {
   float decay;  // 1 - lr * weight_decay
@@ -77,24 +46,6 @@ void Update(const Coefficients& c, float* __restrict p, const float* __restrict 
     const float denom = std::sqrt(avg_sq) / c.sqrt_bias2 + c.eps;
     p[i] = param + c.neg_step_size * (avg / denom);
   }
-}
-
-// One multi-tensor call's operands: the parameters of one group on one device
-// with one dtype.
-struct TensorLists {
-  std::vector<torch::Tensor> params;
-  std::vector<torch::Tensor> grads;
-  std::vector<torch::Tensor> exp_avgs;
-  std::vector<torch::Tensor> exp_avg_sqs;
-  std::vector<int64_t> steps;         // each parameter's step count, advanced
-  std::vector<torch::Tensor> counts;  // kFused: the same on the device
-};
-
-using ListKey = std::tuple<int, int, int>;  // device type, index, dtype
-
-ListKey KeyOf(const torch::Tensor& p) {
-  return {static_cast<int>(p.device().type()), static_cast<int>(p.device().index()),
-          static_cast<int>(p.scalar_type())};
 }
 
 // torch::optim::AdamW's step, op for op, over lists: p *= 1 - lr * wd;
@@ -164,17 +115,6 @@ void CpuLoopUpdate(const torch::Tensor& p, torch::optim::AdamWParamState& state,
   });
 }
 
-// Adds a parameter of the kFused or kForeach path to its call's operands
-// (all but its device step count, which only kFused takes).
-void AppendToLists(TensorLists& lists, const torch::Tensor& p,
-                   torch::optim::AdamWParamState& state) {
-  lists.params.push_back(p);
-  lists.grads.push_back(p.grad());
-  lists.exp_avgs.push_back(state.exp_avg());
-  lists.exp_avg_sqs.push_back(state.exp_avg_sq());
-  lists.steps.push_back(state.step());
-}
-
 }  // namespace
 
 bool FusedAdamW::HasFusedKernel(c10::DeviceType device) {
@@ -225,17 +165,7 @@ torch::Tensor FusedAdamW::StepTensorFor(const torch::Tensor& p, int64_t step,
 }
 
 torch::optim::AdamWParamState& FusedAdamW::StateFor(const torch::Tensor& p) {
-  using StateMap = std::decay_t<decltype(state_)>;
-  const auto key = StateKey<StateMap::key_type>(p);
-  auto found = state_.find(key);
-  if (found == state_.end()) {
-    auto state = std::make_unique<torch::optim::AdamWParamState>();
-    state->step(0);
-    state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    found = state_.emplace(key, std::move(state)).first;
-  }
-  return static_cast<torch::optim::AdamWParamState&>(*found->second);
+  return fused_optimizer::FindOrCreateState<torch::optim::AdamWParamState>(state_, p);
 }
 
 torch::Tensor FusedAdamW::step(LossClosure closure) {
@@ -272,7 +202,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       }
       TensorLists& lists =
           (path == AdamWPath::kFused ? fused_lists : foreach_lists)[KeyOf(p)];
-      AppendToLists(lists, p, state);
+      lists.Append(p, state);
       if (path == AdamWPath::kFused) {
         lists.counts.push_back(StepTensorFor(p, state.step(), to_advance));
       }

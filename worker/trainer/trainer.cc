@@ -34,6 +34,7 @@
 #include "worker/trainer/distributed_sampler.h"
 #include "worker/trainer/fault_injector.h"
 #include "worker/trainer/fused_adamw.h"
+#include "worker/trainer/fused_lamb.h"
 #include "worker/trainer/fused_layers.h"
 #include "worker/trainer/loss_scaler.h"
 #include "worker/trainer/param_hash.h"
@@ -79,8 +80,9 @@ struct Evaluation {
   double loss = 0;
 };
 
-// AdamW or SGD (with momentum) in two groups: weight decay on weight matrices
-// only, not on biases, norms and the class/position tokens.
+// AdamW, SGD (with momentum) or LAMB in two groups: weight decay on weight
+// matrices only, not on biases, norms and the class/position tokens, which LAMB
+// also leaves out of its trust ratio (so they move as with Adam).
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& options,
                                                        VisionTransformer& model) {
   std::vector<torch::Tensor> decayed;
@@ -103,6 +105,18 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& opt
     return std::make_unique<torch::optim::SGD>(
         std::move(groups),
         torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+  }
+  if (options.optimizer == "lamb") {
+    auto lamb = [&](bool with_decay) {
+      return std::make_unique<LambOptions>(
+          LambOptions(options.lr)
+              .weight_decay(with_decay ? options.weight_decay : 0.0)
+              .trust_ratio(with_decay));
+    };
+    groups.emplace_back(decayed, lamb(true));
+    groups.emplace_back(not_decayed, lamb(false));
+    return std::make_unique<FusedLamb>(
+        std::move(groups), LambOptions(options.lr).weight_decay(options.weight_decay));
   }
   auto adamw = [&](double decay) {
     return std::make_unique<torch::optim::AdamWOptions>(
@@ -133,6 +147,11 @@ std::unique_ptr<torch::optim::Optimizer> MakeLayerDecayOptimizer(
                                        torch::optim::SGDOptions(options.lr * g.lr_scale)
                                            .momentum(options.momentum)
                                            .weight_decay(decay)));
+    } else if (options.optimizer == "lamb") {
+      groups.emplace_back(
+          tensors, std::make_unique<LambOptions>(LambOptions(options.lr * g.lr_scale)
+                                                     .weight_decay(decay)
+                                                     .trust_ratio(g.weight_decay)));
     } else {
       groups.emplace_back(
           tensors,
@@ -146,6 +165,10 @@ std::unique_ptr<torch::optim::Optimizer> MakeLayerDecayOptimizer(
     return std::make_unique<torch::optim::SGD>(
         std::move(groups),
         torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+  }
+  if (options.optimizer == "lamb") {
+    return std::make_unique<FusedLamb>(
+        std::move(groups), LambOptions(options.lr).weight_decay(options.weight_decay));
   }
   return std::make_unique<FusedAdamW>(
       std::move(groups),

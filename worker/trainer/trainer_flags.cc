@@ -82,7 +82,7 @@ void DeclareRunFlags(ConfigFlags& config, TrainerOptions& t) {
 // The optimizer, its schedule and the arithmetic.
 void DeclareOptimizationFlags(ConfigFlags& config, TrainerOptions& t) {
   config("weight-decay", t.weight_decay, "weight decay (decoupled for AdamW)");
-  config("optimizer", t.optimizer, "adamw | sgd");
+  config("optimizer", t.optimizer, "adamw | sgd | lamb (large batches)");
   config("momentum", t.momentum, "SGD momentum");
   config("warmup-steps", t.warmup_steps, "linear warmup steps (-1: 5% of the run)");
   config("label-smoothing", t.label_smoothing, "cross-entropy label smoothing in [0, 1)");

@@ -93,7 +93,7 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight-decay must be a non-negative number, got ", o.weight_decay));
   }
-  RETURN_IF_ERROR(CheckOneOf("optimizer", o.optimizer, {"adamw", "sgd"}));
+  RETURN_IF_ERROR(CheckOneOf("optimizer", o.optimizer, {"adamw", "sgd", "lamb"}));
   RETURN_IF_ERROR(CheckOneOf("precision", o.precision, {"fp32", "bf16", "fp16"}));
   RETURN_IF_ERROR(CheckOneOf("scaling", o.scaling, {"strong", "weak"}));
   RETURN_IF_ERROR(CheckOneOf("device", o.device, {"auto", "cpu", "cuda"}));

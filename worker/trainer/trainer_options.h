@@ -34,7 +34,7 @@ struct TrainerOptions {
   int64_t seed = 0;                 // init, shuffling and synthetic data
   int32_t threads = 1;              // intra-op threads; 0: the trainer default (1)
   double weight_decay = 0.05;       // AdamW decoupled weight decay
-  std::string optimizer = "adamw";  // "adamw" | "sgd"
+  std::string optimizer = "adamw";  // "adamw" | "sgd" | "lamb"
   double momentum = 0.9;            // SGD momentum
   int64_t warmup_steps = -1;        // linear warmup steps; -1: 5% of the run
   double label_smoothing = 0.0;     // in [0, 1)
