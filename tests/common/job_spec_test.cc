@@ -388,7 +388,7 @@ trainer:
   dataset: synthetic
   batch_size: 8
   epochs: 1
-  optimizer: lamb
+  optimizer: adagrad
   precision: fp8
   label_smoothing: 1.5
   resume: true
@@ -396,8 +396,9 @@ trainer:
                                            SpecLimits{})
                        .status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(),
-              HasSubstr("trainer.optimizer: must be one of adamw, sgd; got 'lamb'"));
+  EXPECT_THAT(
+      s.message(),
+      HasSubstr("trainer.optimizer: must be one of adamw, sgd, lamb; got 'adagrad'"));
   EXPECT_THAT(s.message(), HasSubstr("trainer.precision"));
   EXPECT_THAT(s.message(), HasSubstr("trainer.label_smoothing: must be in [0, 1)"));
   EXPECT_THAT(s.message(), HasSubstr("trainer.resume: needs trainer.checkpoint_dir"));
