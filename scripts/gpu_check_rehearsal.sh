@@ -4,7 +4,8 @@
 # non-free nvidia-cuda-toolkit, NCCL from libnccl-dev, and trixie's LibTorch 2.6
 # with CUDA, fetched with apt-get download and unpacked with dpkg -x as in
 # scripts/lane-cuda.sh; but no abseil, CLI11, GoogleTest, nlohmann-json,
-# libjpeg-turbo or libspng development files), it runs
+# libjpeg-turbo, libspng or Gloo development files: pip's LibTorch ships no
+# Gloo headers either), it runs
 #
 #   unshare -n chroot ROOT .../gpu_check.sh --rehearse --deps /deps
 #
@@ -46,12 +47,15 @@ lane_mount --bind "$LANE_DIR/debs" "$LANE_ROOT/opt/debs"
 lane_mount --bind "$DEPS" "$LANE_ROOT/deps"
 mount -o remount,bind,ro "$LANE_ROOT/deps"
 
-torch_deps="$(lane_torch_cuda_deps)"
-# libgloo-cuda-dev: the gloo headers that LibTorch's ProcessGroupGloo.hpp
-# includes; pip's torch ships them in torch/include, Debian in this package.
+# Without Gloo's headers, as pip's LibTorch comes (its ProcessGroupGloo.hpp
+# includes them, and the wheel ships none): the build must leave the gloo
+# backend out by itself. Debian's LibTorch depends on libgloo-cuda-dev, so it
+# is filtered out here and removed from a root that has it from an earlier run.
+torch_deps="$(lane_torch_cuda_deps | tr ' ' '\n' | grep -Ev '^libgloo.*-dev$' | tr '\n' ' ')"
 # shellcheck disable=SC2086
-lane_install g++ cmake ninja-build python3 binutils nvidia-cuda-toolkit libnccl-dev \
-  libgloo-cuda-dev $torch_deps
+lane_install g++ cmake ninja-build python3 binutils nvidia-cuda-toolkit libnccl-dev $torch_deps
+lane_chroot "dpkg-query -W -f '\${Package}\n' 'libgloo*-dev' 2>/dev/null |
+  xargs -r dpkg --purge --force-depends >/dev/null"
 
 lane_torch_cuda_unpack
 
@@ -60,7 +64,8 @@ present="$(lane_chroot "dpkg-query -W -f '\${Package} \${Status}\n'" |
   awk '$NF == "installed" { print $1 }' | grep -E "$FORBIDDEN" || true)"
 [ -z "$present" ] || lane_die "the root has $(tr '\n' ' ' <<<"$present")installed; a GPU machine has not"
 for f in usr/lib/x86_64-linux-gnu/cmake/absl usr/lib/cmake/GTest usr/lib/x86_64-linux-gnu/cmake/GTest \
-  usr/share/cmake/CLI11 usr/share/cmake/nlohmann_json usr/include/jpeglib.h usr/include/spng.h; do
+  usr/share/cmake/CLI11 usr/share/cmake/nlohmann_json usr/include/jpeglib.h usr/include/spng.h \
+  usr/include/gloo "${EXTRACT#/}/usr/include/gloo"; do
   [ ! -e "$LANE_ROOT/$f" ] || lane_die "the root has /$f; a GPU machine has not"
 done
 
@@ -78,6 +83,9 @@ nice -n 19 unshare -n chroot "$LANE_ROOT" /usr/bin/env -i \
   TESSERA_GPU_CHECK_MISSING_OK='libcuda\.so\.1|libcudnn\.so\.9' \
   /bin/bash /src/scripts/gpu_check.sh --rehearse --deps /deps ||
   lane_die "the rehearsal failed (logs in $LANE_DIR/build: gpu-configure.log, gpu-build.log)"
+
+grep -q 'gloo backend left out' "$LANE_DIR/build/gpu-configure.log" ||
+  lane_die "the build found Gloo headers; the rehearsal must build without them, as pip's LibTorch does"
 
 # What a device run carries: the working tree git does not ignore, and DIR.
 tree_bytes="$(cd "$LANE_REPO" && git ls-files -z -c -o --exclude-standard |

@@ -12,7 +12,6 @@
 #include <optional>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <utility>
 #include <vector>
 
@@ -26,13 +25,9 @@
 #include "worker/trainer/collective_timeout.h"
 #include "worker/trainer/net_util.h"
 #include "worker/trainer/pending_collective_tracker.h"
+#include "worker/trainer/rendezvous_store_internal.h"
 
 namespace tessera::trainer {
-
-struct GlooStore::Impl {
-  c10::intrusive_ptr<c10d::TCPStore> store;
-  std::string host;
-};
 
 // Receive buffers of the pairwise exchange, kept by (dtype, element count) so
 // that the same gradient buckets reuse the same memory every step instead of
@@ -187,26 +182,6 @@ struct GlooCommunicator::Impl {
 
 namespace {
 
-std::chrono::milliseconds ToChrono(absl::Duration d) {
-  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
-}
-
-// c10d and Gloo signal every failure with an exception whose text is the only
-// classification available.
-absl::Status FromException(const std::exception& e, const std::string& what) {
-  const std::string message = e.what();
-  const std::string lower = absl::AsciiStrToLower(message);
-  const std::string text = absl::StrCat(what, ": ", message);
-  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
-    return absl::DeadlineExceededError(text);
-  }
-  if (absl::StrContains(lower, "connection") || absl::StrContains(lower, "peer") ||
-      absl::StrContains(lower, "socket") || absl::StrContains(lower, "refused")) {
-    return absl::UnavailableError(text);
-  }
-  return absl::InternalError(text);
-}
-
 absl::Status CheckCollectiveTensor(const at::Tensor& tensor) {
   if (!tensor.defined()) return absl::InvalidArgumentError("undefined tensor");
   if (!tensor.device().is_cpu()) {
@@ -223,89 +198,10 @@ absl::Status CheckCollectiveTensor(const at::Tensor& tensor) {
   return absl::OkStatus();
 }
 
-// LibTorch >= 2.4 asks for the libuv store backend by default, and a LibTorch
-// built without libuv (Debian's 2.6) then throws from the TCPStore
-// constructor. The classic backend is in every build.
-void UseClassicStoreBackend(c10d::TCPStoreOptions& options) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
-  options.useLibUV = false;
-#else
-  (void)options;  // no libuv backend before 2.2
-#endif
-}
-
 }  // namespace
 
-GlooStore::GlooStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-GlooStore::~GlooStore() = default;
-
-absl::StatusOr<std::unique_ptr<GlooStore>> GlooStore::Host(
-    const std::string& advertise_host, int port, absl::Duration timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(port);
-  options.isServer = true;
-  // Other ranks learn the address only after the coordinator answers, so the
-  // server must not wait for them here.
-  options.numWorkers = c10::nullopt;
-  options.waitWorkers = false;
-  options.timeout = ToChrono(timeout);
-  UseClassicStoreBackend(options);
-  try {
-    auto impl = std::make_unique<Impl>();
-    impl->store = c10::make_intrusive<c10d::TCPStore>(advertise_host, options);
-    impl->host = advertise_host;
-    if (impl->store->getPort() == 0) {
-      return absl::InternalError("TCPStore did not report the port it bound");
-    }
-    return std::unique_ptr<GlooStore>(new GlooStore(std::move(impl)));
-  } catch (const std::exception& e) {
-    return FromException(e, absl::StrCat("hosting a TCPStore on port ", port));
-  }
-}
-
-absl::StatusOr<std::unique_ptr<GlooStore>> GlooStore::Connect(const std::string& host,
-                                                              int port,
-                                                              absl::Duration timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(port);
-  options.isServer = false;
-  options.timeout = ToChrono(timeout);
-  UseClassicStoreBackend(options);
-  try {
-    auto impl = std::make_unique<Impl>();
-    impl->store = c10::make_intrusive<c10d::TCPStore>(host, options);
-    impl->host = host;
-    return std::unique_ptr<GlooStore>(new GlooStore(std::move(impl)));
-  } catch (const std::exception& e) {
-    return FromException(
-        e, absl::StrCat("connecting to the TCPStore at ", FormatHostPort(host, port)));
-  }
-}
-
-int GlooStore::port() const { return impl_->store->getPort(); }
-
-absl::Status GlooStore::Set(const std::string& key, const std::string& value) {
-  try {
-    impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
-    return absl::OkStatus();
-  } catch (const std::exception& e) {
-    return FromException(e, absl::StrCat("setting store key ", key));
-  }
-}
-
-absl::StatusOr<std::string> GlooStore::Get(const std::string& key) {
-  try {
-    const std::vector<uint8_t> value = impl_->store->get(key);
-    return std::string(value.begin(), value.end());
-  } catch (const std::exception& e) {
-    return FromException(e, absl::StrCat("getting store key ", key));
-  }
-}
-
-std::string GlooStore::address() const { return FormatHostPort(impl_->host, port()); }
-
 GlooCommunicator::GlooCommunicator(int rank, int world_size,
-                                   std::unique_ptr<GlooStore> store,
+                                   std::unique_ptr<RendezvousStore> store,
                                    std::unique_ptr<Impl> impl)
     : rank_(rank),
       world_size_(world_size),
@@ -339,7 +235,7 @@ std::optional<std::string> GlooCommunicator::abort_reason() const {
 }
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
-    std::unique_ptr<GlooStore> store, int rank, int world_size,
+    std::unique_ptr<RendezvousStore> store, int rank, int world_size,
     const GlooOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("no store");
   if (world_size < 1 || rank < 0 || rank >= world_size) {
@@ -371,8 +267,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(rank, world_size, std::move(store), std::move(impl)));
   } catch (const std::exception& e) {
-    return FromException(e, absl::StrCat("joining the Gloo group as rank ", rank, " of ",
-                                         world_size, " via ", options.local_address));
+    return C10dErrorToStatus(
+        e, absl::StrCat("joining the Gloo group as rank ", rank, " of ", world_size,
+                        " via ", options.local_address));
   }
 }
 
@@ -389,7 +286,7 @@ class PendingGlooWork final : public PendingCollective {
       work_->wait();
       return tracked_->Finish(absl::OkStatus());
     } catch (const std::exception& e) {
-      return tracked_->Finish(FromException(e, "Gloo all-reduce"));
+      return tracked_->Finish(C10dErrorToStatus(e, "Gloo all-reduce"));
     }
   }
 
@@ -438,7 +335,7 @@ class PendingExchange final : public PendingCollective {
         status_ = absl::AbortedError("Gloo all-reduce (pairwise exchange) was aborted");
       }
     } catch (const std::exception& e) {
-      status_ = FromException(e, "Gloo all-reduce (pairwise exchange)");
+      status_ = C10dErrorToStatus(e, "Gloo all-reduce (pairwise exchange)");
     }
     status_ = tracked_->Finish(std::move(status_));
     return status_;
@@ -479,7 +376,7 @@ std::unique_ptr<PendingCollective> GlooCommunicator::StartAllReduceSum(at::Tenso
                                                impl_->scratch, std::move(tracked));
     } catch (const std::exception& e) {
       return FinishedCollective(
-          tracked->Finish(FromException(e, "Gloo all-reduce (pairwise exchange)")));
+          tracked->Finish(C10dErrorToStatus(e, "Gloo all-reduce (pairwise exchange)")));
     }
   }
   try {
@@ -489,7 +386,7 @@ std::unique_ptr<PendingCollective> GlooCommunicator::StartAllReduceSum(at::Tenso
     return std::make_unique<PendingGlooWork>(impl_->group->allreduce(tensors, options),
                                              std::move(tracked));
   } catch (const std::exception& e) {
-    return FinishedCollective(tracked->Finish(FromException(e, "Gloo all-reduce")));
+    return FinishedCollective(tracked->Finish(C10dErrorToStatus(e, "Gloo all-reduce")));
   }
 }
 
@@ -515,7 +412,7 @@ absl::Status GlooCommunicator::Broadcast(at::Tensor& tensor, int root) {
     impl_->group->broadcast(tensors, options)->wait();
     return tracked.Finish(absl::OkStatus());
   } catch (const std::exception& e) {
-    return tracked.Finish(FromException(e, "Gloo broadcast"));
+    return tracked.Finish(C10dErrorToStatus(e, "Gloo broadcast"));
   }
 }
 
@@ -527,7 +424,7 @@ absl::Status GlooCommunicator::Barrier() {
     impl_->group->barrier()->wait();
     return tracked.Finish(absl::OkStatus());
   } catch (const std::exception& e) {
-    return tracked.Finish(FromException(e, "Gloo barrier"));
+    return tracked.Finish(C10dErrorToStatus(e, "Gloo barrier"));
   }
 }
 

@@ -1,11 +1,9 @@
-// Communicator over Gloo (c10d::ProcessGroupGloo), for CPU ranks, and the c10d
-// TCPStore the ranks meet through.
+// Communicator over Gloo (c10d::ProcessGroupGloo), for CPU ranks.
 //
-// Bootstrap: rank 0 hosts a GlooStore (port 0 lets the kernel choose; port()
-// reports the bound port) and advertises its address() through the coordinator;
-// the other ranks Connect to that address. Each rank then hands its store to
-// GlooCommunicator::Create, which connects the full Gloo mesh over the device
-// bound to `local_address` and returns once every rank has done the same.
+// Bootstrap: the ranks meet through a RendezvousStore (rendezvous_store.h).
+// Each rank hands its store to GlooCommunicator::Create, which connects the full Gloo
+// mesh over the device bound to `local_address` and returns once every rank has done the
+// same.
 //
 // c10d types stay in the .cc (pimpl) so this header is cheap to include. c10d
 // reports failures with exceptions; every one is caught here and returned as a
@@ -23,7 +21,10 @@
 // aborts the communicator the same way, with a reason naming the collective.
 // Either way on_collective_failure is called once.
 //
-// Thread-safety: as Communicator; a GlooStore is used by one thread at a time.
+// Only in builds whose LibTorch has Gloo's headers (TESSERA_HAVE_GLOO; pip's
+// wheels ship none): process_group.cc asks GlooBackendAvailable() first.
+//
+// Thread-safety: as Communicator.
 #ifndef TESSERA_WORKER_TRAINER_GLOO_COMMUNICATOR_H_
 #define TESSERA_WORKER_TRAINER_GLOO_COMMUNICATOR_H_
 
@@ -35,44 +36,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/trainer/communicator.h"
+#include "worker/trainer/rendezvous_store.h"
 
 namespace tessera::trainer {
-
-// A c10d TCPStore client, plus the server when this process hosts it.
-class GlooStore {
- public:
-  // Starts a store server listening on all interfaces at `port` (0: any free
-  // port) and connects to it. `advertise_host` is the address other ranks use to
-  // reach this machine; address() returns it with the bound port.
-  static absl::StatusOr<std::unique_ptr<GlooStore>> Host(
-      const std::string& advertise_host, int port, absl::Duration timeout);
-
-  // Connects to a store at host:port, retrying until `timeout`.
-  static absl::StatusOr<std::unique_ptr<GlooStore>> Connect(const std::string& host,
-                                                            int port,
-                                                            absl::Duration timeout);
-
-  ~GlooStore();
-  GlooStore(const GlooStore&) = delete;
-  GlooStore& operator=(const GlooStore&) = delete;
-
-  // The port the store listens on (for a hosted store, the one actually bound).
-  int port() const;
-  // "host:port" of the store.
-  std::string address() const;
-
-  // Sets `key` to `value` in the store (e.g. rank 0 publishing an NCCL id).
-  absl::Status Set(const std::string& key, const std::string& value);
-  // The value of `key`, waiting up to the store's timeout for some rank to set it.
-  absl::StatusOr<std::string> Get(const std::string& key);
-
- private:
-  struct Impl;  // Holds the c10d store; defined in the .cc.
-  explicit GlooStore(std::unique_ptr<Impl> impl);
-
-  friend class GlooCommunicator;
-  std::unique_ptr<Impl> impl_;
-};
 
 struct GlooOptions {
   // Address of the local interface the Gloo device binds to; peers connect to
@@ -110,7 +76,7 @@ class GlooCommunicator final : public Communicator {
   // communicator keeps (rank 0's store must outlive the others' connections).
   // Blocks until every rank has joined or options.timeout has passed.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
-      std::unique_ptr<GlooStore> store, int rank, int world_size,
+      std::unique_ptr<RendezvousStore> store, int rank, int world_size,
       const GlooOptions& options);
 
   ~GlooCommunicator() override;
@@ -138,12 +104,12 @@ class GlooCommunicator final : public Communicator {
   // Queued on the group's worker threads; several may be in flight at once.
   std::unique_ptr<PendingCollective> StartAllReduceSum(at::Tensor& tensor,
                                                        int bucket) override;
-  GlooCommunicator(int rank, int world_size, std::unique_ptr<GlooStore> store,
+  GlooCommunicator(int rank, int world_size, std::unique_ptr<RendezvousStore> store,
                    std::unique_ptr<Impl> impl);
 
   const int rank_;
   const int world_size_;
-  std::unique_ptr<GlooStore> store_;
+  std::unique_ptr<RendezvousStore> store_;
   std::unique_ptr<Impl> impl_;  // Declared after store_: destroyed first.
 };
 

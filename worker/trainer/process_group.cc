@@ -7,8 +7,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/trainer/gloo_communicator.h"
 #include "worker/trainer/net_util.h"
+#include "worker/trainer/rendezvous_store.h"
+
+#if TESSERA_HAVE_GLOO
+#include "worker/trainer/gloo_communicator.h"
+#endif
 
 #if TESSERA_NCCL_TENSORS
 #include "worker/trainer/nccl_communicator.h"
@@ -21,8 +25,17 @@ namespace {
 // The static store key under which rank 0 publishes the NCCL unique id.
 constexpr char kNcclIdKey[] = "tessera/nccl_unique_id";
 
-absl::Status CheckBackend(const ProcessGroupOptions& options) {
-  if (options.backend == "gloo") return absl::OkStatus();
+absl::Status CheckBackend(const ProcessGroupOptions& options, int world_size) {
+  if (options.backend == "gloo") {
+    // A world of one needs no collective, so no Gloo.
+    if (world_size == 1 || GlooBackendAvailable()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        "the gloo backend (CPU ranks at world size > 1) needs a tessera-train built "
+        "against a LibTorch with Gloo's headers (Debian's libtorch-dev with libgloo-dev; "
+        "pip's wheels ship none): this one was built without; use the nccl backend on "
+        "GPUs, or rebuild with -DTESSERA_GLOO_INCLUDE=DIR naming a folder that holds "
+        "gloo/algorithm.h");
+  }
   if (options.backend != "nccl") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown collective backend \"", options.backend, "\""));
@@ -66,8 +79,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinNccl(
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> JoinGloo(
-    std::unique_ptr<GlooStore> store, const std::string& local_address, int rank,
+    std::unique_ptr<RendezvousStore> store, const std::string& local_address, int rank,
     int world_size, const ProcessGroupOptions& options) {
+#if TESSERA_HAVE_GLOO
   GlooOptions gloo;
   gloo.local_address = local_address;
   gloo.timeout = options.timeout;
@@ -77,6 +91,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinGloo(
   ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> communicator,
                    GlooCommunicator::Create(std::move(store), rank, world_size, gloo));
   return std::unique_ptr<Communicator>(std::move(communicator));
+#else
+  (void)store;
+  (void)local_address;
+  (void)rank;
+  (void)world_size;
+  (void)options;
+  return absl::FailedPreconditionError("built without Gloo");
+#endif
 }
 
 absl::StatusOr<ProcessGroup> JoinViaCoordinator(const LaunchOptions& launch,
@@ -86,13 +108,13 @@ absl::StatusOr<ProcessGroup> JoinViaCoordinator(const LaunchOptions& launch,
   ASSIGN_OR_RETURN(std::string local_address, LocalAddressFor(coordinator_address));
   const bool nccl = options.backend == "nccl";
 
-  std::unique_ptr<GlooStore> store;
+  std::unique_ptr<RendezvousStore> store;
   std::string bootstrap;
   if (launch.rank == 0 && launch.world_size > 1) {
     if (nccl) {
       ASSIGN_OR_RETURN(bootstrap, NewNcclBootstrap());
     } else {
-      ASSIGN_OR_RETURN(store, GlooStore::Host(local_address, 0, options.timeout));
+      ASSIGN_OR_RETURN(store, RendezvousStore::Host(local_address, 0, options.timeout));
       bootstrap = store->address();
     }
   }
@@ -125,8 +147,8 @@ absl::StatusOr<ProcessGroup> JoinViaCoordinator(const LaunchOptions& launch,
   }
   if (store == nullptr) {
     ASSIGN_OR_RETURN(HostPort store_address, ParseHostPort(joined.bootstrap));
-    ASSIGN_OR_RETURN(store, GlooStore::Connect(store_address.host, store_address.port,
-                                               options.timeout));
+    ASSIGN_OR_RETURN(store, RendezvousStore::Connect(
+                                store_address.host, store_address.port, options.timeout));
   }
   ASSIGN_OR_RETURN(group.communicator, JoinGloo(std::move(store), local_address,
                                                 joined.rank, joined.world_size, options));
@@ -137,13 +159,13 @@ absl::StatusOr<ProcessGroup> JoinViaStaticStore(const LaunchOptions& launch,
                                                 const ProcessGroupOptions& options) {
   ASSIGN_OR_RETURN(HostPort store_address, ParseHostPort(launch.rendezvous_store));
   ASSIGN_OR_RETURN(std::string local_address, LocalAddressFor(store_address));
-  std::unique_ptr<GlooStore> store;
+  std::unique_ptr<RendezvousStore> store;
   if (launch.rank == 0) {
-    ASSIGN_OR_RETURN(
-        store, GlooStore::Host(store_address.host, store_address.port, options.timeout));
+    ASSIGN_OR_RETURN(store, RendezvousStore::Host(store_address.host, store_address.port,
+                                                  options.timeout));
   } else {
-    ASSIGN_OR_RETURN(store, GlooStore::Connect(store_address.host, store_address.port,
-                                               options.timeout));
+    ASSIGN_OR_RETURN(store, RendezvousStore::Connect(
+                                store_address.host, store_address.port, options.timeout));
   }
   ProcessGroup group;
   group.rank = launch.rank;
@@ -167,6 +189,14 @@ absl::StatusOr<ProcessGroup> JoinViaStaticStore(const LaunchOptions& launch,
 
 }  // namespace
 
+bool GlooBackendAvailable() {
+#if TESSERA_HAVE_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool NcclBackendAvailable() {
 #if TESSERA_NCCL_TENSORS
   return true;
@@ -182,7 +212,7 @@ absl::StatusOr<ProcessGroup> JoinProcessGroup(const LaunchOptions& launch,
     return absl::InvalidArgumentError(
         "a coordinator client is needed exactly when --coordinator is set");
   }
-  RETURN_IF_ERROR(CheckBackend(options));
+  RETURN_IF_ERROR(CheckBackend(options, launch.world_size));
   if (coordinator != nullptr) return JoinViaCoordinator(launch, *coordinator, options);
   if (!launch.rendezvous_store.empty()) return JoinViaStaticStore(launch, options);
   if (launch.world_size != 1) {

@@ -2,7 +2,7 @@
 // Communicator they share.
 //
 // Three ways in:
-//   * coordinator: rank 0 hosts a GlooStore on port 0 at the local address it uses
+//   * coordinator: rank 0 hosts a RendezvousStore on port 0 at the local address it uses
 //     to reach the coordinator and sends "ip:port" as its Rendezvous bootstrap;
 //     every rank receives rank, world size and that bootstrap once all have
 //     joined, connects to the store and joins the Gloo group. With the "nccl"
@@ -56,6 +56,10 @@ struct ProcessGroupOptions {
 
 // Whether this build can form an NCCL group (LibTorch with CUDA, NCCL found).
 bool NcclBackendAvailable();
+
+// Whether this build can form a Gloo group of several ranks (LibTorch's and
+// Gloo's headers found at build time; pip's LibTorch ships none of Gloo's).
+bool GlooBackendAvailable();
 
 struct ProcessGroup {
   int rank = 0;

@@ -30,26 +30,26 @@ void RunGroup(int world, const std::function<void(int, Communicator&)>& body) {
   testing::RunGlooGroup(world, body, kTimeout);
 }
 
-TEST(GlooStoreTest, HostedStoreOnPortZeroReportsTheBoundPort) {
-  absl::StatusOr<std::unique_ptr<GlooStore>> store =
-      GlooStore::Host("127.0.0.1", 0, kTimeout);
+TEST(RendezvousStoreTest, HostedStoreOnPortZeroReportsTheBoundPort) {
+  absl::StatusOr<std::unique_ptr<RendezvousStore>> store =
+      RendezvousStore::Host("127.0.0.1", 0, kTimeout);
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_GT((*store)->port(), 0);
   EXPECT_EQ((*store)->address(), "127.0.0.1:" + std::to_string((*store)->port()));
   // Something really listens there.
-  EXPECT_TRUE(GlooStore::Connect("127.0.0.1", (*store)->port(), kTimeout).ok());
+  EXPECT_TRUE(RendezvousStore::Connect("127.0.0.1", (*store)->port(), kTimeout).ok());
 }
 
-TEST(GlooStoreTest, ConnectingWhereNoStoreListensFailsWithAStatus) {
+TEST(RendezvousStoreTest, ConnectingWhereNoStoreListensFailsWithAStatus) {
   int free_port = 0;
   {
-    absl::StatusOr<std::unique_ptr<GlooStore>> probe =
-        GlooStore::Host("127.0.0.1", 0, kTimeout);
+    absl::StatusOr<std::unique_ptr<RendezvousStore>> probe =
+        RendezvousStore::Host("127.0.0.1", 0, kTimeout);
     ASSERT_TRUE(probe.ok()) << probe.status();
     free_port = (*probe)->port();
   }
-  absl::StatusOr<std::unique_ptr<GlooStore>> store =
-      GlooStore::Connect("127.0.0.1", free_port, absl::Milliseconds(300));
+  absl::StatusOr<std::unique_ptr<RendezvousStore>> store =
+      RendezvousStore::Connect("127.0.0.1", free_port, absl::Milliseconds(300));
   EXPECT_FALSE(store.ok());
 }
 

@@ -22,18 +22,18 @@ namespace tessera::trainer::testing {
 inline void RunGlooGroup(int world, const GlooOptions& options,
                          const std::function<void(int, Communicator&)>& body) {
   const absl::Duration timeout = options.timeout;
-  absl::StatusOr<std::unique_ptr<GlooStore>> hosted =
-      GlooStore::Host("127.0.0.1", 0, timeout);
+  absl::StatusOr<std::unique_ptr<RendezvousStore>> hosted =
+      RendezvousStore::Host("127.0.0.1", 0, timeout);
   ASSERT_TRUE(hosted.ok()) << hosted.status();
   const int port = (*hosted)->port();
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < world; ++rank) {
-    std::unique_ptr<GlooStore> own = rank == 0 ? *std::move(hosted) : nullptr;
+    std::unique_ptr<RendezvousStore> own = rank == 0 ? *std::move(hosted) : nullptr;
     ranks.emplace_back(
         [&body, &options, port, rank, world, timeout, store = std::move(own)]() mutable {
           if (store == nullptr) {
-            absl::StatusOr<std::unique_ptr<GlooStore>> joined =
-                GlooStore::Connect("127.0.0.1", port, timeout);
+            absl::StatusOr<std::unique_ptr<RendezvousStore>> joined =
+                RendezvousStore::Connect("127.0.0.1", port, timeout);
             ASSERT_TRUE(joined.ok()) << joined.status();
             store = *std::move(joined);
           }

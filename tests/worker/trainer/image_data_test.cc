@@ -148,15 +148,15 @@ TEST(ImageDataTest, TwoRanksOverAnUnevenSampleCountRunTheSameStepsAndFinish) {
   std::unique_ptr<TrainingData> data = Open(options);
   ASSERT_NE(data, nullptr);
   std::vector<std::optional<TrainingOutcome>> outcomes(2);
-  auto hosted = GlooStore::Host("127.0.0.1", 0, absl::Seconds(60));
+  auto hosted = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(60));
   ASSERT_TRUE(hosted.ok()) << hosted.status();
   const int port = (*hosted)->port();
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
-    std::unique_ptr<GlooStore> own = rank == 0 ? *std::move(hosted) : nullptr;
+    std::unique_ptr<RendezvousStore> own = rank == 0 ? *std::move(hosted) : nullptr;
     ranks.emplace_back([&, rank, store = std::move(own)]() mutable {
       if (store == nullptr)
-        store = *GlooStore::Connect("127.0.0.1", port, absl::Seconds(60));
+        store = *RendezvousStore::Connect("127.0.0.1", port, absl::Seconds(60));
       GlooOptions gloo;
       gloo.timeout = absl::Seconds(60);
       auto communicator = GlooCommunicator::Create(std::move(store), rank, 2, gloo);

@@ -275,7 +275,7 @@ TEST(GrpcCoordinatorClientTest, UnreachableCoordinatorIsUnavailableAfterTheRetry
   int port = 0;
   {
     // A port nothing listens on once the probe is gone.
-    auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+    auto probe = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
     ASSERT_TRUE(probe.ok()) << probe.status();
     port = (*probe)->port();
   }
@@ -292,7 +292,7 @@ TEST(GrpcCoordinatorClientTest, UnreachableCoordinatorIsUnavailableAfterTheRetry
 TEST(StaticStoreGroupTest, RanksMeetAtAFixedStoreAddress) {
   int port = 0;
   {
-    auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+    auto probe = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
     ASSERT_TRUE(probe.ok()) << probe.status();
     port = (*probe)->port();
   }

@@ -142,7 +142,7 @@ TEST_F(TesseraTrainCliTest, TwoProcessesWithAStaticStoreTrainInSync) {
   int port = 0;
   {
     // A port that was free a moment ago; rank 0 binds it again below.
-    auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+    auto probe = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
     ASSERT_TRUE(probe.ok()) << probe.status();
     port = (*probe)->port();
   }
@@ -171,7 +171,7 @@ TEST_F(TesseraTrainCliTest, TwoProcessesWithAStaticStoreTrainInSync) {
 TEST_F(TesseraTrainCliTest, AHungPeerEndsTheWaitingRankWithCodeFourNamingTheCollective) {
   int port = 0;
   {
-    auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+    auto probe = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
     ASSERT_TRUE(probe.ok()) << probe.status();
     port = (*probe)->port();
   }
@@ -239,7 +239,7 @@ TEST_F(TesseraTrainCliTest, SigUsr1ToOneRankCheckpointsBothAtOneStepAndExitsFive
                                     absl::StrCat("cli_preempt_", ::getpid());
   std::filesystem::remove_all(dir);
   auto free_port = [] {
-    auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+    auto probe = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
     EXPECT_TRUE(probe.ok()) << probe.status();
     return probe.ok() ? (*probe)->port() : 0;
   };
@@ -344,7 +344,7 @@ TEST_F(TesseraTrainCliTest, TwoProcessesResumeFromACheckpointExactly) {
   auto run_pair = [&](bool resume) {
     int port = 0;
     {
-      auto probe = GlooStore::Host("127.0.0.1", 0, absl::Seconds(5));
+      auto probe = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
       EXPECT_TRUE(probe.ok()) << probe.status();
       if (!probe.ok()) return std::vector<RunResult>{};
       port = (*probe)->port();

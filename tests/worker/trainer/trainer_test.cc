@@ -166,18 +166,18 @@ std::vector<TrainingOutcome> TrainTwoRanks(const TrainerOptions& options,
                                            const ImageDataset& test,
                                            const TrainerLoopOptions& loop = {}) {
   const absl::Duration timeout = absl::Seconds(60);
-  absl::StatusOr<std::unique_ptr<GlooStore>> hosted =
-      GlooStore::Host("127.0.0.1", 0, timeout);
+  absl::StatusOr<std::unique_ptr<RendezvousStore>> hosted =
+      RendezvousStore::Host("127.0.0.1", 0, timeout);
   EXPECT_TRUE(hosted.ok()) << hosted.status();
   if (!hosted.ok()) return {};
   const int port = (*hosted)->port();
   std::vector<TrainingOutcome> outcomes(2);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
-    std::unique_ptr<GlooStore> own = rank == 0 ? *std::move(hosted) : nullptr;
+    std::unique_ptr<RendezvousStore> own = rank == 0 ? *std::move(hosted) : nullptr;
     ranks.emplace_back([&, rank, store = std::move(own)]() mutable {
       if (store == nullptr) {
-        auto joined = GlooStore::Connect("127.0.0.1", port, timeout);
+        auto joined = RendezvousStore::Connect("127.0.0.1", port, timeout);
         ASSERT_TRUE(joined.ok()) << joined.status();
         store = *std::move(joined);
       }
