@@ -21,6 +21,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/fault_spec.h"
+#include "common/profile_steps.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -632,6 +633,14 @@ void CheckTrainerChoices(const tessera::v1::TrainerConfig& t,
   CheckFraction("trainer.data_max_skipped", t.data_max_skipped(), true, errors);
   CheckFraction("trainer.layer_decay", t.layer_decay(), true, errors);
   CheckNonNegative("trainer.head_warmup_steps", t.head_warmup_steps(), errors);
+  CheckOneOf("trainer.cuda_graph", t.cuda_graph(), {"auto", "on", "off"}, errors);
+  if (!t.profile_steps().empty()) {
+    absl::StatusOr<ProfileSteps> steps = ParseProfileSteps(t.profile_steps());
+    if (!steps.ok()) {
+      errors->push_back(
+          absl::StrCat("trainer.profile_steps: ", steps.status().message()));
+    }
+  }
   for (const auto& [field, count] : {std::pair{"trainer.mean", t.mean_size()},
                                      std::pair{"trainer.std", t.std_size()}}) {
     if (count != 0 && count != 3) {

@@ -230,4 +230,19 @@ absl::Status WriteCredentialAt(int attempt_fd, const std::string& name,
   return absl::OkStatus();
 }
 
+absl::Status MakeRankDirAt(int attempt_fd, const std::string& name,
+                           const std::optional<UnixAccount>& owner) {
+  RETURN_IF_ERROR(RemoveTreeAt(attempt_fd, name));
+  if (::mkdirat(attempt_fd, name.c_str(), 0750) != 0) {
+    return Errno("cannot create " + name, errno);
+  }
+  ScopedFd dir(::openat(attempt_fd, name.c_str(),
+                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dir.get() < 0) return Errno("cannot open " + name, errno);
+  if (owner && ::fchown(dir.get(), owner->uid, owner->gid) != 0) {
+    return Errno("cannot give " + name + " to user " + owner->name, errno);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tessera

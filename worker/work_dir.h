@@ -88,6 +88,12 @@ absl::Status WriteCredentialAt(int attempt_fd, const std::string& name,
                                const std::string& credential,
                                const std::optional<UnixAccount>& owner);
 
+// Makes `name` inside the attempt directory `attempt_fd` an empty directory
+// (mode 0750) that belongs to `owner` when set, removing what was there first
+// (RemoveTreeAt): a folder the rank writes its own files into.
+absl::Status MakeRankDirAt(int attempt_fd, const std::string& name,
+                           const std::optional<UnixAccount>& owner);
+
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_WORK_DIR_H_

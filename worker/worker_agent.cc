@@ -111,6 +111,29 @@ absl::StatusOr<std::string> WriteRankCredential(
   return absl::StrCat("--credential-file=", dir, "/", private_dir, "/credential");
 }
 
+// The flags naming the rank's own files under the attempt's directory `dir`
+// (open as `dir_fd`): its credential, and with trainer.profile_steps the
+// folder rank-N.profile (the rank's own) for its step profile.
+absl::StatusOr<std::vector<std::string>> RankFileFlags(
+    int dir_fd, const std::string& dir, const v1::LaunchOrder& order,
+    const v1::TrainerConfig& trainer, const std::optional<UnixAccount>& run_as) {
+  std::vector<std::string> flags;
+  if (!order.credential().empty()) {
+    ASSIGN_OR_RETURN(std::string flag, WriteRankCredential(dir_fd, dir, order, run_as));
+    flags.push_back(std::move(flag));
+  }
+  if (!trainer.profile_steps().empty()) {
+    const std::string name = absl::StrCat("rank-", order.rank(), ".profile");
+    if (absl::Status s = MakeRankDirAt(dir_fd, name, run_as); !s.ok()) {
+      return absl::InternalError(absl::StrCat("cannot make the profile folder of rank ",
+                                              order.rank(), " under ", dir, ": ",
+                                              s.message()));
+    }
+    flags.push_back(absl::StrCat("--profile-dir=", dir, "/", name));
+  }
+  return flags;
+}
+
 bool IsUnder(const std::string& path, const std::string& root) {
   if (root == "/") return true;
   return path == root || (path.size() > root.size() && path.starts_with(root) &&
@@ -537,12 +560,11 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
   }
   spec.run_as = *account;
   spec.argv = TrainerArgv(options_, order);
-  absl::Status s;
-  if (!order.credential().empty()) {
-    absl::StatusOr<std::string> flag =
-        WriteRankCredential(attempt_dir->get(), dir, order, spec.run_as);
-    s = flag.status();
-    if (s.ok()) spec.argv.push_back(*std::move(flag));
+  absl::StatusOr<std::vector<std::string>> file_flags =
+      RankFileFlags(attempt_dir->get(), dir, order, *trainer, spec.run_as);
+  absl::Status s = file_flags.status();
+  if (s.ok()) {
+    for (std::string& flag : *file_flags) spec.argv.push_back(std::move(flag));
   }
   for (std::string& flag : TrainerConfigToFlags(*trainer)) {
     spec.argv.push_back(std::move(flag));

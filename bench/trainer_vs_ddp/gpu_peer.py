@@ -13,6 +13,11 @@ tessera's synthetic dataset (the head is 0.01% of the FLOPs).
 
 Prints one JSON line: the model, whether compiled, images/s over the timed
 steps (wall clock between two synchronisations) and the mean step time.
+
+With --profile-steps A-B --profile-dir DIR, steps A to B (counted from 1,
+warm-up included) run under torch.profiler and are written to DIR as
+tessera-train writes its own (bench/step_profile/torch_window.py), for
+bench/step_profile/compare.py.
 """
 
 import argparse
@@ -20,8 +25,14 @@ import json
 import sys
 import time
 
+import os
+
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                "step_profile"))
+import torch_window  # noqa: E402
 
 
 def build_model(name, num_classes, image_size):
@@ -46,7 +57,15 @@ def main():
     parser.add_argument("--warmup", type=int, default=15)
     parser.add_argument("--steps", type=int, default=40, help="timed steps")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--profile-steps", default="", help="A-B: profile these steps")
+    parser.add_argument("--profile-dir", default="", help="where the profile goes")
     args = parser.parse_args()
+    window = None
+    if args.profile_steps:
+        if not args.profile_dir:
+            sys.exit("gpu_peer: --profile-steps needs --profile-dir")
+        window = torch_window.StepWindow(torch_window.parse_steps(args.profile_steps),
+                                         args.profile_dir, cuda=True)
 
     if not torch.cuda.is_available():
         sys.exit("gpu_peer: torch sees no CUDA device")
@@ -67,6 +86,15 @@ def main():
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    if window is not None:
+        for n in range(1, window.last + 1):
+            window.before_step(n)
+            step()
+            window.after_step(n)
+        print(json.dumps({"model": args.model, "compile": args.compile,
+                          "profile_steps": args.profile_steps,
+                          "profile_dir": args.profile_dir}), flush=True)
+        return
     started = time.perf_counter()
     for _ in range(args.warmup):
         step()

@@ -404,6 +404,39 @@ trainer:
   EXPECT_THAT(s.message(), HasSubstr("trainer.resume: needs trainer.checkpoint_dir"));
 }
 
+TEST(JobSpecTest, ProfileStepsAndCudaGraphAreCheckedAndBecomeTrainerFlags) {
+  const absl::Status bad = ParseAndValidateJobSpec(R"(name: profiled
+world_size: 1
+trainer:
+  model: vit-micro
+  dataset: synthetic
+  epochs: 1
+  profile_steps: 9-3
+  cuda_graph: sometimes
+)",
+                                                   SpecLimits{})
+                               .status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(),
+              HasSubstr("trainer.profile_steps: profile steps must be A-B"));
+  EXPECT_THAT(bad.message(),
+              HasSubstr("trainer.cuda_graph: must be one of auto, on, off"));
+
+  absl::StatusOr<v1::JobSpec> good = ParseAndValidateJobSpec(R"(name: profiled
+world_size: 1
+trainer:
+  model: vit-micro
+  dataset: synthetic
+  epochs: 1
+  profile_steps: 20-25
+  cuda_graph: "off"
+)",
+                                                             SpecLimits{});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_THAT(TrainerConfigToFlags(good->trainer()),
+              ::testing::IsSupersetOf({"--profile-steps=20-25", "--cuda-graph=off"}));
+}
+
 TEST(JobSpecTest, EnvNamesThatLoadCodeAreRefusedNamingTheVariableAndWhy) {
   for (const auto& [name, why] : std::vector<std::pair<std::string, std::string>>{
            {"LD_PRELOAD", "dynamic loader"},

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -313,6 +314,44 @@ TEST_F(WorkerAgentTest, RanksSeeOnlyTheGpusTheWorkerWasGiven) {
   });
   EXPECT_THAT(refused.launch_error(), ::testing::HasSubstr("slot 2 is not one of"));
   EXPECT_FALSE(std::filesystem::exists(dir_.File("job-8-rank-0.cvd")));
+}
+
+// ---- Step profile ----
+
+TEST_F(WorkerAgentTest, ProfileStepsReachTheTrainerWithAProfileFolderBesideItsLog) {
+  // The fake trainer writes its arguments, one per line, and whether the
+  // folder --profile-dir names exists and is writable by it.
+  const std::string trainer = dir_.File("trainer.sh");
+  std::ofstream(trainer)
+      << "#!/bin/sh\nout=" << dir_.path()
+      << "/job-$TESSERA_JOB_ID-rank-$RANK.args\n"
+         ": > $out\n"
+         "for a in \"$@\"; do echo \"$a\" >> $out; case \"$a\" in "
+         "--profile-dir=*) d=${a#--profile-dir=}; "
+         "touch \"$d/trace.json\" && echo writable >> $out;; esac; done\n";
+  ::chmod(trainer.c_str(), 0755);
+  StartAgent(Options());
+  v1::LaunchOrder profiled = testing::Launch(7, 1, 0, 1);
+  profiled.mutable_trainer()->set_profile_steps("3-5");
+  service().QueueLaunch(profiled);
+  service().QueueLaunch(testing::Launch(8, 1, 0, 1));  // no profile
+  ASSERT_TRUE(service().WaitUntil(
+      [](const FakeWorkerService& s) {
+        return s.exits_.contains(Key{7, 1, 0}) && s.exits_.contains(Key{8, 1, 0});
+      },
+      absl::Seconds(20)));
+  const std::string folder = dir_.File("work/job-7/attempt-1/rank-0.profile");
+  const std::vector<std::string> args =
+      absl::StrSplit(testing::ReadFile(dir_.File("job-7-rank-0.args")), '\n');
+  EXPECT_THAT(args, ::testing::Contains("--profile-steps=3-5"));
+  EXPECT_THAT(args, ::testing::Contains(absl::StrCat("--profile-dir=", folder)));
+  EXPECT_THAT(args, ::testing::Contains("writable"));
+  // Beside the rank's log.
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("work/job-7/attempt-1/rank-0.log")));
+  EXPECT_TRUE(std::filesystem::exists(folder + "/trace.json"));
+  const std::string plain = testing::ReadFile(dir_.File("job-8-rank-0.args"));
+  EXPECT_THAT(plain, ::testing::Not(::testing::HasSubstr("--profile")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("work/job-8/attempt-1/rank-0.profile")));
 }
 
 // ---- Orders ----

@@ -259,6 +259,7 @@ TrainerLoopOptions LoopOptionsFor(const LaunchOptions& launch, ProgressTracker& 
   loop.progress = &progress;
   loop.stop_requested = &PreemptionRequested();
   loop.fault = &fault;
+  loop.profile_dir = launch.profile_dir;
   return loop;
 }
 

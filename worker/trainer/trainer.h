@@ -95,6 +95,9 @@ struct TrainerLoopOptions {
   const std::atomic<bool>* stop_requested = nullptr;
   // The --fault test hook; null: none. Not owned.
   FaultInjector* fault = nullptr;
+  // Where a step profile (TrainerOptions::profile_steps) is written; empty:
+  // the current folder.
+  std::string profile_dir;
   // TEST HOOK: runs on the checkpoint writer's thread before it writes the
   // files of `step` (a test holds a write back with it); null: none.
   std::function<void(int64_t step)> before_checkpoint_write;

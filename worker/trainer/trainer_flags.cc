@@ -153,6 +153,14 @@ void DeclareImageAndFineTuningFlags(ConfigFlags& config, TrainerOptions& t) {
          "decay^(L + 1 - i) (1: off)");
   config("head-warmup-steps", t.head_warmup_steps,
          "train only the classifier head for the first N steps (0: off)");
+  config("profile-steps", t.profile_steps,
+         "profile optimizer steps A-B (counted from 1) with LibTorch's profiler: a "
+         "Chrome trace and summary in --profile-dir, and the top operators (CPU) or "
+         "kernels (GPU) per step in the log; e.g. --profile-steps 20-25 (empty: off)");
+  config("cuda-graph", t.cuda_graph,
+         "capture the training step in a CUDA graph and replay it (one GPU, AdamW, "
+         "fp32 or bf16): off (the default) | auto (where the run allows it; the log "
+         "says why not otherwise) | on (fail if it cannot)");
 }
 
 void DeclareCommunicationFlags(CLI::App& app, TrainerFlags& flags) {
@@ -214,6 +222,10 @@ void DeclareLaunchFlags(CLI::App& app, LaunchOptions& l) {
   app.add_option("--local-rank", l.local_rank, "rank within this machine")->group(launch);
   app.add_option("--credential-file", l.credential_file,
                  "file with this rank's coordinator credential; read once, then removed")
+      ->group(launch);
+  app.add_option("--profile-dir", l.profile_dir,
+                 "folder for the step profile's trace.json and summary.json "
+                 "(--profile-steps; default: the current folder)")
       ->group(launch);
   app.add_option("--metrics-file", l.metrics_file,
                  "also write every metric point to this file as JSON lines")

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/fault_spec.h"
+#include "common/profile_steps.h"
 #include "common/status_macros.h"
 #include "worker/trainer/image_dataset.h"
 #include "worker/trainer/net_util.h"
@@ -160,8 +161,24 @@ absl::Status ValidateDataAndInit(const TrainerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--layer-decay must be in (0, 1], got ", o.layer_decay));
   }
-  return CheckRange<int64_t>("head-warmup-steps", o.head_warmup_steps, 0,
-                             std::numeric_limits<int64_t>::max());
+  RETURN_IF_ERROR(CheckRange<int64_t>("head-warmup-steps", o.head_warmup_steps, 0,
+                                      std::numeric_limits<int64_t>::max()));
+  return ValidateStepOptions(o);
+}
+
+absl::Status ValidateStepOptions(const TrainerOptions& o) {
+  if (!o.profile_steps.empty()) {
+    absl::StatusOr<ProfileSteps> steps = ParseProfileSteps(o.profile_steps);
+    if (!steps.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--profile-steps: ", steps.status().message()));
+    }
+  }
+  if (o.cuda_graph != "auto" && o.cuda_graph != "on" && o.cuda_graph != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda-graph must be auto, on or off, got \"", o.cuda_graph, "\""));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateLaunchOptions(const LaunchOptions& l, bool coordinator_supported,

@@ -68,6 +68,14 @@ struct TrainerOptions {
   std::string init_names = "auto";
   double layer_decay = 1.0;
   int64_t head_warmup_steps = 0;
+  // Step profile: record these optimizer steps ("A-B", counted from 1;
+  // step_profiler.h) and write a trace and a table; empty: off.
+  std::string profile_steps;
+  // Capture each training step in a CUDA graph and replay it (cuda_graph.h):
+  // "auto" where the run allows it (naming what stops it otherwise), "on"
+  // (a run that does not allow it fails), "off". Off by default until the GPU
+  // check has compared captured and eager steps on a GPU (README, GPU section).
+  std::string cuda_graph = "off";
   // Not a TrainerConfig field (set by flag only): split small models into at
   // least this many buckets so their communication overlaps backward too.
   int32_t min_buckets = 1;
@@ -104,6 +112,10 @@ struct LaunchOptions {
   // (60 s by default), so that the coordinator, which sees every rank and can
   // name the one that stopped, acts first.
   absl::Duration collective_timeout = absl::Minutes(5);
+  // Where a step profile (profile_steps) writes trace.json and summary.json;
+  // empty: the current folder. The worker sets it to rank-N.profile beside
+  // the rank's log.
+  std::string profile_dir;
 };
 
 // Largest values accepted from the command line.
@@ -123,6 +135,8 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& options,
 
 // The image-data and fine-tuning options (part of ValidateTrainerOptions).
 absl::Status ValidateDataAndInit(const TrainerOptions& options);
+// The step profile and CUDA graph options (part of ValidateDataAndInit).
+absl::Status ValidateStepOptions(const TrainerOptions& options);
 
 // Checks the launch settings. `coordinator_supported` is false in builds without
 // gRPC (TESSERA_TRAINER_ONLY), where --coordinator is rejected.
