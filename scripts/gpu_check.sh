@@ -20,7 +20,12 @@
 #      torchvision's vit_b_16 and timm's vit_base_patch16_224, eager, bf16
 #      autocast, fused AdamW, batch 128, 224 px, and torchvision's under
 #      torch.compile when it compiles within COMPILE_TIMEOUT; then Tessera's and
-#      the peer's images/s side by side.
+#      the peer's images/s side by side;
+#   6. the step, kernel by kernel: tessera-train (--profile-steps) and the timm
+#      peer (torch.profiler; torchvision's without timm) over the same 5 steps
+#      after warm-up, side by side (bench/step_profile/compare.py): the top 20
+#      kernels of each in ms per step, kernels per step, GPU idle per step. The
+#      traces stay in $BUILD/gpu-run/profile/ (Perfetto, chrome://tracing).
 # Target: >= 2,800 images/s on one H100. Meant to finish within 8 minutes on an
 # H100 machine with 16 cores (ninja on every core, only the targets it runs).
 #
@@ -36,6 +41,8 @@
 #       meant to be gpu-deps/ (git-ignored), carried to the GPU machine.
 #   scripts/gpu_check.sh [--deps DIR]    on the GPU machine (DIR defaults to
 #       gpu-deps/ in the repository).
+#   scripts/gpu_check.sh --profile [--deps DIR]    the build, then only the step
+#       profile below (6b), for a look at the kernels after a change.
 #   scripts/gpu_check.sh --rehearse [--deps DIR]   every step before the first
 #       CUDA call (checks, configure, build, library check), no GPU needed;
 #       scripts/gpu_check_rehearsal.sh runs it offline in a trixie root.
@@ -85,6 +92,7 @@ usage() {
   cat <<EOF
 Usage: $0 --prepare DIR          fetch and unpack the build dependencies (Debian, apt)
        $0 [--deps DIR]           build and run the GPU check (default DIR: $ROOT/gpu-deps)
+       $0 --profile [--deps DIR]   build, then only the kernel-by-kernel step profile
        $0 --rehearse [--deps DIR]  every step before the first CUDA call
 EOF
 }
@@ -96,6 +104,7 @@ while [ $# -gt 0 ]; do
     --prepare) mode=prepare; DEPS=${2:?--prepare needs a folder}; shift 2 ;;
     --deps) DEPS=${2:?--deps needs a folder}; shift 2 ;;
     --rehearse) mode=rehearse; shift ;;
+    --profile) mode=profile; shift ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
@@ -171,7 +180,7 @@ fi
 phase "preflight ($mode)"
 gpus=""
 gpu_count=0
-if [ "$mode" = run ]; then
+if [ "$mode" = run ] || [ "$mode" = profile ]; then
   command -v nvidia-smi >/dev/null 2>&1 ||
     die "no nvidia-smi: this needs a machine with an NVIDIA GPU and its driver (not run)"
   gpus=$(nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null || true)
@@ -195,6 +204,8 @@ if ! command -v nvcc >/dev/null; then
   fi
 fi
 [ -f "$PEER" ] || die "missing $PEER"
+COMPARE=$ROOT/bench/step_profile/compare.py
+[ -f "$COMPARE" ] || die "missing $COMPARE"
 
 # python's torch: where its LibTorch is, and (not rehearsing) that it can use the GPU.
 torch_info=""
@@ -211,7 +222,7 @@ if not torch.version.cuda:
 if not torch._C._GLIBCXX_USE_CXX11_ABI:
     sys.exit(f"torch {torch.__version__} uses the pre-C++11 ABI (pip wheels before 2.7); "
              "the unpacked libraries are built with the C++11 ABI")
-if os.environ["GPU_CHECK_MODE"] == "run" and not torch.cuda.is_available():
+if os.environ["GPU_CHECK_MODE"] != "rehearse" and not torch.cuda.is_available():
     sys.exit(f"torch {torch.__version__} sees no CUDA device")
 # The CUDA libraries python's torch loads (pip's nvidia-* packages): tessera-train
 # loads the same ones, first on LD_LIBRARY_PATH.
@@ -260,9 +271,11 @@ has_header() {
   return 1
 }
 nvcc_include=$(dirname "$(command -v nvcc)")/../include
+# pip's LibTorch ships no Gloo headers: the build then leaves the gloo backend
+# (CPU ranks) out, which nothing here uses.
 has_header gloo/algorithm.h "$torch_prefix/include" "$torch_prefix/../../include" /usr/include \
   /usr/local/include ||
-  die "LibTorch at $torch_prefix ships no gloo headers (gloo/algorithm.h, included by its ProcessGroupGloo.hpp), nor does the system"
+  phase "LibTorch at $torch_prefix ships no gloo headers: the gloo backend (CPU ranks) is left out; the check uses NCCL"
 has_header nccl.h "${NCCL_HOME:-/nonexistent}/include" "${NCCL_ROOT:-/nonexistent}/include" \
   "$nvcc_include" /usr/include /usr/local/include ||
   die "no nccl.h (pip's nvidia-nccl package, NCCL_HOME, the CUDA toolkit or /usr/include)"
@@ -312,7 +325,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_TRAIN
 grep -E '^-- tessera-train:' "$BUILD/gpu-configure.log" >&2 || true
 grep -q 'LibTorch has CUDA .*NCCL tensors on' "$BUILD/gpu-configure.log" ||
   die "the build left CUDA or NCCL out; see $BUILD/gpu-configure.log"
-targets=(tessera-train nccl_communicator_test cuda_step_timer_test)
+targets=(tessera-train tessera-export nccl_communicator_test cuda_step_timer_test trainer_gpu_test)
 phase "build ${targets[*]} (ninja -j$JOBS)"
 cmake --build "$BUILD" --parallel "$JOBS" --target "${targets[@]}" >"$BUILD/gpu-build.log" 2>&1 ||
   { grep -E -A8 'error|FAILED' "$BUILD/gpu-build.log" | head -60 >&2; die "build failed; see $BUILD/gpu-build.log"; }
@@ -320,7 +333,8 @@ TRAIN=$BUILD/bin/tessera-train
 
 # 4. Every library the binaries need resolves (ldd: none of their code runs).
 phase "library check (ldd)"
-for binary in "$TRAIN" "$BUILD/tests/nccl_communicator_test" "$BUILD/tests/cuda_step_timer_test"; do
+for binary in "$TRAIN" "$BUILD/bin/tessera-export" "$BUILD/tests/nccl_communicator_test" \
+  "$BUILD/tests/cuda_step_timer_test" "$BUILD/tests/trainer_gpu_test"; do
   missing=$(with_libs ldd "$binary" | awk '/not found/ { print $1 }' | sort -u)
   if [ -n "${TESSERA_GPU_CHECK_MISSING_OK:-}" ] && [ -n "$missing" ]; then
     excused=$(grep -E "^(${TESSERA_GPU_CHECK_MISSING_OK})$" <<<"$missing" || true)
@@ -334,8 +348,10 @@ grep -Eq 'NEEDED.*(libtorch_cuda|libc10_cuda)' <(readelf -d "$TRAIN" 2>/dev/null
 # Parsed only: no __pycache__ written into the tree (read-only in the rehearsal).
 py=$PYTHON
 command -v "$py" >/dev/null 2>&1 || py=python3
-"$py" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$PEER" ||
-  die "$PEER does not parse"
+for script in "$PEER" "$COMPARE" "$ROOT/bench/step_profile/torch_window.py"; do
+  "$py" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$script" ||
+    die "$script does not parse"
+done
 # Listing the GPU tests loads their binaries (gtest's list, no CUDA call).
 listed=$(cd "$BUILD" && with_libs ctest -N -L gpu 2>&1) ||
   { tail -20 <<<"$listed" >&2; die "ctest could not list the GPU tests"; }
@@ -352,6 +368,38 @@ fi
 WORK=$BUILD/gpu-run
 rm -rf "$WORK"
 mkdir -p "$WORK"
+gpu_name=$(head -1 <<<"$gpus" | cut -d, -f1)
+
+# The step, kernel by kernel (6b): tessera-train and a PyTorch peer over the
+# same steps after warm-up, each under its profiler; compare.py prints them
+# side by side.
+profile_step() {
+  local dir=$WORK/profile first=$((WARMUP + 1)) last=$((WARMUP + 5)) model
+  model=timm
+  [[ ",$peer_models," == *,timm,* ]] || model=${peer_models%%,*}
+  phase "profile: tessera-train vit-b16 and the $model peer, steps $first-$last, on $gpu_name"
+  with_libs "$TRAIN" --model vit-b16 --dataset synthetic --train-subset $((BATCH * (last + 4))) \
+    --test-subset 256 --batch-size "$BATCH" --image-size 224 --precision bf16 --device cuda \
+    --max-steps "$last" --metrics-every "$last" --data-workers 4 \
+    --profile-steps "$first-$last" --profile-dir "$dir/tessera" >"$WORK/profile-tessera.log" 2>&1 ||
+    { tail -20 "$WORK/profile-tessera.log" >&2; echo "gpu_check: the profiled run failed" >&2; return 0; }
+  if [ "$model" = "-" ]; then
+    echo "gpu_check: python has neither timm nor torchvision: tessera's table only" >&2
+    sed -n '/profile of steps/,/profile written/p' "$WORK/profile-tessera.log"
+    return 0
+  fi
+  timeout 240 "$PYTHON" "$PEER" --model "$model" --batch-size "$BATCH" \
+    --profile-steps "$first-$last" --profile-dir "$dir/$model" >/dev/null 2>"$WORK/peer-profile.err" ||
+    { tail -5 "$WORK/peer-profile.err" >&2; echo "gpu_check: the peer's profile failed" >&2; return 0; }
+  "$PYTHON" "$COMPARE" --a "$dir/tessera" --a-name tessera --b "$dir/$model" --b-name "$model" \
+    --top 20 | tee "$WORK/profile.txt"
+  phase "profile traces: $dir/{tessera,$model}/trace.json"
+}
+if [ "$mode" = profile ]; then
+  profile_step
+  phase "done (profile only)"
+  exit 0
+fi
 
 # 5. The GPU tests.
 phase "ctest -L gpu"
@@ -360,30 +408,37 @@ phase "ctest -L gpu"
 grep -E 'tests passed|tests failed|Total Test time' "$WORK/ctest.log"
 grep -E '^[0-9]+: \[  SKIPPED \]' "$WORK/ctest.log" | sort -u | head -5 || true
 
-# 6. ViT-B/16 throughput and MFU.
-phase "tessera-train vit-b16, bf16, 224 px, batch $BATCH: $WARMUP warmup + $((STEPS - WARMUP)) timed steps"
-with_libs "$TRAIN" --model vit-b16 --dataset synthetic --train-subset $((BATCH * (STEPS + 10))) \
-  --test-subset 256 --batch-size "$BATCH" --image-size 224 --precision bf16 --device cuda \
-  --max-steps "$STEPS" --metrics-every 10 --data-workers 4 \
-  --metrics-file "$WORK/b16.jsonl" >"$WORK/b16.log" 2>&1 ||
-  { tail -20 "$WORK/b16.log" >&2; die "the ViT-B/16 run failed"; }
-grep -E '^\[rank 0\] vit-b16' "$WORK/b16.log" || true
-gpu_name=$(head -1 <<<"$gpus" | cut -d, -f1)
-tessera_ips=$("$PYTHON" - "$WORK/b16.jsonl" "$BATCH" "$WARMUP" "$GFLOP_PER_IMAGE" "$PEAK_TFLOPS" \
-  "$gpu_name" <<'EOF'
+# 6. ViT-B/16 throughput and MFU: the eager step, then the step captured in a
+#    CUDA graph (--cuda-graph on, cuda_graph.h).
+# b16_run NAME [FLAGS...]: prints the run's figures; its images/s on stdout.
+b16_run() {
+  local name=$1
+  shift
+  phase "tessera-train vit-b16 ($name), bf16, 224 px, batch $BATCH: $WARMUP warmup + $((STEPS - WARMUP)) timed steps"
+  with_libs "$TRAIN" --model vit-b16 --dataset synthetic --train-subset $((BATCH * (STEPS + 10))) \
+    --test-subset 256 --batch-size "$BATCH" --image-size 224 --precision bf16 --device cuda \
+    --max-steps "$STEPS" --metrics-every 10 --data-workers 4 "$@" \
+    --metrics-file "$WORK/b16-$name.jsonl" >"$WORK/b16-$name.log" 2>&1 ||
+    { tail -20 "$WORK/b16-$name.log" >&2; echo "gpu_check: the ViT-B/16 run ($name) failed" >&2; return 1; }
+  grep -E '^\[rank 0\] (vit-b16|step [0-9]+: training step captured|CUDA graph)' \
+    "$WORK/b16-$name.log" >&2 || true
+  "$PYTHON" - "$WORK/b16-$name.jsonl" "$BATCH" "$WARMUP" "$GFLOP_PER_IMAGE" "$PEAK_TFLOPS" \
+    "$gpu_name" "$name" <<'EOF'
 import json, sys
-path, batch, warmup, gflop, peak, gpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
-    float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+path, batch, warmup, gflop, peak, gpu, name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    float(sys.argv[4]), float(sys.argv[5]), sys.argv[6], sys.argv[7]
 steps = [p["value"] for p in map(json.loads, open(path))
          if p["name"] == "time_step_ms" and p["step"] > warmup]
 ips = batch * 1000.0 / (sum(steps) / len(steps))
-print(f"vit-b16 bf16 224px batch {batch} on {gpu}: {ips:.0f} images/s "
-      f"(target >= 2800 on one H100)", file=sys.stderr)
+print(f"vit-b16 ({name}) bf16 224px batch {batch} on {gpu}: {ips:.0f} images/s "
+      f"(target >= 3700 on one H100 or H200)", file=sys.stderr)
 print(f"MFU: {100 * ips * gflop * 1e9 / (peak * 1e12):.1f}% "
       f"({gflop:.0f} GFLOP/image, peak {peak:.0f} TFLOP/s bf16 dense)", file=sys.stderr)
 print(f"{ips:.0f}")
 EOF
-) || die "no step times in $WORK/b16.jsonl"
+}
+tessera_ips=$(b16_run eager) || die "the ViT-B/16 run failed"
+captured_ips=$(b16_run captured --cuda-graph on) || captured_ips=failed
 
 # 7. NCCL at world size 1, and the collective timeout on a collective held back on
 #    purpose (both ran under ctest above; their figures).
@@ -417,6 +472,7 @@ fi
 
 phase "side by side on $gpu_name (bf16, 224 px, batch $BATCH, one GPU)"
 printf '  %-58s %7s images/s\n' "tessera-train vit-b16 (LibTorch C++, synthetic input pipeline)" "$tessera_ips"
+printf '  %-58s %7s images/s\n' "tessera-train vit-b16, step captured in a CUDA graph" "$captured_ips"
 for line in "${peer_lines[@]}"; do
   "$PYTHON" -c '
 import json, sys
@@ -426,6 +482,8 @@ name = "PyTorch %s %s (fixed batch on GPU)" % (p["model"], "torch.compile" if p[
 print("  %-58s %7.0f images/s  tessera/peer %.2f" % (name, ips, tessera / ips))
 ' "$line" "$tessera_ips"
 done
+
+profile_step
 
 # 9. With two GPUs: two ranks, one of them stopped mid-run; the other's
 #    collective timeout must end it with exit code 4, naming the collective.

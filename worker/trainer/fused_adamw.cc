@@ -88,6 +88,23 @@ void FusedUpdate(const TensorLists& l, const torch::optim::AdamWOptions& options
 #endif
 }
 
+// The fused kernel with the learning rate read from a device tensor (a
+// captured step; FusedAdamW::EnableCapture).
+void FusedUpdate(const TensorLists& l, const torch::Tensor& lr,
+                 const torch::optim::AdamWOptions& options) {
+#if TESSERA_TORCH_AT_LEAST(2, 4)
+  at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs,
+                    /*max_exp_avg_sqs=*/{}, l.counts, lr, std::get<0>(options.betas()),
+                    std::get<1>(options.betas()), options.weight_decay(), options.eps(),
+                    /*amsgrad=*/false, /*maximize=*/false);
+#else
+  (void)l;
+  (void)lr;
+  (void)options;
+  TORCH_CHECK(false, "this LibTorch's _fused_adamw_ takes no tensor learning rate");
+#endif
+}
+
 // The kCpuLoop path: one parameter's update (its state's step already
 // advanced), in parallel chunks over its elements.
 void CpuLoopUpdate(const torch::Tensor& p, torch::optim::AdamWParamState& state,
@@ -208,6 +225,14 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       }
     }
     if (!to_advance.empty()) at::_foreach_add_(to_advance, 1);
+    if (!lr_tensors_.empty()) {
+      TORCH_CHECK(foreach_lists.empty() && !any_stock,
+                  "a captured AdamW step takes only parameters of the fused kernel");
+      for (const auto& [key, lists] : fused_lists) {
+        FusedUpdate(lists, lr_tensors_[&group - &param_groups_[0]], options);
+      }
+      continue;
+    }
     for (const auto& [key, lists] : fused_lists) FusedUpdate(lists, options);
     for (const auto& [key, lists] : foreach_lists) ForeachUpdate(lists, options);
   }
@@ -217,6 +242,55 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     for (auto& [param, grad] : stashed) param.mutable_grad() = grad;
   }
   return loss;
+}
+
+absl::Status FusedAdamW::EnableCapture() {
+  if (!TESSERA_TORCH_AT_LEAST(2, 4)) {
+    return absl::FailedPreconditionError(
+        "this LibTorch's fused AdamW takes no learning rate tensor (2.4 and newer do)");
+  }
+  std::vector<torch::Tensor> rates;
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    if (options.amsgrad()) {
+      return absl::FailedPreconditionError("amsgrad has no fused kernel to capture");
+    }
+    if (group.params().empty()) {
+      rates.emplace_back();
+      continue;
+    }
+    for (const torch::Tensor& p : group.params()) {
+      if (!p.is_cuda() || !p.is_contiguous() ||
+          p.device() != group.params()[0].device()) {
+        return absl::FailedPreconditionError(
+            "a captured AdamW step needs contiguous CUDA parameters, one device per "
+            "group");
+      }
+    }
+    rates.push_back(torch::full(
+        {}, options.lr(),
+        torch::TensorOptions(group.params()[0].device()).dtype(torch::kFloat)));
+  }
+  lr_tensors_ = std::move(rates);
+  return absl::OkStatus();
+}
+
+void FusedAdamW::WriteLearningRates() {
+  for (size_t g = 0; g < lr_tensors_.size(); ++g) {
+    if (lr_tensors_[g].defined())
+      lr_tensors_[g].fill_(param_groups_[g].options().get_lr());
+  }
+}
+
+void FusedAdamW::AdvanceHostSteps() {
+  for (auto& group : param_groups_) {
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      torch::optim::AdamWParamState& state = StateFor(p);
+      state.step(state.step() + 1);
+      step_tensors_[p.unsafeGetTensorImpl()].value = state.step();
+    }
+  }
 }
 
 }  // namespace tessera::trainer

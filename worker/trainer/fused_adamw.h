@@ -35,6 +35,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace tessera::trainer {
 
 enum class AdamWPath { kCpuLoop = 0, kFused = 1, kForeach = 2, kStock = 3 };
@@ -54,6 +56,21 @@ class FusedAdamW final : public torch::optim::AdamW {
   // kernel (the others go to kForeach), kForeach and kStock any. nullopt: the
   // choice above.
   void ForcePath(std::optional<AdamWPath> path) { forced_ = path; }
+
+  // For a step captured in a CUDA graph (captured_step.h): from here on the
+  // fused kernel reads each group's learning rate from a float32 tensor on the
+  // parameters' device, which WriteLearningRates() fills outside the graph,
+  // instead of a value fixed in the recorded launch; and a step that would take
+  // another path than kFused throws (its host-computed factors would be fixed
+  // in the graph). FailedPrecondition, saying why, unless this LibTorch's fused
+  // kernel takes a tensor learning rate (2.4 and newer) and every parameter is
+  // a contiguous CUDA tensor of a group without amsgrad.
+  absl::Status EnableCapture();
+  // Copies each group's learning rate (its options' lr) into its device tensor.
+  void WriteLearningRates();
+  // A replay of a captured step() advances the step counts on the device;
+  // this does the same to their host copies (the state's step()).
+  void AdvanceHostSteps();
 
   // Parameters updated by `path` in the last step: for tests and logs.
   int last_step_count(AdamWPath path) const {
@@ -79,6 +96,8 @@ class FusedAdamW final : public torch::optim::AdamW {
   std::optional<AdamWPath> forced_;
   std::array<int, 4> last_step_counts_{};
   std::unordered_map<const void*, StepTensor> step_tensors_;  // by TensorImpl
+  // EnableCapture: one learning-rate tensor per group, on its device.
+  std::vector<torch::Tensor> lr_tensors_;
 };
 
 }  // namespace tessera::trainer

@@ -63,6 +63,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, Communicator& communicator,
                                   .dtype(torch::kFloat)
                                   .device(parameters_.empty() ? torch::Device(torch::kCPU)
                                                               : parameters_[0].device());
+  if (!options_.gradient_views) return;  // no buffers, views or hooks
   for (const Bucket& bucket : plan_.buckets) {
     // Bucket 0 carries the control word after its gradients.
     const int64_t extra = buffers_.empty() ? 1 : 0;
@@ -111,6 +112,7 @@ Reducer::~Reducer() {
 }
 
 void Reducer::BindGradientViews() {
+  if (!options_.gradient_views) return;
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     at::Tensor& grad = const_cast<at::Tensor&>(parameters_[i]).mutable_grad();
@@ -121,6 +123,14 @@ void Reducer::BindGradientViews() {
 }
 
 absl::Status Reducer::BroadcastParameters(int root) {
+  if (!options_.gradient_views) {
+    if (communicator_.world_size() != 1) {
+      return absl::FailedPreconditionError(
+          "broadcasting parameters needs the bucket buffers (gradient views)");
+    }
+    ZeroGradients();
+    return absl::OkStatus();
+  }
   try {
     torch::NoGradGuard no_grad;
     for (size_t b = 0; b < plan_.buckets.size(); ++b) {
@@ -144,8 +154,22 @@ absl::Status Reducer::BroadcastParameters(int root) {
 }
 
 void Reducer::ZeroGradients() {
+  if (!options_.gradient_views) {
+    for (const at::Tensor& p : parameters_)
+      const_cast<at::Tensor&>(p).mutable_grad().reset();
+    return;
+  }
   BindGradientViews();
   for (at::Tensor& buffer : buffers_) buffer.zero_();
+}
+
+std::vector<at::Tensor> Reducer::gradient_buffers() const {
+  if (options_.gradient_views) return gradients_;
+  std::vector<at::Tensor> gradients;
+  for (const at::Tensor& p : parameters_) {
+    if (p.grad().defined()) gradients.push_back(p.grad());
+  }
+  return gradients;
 }
 
 void Reducer::SetControlWord(float value) {
@@ -200,7 +224,7 @@ absl::Status Reducer::FinishBackward(double grad_scale) {
                             : grad_scale;
   if (factor != 1.0) {
     torch::NoGradGuard no_grad;
-    for (at::Tensor& gradients : gradients_) gradients.mul_(factor);
+    for (at::Tensor& gradients : gradient_buffers()) gradients.mul_(factor);
   }
   return absl::OkStatus();
 }

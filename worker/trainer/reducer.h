@@ -56,6 +56,12 @@ struct ReducerOptions {
   double first_bucket_mb = 1.0;  // cap of the first bucket (DDP: 1)
   bool overlap = true;           // launch buckets from backward's gradient hooks
   int min_buckets = 1;           // BucketOptions::min_buckets (DDP: 1)
+  // false: this run never all-reduces (a world of one). No bucket buffers are
+  // allocated and no hooks set: each gradient stays LibTorch's own tensor
+  // (backward writes it fresh instead of adding into a zeroed view) and
+  // ZeroGradients drops them, as zero_grad(set_to_none=True) does. The plan is
+  // still made (for the logs); BroadcastParameters needs a world of one.
+  bool gradient_views = true;
 };
 
 class Reducer {
@@ -77,7 +83,8 @@ class Reducer {
   // Leaves the gradients zero.
   absl::Status BroadcastParameters(int root);
 
-  // Zeroes every gradient (one fill per bucket).
+  // Zeroes every gradient (one fill per bucket); without gradient views, drops
+  // them (the next backward writes them afresh).
   void ZeroGradients();
 
   // Call before each backward pass. `synchronize`: this pass's gradients are
@@ -95,9 +102,10 @@ class Reducer {
   // that is, overlapped with computing the rest of the gradients.
   int launched_during_backward() const;
 
-  // The flat gradient buffer of each bucket (the gradients are views into
-  // them), without the control word.
-  const std::vector<at::Tensor>& gradient_buffers() const { return gradients_; }
+  // The gradients as a whole, to read or scale: the flat gradient buffer of
+  // each bucket (the gradients are views into them), without the control
+  // word; without gradient views, each parameter's gradient that is set.
+  std::vector<at::Tensor> gradient_buffers() const;
 
   // Sets this rank's control word for the next synchronized all-reduce. Call
   // after ZeroGradients (which zeroes it) and before the synchronizing

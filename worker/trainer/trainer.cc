@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/rank_phase.h"
@@ -28,8 +29,10 @@
 #include "worker/trainer/batch_feed.h"
 #include "worker/trainer/batch_loader.h"
 #include "worker/trainer/batch_prefetcher.h"
+#include "worker/trainer/captured_step.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/checkpoint_writer.h"
+#include "worker/trainer/cuda_graph.h"
 #include "worker/trainer/data_position.h"
 #include "worker/trainer/distributed_sampler.h"
 #include "worker/trainer/fault_injector.h"
@@ -41,6 +44,7 @@
 #include "worker/trainer/progress.h"
 #include "worker/trainer/reducer.h"
 #include "worker/trainer/safetensors.h"
+#include "worker/trainer/step_profiler.h"
 #include "worker/trainer/step_timer.h"
 #include "worker/trainer/stop_agreement.h"
 #include "worker/trainer/training_data.h"
@@ -66,6 +70,11 @@ constexpr bool kTorchHasCuda = true;
 #else
 constexpr bool kTorchHasCuda = false;
 #endif
+
+// Eager steps before a captured run captures its step: the first makes the
+// optimizer's state and LibTorch's lazily made handles, the second runs with
+// them, so that the capture records a step like every later one.
+constexpr int64_t kEagerStepsBeforeCapture = 2;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -228,6 +237,7 @@ absl::StatusOr<std::unique_ptr<StepTimer>> MakeStepTimer(const DevicePlacement& 
 // Multiplies the gradients (bucket buffers) by min(1, max_norm / global norm),
 // without a host sync.
 void ClipGradientNorm(const std::vector<torch::Tensor>& buffers, double max_norm) {
+  if (buffers.empty()) return;
   torch::NoGradGuard no_grad;
   torch::Tensor squares = torch::zeros({}, buffers.front().options());
   for (const torch::Tensor& buffer : buffers) squares.add_(buffer.square().sum());
@@ -236,6 +246,7 @@ void ClipGradientNorm(const std::vector<torch::Tensor>& buffers, double max_norm
 }
 
 bool AnyNonFinite(const std::vector<torch::Tensor>& buffers) {
+  if (buffers.empty()) return false;
   torch::NoGradGuard no_grad;
   torch::Tensor total = torch::zeros({}, buffers.front().options());
   for (const torch::Tensor& buffer : buffers) total.add_(buffer.sum());
@@ -388,6 +399,7 @@ class TrainingRun {
     RETURN_IF_ERROR(BuildModel());
     RETURN_IF_ERROR(Resume());
     RETURN_IF_ERROR(BuildFeeds());
+    RETURN_IF_ERROR(PlanCapture());
     LogSetUp();
     RETURN_IF_ERROR(TrainLoop());
     return Finish();
@@ -408,6 +420,15 @@ class TrainingRun {
   bool PlanEpochEnded() const { return epoch_ended_; }
   // One optimizer step; sets *stop when the ranks agreed to stop after it.
   absl::Status TrainStep(bool* stop);
+  // The step between the timer's BeginStep and EndStep: eager (micro-batches,
+  // all-reduce, optimizer), or the captured graph's replay (cuda_graph.h).
+  absl::Status EagerStepBody(bool* stop);
+  absl::Status CapturedStepBody(bool* stop);
+  void StepOnStaticInputs(const torch::Tensor& images, const torch::Tensor& labels);
+  // The schedule's learning rate for this step into each optimizer group.
+  void SetLearningRates();
+  // Whether this run captures its step (trainer.cuda_graph); logs why not.
+  absl::Status PlanCapture();
   absl::Status ForwardBackward(int64_t micro_batch);
   void ReportInterval(double lr);
   // After a step that ended an epoch (or the run): epoch times, evaluation.
@@ -461,7 +482,7 @@ class TrainingRun {
   MetricsReporter& reporter_;   // Not owned.
   const int rank_;
   const int world_;
-  FaultInjector* fault_ = nullptr;  // Not owned; null when inactive.
+  FaultInjector* fault_ = nullptr;                  // Not owned; null when inactive.
   RankPhase reported_phase_ = RankPhase::kStartup;  // the last ReportPhase
 
   // PlanRun.
@@ -510,6 +531,12 @@ class TrainingRun {
   std::unique_ptr<BatchFeed> train_feed_;
   std::unique_ptr<BatchFeed> test_feed_;
   std::unique_ptr<StepTimer> timer_;
+  std::unique_ptr<StepProfiler> profiler_;  // null unless profile_steps is set
+  // PlanCapture: whether steps from kEagerStepsBeforeCapture on replay a graph,
+  // the graph (captured at the first such step), and the optimizer it steps.
+  bool capture_ = false;
+  std::unique_ptr<CapturedStep> captured_;
+  FusedAdamW* fused_adamw_ = nullptr;  // Not owned: optimizer_ when capturing
   // The loop's tallies.
   Interval interval_;
   double train_seconds_ = 0;
@@ -524,6 +551,9 @@ class TrainingRun {
 absl::Status TrainingRun::PlanRun() {
   const DataShape& shape = data_.shape();
   ASSIGN_OR_RETURN(placement_, ResolveDevice(options_, loop_.local_rank));
+  // cuDNN picks the patch embedding's convolution algorithm by timing them
+  // once per shape (the shapes never change), as PyTorch users turn on.
+  if (placement_.cuda) at::globalContext().setBenchmarkCuDNN(true);
   ASSIGN_OR_RETURN(config_, ResolveViTConfig(options_.model, shape.channels,
                                              shape.num_classes, options_.image_size));
   config_.dropout = options_.dropout;
@@ -628,6 +658,8 @@ absl::Status TrainingRun::BuildModel() {
   reducing.first_bucket_mb = options_.first_bucket_mb;
   reducing.overlap = options_.overlap;
   reducing.min_buckets = options_.min_buckets;
+  // A world of one never all-reduces: its gradients need no buckets.
+  reducing.gradient_views = world_ > 1;
   ASSIGN_OR_RETURN(reducer_, Reducer::Create(parameters_, communicator_, reducing));
   named_collectives_.emplace(loop_.progress, communicator_);
   // Rank 0's initial values become everyone's.
@@ -788,6 +820,15 @@ absl::Status TrainingRun::BuildFeeds() {
   test_feed_ = std::make_unique<BatchFeed>(nullptr, feeding);
   ASSIGN_OR_RETURN(timer_, MakeStepTimer(placement_));
   interval_.loss_sum = torch::zeros({}, torch::TensorOptions(device_));
+  if (!options_.profile_steps.empty()) {
+    StepProfilerOptions profiling;
+    ASSIGN_OR_RETURN(profiling.steps, ParseProfileSteps(options_.profile_steps));
+    profiling.dir = loop_.profile_dir;
+    profiling.cuda = placement_.cuda;
+    profiling.rank = rank_;
+    profiling.log = loop_.log;
+    profiler_ = std::make_unique<StepProfiler>(profiling);
+  }
   return absl::OkStatus();
 }
 
@@ -990,10 +1031,60 @@ absl::Status TrainingRun::ForwardBackward(int64_t micro_batch) {
   return absl::OkStatus();
 }
 
+absl::Status TrainingRun::PlanCapture() {
+  CaptureConditions conditions;
+  conditions.cuda_device = placement_.cuda;
+  conditions.build_can_capture = CapturedStep::Available();
+  conditions.world_size = world_;
+  conditions.grad_accum = options_.grad_accum;
+  conditions.precision = options_.precision;
+  conditions.optimizer = options_.optimizer;
+  conditions.fault_hook = fault_ != nullptr;
+  ASSIGN_OR_RETURN(CaptureDecision decision,
+                   DecideCapture(options_.cuda_graph, conditions));
+  if (decision.capture) {
+    fused_adamw_ = dynamic_cast<FusedAdamW*>(optimizer_.get());
+    const absl::Status capturable =
+        fused_adamw_ != nullptr
+            ? fused_adamw_->EnableCapture()
+            : absl::FailedPreconditionError("the optimizer is not tessera's fused AdamW");
+    if (!capturable.ok()) {
+      if (options_.cuda_graph == "on") return capturable;
+      decision.capture = false;
+      decision.reasons.emplace_back(capturable.message());
+    }
+  }
+  capture_ = decision.capture;
+  if (loop_.log != nullptr && placement_.cuda && !capture_ &&
+      options_.cuda_graph == "auto") {
+    *loop_.log << "[rank " << rank_ << "] CUDA graph: the step runs eager: "
+               << absl::StrJoin(decision.reasons, "; ") << std::endl;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TrainingRun::TrainStep(bool* stop) {
   const Clock::time_point step_start = Clock::now();
   timer_->BeginStep();
   if (loop_.progress != nullptr) loop_.progress->BeginStep();
+  if (capture_ && step_ >= kEagerStepsBeforeCapture) {
+    RETURN_IF_ERROR(CapturedStepBody(stop));
+  } else {
+    RETURN_IF_ERROR(EagerStepBody(stop));
+  }
+  timer_->EndStep();
+  ++step_;
+  const int64_t epoch_before = position_.epoch;
+  position_ = plan_->Advance(position_, accum());
+  epoch_ended_ = position_.epoch != epoch_before;
+  if (loop_.progress != nullptr) loop_.progress->EndStep(step_);
+  const double step_seconds = SecondsSince(step_start);
+  train_seconds_ += step_seconds;
+  epoch_seconds_ += step_seconds;
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::EagerStepBody(bool* stop) {
   for (int64_t m = 0; m < accum(); ++m) RETURN_IF_ERROR(ForwardBackward(m));
   interval_.micro_batches += accum();
   if (world_ > 1) Enter(RankPhase::kCollective);
@@ -1008,18 +1099,10 @@ absl::Status TrainingRun::TrainStep(bool* stop) {
     take_step = scaler_.Update(
         ReadFromDevice([&] { return AnyNonFinite(reducer_->gradient_buffers()); }));
   }
-  lr_ = ScheduledLearningRate(options_.lr, step_, total_steps_, warmup_steps_,
-                              loop_.final_lr_fraction);
+  SetLearningRates();
   if (take_step) {
     if (options_.clip_grad_norm > 0) {
       ClipGradientNorm(reducer_->gradient_buffers(), options_.clip_grad_norm);
-    }
-    // A head-only warm-up holds every other group still (lr 0).
-    const bool head_only = step_ < options_.head_warmup_steps;
-    auto& groups = optimizer_->param_groups();
-    for (size_t g = 0; g < groups.size(); ++g) {
-      groups[g].options().set_lr(head_only && !group_heads_[g] ? 0.0
-                                                               : lr_ * group_scales_[g]);
     }
     optimizer_->step();
   } else {
@@ -1027,15 +1110,82 @@ absl::Status TrainingRun::TrainStep(bool* stop) {
   }
   reducer_->ZeroGradients();
   timer_->Mark(StepPhase::kOptimizer);
-  timer_->EndStep();
-  ++step_;
-  const int64_t epoch_before = position_.epoch;
-  position_ = plan_->Advance(position_, accum());
-  epoch_ended_ = position_.epoch != epoch_before;
-  if (loop_.progress != nullptr) loop_.progress->EndStep(step_);
-  const double step_seconds = SecondsSince(step_start);
-  train_seconds_ += step_seconds;
-  epoch_seconds_ += step_seconds;
+  return absl::OkStatus();
+}
+
+void TrainingRun::SetLearningRates() {
+  lr_ = ScheduledLearningRate(options_.lr, step_, total_steps_, warmup_steps_,
+                              loop_.final_lr_fraction);
+  // A head-only warm-up holds every other group still (lr 0).
+  const bool head_only = step_ < options_.head_warmup_steps;
+  auto& groups = optimizer_->param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].options().set_lr(head_only && !group_heads_[g] ? 0.0
+                                                             : lr_ * group_scales_[g]);
+  }
+  // A captured run's AdamW reads them from device tensors, in every step.
+  if (fused_adamw_ != nullptr) fused_adamw_->WriteLearningRates();
+}
+
+// The step's whole device work (forward, backward, clipping, AdamW, the loss
+// tally), as the captured graph replays it. Runs eager only while capturing.
+void TrainingRun::StepOnStaticInputs(const torch::Tensor& images,
+                                     const torch::Tensor& labels) {
+  torch::Tensor loss;
+  {
+    AutocastScope mixed(autocast_, autocast_dtype_);
+    loss = torch::nn::functional::cross_entropy(
+        (*model_)->forward(images), labels,
+        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
+            options_.label_smoothing));
+  }
+  loss.backward();
+  if (options_.clip_grad_norm > 0) {
+    ClipGradientNorm(reducer_->gradient_buffers(), options_.clip_grad_norm);
+  }
+  optimizer_->step();
+  interval_.loss_sum.add_(loss.detach());
+}
+
+absl::Status TrainingRun::CapturedStepBody(bool* stop) {
+  Enter(RankPhase::kData);
+  ASSIGN_OR_RETURN(const Batch batch, train_feed_->Next());
+  timer_->Mark(StepPhase::kData);
+  stop_agreement_->Vote();
+  // The learning rates go to the optimizer's device tensors, which the graph
+  // reads: the schedule moves on without a new capture.
+  SetLearningRates();
+  Enter(RankPhase::kForward);
+  if (captured_ == nullptr) {
+    // Gradients made by the capture live in the graph's pool from here on.
+    reducer_->ZeroGradients();
+    ASSIGN_OR_RETURN(
+        captured_, CapturedStep::Capture(
+                       batch.images, batch.labels,
+                       [this](const torch::Tensor& images, const torch::Tensor& labels) {
+                         StepOnStaticInputs(images, labels);
+                       }));
+    if (loop_.log != nullptr) {
+      *loop_.log << "[rank " << rank_ << "] step " << step_ + 1
+                 << ": training step captured in a CUDA graph; replayed from here on"
+                 << std::endl;
+    }
+  } else {
+    // The capture ran the optimizer's host side once; each replay after it
+    // moves its step counts on the host as the graph does on the device.
+    fused_adamw_->AdvanceHostSteps();
+  }
+  RETURN_IF_ERROR(captured_->Replay(batch.images, batch.labels));
+  // One graph: the device's time of the whole step is the forward's.
+  for (const StepPhase phase :
+       {StepPhase::kForward, StepPhase::kBackward, StepPhase::kComm}) {
+    timer_->Mark(phase);
+  }
+  ++interval_.micro_batches;
+  interval_.images += batch.labels.size(0);
+  outcome_.train_images += batch.labels.size(0);
+  ASSIGN_OR_RETURN(*stop, stop_agreement_->Decide());
+  timer_->Mark(StepPhase::kOptimizer);
   return absl::OkStatus();
 }
 
@@ -1115,7 +1265,9 @@ absl::Status TrainingRun::TrainLoop() {
   (*model_)->train();
   while (step_ < total_steps_) {
     bool stop = false;
+    if (profiler_ != nullptr) RETURN_IF_ERROR(profiler_->BeforeStep(step_ + 1));
     RETURN_IF_ERROR(TrainStep(&stop));
+    if (profiler_ != nullptr) RETURN_IF_ERROR(profiler_->AfterStep(step_));
     if (checkpoint_in_flight_.has_value()) RETURN_IF_ERROR(PublishWhenDurable(false));
     if (step_ % options_.metrics_every == 0 || step_ == total_steps_) ReportInterval(lr_);
     if (stop && step_ < total_steps_) {
@@ -1145,6 +1297,8 @@ absl::Status TrainingRun::TrainLoop() {
 }
 
 absl::StatusOr<TrainingOutcome> TrainingRun::Finish() {
+  // A window the run cut short (max_steps, a stop) still gets its files.
+  if (profiler_ != nullptr) RETURN_IF_ERROR(profiler_->Finish(step_));
   // A run resumed from its final checkpoint still reports the test metrics.
   if (!outcome_.preempted && evaluated_at_ != step_) {
     ASSIGN_OR_RETURN(last_eval_, Evaluate());

@@ -63,6 +63,45 @@ void RunGroup(int world, const std::function<void(int, Communicator&)>& body) {
   testing::RunGlooGroup(world, body, kTimeout);
 }
 
+TEST(ReducerTest, WithoutGradientViewsAWorldOfOneKeepsLibTorchsOwnGradients) {
+  torch::nn::Sequential model = MakeModel(1);
+  const std::vector<torch::Tensor> expected = Gradients(model, Input(0));
+  LocalCommunicator communicator;
+  ReducerOptions options = SmallBuckets();
+  options.gradient_views = false;
+  auto reducer = Reducer::Create(model->parameters(), communicator, options);
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  ASSERT_TRUE((*reducer)->BroadcastParameters(0).ok());
+  const std::vector<torch::Tensor> parameters = model->parameters();
+  for (const torch::Tensor& p : parameters) EXPECT_FALSE(p.grad().defined());
+
+  (*reducer)->PrepareForBackward(false);
+  model->forward(Input(0)).square().mean().backward();
+  ASSERT_TRUE((*reducer)->FinishBackward(0.5).ok());
+  // The gradients are backward's own tensors, not views into shared buffers,
+  // and they are what gradient_buffers() hands out for clipping and checks.
+  const std::vector<torch::Tensor> gradients = (*reducer)->gradient_buffers();
+  ASSERT_EQ(gradients.size(), parameters.size());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const torch::Tensor& grad = parameters[i].grad();
+    ASSERT_TRUE(grad.defined());
+    EXPECT_EQ(grad.storage().nbytes(), static_cast<size_t>(grad.numel()) * sizeof(float))
+        << "parameter " << i << "'s gradient shares a buffer";
+    EXPECT_EQ(gradients[i].data_ptr(), grad.data_ptr());
+    EXPECT_TRUE(torch::allclose(grad, expected[i] * 0.5)) << "parameter " << i;
+  }
+  // zero_grad(set_to_none=True): dropped, and the next backward starts afresh.
+  (*reducer)->ZeroGradients();
+  for (const torch::Tensor& p : parameters) EXPECT_FALSE(p.grad().defined());
+  EXPECT_TRUE((*reducer)->gradient_buffers().empty());
+  (*reducer)->PrepareForBackward(false);
+  model->forward(Input(0)).square().mean().backward();
+  ASSERT_TRUE((*reducer)->FinishBackward().ok());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(parameters[i].grad(), expected[i])) << "parameter " << i;
+  }
+}
+
 TEST(ReducerTest, GradientsAccumulateStraightIntoTheBucketBuffers) {
   torch::nn::Sequential model = MakeModel(1);
   const std::vector<torch::Tensor> expected = Gradients(model, Input(0));
