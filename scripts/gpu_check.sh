@@ -21,7 +21,10 @@
 #      autocast, fused AdamW, batch 128, 224 px, and torchvision's under
 #      torch.compile when it compiles within COMPILE_TIMEOUT; then Tessera's and
 #      the peer's images/s side by side;
-#   6. the step, kernel by kernel: tessera-train (--profile-steps) and the timm
+#   6. same weights, same batch, same loss: tessera-train and timm from one set
+#      of initial weights on one fixed batch, 20 bf16 steps, every loss within
+#      2% (bench/step_profile/loss_agreement.py);
+#   7. the step, kernel by kernel: tessera-train (--profile-steps) and the timm
 #      peer (torch.profiler; torchvision's without timm) over the same 5 steps
 #      after warm-up, side by side (bench/step_profile/compare.py): the top 20
 #      kernels of each in ms per step, kernels per step, GPU idle per step. The
@@ -348,7 +351,8 @@ grep -Eq 'NEEDED.*(libtorch_cuda|libc10_cuda)' <(readelf -d "$TRAIN" 2>/dev/null
 # Parsed only: no __pycache__ written into the tree (read-only in the rehearsal).
 py=$PYTHON
 command -v "$py" >/dev/null 2>&1 || py=python3
-for script in "$PEER" "$COMPARE" "$ROOT/bench/step_profile/torch_window.py"; do
+AGREEMENT=$ROOT/bench/step_profile/loss_agreement.py
+for script in "$PEER" "$COMPARE" "$AGREEMENT" "$ROOT/bench/step_profile/torch_window.py"; do
   "$py" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$script" ||
     die "$script does not parse"
 done
@@ -407,6 +411,22 @@ phase "ctest -L gpu"
   { grep -E '^[0-9]+: ' "$WORK/ctest.log" | tail -40 >&2; tail -8 "$WORK/ctest.log" >&2; die "the GPU tests failed"; }
 grep -E 'tests passed|tests failed|Total Test time' "$WORK/ctest.log"
 grep -E '^[0-9]+: \[  SKIPPED \]' "$WORK/ctest.log" | sort -u | head -5 || true
+
+# 5b. Same weights, same batch, same loss: tessera-train and timm (torchvision
+#     without timm) from one set of initial weights on one fixed batch of 128
+#     images, 20 steps in bf16; every step's loss within 2% (loss_agreement.py).
+#     A disagreement fails the check at its end, after the figures below.
+agreement_failed=""
+agreement_model=timm
+[[ ",$peer_models," == *,timm,* ]] || agreement_model=torchvision
+if [[ ",$peer_models," == *,"$agreement_model",* ]]; then
+  phase "loss agreement: tessera-train and $agreement_model, same weights and batch, bf16, 20 steps"
+  with_libs "$PYTHON" "$AGREEMENT" --train "$TRAIN" --model "$agreement_model" --device cuda \
+    --precision bf16 --batch "$BATCH" --steps 20 --workdir "$WORK/agreement" ||
+    agreement_failed="the losses of tessera-train and $agreement_model disagree (above)"
+else
+  echo "gpu_check: python has neither timm nor torchvision: no loss agreement check" >&2
+fi
 
 # 6. ViT-B/16 throughput and MFU: the eager step, then the step captured in a
 #    CUDA graph (--cuda-graph on, cuda_graph.h).
@@ -484,6 +504,7 @@ print("  %-58s %7.0f images/s  tessera/peer %.2f" % (name, ips, tessera / ips))
 done
 
 profile_step
+[ -z "$agreement_failed" ] || die "$agreement_failed"
 
 # 9. With two GPUs: two ranks, one of them stopped mid-run; the other's
 #    collective timeout must end it with exit code 4, naming the collective.

@@ -3,12 +3,15 @@
 //   input_pipeline_bench generate DIR --images N [--classes 10] [--threads 2]
 //       writes N ImageNet-size JPEGs (500x375, quality 90: smooth gradients,
 //       noise and shapes, so they compress like photos, not like flat colour)
-//       as DIR/train/classK/imgNNNNNN.jpg.
+//       as DIR/train/classK/imgNNNNNN.jpg, and one per class under DIR/val/
+//       (an image folder needs both splits).
 //   input_pipeline_bench run DIR --workers W [--batch 64] [--size 224]
-//       one epoch of DIR through tessera's pipeline (region decode +
-//       RandomResizedCrop + flip into uint8 batches); prints images/s and
-//       images per CPU-second of the process, timed from the first batch to
-//       the last (worker start-up excluded, as on the torchvision side).
+//       one epoch of DIR's train split through the loader tessera-train runs
+//       (image_data.h's loader on BatchPrefetcher threads, as the trainer's
+//       training feed drives it on a GPU rank: region decode +
+//       RandomResizedCrop + flip into a uint8 batch tensor); prints images/s
+//       and images per CPU-second of the process, timed from the first batch
+//       to the last (worker start-up excluded, as on the torchvision side).
 //   input_pipeline_bench rss DIR --workers W
 //       one epoch, then prints the process's peak resident set (VmHWM).
 #include <sys/resource.h>
@@ -22,20 +25,25 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "worker/trainer/data/batch_pipeline.h"
-#include "worker/trainer/data/data_source.h"
+#include "worker/trainer/batch_loader.h"
+#include "worker/trainer/batch_prefetcher.h"
 #include "worker/trainer/data/image_encoder.h"
+#include "worker/trainer/image_data.h"
+#include "worker/trainer/training_data.h"
 
 namespace tessera::bench {
 namespace {
 
 namespace td = ::tessera::trainer::data;
+namespace tt = ::tessera::trainer;
 
 constexpr int kWidth = 500;
 constexpr int kHeight = 375;
@@ -87,12 +95,15 @@ int Generate(const std::string& dir, int images, int classes, int threads) {
   std::atomic<int64_t> bytes{0};
   std::atomic<bool> failed{false};
   std::vector<std::thread> pool;
+  // The first `classes` images go to val/, one per class; the rest to train/.
+  const int total = images + classes;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
-      for (int i = next++; i < images; i = next++) {
+      for (int i = next++; i < total; i = next++) {
         const std::vector<uint8_t> rgb = NaturalImage(static_cast<uint64_t>(i) + 1);
         auto jpeg = td::EncodeJpeg(rgb.data(), kWidth, kHeight, 3, 90);
-        const std::string cls = absl::StrFormat("%s/train/class%02d", dir, i % classes);
+        const std::string cls = absl::StrFormat("%s/%s/class%02d", dir,
+                                                i < classes ? "val" : "train", i % classes);
         std::filesystem::create_directories(cls);
         std::ofstream out(absl::StrFormat("%s/img%06d.jpg", cls, i), std::ios::binary);
         if (!jpeg.ok() || !(out << *jpeg)) failed = true;
@@ -101,8 +112,8 @@ int Generate(const std::string& dir, int images, int classes, int threads) {
     });
   }
   for (std::thread& t : pool) t.join();
-  std::printf("generated %d JPEGs of %dx%d (quality 90, %.0f KB on average) in %s\n",
-              images, kWidth, kHeight, bytes.load() / 1024.0 / std::max(images, 1),
+  std::printf("generated %d + %d JPEGs of %dx%d (quality 90, %.0f KB on average) in %s\n",
+              images, classes, kWidth, kHeight, bytes.load() / 1024.0 / std::max(total, 1),
               dir.c_str());
   return failed ? 1 : 0;
 }
@@ -118,39 +129,49 @@ struct Rate {
   double cpu = -1;   // images per CPU-second of the whole process
 };
 
-// One epoch, timed from the first batch to the last.
+// One epoch of the train split, timed from the first batch to the last.
 Rate Epoch(const std::string& dir, int workers, int batch, int size, int64_t epoch) {
-  td::DataSourceOptions o;
+  tt::ImageDataOptions o;
   o.kind = "imagefolder";
   o.root = dir;
-  auto source = td::DataSource::Open(o);
-  if (!source.ok()) {
-    std::cerr << source.status() << "\n";
+  o.log = [](const std::string& line) { std::cerr << line << "\n"; };
+  auto data = tt::OpenImageData(o);
+  if (!data.ok()) {
+    std::cerr << data.status() << "\n";
     return {};
   }
-  auto stream = (*source)->OpenEpoch(td::EpochRequest{.seed = 1, .epoch = epoch});
-  td::BatchPipelineOptions p;
-  p.batch_size = batch;
-  p.workers = workers;
-  p.prefetch_batches = 4;
-  p.transform.size = size;
-  p.transform.seed = 1;
-  p.epoch = epoch;
-  auto pipeline = td::BatchPipeline::Start(*std::move(stream), p);
-  if (!pipeline.ok()) return {};
+  tt::BatchLoaderOptions loading;
+  loading.image_size = size;
+  loading.augment = true;
+  loading.seed = 1;
+  loading.stage = tt::BatchStage::kDevice;  // raw uint8 batches, as on a GPU rank
+  const std::unique_ptr<tt::SampleLoader> loader =
+      (*data)->MakeLoader(tt::Split::kTrain, loading);
+  // The epoch's order, shuffled as the trainer's sampler shuffles.
+  std::vector<int64_t> ids((*data)->shape().train_size);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(static_cast<uint64_t>(epoch) + 1));
+  const int64_t batches = static_cast<int64_t>(ids.size()) / batch;
+  tt::BatchPrefetcherOptions prefetching;
+  prefetching.workers = workers;
+  tt::BatchPrefetcher prefetcher(
+      [&](int64_t b) { return loader->Load(ids, b * batch, (b + 1) * batch, epoch); }, 0,
+      batches, prefetching);
   int64_t images = 0;
   std::chrono::steady_clock::time_point start;
   double cpu_start = 0;
-  for (int64_t b = 0;; ++b) {
-    auto next = (*pipeline)->Next();
-    if (!next.ok()) break;
+  for (int64_t b = 0; b < batches; ++b) {
+    absl::StatusOr<tt::Batch> next = prefetcher.Next();
+    if (!next.ok()) {
+      std::cerr << next.status() << "\n";
+      return {};
+    }
     if (b == 0) {
       start = std::chrono::steady_clock::now();
       cpu_start = CpuSeconds();
     } else {
-      images += next->size;
+      images += next->labels.size(0);
     }
-    (*pipeline)->Recycle(*std::move(next));
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

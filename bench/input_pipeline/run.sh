@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Input pipeline benchmark (issue 22): images/s of decode + RandomResizedCrop
-# 224 + flip into uint8 batches, tessera's pipeline against torchvision 0.14's
+# Input pipeline benchmark: images/s of decode + RandomResizedCrop 224 + flip
+# into uint8 batches, the loader tessera-train runs (its image-folder loader on
+# its prefetcher's threads) against torchvision 0.14's
 # ImageFolder + DataLoader (/usr/bin/python3, Debian python3-torchvision) on
 # the same generated ImageNet-size JPEGs with the same number of workers;
 # sides alternate, best of ROUNDS; then the pipeline's peak RSS on a 2,000- and
@@ -38,13 +39,17 @@ cmake --build "$BUILD" --target input_pipeline_bench >/dev/null
 BENCH="$BUILD/bench/input_pipeline_bench"
 
 small="$DATA/images-$IMAGES"
-if [ ! -d "$small/train" ]; then "$BENCH" generate "$small" --images "$IMAGES"; fi
+# An image folder needs a val split too (generate writes one image per class).
+if [ ! -d "$small/val" ]; then "$BENCH" generate "$small" --images "$IMAGES"; fi
 # The 20,000-image folder holds the 2,000 images ten times over (hard links):
 # memory use depends on the count, not on the pixels.
 big="$DATA/images-20000"
-if [ ! -d "$big/train" ]; then
+if [ ! -d "$big/val" ]; then
+  rm -rf "$big"
   rss_small="$DATA/images-2000"
-  if [ ! -d "$rss_small/train" ]; then "$BENCH" generate "$rss_small" --images 2000; fi
+  if [ ! -d "$rss_small/val" ]; then "$BENCH" generate "$rss_small" --images 2000; fi
+  mkdir -p "$big"
+  cp -al "$rss_small/val" "$big/val"
   for c in "$rss_small"/train/*; do
     mkdir -p "$big/train/$(basename "$c")"
     # Subdirectories of a class directory are part of the class (image_folder.h).

@@ -53,44 +53,73 @@ class AutocastCacheOff {
 
 bool CapturedStep::Available() { return true; }
 
+struct CapturedStep::StreamScope::Impl {
+  c10::cuda::CUDAStream previous;
+  c10::cuda::CUDAStream scope;
+};
+
+absl::StatusOr<std::unique_ptr<CapturedStep::StreamScope>>
+CapturedStep::StreamScope::Enter(int device) {
+  try {
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    auto impl = std::make_unique<Impl>(Impl{c10::cuda::getCurrentCUDAStream(index),
+                                            c10::cuda::getStreamFromPool(false, index)});
+    at::cuda::CUDAEvent queued;
+    queued.record(impl->previous);
+    queued.block(impl->scope);
+    c10::cuda::setCurrentCUDAStream(impl->scope);
+    return std::unique_ptr<StreamScope>(new StreamScope(std::move(impl)));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("making a capture stream current: ", e.what()));
+  }
+}
+
+CapturedStep::StreamScope::StreamScope(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+CapturedStep::StreamScope::~StreamScope() {
+  try {
+    at::cuda::CUDAEvent done;
+    done.record(impl_->scope);
+    done.block(impl_->previous);
+    c10::cuda::setCurrentCUDAStream(impl_->previous);
+  } catch (const std::exception&) {
+    // A device error already failed the run; nothing else to hand back.
+  }
+}
+
 absl::StatusOr<std::unique_ptr<CapturedStep>> CapturedStep::Capture(
     const torch::Tensor& images, const torch::Tensor& labels, const Body& body) {
   if (!images.is_cuda() || !labels.is_cuda()) {
     return absl::InvalidArgumentError("a captured step takes CUDA input tensors");
   }
+  const c10::DeviceIndex device = images.device().index();
+  if (c10::cuda::getCurrentCUDAStream(device) ==
+      c10::cuda::getDefaultCUDAStream(device)) {
+    return absl::FailedPreconditionError(
+        "a step is captured on a stream of its own (CapturedStep::StreamScope), not the "
+        "default stream");
+  }
   auto impl = std::make_unique<Impl>();
   try {
     impl->images = images.clone();
     impl->labels = labels.clone();
-    // A graph is captured on a stream of its own, which first waits for the
-    // work queued so far (the inputs' copies among it).
-    const c10::DeviceIndex device = images.device().index();
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device);
-    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device);
-    at::cuda::CUDAEvent queued;
-    queued.record(current);
-    queued.block(side);
-    {
-      const c10::cuda::CUDAStreamGuard on_side(side);
-      const AutocastCacheOff no_cache;
-      // Thread-local: the data loader's threads go on pinning host memory
-      // while this thread captures.
-      impl->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    const AutocastCacheOff no_cache;
+    // Thread-local: the data loader's threads go on pinning host memory while
+    // this thread captures.
+    impl->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    try {
+      body(impl->images, impl->labels);
+    } catch (...) {
       try {
-        body(impl->images, impl->labels);
-      } catch (...) {
-        try {
-          impl->graph.capture_end();
-        } catch (const std::exception&) {
-          // The capture is invalid either way; the body's error says why.
-        }
-        throw;
+        impl->graph.capture_end();
+      } catch (const std::exception&) {
+        // The capture is invalid either way; the body's error says why.
       }
-      impl->graph.capture_end();
+      throw;
     }
-    at::cuda::CUDAEvent captured;
-    captured.record(side);
-    captured.block(current);
+    impl->graph.capture_end();
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(
         absl::StrCat("capturing the training step in a CUDA graph failed (run with "
@@ -121,6 +150,16 @@ absl::Status CapturedStep::Replay(const torch::Tensor& images,
 #else  // !TESSERA_CAPTURED_STEP
 
 struct CapturedStep::Impl {};
+struct CapturedStep::StreamScope::Impl {};
+
+absl::StatusOr<std::unique_ptr<CapturedStep::StreamScope>>
+CapturedStep::StreamScope::Enter(int) {
+  return absl::FailedPreconditionError("no CUDA graphs in this build");
+}
+
+CapturedStep::StreamScope::StreamScope(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+CapturedStep::StreamScope::~StreamScope() = default;
 
 bool CapturedStep::Available() { return false; }
 

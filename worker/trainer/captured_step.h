@@ -35,19 +35,42 @@ class CapturedStep {
   using Body =
       std::function<void(const torch::Tensor& images, const torch::Tensor& labels)>;
 
+  // A graph is captured on a stream other than the device's default one, and
+  // the eager steps before the capture must run on that same stream (LibTorch
+  // makes its cuBLAS workspaces per stream, and a capture must find them made).
+  // While a StreamScope lives, a fresh stream of the pool is this thread's
+  // current stream on `device`: a captured run enters one before its first
+  // step and keeps it (training, evaluation and checkpoints all run on it).
+  // Entering waits for the work queued on the previous stream; leaving makes
+  // the previous stream wait for the scope's work and makes it current again.
+  class StreamScope {
+   public:
+    static absl::StatusOr<std::unique_ptr<StreamScope>> Enter(int device);
+    ~StreamScope();
+    StreamScope(const StreamScope&) = delete;
+    StreamScope& operator=(const StreamScope&) = delete;
+
+   private:
+    struct Impl;
+    explicit StreamScope(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+  };
+
   // Whether this build can capture a step.
   static bool Available();
 
   // Records `body` on static copies of `images` and `labels` (CUDA tensors of
-  // the shapes every later batch has). Nothing of the body runs on the device
-  // until Replay; its host side runs once, here.
+  // the shapes every later batch has) on the current stream, which must not be
+  // the default stream (a StreamScope's). Nothing of the body runs on the
+  // device until Replay; its host side runs once, here.
   static absl::StatusOr<std::unique_ptr<CapturedStep>> Capture(
       const torch::Tensor& images, const torch::Tensor& labels, const Body& body);
   ~CapturedStep();
   CapturedStep(const CapturedStep&) = delete;
   CapturedStep& operator=(const CapturedStep&) = delete;
 
-  // Copies the batch into the static inputs and replays the step.
+  // Copies the batch into the static inputs and replays the step, on the
+  // current stream.
   // InvalidArgument for a batch of other shapes than the captured one.
   absl::Status Replay(const torch::Tensor& images, const torch::Tensor& labels);
 

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/trainer_choices.h"
 #include "worker/trainer/cifar_reader.h"
 #include "worker/trainer/idx_reader.h"
 #include "worker/trainer/synthetic_dataset.h"
@@ -14,8 +15,8 @@
 namespace tessera::trainer {
 
 const std::vector<std::string>& KnownDatasets() {
-  static const auto* const kNames = new std::vector<std::string>{
-      "fashion-mnist", "cifar10", "cifar100", "synthetic", "imagefolder", "shards"};
+  static const auto* const kNames =
+      new std::vector<std::string>(kDatasetChoices.begin(), kDatasetChoices.end());
   return *kNames;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
+#include "common/trainer_choices.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessera/v1/tessera.pb.h"
@@ -253,6 +254,37 @@ TEST(TrainerFlagsTest, HelpIsReturnedAsTextListingTheFlags) {
   EXPECT_THAT(parsed->help, HasSubstr("--batch-size"));
   EXPECT_THAT(parsed->help, HasSubstr("--coordinator"));
   EXPECT_THAT(parsed->help, HasSubstr("--collective-timeout"));
+}
+
+// The help of every choice-valued flag lists exactly the table the validation
+// uses (common/trainer_choices.h): each listed value passes the flag's check,
+// and a value outside the table is refused naming the flag.
+TEST(TrainerFlagsTest, EveryChoiceFlagsHelpListsTheChoicesItsValidationAccepts) {
+  const absl::StatusOr<TrainerFlags> help = ParseTrainerFlags({"--help"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  for (const ChoiceField& f : kTrainerChoiceFields) {
+    const std::string flag =
+        absl::StrCat("--", absl::StrReplaceAll(f.field, {{"_", "-"}}));
+    const size_t at = help->help.find(absl::StrCat("\n  ", flag, " "));
+    ASSERT_NE(at, std::string::npos) << flag << " is not in the help";
+    const std::string line =
+        help->help.substr(at + 1, help->help.find('\n', at + 1) - at - 1);
+    EXPECT_THAT(line, HasSubstr(ChoicesText(f.choices))) << flag;
+    for (const char* value : f.choices) {
+      absl::StatusOr<TrainerFlags> parsed =
+          ParseTrainerFlags({absl::StrCat(flag, "=", value), "--data-dir=/data"});
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      const absl::Status valid = ValidateTrainerOptions(parsed->trainer, OptionLimits{});
+      EXPECT_THAT(std::string(valid.message()), ::testing::Not(HasSubstr(flag)))
+          << flag << "=" << value;
+    }
+    absl::StatusOr<TrainerFlags> bogus =
+        ParseTrainerFlags({absl::StrCat(flag, "=no-such-choice")});
+    ASSERT_TRUE(bogus.ok()) << bogus.status();
+    const absl::Status refused = ValidateTrainerOptions(bogus->trainer, OptionLimits{});
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << flag;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr(flag.substr(2))) << flag;
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/worker/trainer/run_binary.h"
 #include "worker/trainer/safetensors.h"
 
 namespace tessera::trainer {
@@ -26,29 +27,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;
-};
+using ::tessera::testing::RunResult;
 
-std::string Bin(const std::string& name) {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return absl::StrCat(dir != nullptr ? dir : "bin", "/", name);
-}
+std::string Bin(const std::string& name) { return ::tessera::testing::BinaryPath(name); }
 
-RunResult RunBinary(const std::string& binary, const std::vector<std::string>& args) {
-  const std::string command = absl::StrCat("timeout -s KILL 600 ", Bin(binary), " ",
-                                           absl::StrJoin(args, " "), " 2>&1");
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
+RunResult RunBinary(const std::string& name, const std::vector<std::string>& args) {
+  return ::tessera::testing::RunBinary(name, args, /*limit_s=*/600);
 }
 
 bool CudaVisible() {
