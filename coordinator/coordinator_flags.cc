@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "common/process/unix_account.h"
 #include "coordinator/core/tls_identity.h"
+#include "coordinator/store/db_retention.h"
 
 namespace tessera {
 namespace {
@@ -258,6 +259,32 @@ void AddSlurmFlags(CLI::App& app, CoordinatorFlags& flags) {
                  "nodes see (default: slurm/ next to --db)");
 }
 
+// Retention of finished jobs' outputs (docs/operations.md).
+void AddRetentionFlags(CLI::App& app, CoordinatorFlags& flags) {
+  app.add_option("--retain-metrics", flags.retain_metrics,
+                 "age after a job ended at which its metrics are downsampled to at "
+                 "most a few hundred points per series, every evaluation point kept "
+                 "(90d, 2w, 12h; never: keep whole)")
+      ->capture_default_str();
+  app.add_option("--retain-logs", flags.retain_logs,
+                 "age after a job ended at which its logs are dropped from the "
+                 "database; the rank logs stay on the workers (never: keep)")
+      ->capture_default_str();
+  app.add_option("--db-max-size", flags.db_max_size,
+                 "budget for the database: past it the oldest finished jobs' metrics "
+                 "and logs are dropped (never job records), and the pages given back "
+                 "(20G, 512M; 0: none)")
+      ->capture_default_str();
+}
+
+// `db stats`.
+void AddDbCommands(CLI::App& app, DbCommandFlags& db) {
+  db.command = app.add_subcommand("db", "Inspect the database");
+  db.command->require_subcommand(1);
+  db.stats = db.command->add_subcommand(
+      "stats", "Print the database's size per table and the oldest data it keeps");
+}
+
 // `token create|list|revoke`.
 void AddTokenCommands(CLI::App& app, TokenCommandFlags& token) {
   token.command = app.add_subcommand(
@@ -355,6 +382,28 @@ absl::Status ParseDbReserve(absl::string_view text, CoordinatorOptions& options)
   return absl::OkStatus();
 }
 
+// --retain-metrics, --retain-logs and --db-max-size.
+absl::Status ParseRetention(const CoordinatorFlags& flags, CoordinatorOptions& options) {
+  DbRetention::Options& retention = options.retention;
+  absl::StatusOr<absl::Duration> metrics =
+      ParseRetentionAge(flags.retain_metrics, "--retain-metrics");
+  if (!metrics.ok()) return metrics.status();
+  retention.retain_metrics = *metrics;
+  absl::StatusOr<absl::Duration> logs =
+      ParseRetentionAge(flags.retain_logs, "--retain-logs");
+  if (!logs.ok()) return logs.status();
+  retention.retain_logs = *logs;
+  absl::StatusOr<int64_t> size = ParseByteSize(flags.db_max_size, "--db-max-size");
+  if (!size.ok()) return size.status();
+  retention.max_size_bytes = *size;
+  if (options.db_max_bytes > 0 && retention.max_size_bytes > options.db_max_bytes) {
+    return absl::InvalidArgumentError(
+        "--db-max-size must not be above --db-max-bytes: the budget is pruned to, the "
+        "cap fails writes");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags& flags) {
@@ -365,6 +414,7 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags& flags) {
       "/var/lib/tessera/tessera.db\n"
       "Stops cleanly on SIGTERM or SIGINT.");
   AddListenerFlags(app, flags);
+  AddRetentionFlags(app, flags);
   AddClusterFlags(app, flags);
   AddTlsAndAdminFlags(app, flags);
   AddLimitFlags(app, flags);
@@ -377,12 +427,16 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags& flags) {
   // running coordinator.
   app.fallthrough();
   AddTokenCommands(app, flags.token);
+  AddDbCommands(app, flags.db);
 }
 
 absl::Status FinishCoordinatorOptions(CoordinatorFlags& flags) {
   CoordinatorOptions& options = flags.options;
   if (absl::Status reserve = ParseDbReserve(flags.db_reserve, options); !reserve.ok()) {
     return reserve;
+  }
+  if (absl::Status retention = ParseRetention(flags, options); !retention.ok()) {
+    return retention;
   }
   options.auth.enabled = !flags.no_auth;
   if (!flags.tls_cert_file.empty()) {

@@ -40,15 +40,25 @@ struct TokenCommandFlags {
   int64_t revoke_id = 0;
 };
 
+// `tessera-coordinator db stats`: reads the database directly, with or without
+// a running coordinator.
+struct DbCommandFlags {
+  CLI::App* command = nullptr;  // `db`
+  CLI::App* stats = nullptr;    // `db stats`
+};
+
 // The values the flags are parsed into. Most flags write straight into
 // `options`; the ones below it are in the flags' own units (milliseconds,
 // seconds, megabytes, negated switches) until FinishCoordinatorOptions.
 struct CoordinatorFlags {
   CoordinatorOptions options;
 
-  std::string port_file;            // the bound gRPC port is written here once serving
-  std::string db_reserve = "auto";  // --db-reserve: "auto", "0", "64M", "5%"
-  std::string http_port_file;       // the bound HTTP port, likewise
+  std::string port_file;               // the bound gRPC port is written here once serving
+  std::string db_reserve = "auto";     // --db-reserve: "auto", "0", "64M", "5%"
+  std::string retain_metrics = "90d";  // --retain-metrics: an age, or "never"
+  std::string retain_logs = "30d";     // --retain-logs: likewise
+  std::string db_max_size = "0";       // --db-max-size: a size; 0: no budget
+  std::string http_port_file;          // the bound HTTP port, likewise
   int64_t heartbeat_ms = 1000;
   int64_t dead_after_ms = 15000;
   int64_t suspect_after_ms = 3000;
@@ -81,9 +91,10 @@ struct CoordinatorFlags {
   std::string slurm_credential_dir;
 
   TokenCommandFlags token;
+  DbCommandFlags db;
 };
 
-// Registers every flag and the token subcommands on `app`, in the order
+// Registers every flag and the token and db subcommands on `app`, in the order
 // --help lists them, and sets the App's footer.
 void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags& flags);
 

@@ -81,6 +81,8 @@ absl::Status CoordinatorServer::OpenCore(const CoordinatorOptions& options,
         writer_options.reserve_bytes);
   }
   writer_ = std::make_unique<StoreWriter>(store_.get(), writer_options);
+  retention_ = std::make_unique<DbRetention>(store_.get(), clock, options.retention);
+  if (retention_->enabled()) retention_->Start();
   manager_ =
       std::make_unique<JobManager>(store_.get(), writer_.get(), clock, options.manager);
   RETURN_IF_ERROR(manager_->Recover());
@@ -233,6 +235,7 @@ void CoordinatorServer::Shutdown() {
     stop_monitor_.Notify();
     monitor_.join();
   }
+  retention_.reset();  // stops its pass between two jobs
   // Ends the event streams, so the HTTP server's threads can finish.
   manager_->changes().Close();
   if (http_ != nullptr) http_->Stop();

@@ -27,6 +27,7 @@
 #include "coordinator/core/job_manager.h"
 #include "coordinator/core/sweep_manager.h"
 #include "coordinator/core/worker_identity.h"
+#include "coordinator/store/db_retention.h"
 #include "coordinator/store/store.h"
 #include "coordinator/store/store_writer.h"
 #include "grpcpp/server.h"
@@ -59,6 +60,11 @@ struct CoordinatorOptions {
   // 0 bytes: no reserve.
   int64_t db_reserve_bytes = int64_t{64} << 20;
   double db_reserve_percent = 5;
+  // Retention of finished jobs' metrics and logs by age and by size
+  // (--retain-metrics, --retain-logs, --db-max-size; db_retention.h): by
+  // default metrics are downsampled 90 days and logs dropped 30 days after a
+  // job ended, with no size budget. A pass runs every retention.interval.
+  DbRetention::Options retention;
   // How often the monitor thread runs JobManager::Tick (liveness, timeouts).
   absl::Duration monitor_interval = absl::Milliseconds(250);
   // Largest gRPC message accepted or sent, in bytes.
@@ -133,6 +139,7 @@ class CoordinatorServer {
   RealClock real_clock_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<StoreWriter> writer_;
+  std::unique_ptr<DbRetention> retention_;  // its loop runs while serving
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<SweepManager> sweeps_;

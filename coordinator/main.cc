@@ -33,6 +33,7 @@
 #include "coordinator/core/slurm/slurm_pool_config.h"
 #include "coordinator/core/slurm/slurm_pool_manager.h"
 #include "coordinator/core/tls_identity.h"
+#include "coordinator/db_command.h"
 #include "coordinator/slurm/slurm_command_client.h"
 #include "coordinator/store/sqlite_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -341,6 +342,7 @@ int main(int argc, char** argv) {
   tessera::AddCoordinatorFlags(app, flags);
   CLI11_PARSE(app, argc, argv);
   if (flags.token.command->parsed()) return RunTokenCommand(flags);
+  if (flags.db.command->parsed()) return tessera::RunDbCommand(flags.options.db_path);
   if (absl::Status s = tessera::FinishCoordinatorOptions(flags); !s.ok()) {
     std::cerr << "tessera-coordinator: " << s.message() << "\n";
     return 2;

@@ -199,6 +199,20 @@ CREATE TABLE slurm_allocations (
 ALTER TABLE jobs ADD COLUMN metrics_not_stored INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN log_lines_not_stored INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // What database retention has done to each finished job's outputs
+    // (metrics: 1 downsampled, 2 dropped; logs: 1 dropped; no row: kept
+    // whole). From this version on the file is kept in incremental
+    // auto-vacuum mode; SQLite can only switch an existing file to it with a
+    // VACUUM, which cannot run inside this transaction, so Open() runs it
+    // right after (SqliteStore::EnableIncrementalVacuum).
+    {13, R"sql(
+CREATE TABLE job_retention (
+  job_id INTEGER PRIMARY KEY REFERENCES jobs (id),
+  metrics INTEGER NOT NULL DEFAULT 0,
+  logs INTEGER NOT NULL DEFAULT 0,
+  updated_ms INTEGER NOT NULL
+);
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;

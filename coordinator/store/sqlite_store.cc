@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "coordinator/store/sqlite_util.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -106,6 +107,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   absl::MutexLock lock(&store->mu_);
   RETURN_IF_ERROR(store->Configure(path, options));
   RETURN_IF_ERROR(store->Migrate(options.migrate_to_version));
+  if (options.incremental_vacuum) store->EnableIncrementalVacuum();
   return store;
 }
 
@@ -127,6 +129,11 @@ absl::Status SqliteStore::Configure(const std::string& path, const Options& opti
   };
 
   RETURN_IF_ERROR(pragma("PRAGMA foreign_keys = ON").status());
+  // Takes effect only before the first table is made; an older file is
+  // switched by EnableIncrementalVacuum after the migrations.
+  if (options.incremental_vacuum) {
+    RETURN_IF_ERROR(pragma("PRAGMA auto_vacuum = INCREMENTAL").status());
+  }
   if (path != ":memory:") {
     ASSIGN_OR_RETURN(std::string mode, pragma("PRAGMA journal_mode = WAL"));
     if (mode != "wal") {
@@ -148,6 +155,29 @@ absl::Status SqliteStore::Configure(const std::string& path, const Options& opti
     RETURN_IF_ERROR(pragma(absl::StrCat("PRAGMA max_page_count = ", pages)).status());
   }
   return absl::OkStatus();
+}
+
+void SqliteStore::EnableIncrementalVacuum() {
+  sqlite3* db = db_.get();
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db, "PRAGMA auto_vacuum", -1, &raw, nullptr);
+  StatementHandle mode(raw);
+  if (rc != SQLITE_OK || sqlite3_step(raw) != SQLITE_ROW) return;
+  if (sqlite3_column_int(raw, 0) == 2) return;
+  mode.reset();
+  spdlog::info(
+      "switching the database {} to incremental auto-vacuum (once; it is rewritten, "
+      "which needs free space about its size)",
+      path_.empty() ? std::string(":memory:") : path_);
+  rc = sqlite3_exec(db, "PRAGMA auto_vacuum = INCREMENTAL; VACUUM", nullptr, nullptr,
+                    nullptr);
+  if (rc != SQLITE_OK) {
+    spdlog::warn(
+        "cannot switch the database to incremental auto-vacuum ({}): retention still "
+        "frees pages for reuse, but the file does not shrink until a later start "
+        "succeeds",
+        SqliteError(db, rc, "VACUUM").ToString());
+  }
 }
 
 absl::StatusOr<sqlite3_stmt*> SqliteStore::Prepare(const char* sql) {

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/store/metric_downsampling.h"
 #include "coordinator/store/store.h"
 
 // SQLite's handle types, declared here so that only the store's own sources
@@ -56,10 +57,16 @@ class SqliteStore : public Store {
     // Apply migrations only up to this version; 0: all. Lets tests create a
     // database with an older schema and check the upgrade.
     int migrate_to_version = 0;
+    // Keep the file in SQLite's incremental auto-vacuum mode, so that
+    // ReclaimSpace can give pages back: set on a new database before its
+    // tables, and on an older one by one VACUUM when it is opened (a failed
+    // VACUUM, say for lack of space, is logged and tried at the next open).
+    // false: leave the mode as it is (tests make an older database with it).
+    bool incremental_vacuum = true;
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 12;
+  static constexpr int kSchemaVersion = 13;
 
   // Creates the database file 0600 when missing; FailedPrecondition when it
   // (or its -wal or -shm file) is readable or writable by group or others.
@@ -124,6 +131,21 @@ class SqliteStore : public Store {
   // the WAL file is cut to zero bytes. A no-op for ":memory:".
   absl::Status CompactJournal() override;
 
+  absl::StatusOr<std::vector<FinishedJobOutputs>> ListFinishedJobOutputs() override;
+  absl::StatusOr<int64_t> DownsampleMetrics(int64_t job_id, int max_points,
+                                            const RetentionNote& note) override;
+  absl::StatusOr<int64_t> DropMetrics(int64_t job_id, const RetentionNote& note) override;
+  absl::StatusOr<int64_t> DropLogs(int64_t job_id, const RetentionNote& note) override;
+  absl::StatusOr<StoreSize> GetStoreSize() override;
+  // PRAGMA incremental_vacuum, then CompactJournal's checkpoint.
+  absl::Status ReclaimSpace() override;
+  // Per-table sizes come from SQLite's dbstat table where it is built in
+  // (unknown, -1, where not); row counts scan the tables.
+  absl::StatusOr<StoreStats> GetStoreStats() override;
+
+  // PRAGMA auto_vacuum: 0 none, 1 full, 2 incremental.
+  absl::StatusOr<int> AutoVacuumMode();
+
   // The highest schema version recorded in the database's schema_version table.
   absl::StatusOr<int> SchemaVersion();
   // SQLite's journal mode for the database: "wal" for a file, "memory" for
@@ -151,6 +173,21 @@ class SqliteStore : public Store {
   // Applies every migration newer than the database's version, all in one
   // transaction.
   absl::Status Migrate(int up_to_version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Options::incremental_vacuum on a database made without it: one VACUUM.
+  // Logs and goes on when the VACUUM fails.
+  void EnableIncrementalVacuum() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Retention's steps (sqlite_store_retention.cc). The job's state, checked
+  // finished; one bounded transaction of deletes, its row count; the mark and
+  // the note's event.
+  absl::Status CheckFinished(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> DeleteMetricPoints(int64_t job_id,
+                                             const std::vector<MetricPointKey>& keys,
+                                             size_t begin, size_t end);
+  absl::Status MarkRetained(int64_t job_id, int metrics, int logs,
+                            const RetentionNote& note) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AddTableStats(StoreStats& stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AddOldestKept(StoreStats& stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<StoreSize> SizeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Job state (jobs, events, ranks, workers) commits with synchronous=FULL, so
   // an acknowledged job survives power loss; metrics and logs with NORMAL, which
   // in WAL mode can lose only the last commits on power loss, never corrupt.

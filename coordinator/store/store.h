@@ -203,6 +203,56 @@ struct DiskSpace {
   int64_t total_bytes = -1;  // the file system's size
 };
 
+// A finished job's outputs as database retention (db_retention.h) sees them.
+struct FinishedJobOutputs {
+  int64_t job_id = 0;
+  tessera::v1::JobState state = tessera::v1::JOB_STATE_UNSPECIFIED;  // terminal
+  int64_t ended_unix_ms = 0;  // the job's updated_unix_ms: when it ended
+  bool metrics_downsampled = false;
+  bool metrics_dropped = false;
+  bool logs_dropped = false;
+};
+
+// What a retention step records: when, and an event for the job's events
+// (empty: none), e.g. "logs dropped after 30d (--retain-logs)".
+struct RetentionNote {
+  int64_t unix_ms = 0;
+  std::string event;
+};
+
+// The store's size, as SQLite counts it in pages.
+struct StoreSize {
+  int64_t file_bytes = 0;  // the database's pages, free ones included
+  int64_t free_bytes = 0;  // pages on the free list, given back by ReclaimSpace
+  int64_t wal_bytes = 0;   // the write-ahead log beside the file (0: none)
+  // What the data takes: file_bytes - free_bytes.
+  int64_t used_bytes() const { return file_bytes - free_bytes; }
+};
+
+// What `tessera-coordinator db stats` prints.
+struct StoreStats {
+  struct Table {
+    std::string name;
+    int64_t rows = 0;
+    int64_t bytes = -1;  // its pages and its indexes' pages; -1: unknown
+  };
+  StoreSize size;
+  std::string auto_vacuum;    // "none", "full" or "incremental"
+  std::vector<Table> tables;  // largest first
+  // The oldest job whose record, metrics or logs are kept (0: none), and
+  // when it was submitted.
+  int64_t oldest_job = 0;
+  int64_t oldest_job_unix_ms = 0;
+  int64_t oldest_metrics_job = 0;
+  int64_t oldest_metrics_unix_ms = 0;  // its oldest kept metric point
+  int64_t oldest_logs_job = 0;
+  int64_t oldest_logs_unix_ms = 0;  // that job's submission
+  // Finished jobs retention has thinned so far.
+  int64_t jobs_metrics_downsampled = 0;
+  int64_t jobs_metrics_dropped = 0;
+  int64_t jobs_logs_dropped = 0;
+};
+
 struct MetricQuery {
   int64_t job_id = 0;
   int64_t after_step = -1;  // rows with step > after_step
@@ -310,6 +360,29 @@ class Store {
   // Gives back the space the store's journal holds (SQLite: a TRUNCATE
   // checkpoint of the WAL), for a disk below its reserve. The default has none.
   virtual absl::Status CompactJournal() { return absl::OkStatus(); }
+
+  // Database retention (db_retention.h). Finished jobs (SUCCEEDED, FAILED,
+  // CANCELLED) whose metrics or logs are not yet dropped, oldest end first
+  // (ties: lowest id first). Never a job that is not finished.
+  virtual absl::StatusOr<std::vector<FinishedJobOutputs>> ListFinishedJobOutputs() = 0;
+  // Downsamples a finished job's metrics to at most `max_points` points per
+  // series, keeping every evaluation point (metric_downsampling.h), and marks
+  // them downsampled; returns the rows removed. The note's event, if any, is
+  // added to the job's events. FailedPrecondition for a job that is not
+  // finished; NotFound for none. Deletes in transactions of bounded size, so
+  // other calls run between them.
+  virtual absl::StatusOr<int64_t> DownsampleMetrics(int64_t job_id, int max_points,
+                                                    const RetentionNote& note) = 0;
+  // Deletes a finished job's metric rows, or its log chunks, and marks them
+  // dropped; returns the rows removed. Notes and errors as DownsampleMetrics.
+  virtual absl::StatusOr<int64_t> DropMetrics(int64_t job_id,
+                                              const RetentionNote& note) = 0;
+  virtual absl::StatusOr<int64_t> DropLogs(int64_t job_id, const RetentionNote& note) = 0;
+  virtual absl::StatusOr<StoreSize> GetStoreSize() = 0;
+  // Gives the free pages back to the file system (SQLite: incremental vacuum,
+  // then a TRUNCATE checkpoint of the WAL).
+  virtual absl::Status ReclaimSpace() = 0;
+  virtual absl::StatusOr<StoreStats> GetStoreStats() = 0;
 
   // The secret stored under `name`; stores `value_if_new` first if there is
   // none, atomically, so that concurrent callers agree on one value.

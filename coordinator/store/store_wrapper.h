@@ -148,6 +148,23 @@ class StoreWrapper : public Store {
   }
   absl::StatusOr<DiskSpace> GetDiskSpace() override { return target_->GetDiskSpace(); }
   absl::Status CompactJournal() override { return target_->CompactJournal(); }
+  absl::StatusOr<std::vector<FinishedJobOutputs>> ListFinishedJobOutputs() override {
+    return target_->ListFinishedJobOutputs();
+  }
+  absl::StatusOr<int64_t> DownsampleMetrics(int64_t job_id, int max_points,
+                                            const RetentionNote& note) override {
+    return target_->DownsampleMetrics(job_id, max_points, note);
+  }
+  absl::StatusOr<int64_t> DropMetrics(int64_t job_id,
+                                      const RetentionNote& note) override {
+    return target_->DropMetrics(job_id, note);
+  }
+  absl::StatusOr<int64_t> DropLogs(int64_t job_id, const RetentionNote& note) override {
+    return target_->DropLogs(job_id, note);
+  }
+  absl::StatusOr<StoreSize> GetStoreSize() override { return target_->GetStoreSize(); }
+  absl::Status ReclaimSpace() override { return target_->ReclaimSpace(); }
+  absl::StatusOr<StoreStats> GetStoreStats() override { return target_->GetStoreStats(); }
   absl::StatusOr<std::string> GetOrCreateSecret(
       const std::string& name, const std::string& value_if_new) override {
     return target_->GetOrCreateSecret(name, value_if_new);

@@ -1,0 +1,29 @@
+// The names of the metrics a trainer reports that other components treat
+// specially. The trainer (worker/trainer/trainer.cc) reports an evaluation of
+// the test split as "test_accuracy" and "test_loss" at the steps it evaluates;
+// everything else (loss, images_per_sec, time_*_ms, ...) is per-interval
+// training telemetry.
+//
+// Thread-safety: free functions without state.
+#ifndef TESSERA_COMMON_METRIC_NAMES_H_
+#define TESSERA_COMMON_METRIC_NAMES_H_
+
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera {
+
+inline constexpr char kTestAccuracyMetricName[] = "test_accuracy";
+inline constexpr char kTestLossMetricName[] = "test_loss";
+
+// Whether `name` is an evaluation result ("test_*", "eval_*" or "val_*"):
+// sparse points that a job's history is judged by, which database retention
+// keeps every one of when it downsamples.
+inline bool IsEvaluationMetric(absl::string_view name) {
+  return absl::StartsWith(name, "test_") || absl::StartsWith(name, "eval_") ||
+         absl::StartsWith(name, "val_");
+}
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_METRIC_NAMES_H_
