@@ -942,7 +942,7 @@ TEST_F(SqliteStoreFileTest, VersionElevenDatabaseKeepsItsJobsAndGainsTheShedCoun
   }
   auto store = SqliteStore::Open(DbPath());
   ASSERT_THAT(store, IsOk());
-  EXPECT_EQ(*(*store)->SchemaVersion(), 12);
+  EXPECT_EQ(*(*store)->SchemaVersion(), SqliteStore::kSchemaVersion);
   auto job = (*store)->GetJob(id);
   ASSERT_THAT(job, IsOk());
   EXPECT_EQ(job->metrics_not_stored, 0);
