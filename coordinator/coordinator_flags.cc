@@ -290,13 +290,13 @@ void AddTokenCommands(CLI::App& app, TokenCommandFlags& token) {
   token.command = app.add_subcommand(
       "token",
       "Create, list or revoke API tokens (user: tessctl and the web API; "
-      "join: workers)");
+      "join: workers; metrics: a Prometheus scraper, /metrics only)");
   token.command->require_subcommand(1);
   token.create = token.command->add_subcommand(
       "create", "Create a token and print it once; only its hash is stored");
-  token.create->add_option("--kind", token.kind, "user or join")
+  token.create->add_option("--kind", token.kind, "user, join or metrics")
       ->capture_default_str()
-      ->check(CLI::IsMember({"user", "join"}));
+      ->check(CLI::IsMember({"user", "join", "metrics"}));
   token.create
       ->add_option("--name", token.name, "who the token is for, e.g. alice or rack-3")
       ->required();

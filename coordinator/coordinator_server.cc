@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_server.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/core/tls_identity.h"
@@ -13,6 +15,26 @@
 namespace tessera {
 
 namespace {
+
+// /metrics' database figures: the file and its write-ahead log, the limit,
+// the free space and the reserve.
+DatabaseFigures ReadDatabaseFigures(const std::string& path, Store& store,
+                                    int64_t max_bytes, int64_t reserve_bytes) {
+  DatabaseFigures db;
+  db.max_bytes = max_bytes;
+  db.reserve_bytes = reserve_bytes;
+  if (path != ":memory:") {
+    std::error_code error;
+    db.size_bytes = 0;
+    for (const std::string& file : {path, path + "-wal"}) {
+      const std::uintmax_t size = std::filesystem::file_size(file, error);
+      if (!error) db.size_bytes += static_cast<int64_t>(size);
+    }
+  }
+  absl::StatusOr<DiskSpace> space = store.GetDiskSpace();
+  if (space.ok()) db.disk_free_bytes = space->free_bytes;
+  return db;
+}
 
 // Channel arguments and the resource quota of the gRPC server.
 void ConfigureServerBuilder(const CoordinatorOptions& options, grpc::ResourceQuota& quota,
@@ -80,6 +102,7 @@ absl::Status CoordinatorServer::OpenCore(const CoordinatorOptions& options,
         "(--db-reserve): below it metrics and logs are shed",
         writer_options.reserve_bytes);
   }
+  db_reserve_bytes_ = writer_options.reserve_bytes;
   writer_ = std::make_unique<StoreWriter>(store_.get(), writer_options);
   retention_ = std::make_unique<DbRetention>(store_.get(), clock, options.retention);
   if (retention_->enabled()) retention_->Start();
@@ -175,6 +198,10 @@ absl::Status CoordinatorServer::StartHttp(const CoordinatorOptions& options,
   http_options.static_files = options.static_files;
   http_options.auth = auth_.get();
   http_options.secure_cookies = tls.enabled();
+  http_options.database_figures = [this, path = options.db_path,
+                                   max = options.db_max_bytes] {
+    return ReadDatabaseFigures(path, *store_, max, db_reserve_bytes_);
+  };
   http_api_ = std::make_unique<HttpApi>(manager_.get(), sweeps_.get(), http_options);
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
       options.http, http_api_.get(), options.http_max_streams, options.http_limits, tls);

@@ -154,6 +154,8 @@ class CoordinatorServer {
   std::unique_ptr<HttpApi> http_api_;
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
+  // The reserve the writer keeps on the database's disk (--db-reserve).
+  int64_t db_reserve_bytes_ = 0;
   std::string tls_fingerprint_;
   bool shut_down_ = false;
   absl::Notification stop_monitor_;

@@ -395,6 +395,7 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) const {
   }
   if (absl::StartsWith(request.path, "/api/")) return HandleApi(request);
   if (request.method != "GET" && request.method != "HEAD") return MethodNotAllowed("GET");
+  if (request.path == "/metrics") return HandleMetrics(request);
   if (options_.static_files) {
     if (const StaticFile* file = options_.static_files(request.path)) {
       HttpResponse r;
@@ -406,6 +407,21 @@ HttpResponse HttpApi::Handle(const HttpRequest& request) const {
     }
   }
   return NoRoute(request.path);
+}
+
+HttpResponse HttpApi::HandleMetrics(const HttpRequest& request) const {
+  // A scraper sends its token in the header; the session cookie is not taken.
+  if (options_.auth != nullptr && options_.auth->enabled()) {
+    absl::StatusOr<std::string> reader =
+        options_.auth->AuthenticateMetricsReader(HeaderValue(request, "authorization"));
+    if (!reader.ok()) return Error(reader.status());
+  }
+  DatabaseFigures db;
+  if (options_.database_figures) db = options_.database_figures();
+  HttpResponse r;
+  r.content_type = kMetricsContentType;
+  r.body = RenderMetricsPage(manager_->ReadClusterMetrics(), db, options_.metrics_page);
+  return r;
 }
 
 absl::StatusOr<Caller> HttpApi::Authorize(const HttpRequest& request,

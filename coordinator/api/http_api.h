@@ -11,6 +11,9 @@
 // (ChangeNotifier::Close). At most Options::max_streams run at once; more get
 // 503, so open pages cannot take every HTTP thread.
 //
+// /metrics: the cluster in Prometheus' text format (metrics_page.h), for a
+// metrics token or an admin's token in the Authorization header.
+//
 // Thread-safety: Handle() is safe from any thread (the managers are).
 #ifndef TESSERA_COORDINATOR_API_HTTP_API_H_
 #define TESSERA_COORDINATOR_API_HTTP_API_H_
@@ -23,6 +26,7 @@
 #include <string_view>
 
 #include "absl/time/time.h"
+#include "coordinator/api/metrics_page.h"
 #include "coordinator/core/auth.h"
 #include "coordinator/core/job_manager.h"
 #include "coordinator/core/sweep_manager.h"
@@ -84,6 +88,10 @@ class HttpApi {
     absl::Duration stream_auth_recheck = absl::Seconds(1);
     // The listener serves HTTPS: the session cookie is marked Secure.
     bool secure_cookies = false;
+    // The database's size and limits for /metrics; unset: none shown.
+    std::function<DatabaseFigures()> database_figures;
+    // Label bounds of /metrics.
+    MetricsPageOptions metrics_page;
   };
 
   // Neither manager is owned; `sweeps` may be null (no sweep routes).
@@ -103,6 +111,7 @@ class HttpApi {
 
  private:
   HttpResponse HandleApi(const HttpRequest& request) const;
+  HttpResponse HandleMetrics(const HttpRequest& request) const;
   // Reads need a user token in the Authorization header or the session cookie;
   // changes (`header_only`) need it in the header, which other sites' pages
   // cannot send.

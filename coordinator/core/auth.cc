@@ -54,9 +54,9 @@ absl::string_view BearerToken(absl::string_view authorization) {
 absl::StatusOr<std::string> CreateToken(Store& store, const Clock& clock,
                                         const std::string& kind, const std::string& name,
                                         bool admin) {
-  if (kind != kUserToken && kind != kJoinToken) {
+  if (kind != kUserToken && kind != kJoinToken && kind != kMetricsToken) {
     return absl::InvalidArgumentError(
-        absl::StrCat("token kind must be user or join, got '", kind, "'"));
+        absl::StrCat("token kind must be user, join or metrics, got '", kind, "'"));
   }
   if (admin && kind != kUserToken) {
     return absl::InvalidArgumentError("only a user token can be an admin token");
@@ -118,6 +118,23 @@ absl::StatusOr<Caller> Authenticator::AuthenticateUser(absl::string_view authori
   const bool admin =
       record.admin || (options_.is_admin && options_.is_admin(record.name));
   return Caller{record.name, admin};
+}
+
+absl::StatusOr<std::string> Authenticator::AuthenticateMetricsReader(
+    absl::string_view authorization) {
+  if (!options_.enabled) return std::string("anonymous");
+  const absl::string_view token = BearerToken(authorization);
+  if (absl::StartsWith(token, absl::StrCat("tsr_", kMetricsToken, "_"))) {
+    return Authenticate(authorization, kMetricsToken);
+  }
+  ASSIGN_OR_RETURN(const Caller caller, AuthenticateUser(authorization));
+  if (!caller.admin) {
+    rejected_.fetch_add(1);
+    return absl::PermissionDeniedError(
+        "/metrics needs a metrics token (tessera-coordinator token create --kind "
+        "metrics) or an admin's token");
+  }
+  return caller.name;
 }
 
 void Authenticator::Forget(int64_t token_id) {

@@ -3,6 +3,8 @@
 //
 //  - User tokens ("tsr_user_<id>_<secret>") for tessctl and the web API.
 //  - Join tokens ("tsr_join_<id>_<secret>") for workers, on every worker RPC.
+//  - Metrics tokens ("tsr_metrics_<id>_<secret>") for a Prometheus scraper:
+//    they read /metrics and nothing else (an admin's user token may too).
 //  - Trainer credentials ("tsr_trainer_<job>_<attempt>_<rank>_<expiry>_<mac>"),
 //    issued by the coordinator with each launch order and valid only for that
 //    (job, attempt, rank) until they expire. They are an HMAC-SHA256 under a
@@ -42,10 +44,11 @@ namespace tessera {
 
 inline constexpr char kUserToken[] = "user";
 inline constexpr char kJoinToken[] = "join";
+inline constexpr char kMetricsToken[] = "metrics";
 
-// Creates and stores a token of `kind` ("user" or "join") and returns its text,
-// which is shown once and never stored. `admin` (user tokens only) makes its
-// holder an admin, who sees and acts on every user's jobs and sweeps.
+// Creates and stores a token of `kind` ("user", "join" or "metrics") and returns its
+// text, which is shown once and never stored. `admin` (user tokens only) makes its holder
+// an admin, who sees and acts on every user's jobs and sweeps.
 absl::StatusOr<std::string> CreateToken(Store& store, const Clock& clock,
                                         const std::string& kind, const std::string& name,
                                         bool admin = false);
@@ -89,6 +92,11 @@ class Authenticator {
   // Authenticate() for a user token, as the core's Caller: its name and
   // whether it is an admin. Every caller is an admin when authentication is off.
   absl::StatusOr<Caller> AuthenticateUser(absl::string_view authorization);
+
+  // Who may read /metrics: a metrics token, or an admin's user token.
+  // Unauthenticated without a valid token; PermissionDenied for a user token
+  // of a user who is not an admin. Returns the token's name.
+  absl::StatusOr<std::string> AuthenticateMetricsReader(absl::string_view authorization);
 
   // Authenticate() for a holder of a long-lived stream: reads the store again
   // when the cached record of the token is older than `max_age`, so that a

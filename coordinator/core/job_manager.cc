@@ -460,6 +460,7 @@ bool JobManager::WorkerLive(const std::string& name) {
 
 absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     const v1::HeartbeatRequest& request) {
+  ScopedLatency latency(heartbeat_latency_);
   v1::HeartbeatResponse response;
   RendezvousRounds::Releases releases;
   std::vector<RankRecord> exits;  // recorded by this heartbeat
@@ -927,6 +928,7 @@ void JobManager::ReapLocked() {
       unstored_[it->first] = it->second.ToProto(clock_->Now());
     }
     outputs_.Forget(it->first);
+    figures_.Forget(it->first);
     it = jobs_.erase(it);
   }
 }
@@ -998,6 +1000,7 @@ void JobManager::Transition(ActiveJob& job, v1::JobState to, std::string reason)
   const int64_t now = NowMs();
   if (to != job.record.state) {
     job.events.push_back(JobEvent{job.record.id, now, job.record.state, to, reason});
+    if (IsTerminal(to)) ++jobs_ended_[to];
   }
   job.record.state = to;
   job.record.reason = std::move(reason);
@@ -1049,6 +1052,7 @@ JobManager::StoreMode JobManager::GetStoreMode() const {
 void JobManager::ScheduleLocked() {
   std::vector<PendingJob> queue = QueueLocked();
   if (queue.empty()) return;
+  ScopedLatency latency(scheduling_latency_);
   AccrueUsageLocked();
   std::set<std::string> owners;
   for (const PendingJob& job : queue) owners.insert(job.owner);
@@ -1240,6 +1244,7 @@ void JobManager::Rendezvous(
         std::vector<std::string> where;
         for (const RankRecord& r : it->second.ranks) where.push_back(r.worker);
         it->second.watch.emplace(std::move(where), clock_->Now());
+        rendezvous_latency_.Observe(clock_->Now() - it->second.placed_at);
         Transition(it->second, v1::JOB_STATE_RUNNING,
                    absl::StrCat("all ", it->second.ranks.size(), " ranks joined"));
       }
@@ -1253,33 +1258,53 @@ void JobManager::ReportMetrics(const v1::ReportMetricsRequest& request,
                                std::function<void(absl::Status)> done) {
   absl::StatusOr<std::vector<MetricRow>> rows = outputs_.MetricRows(request);
   if (!rows.ok()) {
-    done(rows.status());
+    RefuseMetrics(request.points_size(), rows.status(), done);
     return;
   }
   if (absl::Status charged = outputs_.ChargeMetrics(request.job_id(), *rows);
       !charged.ok()) {
-    done(charged);
+    RefuseMetrics(rows->size(), charged, done);
     return;
   }
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(request.job_id());
   if (it == jobs_.end()) {
-    done(absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active")));
+    RefuseMetrics(
+        rows->size(),
+        absl::NotFoundError(absl::StrCat("job ", request.job_id(), " is not active")),
+        done);
     return;
   }
   if (it->second.record.attempt != request.attempt()) {
     // A credential of an earlier attempt is still valid; its data is not.
-    done(absl::AbortedError(absl::StrCat("attempt ", request.attempt(), " is stale")));
+    RefuseMetrics(
+        rows->size(),
+        absl::AbortedError(absl::StrCat("attempt ", request.attempt(), " is stale")),
+        done);
     return;
   }
   if (request.rank() < 0 ||
       request.rank() >= static_cast<int32_t>(it->second.ranks.size())) {
-    done(absl::InvalidArgumentError(
-        absl::StrCat("rank ", request.rank(), " is outside the job")));
+    RefuseMetrics(rows->size(),
+                  absl::InvalidArgumentError(
+                      absl::StrCat("rank ", request.rank(), " is outside the job")),
+                  done);
     return;
   }
+  figures_.Record(*rows);
   // Enqueued under the lock so the rows are ordered with the job's state changes.
-  outputs_.AppendMetrics(*std::move(rows), std::move(done));
+  const int64_t count = static_cast<int64_t>(rows->size());
+  outputs_.AppendMetrics(
+      *std::move(rows), [this, count, done = std::move(done)](absl::Status stored) {
+        (stored.ok() ? metric_rows_written_ : metric_rows_refused_).fetch_add(count);
+        done(std::move(stored));
+      });
+}
+
+void JobManager::RefuseMetrics(size_t rows, const absl::Status& status,
+                               const std::function<void(absl::Status)>& done) {
+  metric_rows_refused_.fetch_add(static_cast<int64_t>(rows));
+  done(status);
 }
 
 absl::Status JobManager::ReportResult(const v1::ReportResultRequest& request) {

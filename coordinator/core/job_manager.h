@@ -43,7 +43,10 @@
 #include "coordinator/core/active_job.h"
 #include "coordinator/core/caller.h"
 #include "coordinator/core/change_notifier.h"
+#include "coordinator/core/cluster_metrics.h"
 #include "coordinator/core/fair_share.h"
+#include "coordinator/core/latency_histogram.h"
+#include "coordinator/core/live_figures.h"
 #include "coordinator/core/rank_outputs.h"
 #include "coordinator/core/rank_watch.h"
 #include "coordinator/core/rendezvous_rounds.h"
@@ -275,6 +278,11 @@ class JobManager : public SlurmPoolSource {
   // workers. Takes the lock; the pool manager calls it from TickSlurm.
   SlurmPoolSnapshot SlurmSnapshot() override ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The cluster as /metrics shows it: jobs, queue, workers, slots, the
+  // running jobs' figures, Slurm allocations, metric rows and latencies
+  // (cluster_metrics.h). Takes the lock briefly; no store I/O.
+  ClusterMetrics ReadClusterMetrics() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Bumped whenever a job, worker, metric or log changes; live views wait on it.
   ChangeNotifier& changes() { return changes_; }
 
@@ -399,6 +407,13 @@ class JobManager : public SlurmPoolSource {
   absl::Status CheckUserLimits(const tessera::v1::JobSpec& spec, const JobOrigin& origin);
   // The owner of a job, active or stored; NotFound when there is none.
   absl::StatusOr<std::string> OwnerOf(int64_t job_id);
+  // ReadClusterMetrics' steps.
+  void AddWorkerMetricsLocked(ClusterMetrics& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddJobMetricsLocked(ClusterMetrics& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddSlurmMetrics(ClusterMetrics& out) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a metric report's rows as refused and passes `status` on.
+  void RefuseMetrics(size_t rows, const absl::Status& status,
+                     const std::function<void(absl::Status)>& done);
   // Charges running ranks' slot-seconds to their owners up to now.
   void AccrueUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Per owner: ranks placed and jobs queued.
@@ -412,9 +427,18 @@ class JobManager : public SlurmPoolSource {
 
   ChangeNotifier changes_;
   RankOutputs outputs_;
+  // For /metrics; each has its own leaf lock.
+  LiveFigures figures_;
+  LatencyHistogram rendezvous_latency_;
+  LatencyHistogram scheduling_latency_;
+  LatencyHistogram heartbeat_latency_;
+  std::atomic<int64_t> metric_rows_written_{0};
+  std::atomic<int64_t> metric_rows_refused_{0};
   mutable absl::Mutex mu_;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   int64_t illegal_transitions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Jobs that ended since construction, by terminal state.
+  std::map<tessera::v1::JobState, int64_t> jobs_ended_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, ActiveJob> jobs_ ABSL_GUARDED_BY(mu_);
   RendezvousRounds rendezvous_ ABSL_GUARDED_BY(mu_);
   FairShare usage_ ABSL_GUARDED_BY(mu_);

@@ -34,6 +34,7 @@
 #include "worker/trainer/checkpoint_writer.h"
 #include "worker/trainer/cuda_graph.h"
 #include "worker/trainer/data_position.h"
+#include "worker/trainer/device_memory.h"
 #include "worker/trainer/distributed_sampler.h"
 #include "worker/trainer/fault_injector.h"
 #include "worker/trainer/fused_adamw.h"
@@ -1227,6 +1228,7 @@ void TrainingRun::ReportInterval(double lr) {
   if (const int64_t skipped = data_.skipped(); skipped > 0) {
     values.emplace_back("data_skipped", static_cast<double>(skipped));
   }
+  AppendDeviceMemory(device_.is_cuda(), device_.index(), values);
   reporter_.Report(step_, values);
   interval_.loss_sum.zero_();
   interval_.micro_batches = 0;

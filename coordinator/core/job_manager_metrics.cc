@@ -1,0 +1,110 @@
+// JobManager::ReadClusterMetrics: the cluster as the /metrics page shows it
+// (cluster_metrics.h). Apart from job_manager.cc, which runs the state machine.
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "common/job_state.h"
+#include "coordinator/core/job_manager.h"
+
+namespace tessera {
+namespace {
+
+namespace v1 = ::tessera::v1;
+
+std::string LowerStateName(v1::JobState state) {
+  return absl::AsciiStrToLower(JobStateName(state));
+}
+
+// Slurm's short job states, as /metrics names them.
+std::string SlurmStateName(const std::string& state) {
+  if (state.empty()) return "ended";
+  if (state == "PD" || state == "CF") return "pending";
+  if (state == "R") return "running";
+  if (state == "CG") return "completing";
+  return "other";
+}
+
+const char* WorkerState(const v1::Worker& w, bool live) {
+  if (!live) return kWorkerDead;
+  if (w.drained()) return kWorkerDrained;
+  if (w.draining()) return kWorkerDraining;
+  return w.alive() ? kWorkerAlive : kWorkerSuspect;
+}
+
+}  // namespace
+
+ClusterMetrics JobManager::ReadClusterMetrics() {
+  ClusterMetrics out;
+  {
+    absl::MutexLock lock(&mu_);
+    AddWorkerMetricsLocked(out);
+    AddJobMetricsLocked(out);
+  }
+  AddSlurmMetrics(out);
+  out.metric_rows_written = metric_rows_written_.load();
+  out.metric_rows_refused = metric_rows_refused_.load();
+  out.rendezvous = rendezvous_latency_.Read();
+  out.scheduling = scheduling_latency_.Read();
+  out.heartbeat = heartbeat_latency_.Read();
+  return out;
+}
+
+void JobManager::AddWorkerMetricsLocked(ClusterMetrics& out) {
+  for (const char* state :
+       {kWorkerAlive, kWorkerSuspect, kWorkerDead, kWorkerDraining, kWorkerDrained}) {
+    out.workers_by_state[state] = 0;
+  }
+  out.slots["cpu"] = {};
+  out.slots["gpu"] = {};
+  for (const v1::Worker& w : workers_.List(UsedSlotsLocked())) {
+    const bool live = workers_.Live(w.name());
+    ++out.workers_by_state[WorkerState(w, live)];
+    if (!live) continue;
+    ClusterMetrics::Slots& slots = out.slots[w.device_kind() == "cuda" ? "gpu" : "cpu"];
+    slots.total += w.slots();
+    slots.used += w.slots_used();
+  }
+}
+
+void JobManager::AddJobMetricsLocked(ClusterMetrics& out) {
+  for (v1::JobState state :
+       {v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING}) {
+    out.jobs_by_state[LowerStateName(state)] = 0;
+  }
+  for (v1::JobState state :
+       {v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED, v1::JOB_STATE_CANCELLED}) {
+    auto it = jobs_ended_.find(state);
+    out.jobs_ended[LowerStateName(state)] = it == jobs_ended_.end() ? 0 : it->second;
+  }
+  const absl::Time now = clock_->Now();
+  for (const auto& [id, job] : jobs_) {
+    const v1::JobState state = job.record.state;
+    if (IsTerminal(state)) continue;  // ended, its ranks still being stopped
+    ++out.jobs_by_state[LowerStateName(state)];
+    if (state == v1::JOB_STATE_QUEUED) {
+      out.oldest_queued_seconds =
+          std::max(out.oldest_queued_seconds, absl::ToDoubleSeconds(now - job.queued_at));
+    }
+    if (state != v1::JOB_STATE_RUNNING) continue;
+    ClusterMetrics::RunningJob running;
+    running.id = id;
+    running.name = job.record.spec.name();
+    running.owner = job.record.owner;
+    running.ranks = static_cast<int32_t>(job.ranks.size());
+    running.restarts = std::max(0, job.record.attempt - 1 - job.record.preemptions);
+    running.figures = figures_.Of(id);
+    for (const RankRecord& rank : job.ranks) running.rank_workers.push_back(rank.worker);
+    out.running.push_back(std::move(running));
+  }
+}
+
+void JobManager::AddSlurmMetrics(ClusterMetrics& out) {
+  SlurmPoolManager* const slurm = slurm_.load();
+  if (slurm == nullptr) return;
+  for (const SlurmAllocation& a : slurm->Allocations()) {
+    ++out.slurm_allocations[{a.pool, SlurmStateName(a.state)}];
+  }
+}
+
+}  // namespace tessera

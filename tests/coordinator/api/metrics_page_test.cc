@@ -1,0 +1,243 @@
+// The /metrics page: what it shows and how it is bounded (RenderMetricsPage
+// over a ClusterMetrics), and who may read it, through a coordinator in
+// process. Page sizes print FIGURE lines.
+#include "coordinator/api/metrics_page.h"
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/device_figures.h"
+#include "coordinator/coordinator_server.h"
+#include "coordinator/core/auth.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "tests/testing/promtool.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Skips, or fails where TESSERA_REQUIRE_PROMTOOL=1, when promtool is missing;
+// otherwise checks `page` with `promtool check metrics`.
+void ExpectPromtoolAccepts(const std::string& page) {
+  testing::PromtoolResult checked = testing::RunPromtool("check metrics", page);
+  EXPECT_EQ(checked.exit_code, 0) << checked.output << "\n--- page ---\n" << page;
+}
+
+ClusterMetrics SampleMetrics() {
+  ClusterMetrics m;
+  m.jobs_by_state = {{"queued", 2}, {"scheduled", 0}, {"running", 1}};
+  m.jobs_ended = {{"succeeded", 3}, {"failed", 1}, {"cancelled", 0}};
+  m.oldest_queued_seconds = 42.5;
+  m.workers_by_state = {
+      {"alive", 2}, {"suspect", 0}, {"dead", 1}, {"draining", 0}, {"drained", 0}};
+  m.slots["cpu"] = {4, 1};
+  m.slots["gpu"] = {8, 6};
+  ClusterMetrics::RunningJob job;
+  job.id = 7;
+  job.name = "vit \"b/16\"\nsweep";
+  job.owner = "alice";
+  job.ranks = 2;
+  job.restarts = 1;
+  job.rank_workers = {"w1", "w2"};
+  job.figures[0] = {{kImagesPerSecFigure, 100},
+                    {kStepTimeMsFigure, 200},
+                    {kCudaPeakAllocatedFigure, 5e9},
+                    {kGpuUtilizationFigure, 87}};
+  job.figures[1] = {{kImagesPerSecFigure, 110}, {kStepTimeMsFigure, 220}};
+  m.running.push_back(job);
+  m.slurm_allocations[{"gpu", "running"}] = 1;
+  m.metric_rows_written = 1234;
+  m.metric_rows_refused = 5;
+  LatencyHistogram h;
+  h.Observe(absl::Milliseconds(3));
+  h.Observe(absl::Seconds(2));
+  m.rendezvous = h.Read();
+  m.scheduling = LatencyHistogram().Read();
+  m.heartbeat = h.Read();
+  return m;
+}
+
+TEST(MetricsPageTest, ShowsJobsQueueWorkersSlotsAndRunningJobs) {
+  DatabaseFigures db{.size_bytes = 1 << 20,
+                     .max_bytes = 8 << 20,
+                     .disk_free_bytes = 1 << 30,
+                     .reserve_bytes = 64 << 20};
+  const std::string page = RenderMetricsPage(SampleMetrics(), db);
+  EXPECT_THAT(page, HasSubstr("tessera_jobs{state=\"queued\"} 2\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_jobs_ended_total{state=\"succeeded\"} 3\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_queue_length 2\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_queue_oldest_wait_seconds 42.5\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_workers{state=\"dead\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_slots{kind=\"gpu\",state=\"free\"} 2\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_slots_capacity{kind=\"cpu\"} 4\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_job_images_per_second{job_id=\"7\",name=\"vit "
+                              "\\\"b/16\\\"_sweep\",owner=\"alice\"} 210\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_job_step_seconds{job_id=\"7\""));
+  EXPECT_THAT(page, HasSubstr("tessera_job_restarts_total{job_id=\"7\""));
+  EXPECT_THAT(
+      page,
+      HasSubstr(
+          "tessera_rank_gpu_utilization_ratio{job_id=\"7\",rank=\"0\",worker=\"w1\"} "
+          "0.87"));
+  EXPECT_THAT(
+      page,
+      HasSubstr("tessera_rank_cuda_peak_allocated_bytes{job_id=\"7\",rank=\"0\",worker="
+                "\"w1\"} 5000000000\n"));
+  EXPECT_THAT(page,
+              HasSubstr("tessera_rendezvous_duration_seconds_bucket{le=\"0.005\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_rendezvous_duration_seconds_count 2\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_metric_rows_refused_total 5\n"));
+  EXPECT_THAT(page,
+              HasSubstr("tessera_slurm_allocations{pool=\"gpu\",state=\"running\"} 1"));
+  EXPECT_THAT(page, HasSubstr("tessera_db_max_bytes 8388608\n"));
+  // No rank reported peak RSS: that family is left out, not shown empty.
+  EXPECT_THAT(page, Not(HasSubstr("tessera_rank_peak_rss_bytes")));
+}
+
+TEST(MetricsPageTest, PromtoolAcceptsThePage) {
+  if (std::string why = testing::PromtoolMissing(); !why.empty()) {
+    if (testing::PromtoolRequired()) FAIL() << why;
+    GTEST_SKIP() << why;
+  }
+  ExpectPromtoolAccepts(RenderMetricsPage(SampleMetrics(), DatabaseFigures()));
+  ExpectPromtoolAccepts(RenderMetricsPage(ClusterMetrics(), DatabaseFigures()));
+}
+
+TEST(MetricsPageTest, LabelValuesAreCutAndPrintable) {
+  EXPECT_EQ(BoundedLabelValue("short", 64), "short");
+  EXPECT_EQ(BoundedLabelValue("a\tb\xff", 64), "a_b_");
+  const std::string cut = BoundedLabelValue(std::string(10000, 'x'), 64);
+  EXPECT_EQ(cut.size(), 64u);
+  EXPECT_EQ(cut.substr(61), "...");
+}
+
+TEST(MetricsPageTest, ThousandRunningJobsWithHugeNamesStayBounded) {
+  ClusterMetrics m = SampleMetrics();
+  m.running.clear();
+  for (int i = 0; i < 1000; ++i) {
+    ClusterMetrics::RunningJob job;
+    job.id = i + 1;
+    job.name = std::string(10000, 'n');
+    job.owner = std::string(10000, 'o');
+    job.ranks = 1;
+    job.figures[0] = {
+        {kImagesPerSecFigure, 100}, {kStepTimeMsFigure, 50}, {kPeakRssFigure, 1e9}};
+    m.running.push_back(job);
+  }
+  const std::string page = RenderMetricsPage(m, DatabaseFigures());
+  std::cout << "FIGURE metrics_page_bytes_1000_running_10k_names=" << page.size()
+            << std::endl;
+  // About 800 bytes a running job whatever its name: 1,000 fit in 1 MiB.
+  EXPECT_LT(page.size(), 1u << 20);
+  EXPECT_THAT(page, Not(HasSubstr(std::string(65, 'n'))));
+}
+
+// ---- through the coordinator's HTTP listener ----
+
+class MetricsEndpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions options;
+    options.listen = "";
+    options.http = "127.0.0.1:0";
+    options.db_path = ":memory:";
+    auto server = CoordinatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    RealClock clock;
+    user_ = *CreateToken(server_->store(), clock, kUserToken, "alice");
+    admin_ = *CreateToken(server_->store(), clock, kUserToken, "root-ops", true);
+    join_ = *CreateToken(server_->store(), clock, kJoinToken, "rack");
+    metrics_ = *CreateToken(server_->store(), clock, kMetricsToken, "prometheus");
+  }
+
+  httplib::Result Get(const std::string& token) {
+    httplib::Client client("127.0.0.1", server_->http_port());
+    if (token.empty()) return client.Get("/metrics");
+    return client.Get("/metrics", {{"Authorization", "Bearer " + token}});
+  }
+
+  int64_t Submit(const std::string& name) {
+    v1::JobSpec spec;
+    spec.set_name(name);
+    spec.set_world_size(1);
+    spec.mutable_trainer()->set_model("vit-micro");
+    spec.mutable_trainer()->set_dataset("synthetic");
+    spec.mutable_trainer()->set_batch_size(8);
+    spec.mutable_trainer()->set_epochs(1);
+    JobOrigin origin;
+    origin.owner = "alice";
+    origin.admin = true;  // past the per-user queued-jobs limit
+    absl::StatusOr<int64_t> id = server_->manager().Submit(spec, "", "", origin);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : 0;
+  }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::string user_, admin_, join_, metrics_;
+};
+
+TEST_F(MetricsEndpointTest, RefusesNoTokenAUserTokenAndAJoinToken) {
+  auto none = Get("");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401) << none->body;
+  auto user = Get(user_);
+  ASSERT_TRUE(user);
+  EXPECT_EQ(user->status, 403) << user->body;
+  EXPECT_THAT(user->body, Not(HasSubstr("tessera_jobs")));
+  auto join = Get(join_);
+  ASSERT_TRUE(join);
+  EXPECT_EQ(join->status, 401) << join->body;
+  // The session cookie a user's page holds does not open it either.
+  httplib::Client client("127.0.0.1", server_->http_port());
+  auto cookie = client.Get("/metrics", {{"Cookie", "tessera_token=" + admin_}});
+  ASSERT_TRUE(cookie);
+  EXPECT_EQ(cookie->status, 401);
+}
+
+TEST_F(MetricsEndpointTest, ServesAMetricsTokenAndAnAdminToken) {
+  for (const std::string& token : {metrics_, admin_}) {
+    auto page = Get(token);
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200) << page->body;
+    EXPECT_EQ(page->get_header_value("Content-Type"), kMetricsContentType);
+    EXPECT_THAT(page->body, HasSubstr("tessera_workers{state=\"alive\"} 0\n"));
+  }
+  // A metrics token reads /metrics and nothing else.
+  httplib::Client client("127.0.0.1", server_->http_port());
+  auto jobs = client.Get("/api/v1/jobs", {{"Authorization", "Bearer " + metrics_}});
+  ASSERT_TRUE(jobs);
+  EXPECT_EQ(jobs->status, 401);
+}
+
+TEST_F(MetricsEndpointTest, AThousandQueuedJobsKeepThePageSmall) {
+  // A name that long never gets in: the spec's limit refuses it at submit.
+  v1::JobSpec spec;
+  spec.set_name(std::string(10000, 'x'));
+  spec.set_world_size(1);
+  spec.mutable_trainer()->set_model("vit-micro");
+  spec.mutable_trainer()->set_dataset("synthetic");
+  spec.mutable_trainer()->set_batch_size(8);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      server_->manager()
+          .Submit(spec, "", "", JobOrigin{.owner = "alice", .admin = true})
+          .status()));
+  for (int i = 0; i < 1000; ++i)
+    Submit(absl::StrCat("queued-", i, std::string(100, 'q')));
+  auto page = Get(metrics_);
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->status, 200);
+  std::cout << "FIGURE metrics_page_bytes_1000_queued=" << page->body.size() << std::endl;
+  EXPECT_THAT(page->body, HasSubstr("tessera_queue_length 1000\n"));
+  EXPECT_LT(page->body.size(), 16u * 1024);
+}
+
+}  // namespace
+}  // namespace tessera
