@@ -10,12 +10,14 @@
 #define TESSERA_WORKER_TRAINER_COORDINATOR_CLIENT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "worker/trainer/eval_report.h"
 #include "worker/trainer/progress.h"
 
 namespace tessera::trainer {
@@ -41,6 +43,7 @@ struct TrainingResult {
   std::string param_hash;  // see param_hash.h
   double test_accuracy = 0;
   double test_loss = 0;
+  std::optional<EvalReport> eval;  // an evaluation-only run's report (rank 0)
 };
 
 // The coordinator's answer to a lease renewal (tessera.v1.RenewLeaseResponse).

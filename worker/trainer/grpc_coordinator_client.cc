@@ -104,6 +104,25 @@ absl::Status GrpcCoordinatorClient::ReportMetrics(
   return ToAbsl(stub_->ReportMetrics(&context, request, &response), "ReportMetrics");
 }
 
+namespace {
+
+void FillEvalResult(const EvalReport& report, tessera::v1::EvalResult& out) {
+  out.set_split(report.split);
+  out.set_step(report.step);
+  out.set_samples(report.samples);
+  out.set_top1(report.top1);
+  out.set_top5(report.top5);
+  out.set_loss(report.loss);
+  out.mutable_class_names()->Assign(report.class_names.begin(), report.class_names.end());
+  out.mutable_class_accuracy()->Assign(report.class_accuracy.begin(),
+                                       report.class_accuracy.end());
+  out.mutable_class_samples()->Assign(report.class_samples.begin(),
+                                      report.class_samples.end());
+  out.mutable_confusion()->Assign(report.confusion.begin(), report.confusion.end());
+}
+
+}  // namespace
+
 absl::Status GrpcCoordinatorClient::ReportResult(const TrainingResult& result) {
   tessera::v1::ReportResultRequest request;
   request.set_job_id(identity_.job_id);
@@ -112,6 +131,7 @@ absl::Status GrpcCoordinatorClient::ReportResult(const TrainingResult& result) {
   request.set_param_hash(result.param_hash);
   request.set_test_accuracy(result.test_accuracy);
   request.set_test_loss(result.test_loss);
+  if (result.eval.has_value()) FillEvalResult(*result.eval, *request.mutable_eval());
   tessera::v1::ReportResultResponse response;
   return ToAbsl(CallWithRetry(options_, options_.rpc_deadline,
                               [&](grpc::ClientContext* context) {

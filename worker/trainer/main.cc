@@ -31,6 +31,8 @@
 #include "common/trainer_exit.h"
 #include "worker/trainer/collective_timeout.h"
 #include "worker/trainer/coordinator_client.h"
+#include "worker/trainer/eval_report.h"
+#include "worker/trainer/evaluation.h"
 #include "worker/trainer/fault_injector.h"
 #include "worker/trainer/image_data.h"
 #include "worker/trainer/image_dataset.h"
@@ -315,6 +317,37 @@ absl::Status FlushAndReportResult(const TrainingOutcome& outcome,
   return coordinator->ReportResult(result);
 }
 
+// --eval-only (evaluation.h) in place of training: the report goes to the
+// log and the metrics, and with the result to the coordinator (rank 0 sends
+// the per-class figures). Returns the exit code.
+int EvaluateRank(const TrainerOptions& options, const TrainingData& data,
+                 const ProcessGroup& group, MetricsReporter& reporter,
+                 CoordinatorClient* coordinator, const TrainerLoopOptions& loop) {
+  absl::StatusOr<EvalReport> report =
+      RunEvaluation(options, data, *group.communicator, reporter, loop);
+  if (!report.ok()) {
+    group.communicator->Abort();
+    return Fail("evaluation", report.status());
+  }
+  if (group.rank == 0) std::cout << "[rank 0] " << FormatEvalReport(*report);
+  std::cout << absl::StrFormat("[rank %d] done: eval top1=%.4f top5=%.4f loss=%.4f",
+                               group.rank, report->top1, report->top5, report->loss)
+            << std::endl;
+  const absl::Status flushed = reporter.Flush(kFinalFlushTimeout);
+  if (!flushed.ok()) std::cerr << "tessera-train: " << flushed << std::endl;
+  if (coordinator == nullptr) return 0;
+  TrainingResult result;
+  result.test_accuracy = report->top1;
+  result.test_loss = report->loss;
+  if (group.rank == 0) result.eval = *std::move(report);
+  const absl::Status reported = coordinator->ReportResult(result);
+  if (!reported.ok()) {
+    group.communicator->Abort();
+    return Fail("reporting the result", reported);
+  }
+  return 0;
+}
+
 // The rank on its device: lease, data, process group, reporter, training and
 // its end. Returns the exit code.
 int TrainRank(const TrainerFlags& flags, const DevicePlacement& placement) {
@@ -373,6 +406,10 @@ int TrainRank(const TrainerFlags& flags, const DevicePlacement& placement) {
   // Validated with the options above.
   const FaultSpec fault_spec = ParseFaultSpec(options.fault).value_or(FaultSpec{});
   FaultInjector fault(fault_spec, group->rank, launch.attempt, FaultInjectorLogging());
+  if (options.eval_only) {
+    return EvaluateRank(options, *data, *group, **reporter, coordinator.get(),
+                        LoopOptionsFor(launch, progress, fault));
+  }
   Trainer trainer(options, *data, *group->communicator, **reporter,
                   LoopOptionsFor(launch, progress, fault));
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();

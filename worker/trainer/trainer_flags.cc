@@ -163,6 +163,18 @@ void DeclareImageAndFineTuningFlags(ConfigFlags& config, TrainerOptions& t) {
          "says why not otherwise) | on (fail if it cannot)");
 }
 
+// Evaluation only (evaluation.h): no training, one split evaluated.
+void DeclareEvaluationFlags(ConfigFlags& config, TrainerOptions& t) {
+  config("eval-only", t.eval_only,
+         "evaluate, do not train: the model of --init-from, or of the checkpoint "
+         "--resume finds in --checkpoint-dir (--lr is not needed)");
+  config("eval-split", t.eval_split,
+         "the split --eval-only evaluates: test | val (the held-out split of "
+         "image folders) | train");
+  config("eval-step", t.eval_step,
+         "--eval-only --resume: the checkpoint of this step (0: the latest)");
+}
+
 void DeclareCommunicationFlags(CLI::App& app, TrainerFlags& flags) {
   app.add_option("--gloo-allreduce", flags.gloo_allreduce,
                  "two-rank Gloo all-reduce: exchange (one round) or ring (Gloo's)")
@@ -246,6 +258,7 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   DeclareScalingAndCheckpointFlags(config, flags.trainer);
   DeclareModelAndDeviceFlags(config, flags.trainer);
   DeclareImageAndFineTuningFlags(config, flags.trainer);
+  DeclareEvaluationFlags(config, flags.trainer);
   DeclareCommunicationFlags(app, flags);
   DeclarePerformanceFlags(app, flags);
   DeclareLaunchFlags(app, flags.launch);

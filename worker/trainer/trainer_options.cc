@@ -77,7 +77,8 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
                                       std::numeric_limits<int64_t>::max()));
   RETURN_IF_ERROR(
       CheckRange<int32_t>("batch-size", o.batch_size, 1, limits.max_batch_size));
-  if (!std::isfinite(o.lr) || o.lr <= 0) {
+  // An evaluation takes no step: its learning rate is never used.
+  if (!o.eval_only && (!std::isfinite(o.lr) || o.lr <= 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--lr must be a positive number, got ", o.lr));
   }
@@ -178,7 +179,27 @@ absl::Status ValidateStepOptions(const TrainerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cuda-graph must be auto, on or off, got \"", o.cuda_graph, "\""));
   }
-  return absl::OkStatus();
+  return ValidateEvalOptions(o);
+}
+
+absl::Status ValidateEvalOptions(const TrainerOptions& o) {
+  if (o.eval_split != "test" && o.eval_split != "val" && o.eval_split != "train") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--eval-split must be one of test, val, train; got \"", o.eval_split, "\""));
+  }
+  RETURN_IF_ERROR(CheckRange<int64_t>("eval-step", o.eval_step, 0,
+                                      std::numeric_limits<int64_t>::max()));
+  if (o.eval_step > 0 && !(o.eval_only && o.resume)) {
+    return absl::InvalidArgumentError(
+        "--eval-step picks the checkpoint --eval-only --resume evaluates");
+  }
+  if (!o.eval_only) return absl::OkStatus();
+  if (o.resume == o.init_from.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      o.resume ? "--eval-only takes its model from --init-from or from the checkpoint "
+                 "of --resume, not both"
+               : "--eval-only needs a model: --init-from FILE, or --resume with "
+                 "--checkpoint-dir");
 }
 
 absl::Status ValidateLaunchOptions(const LaunchOptions& l, bool coordinator_supported,

@@ -76,6 +76,12 @@ struct TrainerOptions {
   // (a run that does not allow it fails), "off". Off by default until the GPU
   // check has compared captured and eager steps on a GPU (README, GPU section).
   std::string cuda_graph = "off";
+  // Evaluation only (evaluation.h): evaluate the model of init_from, or of the
+  // checkpoint in checkpoint_dir (resume; eval_step, or the latest when 0), on
+  // eval_split ("test", "val": the same held-out split, or "train"); no training.
+  bool eval_only = false;
+  std::string eval_split = "test";
+  int64_t eval_step = 0;
   // Not a TrainerConfig field (set by flag only): split small models into at
   // least this many buckets so their communication overlaps backward too.
   int32_t min_buckets = 1;
@@ -137,6 +143,10 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& options,
 absl::Status ValidateDataAndInit(const TrainerOptions& options);
 // The step profile and CUDA graph options (part of ValidateDataAndInit).
 absl::Status ValidateStepOptions(const TrainerOptions& options);
+// The evaluation-only options (part of ValidateDataAndInit): a split the data
+// offers, and exactly one model source (--init-from, or --resume with
+// --checkpoint-dir); --eval-step only with --resume.
+absl::Status ValidateEvalOptions(const TrainerOptions& options);
 
 // Checks the launch settings. `coordinator_supported` is false in builds without
 // gRPC (TESSERA_TRAINER_ONLY), where --coordinator is rejected.

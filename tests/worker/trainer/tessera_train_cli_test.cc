@@ -367,6 +367,62 @@ TEST_F(TesseraTrainCliTest, TwoProcessesResumeFromACheckpointExactly) {
     return std::vector<RunResult>{rank0.get(), rank1.get()};
   };
   const std::vector<RunResult> uninterrupted = run_pair(false);
+// The figure after `key` (e.g. "test_accuracy=") in the run's output.
+std::string FigureAfter(const std::string& output, const std::string& key) {
+  const size_t at = output.rfind(key);
+  if (at == std::string::npos) return "";
+  return output.substr(at + key.size(), 6);
+}
+
+TEST_F(TesseraTrainCliTest, EvalOnlyGivesTheTrainingRunsFinalTopOneOnItsCheckpoint) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "cli_eval_checkpoints";
+  std::filesystem::remove_all(dir);
+  std::vector<std::string> train = SmallSyntheticRun();
+  train.push_back("--checkpoint-dir=" + dir.string());
+  const RunResult trained = RunTrainer(train);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string final_top1 = FigureAfter(trained.output, "test_accuracy=");
+  ASSERT_FALSE(final_top1.empty()) << trained.output;
+
+  const std::string metrics =
+      (std::filesystem::path(::testing::TempDir()) / "cli_eval_metrics.jsonl").string();
+  std::vector<std::string> eval = SmallSyntheticRun();
+  for (const char* flag : {"--eval-only=true", "--resume=true", "--lr=0"}) {
+    eval.push_back(flag);
+  }
+  eval.push_back("--checkpoint-dir=" + dir.string());
+  eval.push_back("--metrics-file=" + metrics);
+  const RunResult evaluated = RunTrainer(eval);
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
+  EXPECT_EQ(FigureAfter(evaluated.output, "eval top1="), final_top1) << evaluated.output;
+  EXPECT_THAT(evaluated.output, HasSubstr("step 8"));
+  EXPECT_THAT(evaluated.output, HasSubstr("class 9 9:"));
+  std::ifstream in(metrics);
+  const std::string points((std::istreambuf_iterator<char>(in)),
+                           std::istreambuf_iterator<char>());
+  for (const char* name : {"eval_top1", "eval_top5", "eval_loss", "eval_samples"}) {
+    EXPECT_THAT(points, HasSubstr(name));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(TesseraTrainCliTest, EvalOnlyOfAMissingCheckpointFailsBeforeAnyWork) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "cli_eval_no_checkpoints";
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> eval = SmallSyntheticRun();
+  for (const char* flag : {"--eval-only=true", "--resume=true"}) eval.push_back(flag);
+  eval.push_back("--checkpoint-dir=" + dir.string());
+  const RunResult run = RunTrainer(eval);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("no checkpoint in " + dir.string()));
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("eval top1=")));
+  const RunResult no_model = RunTrainer({"--eval-only=true", "--dataset=synthetic"});
+  EXPECT_EQ(no_model.exit_code, 2);
+  EXPECT_THAT(no_model.output, HasSubstr("--eval-only needs a model"));
+}
+
   ASSERT_EQ(uninterrupted.size(), 2u);
   ASSERT_EQ(uninterrupted[0].exit_code, 0) << uninterrupted[0].output;
   ASSERT_EQ(uninterrupted[1].exit_code, 0) << uninterrupted[1].output;

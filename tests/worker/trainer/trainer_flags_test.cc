@@ -114,6 +114,11 @@ TrainerConfig AsConfig(const TrainerOptions& o) {
   config.set_init_names(o.init_names);
   config.set_layer_decay(o.layer_decay);
   config.set_head_warmup_steps(o.head_warmup_steps);
+  config.set_profile_steps(o.profile_steps);
+  config.set_cuda_graph(o.cuda_graph);
+  config.set_eval_only(o.eval_only);
+  config.set_eval_split(o.eval_split);
+  config.set_eval_step(o.eval_step);
   return config;
 }
 

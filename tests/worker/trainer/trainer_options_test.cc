@@ -72,6 +72,30 @@ TEST(TrainerOptionsTest, ZeroThreadsMeansTheDefaultOfOne) {
   EXPECT_EQ(EffectiveThreads(options), 3);
 }
 
+TEST(TrainerOptionsTest, EvalOnlyNeedsNoLearningRateButOneModelSource) {
+  TrainerOptions options;
+  options.lr = 0;
+  EXPECT_THAT(ValidateTrainerOptions(options).message(), HasSubstr("--lr"));
+  options.eval_only = true;
+  EXPECT_THAT(ValidateTrainerOptions(options).message(), HasSubstr("needs a model"));
+  options.init_from = "/models/vit.safetensors";
+  EXPECT_TRUE(ValidateTrainerOptions(options).ok());
+  options.resume = true;
+  options.checkpoint_dir = "/ckpt/run";
+  EXPECT_THAT(ValidateTrainerOptions(options).message(), HasSubstr("not both"));
+  options.init_from.clear();
+  options.eval_step = 40;
+  EXPECT_TRUE(ValidateTrainerOptions(options).ok());
+  options.eval_split = "holdout";
+  EXPECT_THAT(ValidateTrainerOptions(options).message(), HasSubstr("--eval-split"));
+}
+
+TEST(TrainerOptionsTest, EvalStepOnlyPicksTheCheckpointOfAnEvaluation) {
+  TrainerOptions options;
+  options.eval_step = 10;
+  EXPECT_THAT(ValidateTrainerOptions(options).message(), HasSubstr("--eval-step"));
+}
+
 TEST(LaunchOptionsTest, MultipleRanksNeedACoordinatorOrStore) {
   LaunchOptions launch;
   launch.world_size = 2;

@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/worker/trainer/torchvision_reference.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/safetensors.h"
 #include "worker/trainer/vit.h"
@@ -30,8 +31,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-constexpr char kPython[] = "/usr/bin/python3";
+using torchvision_reference::HaveTorchvision;
+using torchvision_reference::kPython;
+using torchvision_reference::kSafetensorsPython;
+using torchvision_reference::RunPythonScript;
 
 std::string FreshDirectory(const std::string& name) {
   const fs::path dir =
@@ -115,53 +118,11 @@ torch::Tensor Logits(VisionTransformer& model, const torch::Tensor& x) {
 // LibTorch 2.6 lane), else by a few lines of Python from the documented format;
 // `check` loads a file into the same model (strict) and writes its logits.
 // The first line of its output names the versions and the writer.
-constexpr char kTorchvisionScript[] = R"(import json, struct, sys
-import torch, torchvision
+constexpr char kTorchvisionScript[] = R"(import sys
+import torchvision
 from torchvision.models.vision_transformer import VisionTransformer
-try:
-    import safetensors
-    import safetensors.torch as st
-    writer = "safetensors " + safetensors.__version__
-except ImportError:
-    st, writer = None, "the documented format, written here"
 print("torch %s, torchvision %s, safetensors files by %s"
       % (torch.__version__, torchvision.__version__, writer), flush=True)
-
-def save(path, tensors):
-    if st is not None:
-        st.save_file({k: v.detach().to(torch.float32).contiguous()
-                      for k, v in tensors.items()}, path, metadata={"format": "pt"})
-        return
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, t in tensors.items():
-        raw = t.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-        blobs.append(raw)
-    text = json.dumps(header).encode("utf-8")
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for raw in blobs:
-            f.write(raw)
-
-def load(path):
-    if st is not None:
-        return st.load_file(path)
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header, base, out = json.loads(raw[8:8 + n]), 8 + n, {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", (name, info)
-        begin, end = info["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(raw[base + begin:base + end]),
-                                     dtype=torch.float32).reshape(info["shape"])
-    return out
 
 mode, kind, out_dir = sys.argv[1:4]
 torch.manual_seed(0)
@@ -197,34 +158,10 @@ elif mode == "resample":
     save(out_dir + "/resampled.safetensors", out)
 )";
 
-// Whether /usr/bin/python3 has torch and torchvision (found, not imported: an
-// import costs seconds; a broken install fails the script with its error).
-bool HaveTorchvision() {
-  static const bool have =
-      ::access(kPython, X_OK) == 0 &&
-      std::system(absl::StrCat(kPython,
-                               " -c 'import importlib.util as u, sys; sys.exit(0 if "
-                               "u.find_spec(\"torch\") and u.find_spec(\"torchvision\") "
-                               "else 1)' >/dev/null 2>&1")
-                      .c_str()) == 0;
-  return have;
-}
-
-// Runs the script with `args`; its output goes to a log in `dir`, shown on failure.
+// Runs the script (after the shared safetensors functions) with `args`.
 testing::AssertionResult RunScript(const std::string& dir, const std::string& args) {
-  const std::string script = dir + "/torchvision_model.py";
-  if (!fs::exists(script)) {
-    std::ofstream(script) << kTorchvisionScript;
-  }
-  const std::string log = dir + "/python.log";
-  const int rc = std::system(
-      absl::StrCat(kPython, " ", script, " ", args, " >", log, " 2>&1").c_str());
-  if (rc == 0) return testing::AssertionSuccess();
-  std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  return testing::AssertionFailure() << "python " << args << " failed (" << rc << "):\n"
-                                     << text;
+  return RunPythonScript(dir, "torchvision_model.py",
+                         absl::StrCat(kSafetensorsPython, kTorchvisionScript), args);
 }
 
 // torchvision's model -> safetensors -> Tessera: same logits; Tessera -> export

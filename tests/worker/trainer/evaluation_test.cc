@@ -1,0 +1,312 @@
+// The evaluation-only run (evaluation.h) in process: against the training
+// loop's own final evaluation, against torchvision on an image folder, and
+// its refusals before any work.
+#include "worker/trainer/evaluation.h"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/worker/trainer/torchvision_reference.h"
+#include "worker/trainer/communicator.h"
+#include "worker/trainer/image_data.h"
+#include "worker/trainer/metrics_reporter.h"
+#include "worker/trainer/synthetic_dataset.h"
+#include "worker/trainer/trainer.h"
+#include "worker/trainer/vit.h"
+#include "worker/trainer/vit_config.h"
+#include "worker/trainer/vit_weights.h"
+
+namespace tessera::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string FreshDirectory(const std::string& name) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / (name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+ImageDataset Synthetic(int64_t size, Split split) {
+  SyntheticDatasetOptions options;
+  options.size = size;
+  options.seed = 3;
+  options.split = split;
+  return *MakeSyntheticDataset(options);
+}
+
+TrainerOptions SmallRun() {
+  TrainerOptions options;
+  options.dataset = "synthetic";
+  options.batch_size = 32;
+  options.lr = 3e-3;
+  options.max_steps = 24;
+  options.metrics_every = 8;
+  options.epochs = 10;
+  return options;
+}
+
+MetricsReporterOptions QuietReporting() {
+  MetricsReporterOptions options;
+  options.flush_interval = absl::InfiniteDuration();
+  return options;
+}
+
+absl::StatusOr<EvalReport> EvaluateAlone(const TrainerOptions& options,
+                                         const TrainingData& data) {
+  LocalCommunicator communicator;
+  absl::StatusOr<std::unique_ptr<MetricsReporter>> reporter =
+      MetricsReporter::Create(QuietReporting(), nullptr);
+  if (!reporter.ok()) return reporter.status();
+  return RunEvaluation(options, data, communicator, **reporter, TrainerLoopOptions{});
+}
+
+// A vit-micro model for the synthetic data, saved as safetensors with these
+// class names (and as many classes).
+std::string SaveMicroModel(const std::string& dir, const std::vector<std::string>& names,
+                           const std::string& model = "vit-micro") {
+  ViTConfig config =
+      *ResolveViTConfig(model, 1, static_cast<int>(names.size()), /*image_size=*/28);
+  torch::manual_seed(5);
+  VisionTransformer vit(config);
+  const std::string path = dir + "/" + model + ".safetensors";
+  EXPECT_TRUE(ExportSafetensors(*vit, WeightLayout::kTessera, names, path).ok());
+  return path;
+}
+
+std::vector<std::string> Digits() {
+  std::vector<std::string> names;
+  for (int c = 0; c < 10; ++c) names.push_back(absl::StrCat(c));
+  return names;
+}
+
+TEST(EvaluationTest, CheckpointEvaluatesToTheTrainingRunsFinalTestAccuracy) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(200, Split::kTest);
+  const InMemoryData data(train, test, "synthetic");
+  TrainerOptions options = SmallRun();
+  options.checkpoint_dir = FreshDirectory("eval-checkpoint");
+  LocalCommunicator communicator;
+  auto reporter = MetricsReporter::Create(QuietReporting(), nullptr);
+  ASSERT_TRUE(reporter.ok());
+  absl::StatusOr<TrainingOutcome> trained =
+      Trainer(options, data, communicator, **reporter).Run();
+  ASSERT_TRUE(trained.ok()) << trained.status();
+
+  TrainerOptions eval = options;
+  eval.eval_only = true;
+  eval.resume = true;
+  eval.lr = 0;
+  const absl::StatusOr<EvalReport> report = EvaluateAlone(eval, data);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->step, 24);
+  EXPECT_EQ(report->samples, 200);
+  EXPECT_DOUBLE_EQ(report->top1, trained->test_accuracy);
+  EXPECT_NEAR(report->loss, trained->test_loss, 1e-5);
+  EXPECT_GE(report->top5, report->top1);
+  // The per-class figures add up to the totals.
+  ASSERT_EQ(report->confusion.size(), 100u);
+  EXPECT_EQ(std::accumulate(report->confusion.begin(), report->confusion.end(), 0LL),
+            200);
+  double correct = 0;
+  for (int c = 0; c < 10; ++c) {
+    correct += report->class_accuracy[c] * static_cast<double>(report->class_samples[c]);
+    EXPECT_EQ(report->confusion[c * 10 + c],
+              std::llround(report->class_accuracy[c] * report->class_samples[c]));
+  }
+  EXPECT_NEAR(correct / 200, report->top1, 1e-12);
+}
+
+TEST(EvaluationTest, MissingCheckpointFailsNamingTheDirectory) {
+  const ImageDataset train = Synthetic(64, Split::kTrain);
+  const ImageDataset test = Synthetic(32, Split::kTest);
+  const InMemoryData data(train, test, "synthetic");
+  TrainerOptions options = SmallRun();
+  options.eval_only = true;
+  options.resume = true;
+  options.checkpoint_dir = FreshDirectory("eval-empty-checkpoints");
+  absl::StatusOr<EvalReport> report = EvaluateAlone(options, data);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(report.status().message(), HasSubstr("no checkpoint in"));
+  EXPECT_THAT(report.status().message(), HasSubstr(options.checkpoint_dir));
+
+  options.eval_step = 40;
+  report = EvaluateAlone(options, data);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(report.status().message(), HasSubstr("no checkpoint of step 40"));
+}
+
+TEST(EvaluationTest, WeightsWithAnotherClassMappingFailNamingTheClass) {
+  const ImageDataset train = Synthetic(64, Split::kTrain);
+  const ImageDataset test = Synthetic(32, Split::kTest);
+  const InMemoryData data(train, test, "synthetic");
+  std::vector<std::string> names = Digits();
+  names[7] = "seven";
+  TrainerOptions options = SmallRun();
+  options.eval_only = true;
+  options.init_from = SaveMicroModel(FreshDirectory("eval-mapping"), names);
+  const absl::StatusOr<EvalReport> report = EvaluateAlone(options, data);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(report.status().message(),
+              HasSubstr("class 7 is 'seven' in the weights and '7' in the data"));
+}
+
+TEST(EvaluationTest, WeightsOfAnotherModelFailNamingWhatDiffers) {
+  const ImageDataset train = Synthetic(64, Split::kTrain);
+  const ImageDataset test = Synthetic(32, Split::kTest);
+  const InMemoryData data(train, test, "synthetic");
+  TrainerOptions options = SmallRun();
+  options.eval_only = true;
+  options.image_size = 28;
+  options.model = "vit-cifar-tiny";
+  options.init_from = SaveMicroModel(FreshDirectory("eval-model"), Digits());
+  const absl::StatusOr<EvalReport> report = EvaluateAlone(options, data);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(report.status().message(),
+              HasSubstr("does not fit --model vit-cifar-tiny"));
+  // vit-micro has 4 blocks of width 64, vit-cifar-tiny 6 of width 192.
+  EXPECT_THAT(
+      std::string(report.status().message()),
+      HasSubstr("the file has 4 encoder blocks (tessera names); the model has 6"));
+}
+
+TEST(EvaluationTest, AHeadForAnotherClassCountFailsInsteadOfEvaluatingNoise) {
+  const ImageDataset train = Synthetic(64, Split::kTrain);
+  const ImageDataset test = Synthetic(32, Split::kTest);
+  const InMemoryData data(train, test, "synthetic");
+  TrainerOptions options = SmallRun();
+  options.eval_only = true;
+  options.init_from =
+      SaveMicroModel(FreshDirectory("eval-head"), {"a", "b", "c", "d", "e"});
+  const absl::StatusOr<EvalReport> report = EvaluateAlone(options, data);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(report.status().message(), HasSubstr("head.weight"));
+  EXPECT_THAT(report.status().message(), HasSubstr("10 classes"));
+}
+
+TEST(EvaluationTest, EvalSplitNamesTheHeldOutOrTheTrainingSplit) {
+  EXPECT_EQ(*EvalSplitOf("test"), Split::kTest);
+  EXPECT_EQ(*EvalSplitOf("val"), Split::kTest);
+  EXPECT_EQ(*EvalSplitOf("train"), Split::kTrain);
+  EXPECT_FALSE(EvalSplitOf("holdout").ok());
+}
+
+// torchvision's VisionTransformer, trained a few steps on a generated image
+// folder of 32 px PNGs (3 tinted classes), saved as safetensors; its top-1,
+// loss and per-class accuracy on val/ (ToTensor + ImageNet normalisation: the
+// images are already at the model's size) go to reference.json.
+constexpr char kFolderScript[] = R"(import os, sys
+import numpy as np
+import torch.nn.functional as F
+import torchvision
+from PIL import Image
+from torchvision import datasets, transforms
+from torchvision.models.vision_transformer import VisionTransformer
+out = sys.argv[1]
+rng = np.random.default_rng(0)
+classes = ["ant", "bee", "cat"]
+for split, count in (("train", 16), ("val", 20)):
+    for c, name in enumerate(classes):
+        folder = os.path.join(out, "data", split, name)
+        os.makedirs(folder, exist_ok=True)
+        for i in range(count):
+            a = rng.integers(0, 200, (32, 32, 3), dtype=np.uint8)
+            a[..., c] += 55
+            Image.fromarray(a).save(os.path.join(folder, "%03d.png" % i))
+torch.manual_seed(0)
+model = VisionTransformer(image_size=32, patch_size=4, num_layers=4, num_heads=4,
+                          hidden_dim=64, mlp_dim=128, num_classes=3)
+tf = transforms.Compose([transforms.ToTensor(),
+                         transforms.Normalize([0.485, 0.456, 0.406],
+                                              [0.229, 0.224, 0.225])])
+train = torch.utils.data.DataLoader(datasets.ImageFolder(out + "/data/train", tf),
+                                    batch_size=16, shuffle=True)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+model.train()
+for _ in range(4):
+    for x, y in train:
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+model.eval()
+save(out + "/model.safetensors", model.state_dict())
+val = torch.utils.data.DataLoader(datasets.ImageFolder(out + "/data/val", tf),
+                                  batch_size=16)
+correct, loss, n, hits = 0, 0.0, 0, [0, 0, 0]
+with torch.no_grad():
+    for x, y in val:
+        logits = model(x)
+        loss += F.cross_entropy(logits, y, reduction="sum").item()
+        right = logits.argmax(1) == y
+        correct += right.sum().item()
+        for label, ok in zip(y.tolist(), right.tolist()):
+            hits[label] += ok
+        n += len(y)
+with open(out + "/reference.json", "w") as f:
+    json.dump({"top1": correct / n, "loss": loss / n, "samples": n,
+               "class_accuracy": [h / 20 for h in hits]}, f)
+print("torchvision %s: top1 %.4f loss %.4f" % (torchvision.__version__, correct / n,
+                                               loss / n))
+)";
+
+TEST(EvaluationTorchvisionTest, TorchvisionModelEvaluatesToTorchvisionsOwnAccuracy) {
+  if (std::getenv("TESSERA_REQUIRE_TORCHVISION") != nullptr) {
+    ASSERT_TRUE(torchvision_reference::HaveTorchvision())
+        << "no torch and torchvision, and TESSERA_REQUIRE_TORCHVISION is set";
+  }
+  if (!torchvision_reference::HaveTorchvision()) {
+    GTEST_SKIP() << torchvision_reference::kPython
+                 << " with torch and torchvision is not installed "
+                 << "(Debian: python3-torchvision)";
+  }
+  const std::string dir = FreshDirectory("eval-torchvision");
+  ASSERT_TRUE(torchvision_reference::RunPythonScript(
+      dir, "folder_reference.py",
+      absl::StrCat(torchvision_reference::kSafetensorsPython, kFolderScript), dir));
+  const nlohmann::json reference =
+      nlohmann::json::parse(std::ifstream(dir + "/reference.json"));
+
+  ImageDataOptions opening;
+  opening.kind = "imagefolder";
+  opening.root = dir + "/data";
+  opening.crop_fraction = 1.0;  // 32 px images for a 32 px model: no resampling
+  absl::StatusOr<std::unique_ptr<TrainingData>> data = OpenImageData(opening);
+  ASSERT_TRUE(data.ok()) << data.status();
+  TrainerOptions options;
+  options.dataset = "imagefolder";
+  options.model = "vit-micro";
+  options.image_size = 32;
+  options.eval_only = true;
+  options.eval_split = "val";
+  options.init_from = dir + "/model.safetensors";
+  options.init_names = "torchvision";
+  const absl::StatusOr<EvalReport> report = EvaluateAlone(options, **data);
+  ASSERT_TRUE(report.ok()) << report.status();
+  std::cout << FormatEvalReport(*report);
+  EXPECT_EQ(report->samples, reference["samples"].get<int64_t>());
+  EXPECT_DOUBLE_EQ(report->top1, reference["top1"].get<double>());
+  EXPECT_NEAR(report->loss, reference["loss"].get<double>(), 1e-4);
+  EXPECT_THAT(report->class_names, ::testing::ElementsAre("ant", "bee", "cat"));
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_DOUBLE_EQ(report->class_accuracy[c],
+                     reference["class_accuracy"][c].get<double>());
+  }
+}
+
+}  // namespace
+}  // namespace tessera::trainer
