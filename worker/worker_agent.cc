@@ -49,6 +49,43 @@ void AppendLine(const std::string& path, const std::string& line) {
   ::close(fd);
 }
 
+// NVML for the GPUs this worker owns; null on a CPU worker, and where NVML
+// cannot be loaded: then heartbeats carry no GPU readings, which is normal on
+// a node without the driver and not worth a warning.
+std::unique_ptr<GpuMonitor> OpenGpuMonitor(const WorkerOptions& options) {
+  if (options.gpu_ids.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<GpuMonitor>> nvml = OpenNvml(options.nvml_library);
+  if (!nvml.ok()) {
+    spdlog::info("heartbeats carry no GPU readings: {}",
+                 std::string(nvml.status().message()));
+    return nullptr;
+  }
+  return *std::move(nvml);
+}
+
+// One reading per GPU of `ids` that NVML knows; one it cannot read is left
+// out of this heartbeat (and off /metrics until it reads again).
+void AddGpuReadings(GpuMonitor& monitor, const std::vector<std::string>& ids,
+                    google::protobuf::RepeatedPtrField<v1::WorkerGpuReading>* out) {
+  for (const std::string& id : ids) {
+    absl::StatusOr<GpuReading> reading = monitor.Read(id);
+    if (!reading.ok()) continue;
+    v1::WorkerGpuReading* g = out->Add();
+    g->set_gpu_id(id);
+    if (reading->utilization_percent) {
+      g->set_utilization_percent(*reading->utilization_percent);
+    }
+    if (reading->memory_used_bytes) g->set_memory_used_bytes(*reading->memory_used_bytes);
+    if (reading->memory_total_bytes) {
+      g->set_memory_total_bytes(*reading->memory_total_bytes);
+    }
+    if (reading->temperature_celsius) {
+      g->set_temperature_celsius(*reading->temperature_celsius);
+    }
+    if (reading->power_watts) g->set_power_watts(*reading->power_watts);
+  }
+}
+
 // A rank's CUDA_VISIBLE_DEVICES: the owned GPUs of its job's slots on this
 // worker, so that local rank i sees its own GPU as cuda:i and never one that
 // is not the worker's. On a CPU worker none at all, so that a CPU slot's rank
@@ -320,7 +357,8 @@ WorkerAgent::WorkerAgent(WorkerOptions options, std::shared_ptr<grpc::Channel> c
                          ProcessLauncher* launcher, CgroupTree* cgroups)
     : options_(std::move(options)),
       stub_(v1::WorkerService::NewStub(channel)),
-      supervisor_(launcher, &clock_, options_.kill_grace, cgroups) {}
+      supervisor_(launcher, &clock_, options_.kill_grace, cgroups),
+      gpus_(OpenGpuMonitor(options_)) {}
 
 void WorkerAgent::Prepare(grpc::ClientContext& ctx) const {
   SetDeadline(ctx, options_.rpc_timeout);
@@ -406,6 +444,7 @@ absl::Status WorkerAgent::HeartbeatOnce() {
   request.set_worker_credential(credential_);
   request.set_draining(draining_);
   AddLocalRanks(request.mutable_ranks());
+  if (gpus_ != nullptr) AddGpuReadings(*gpus_, options_.gpu_ids, request.mutable_gpus());
   v1::HeartbeatResponse response;
   grpc::ClientContext ctx;
   Prepare(ctx);

@@ -1,7 +1,8 @@
 // WorkerAgent: the worker daemon's session with the coordinator.
 //
 // One loop thread registers the worker's slots, then heartbeats. Each heartbeat
-// carries every rank the worker started and has not had acknowledged; the reply
+// carries every rank the worker started and has not had acknowledged, and what
+// each GPU the worker owns is doing (NVML; none without it); the reply
 // carries orders to launch ranks and to stop them. When the coordinator is
 // unreachable the agent keeps its ranks running and retries with exponential
 // backoff, logging each failure; it never gives up. When the coordinator has
@@ -60,6 +61,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/gpu_monitor.h"
 #include "common/service_notify.h"
 #include "grpcpp/channel.h"
 #include "tessera/v1/tessera.grpc.pb.h"
@@ -81,6 +83,10 @@ struct WorkerOptions {
   // never an id outside this list. main.cc fills it from the probe
   // (device_probe.h).
   std::vector<std::string> gpu_ids;
+  // NVML (gpu_monitor.h), through which every heartbeat reports what each GPU
+  // of gpu_ids is doing: a name dlopen searches for, or a path. When it cannot
+  // be loaded (no driver) heartbeats carry no GPU readings.
+  std::string nvml_library = kNvmlLibrary;
   // Per-rank logs and credential files go under this directory, which must
   // belong to the worker's user and not be writable by group or others
   // (created 0711 when missing).
@@ -243,6 +249,8 @@ class WorkerAgent {
   RealClock clock_;
   ServiceNotifier notifier_;
   Supervisor supervisor_;
+  // Reads the GPUs of gpu_ids; null on a CPU worker and without NVML.
+  const std::unique_ptr<GpuMonitor> gpus_;
   // What other threads asked for; the loop thread acts on it.
   mutable absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;

@@ -126,6 +126,38 @@ void AddWorkerFamilies(const ClusterMetrics& m, std::vector<MetricFamily>& out) 
   out.push_back(std::move(slots));
 }
 
+// Each worker's GPUs as NVML reported them with its latest heartbeat.
+void AddWorkerGpuFamilies(const ClusterMetrics& m, const MetricsPageOptions& options,
+                          std::vector<MetricFamily>& out) {
+  MetricFamily util = Family("tessera_worker_gpu_utilization_ratio",
+                             "Utilisation of a worker's GPU as NVML reports it (0-1).",
+                             MetricType::Gauge);
+  MetricFamily used =
+      Family("tessera_worker_gpu_memory_used_bytes",
+             "Memory in use on a worker's GPU (every process).", MetricType::Gauge);
+  MetricFamily total = Family("tessera_worker_gpu_memory_total_bytes",
+                              "Memory of a worker's GPU.", MetricType::Gauge);
+  MetricFamily temp = Family("tessera_worker_gpu_temperature_celsius",
+                             "Temperature of a worker's GPU.", MetricType::Gauge);
+  MetricFamily power = Family("tessera_worker_gpu_power_watts",
+                              "Power drawn by a worker's GPU.", MetricType::Gauge);
+  for (const auto& [worker, gpus] : m.worker_gpus) {
+    for (const GpuReading& g : gpus) {
+      const Labels labels = {
+          {"worker", BoundedLabelValue(worker, options.max_label_bytes)},
+          {"gpu", BoundedLabelValue(g.id, options.max_label_bytes)}};
+      if (g.utilization_percent) Add(util, labels, *g.utilization_percent / 100);
+      if (g.memory_used_bytes) Add(used, labels, *g.memory_used_bytes);
+      if (g.memory_total_bytes) Add(total, labels, *g.memory_total_bytes);
+      if (g.temperature_celsius) Add(temp, labels, *g.temperature_celsius);
+      if (g.power_watts) Add(power, labels, *g.power_watts);
+    }
+  }
+  for (MetricFamily* f : {&util, &used, &total, &temp, &power}) {
+    out.push_back(std::move(*f));
+  }
+}
+
 // The mean of `figure` over the ranks that reported it; false when none did.
 bool MeanOf(const LiveFigures::RankFigures& figures, std::string_view figure,
             double* mean, double* sum) {
@@ -267,6 +299,7 @@ std::string RenderMetricsPage(const ClusterMetrics& metrics, const DatabaseFigur
   std::vector<MetricFamily> families;
   AddJobFamilies(metrics, families);
   AddWorkerFamilies(metrics, families);
+  AddWorkerGpuFamilies(metrics, options, families);
   families.push_back(Histogram("tessera_rendezvous_duration_seconds",
                                "From an attempt's placement until all its ranks joined.",
                                metrics.rendezvous));

@@ -4,8 +4,8 @@
 // histograms, with nothing of a spec, an environment or a secret in it.
 //
 // Every set in it is bounded by the cluster, not by what users send: the
-// running jobs hold at least one slot each, and states, kinds and pools are
-// fixed sets.
+// running jobs hold at least one slot each, states, kinds and pools are fixed
+// sets, and each worker's GPU readings are bounded by the registry.
 //
 // Thread-safety: a value; JobManager::ReadClusterMetrics() fills it under its lock.
 #ifndef TESSERA_COORDINATOR_CORE_CLUSTER_METRICS_H_
@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/gpu_monitor.h"
 #include "coordinator/core/latency_histogram.h"
 #include "coordinator/core/live_figures.h"
 
@@ -49,6 +50,10 @@ struct ClusterMetrics {
     int64_t used = 0;
   };
   std::map<std::string, Slots> slots;
+  // The latest readings of each GPU of the workers not declared dead (as
+  // WorkerRegistry::Gpus keeps them: at most kMaxWorkerGpuReadings each), by
+  // worker name.
+  std::map<std::string, std::vector<GpuReading>> worker_gpus;
 
   struct RunningJob {
     int64_t id = 0;

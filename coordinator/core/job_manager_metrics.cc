@@ -64,6 +64,8 @@ void JobManager::AddWorkerMetricsLocked(ClusterMetrics& out) {
     ClusterMetrics::Slots& slots = out.slots[w.device_kind() == "cuda" ? "gpu" : "cpu"];
     slots.total += w.slots();
     slots.used += w.slots_used();
+    std::vector<GpuReading> gpus = workers_.Gpus(w.name());
+    if (!gpus.empty()) out.worker_gpus[w.name()] = std::move(gpus);
   }
 }
 

@@ -1,6 +1,9 @@
 #include "coordinator/core/worker_registry.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +11,51 @@
 #include "spdlog/spdlog.h"
 
 namespace tessera {
+namespace {
+
+std::optional<double> Finite(double v) {
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
+
+std::optional<double> FiniteNonNegative(double v) {
+  return std::isfinite(v) && v >= 0 ? std::optional<double>(v) : std::nullopt;
+}
+
+std::optional<int64_t> NonNegative(int64_t v) {
+  return v >= 0 ? std::optional<int64_t>(v) : std::nullopt;
+}
+
+// A heartbeat's GPU readings as the registry keeps them: only the worker's own
+// GPUs, each once, at most kMaxWorkerGpuReadings, values checked (see
+// WorkerRegistry::Heartbeat).
+std::vector<GpuReading> CheckedGpuReadings(
+    const google::protobuf::RepeatedPtrField<v1::WorkerGpuReading>& readings,
+    const std::vector<std::string>& gpu_ids) {
+  std::vector<GpuReading> out;
+  std::set<std::string> seen;
+  for (const v1::WorkerGpuReading& r : readings) {
+    if (out.size() >= static_cast<size_t>(kMaxWorkerGpuReadings)) break;
+    if (std::find(gpu_ids.begin(), gpu_ids.end(), r.gpu_id()) == gpu_ids.end()) continue;
+    if (!seen.insert(r.gpu_id()).second) continue;
+    GpuReading g;
+    g.id = r.gpu_id();
+    if (r.has_utilization_percent() && std::isfinite(r.utilization_percent())) {
+      g.utilization_percent = std::clamp(r.utilization_percent(), 0.0, 100.0);
+    }
+    if (r.has_memory_used_bytes())
+      g.memory_used_bytes = NonNegative(r.memory_used_bytes());
+    if (r.has_memory_total_bytes()) {
+      g.memory_total_bytes = NonNegative(r.memory_total_bytes());
+    }
+    if (r.has_temperature_celsius())
+      g.temperature_celsius = Finite(r.temperature_celsius());
+    if (r.has_power_watts()) g.power_watts = FiniteNonNegative(r.power_watts());
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+}  // namespace
 
 HeartbeatReport::HeartbeatReport(const v1::HeartbeatRequest& request, bool registration)
     : request_(&request), registration_(registration) {
@@ -107,6 +155,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerRegistry::Register(
   w.record.pool = request.pool();
   w.record.slurm_job_id = request.slurm_job_id();
   w.record.gpu_ids.assign(request.gpu_ids().begin(), request.gpu_ids().end());
+  w.gpus.clear();  // of the previous session
   w.dead = false;
   if (w.self_drain) {
     // It drained itself to stop; a new session is a fresh start.
@@ -140,6 +189,7 @@ absl::StatusOr<HeartbeatReport> WorkerRegistry::Heartbeat(
   }
   worker.last_seen_unix_ms = absl::ToUnixMillis(clock_->Now());
   writer_->UpsertWorker(worker);
+  it->second.gpus = CheckedGpuReadings(request.gpus(), worker.gpu_ids);
   return HeartbeatReport(request);
 }
 
@@ -270,6 +320,11 @@ std::vector<WorkerInventory> WorkerRegistry::Inventory(
                                   AliveState(w) && !w.draining});
   }
   return out;
+}
+
+std::vector<GpuReading> WorkerRegistry::Gpus(const std::string& name) const {
+  auto it = workers_.find(name);
+  return it == workers_.end() ? std::vector<GpuReading>() : it->second.gpus;
 }
 
 std::vector<v1::Worker> WorkerRegistry::List(

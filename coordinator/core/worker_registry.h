@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/gpu_monitor.h"
 #include "common/job_state.h"
 #include "coordinator/core/scheduler.h"
 #include "coordinator/store/store.h"
@@ -41,6 +42,9 @@
 #include "tessera/v1/tessera.pb.h"
 
 namespace tessera {
+
+// Most GPU readings kept per worker from one heartbeat.
+inline constexpr int kMaxWorkerGpuReadings = 64;
 
 struct WorkerRegistryOptions {
   // How often workers are asked to heartbeat (sent back by Register).
@@ -149,8 +153,12 @@ class WorkerRegistry {
       const tessera::v1::RegisterWorkerRequest& request);
 
   // Accepts a heartbeat of the worker's current session and records when it
-  // was heard from. NotFound for a worker that never registered; Aborted for
-  // a stale session (an older epoch, or the worker was declared dead since).
+  // was heard from, and its GPU readings: those of its registered gpu_ids,
+  // each once and at most kMaxWorkerGpuReadings, with a value that is not
+  // finite (or a negative size or power) left out and utilisation clamped to
+  // 0-100; they replace the previous heartbeat's. NotFound for a worker that never
+  // registered; Aborted for a stale session (an older epoch, or the worker was declared
+  // dead since).
   absl::StatusOr<HeartbeatReport> Heartbeat(const tessera::v1::HeartbeatRequest& request);
 
   // OK when (`name`, `epoch`) is the worker's current session, else Aborted.
@@ -176,6 +184,11 @@ class WorkerRegistry {
   std::string DrainReason(const std::string& name) const;
   // Names of the workers being drained.
   std::vector<std::string> DrainingWorkers() const;
+
+  // The GPU readings of the worker's latest heartbeat in this session, in
+  // the order sent; empty for an unknown worker, a CPU worker, and one without
+  // NVML.
+  std::vector<GpuReading> Gpus(const std::string& name) const;
 
   // Registered and not declared dead: its name is held (WorkerIdentity).
   bool Live(const std::string& name) const;
@@ -208,6 +221,7 @@ class WorkerRegistry {
     bool self_drain = false;  // asked for by the worker itself (SIGTERM)
     std::string drain_reason;
     absl::Time drain_deadline = absl::InfiniteFuture();
+    std::vector<GpuReading> gpus;  // of the latest heartbeat of this session
   };
 
   bool AliveState(const WorkerState& w) const;

@@ -316,6 +316,45 @@ TEST_F(WorkerAgentTest, RanksSeeOnlyTheGpusTheWorkerWasGiven) {
   EXPECT_FALSE(std::filesystem::exists(dir_.File("job-8-rank-0.cvd")));
 }
 
+// ---- GPU readings ----
+
+TEST_F(WorkerAgentTest, HeartbeatsCarryTheNvmlReadingsOfEachOwnedGpu) {
+  testing::WriteFakeTrainer(dir_.File("trainer.sh"), dir_.path(), OnUsr1::kCarryOn);
+  WorkerOptions options = Options();
+  // The fake NVML knows GPUs 0 and 1 (also as GPU-fake-0/1), not 7.
+  options.gpu_ids = {"1", "GPU-fake-0", "7"};
+  options.nvml_library = TESSERA_FAKE_NVML;
+  StartAgent(options);
+  ASSERT_TRUE(WaitHeartbeats(1));
+  const v1::HeartbeatRequest beat =
+      service().Read([](const FakeWorkerService& s) { return s.heartbeats_.back(); });
+  ASSERT_EQ(beat.gpus_size(), 2) << beat.DebugString();
+  const v1::WorkerGpuReading& one = beat.gpus(0);
+  EXPECT_EQ(one.gpu_id(), "1");
+  EXPECT_EQ(one.utilization_percent(), 50);
+  EXPECT_EQ(one.memory_used_bytes(), int64_t{2} << 30);
+  EXPECT_EQ(one.memory_total_bytes(), int64_t{16} << 30);
+  EXPECT_EQ(one.temperature_celsius(), 51);
+  EXPECT_DOUBLE_EQ(one.power_watts(), 101.5);
+  EXPECT_EQ(beat.gpus(1).gpu_id(), "GPU-fake-0");
+  EXPECT_EQ(beat.gpus(1).utilization_percent(), 40);
+}
+
+TEST_F(WorkerAgentTest, WithoutNvmlHeartbeatsCarryNoGpuReadingsAndTheWorkerServes) {
+  testing::WriteFakeTrainer(dir_.File("trainer.sh"), dir_.path(), OnUsr1::kCarryOn);
+  WorkerOptions options = Options();
+  options.gpu_ids = {"0", "1"};
+  options.nvml_library = "libtessera-no-such-nvml.so.1";  // no driver on the node
+  StartAgent(options);
+  ASSERT_TRUE(WaitHeartbeats(2));
+  const std::vector<v1::HeartbeatRequest> beats =
+      service().Read([](const FakeWorkerService& s) { return s.heartbeats_; });
+  for (const v1::HeartbeatRequest& beat : beats) EXPECT_EQ(beat.gpus_size(), 0);
+  EXPECT_EQ(
+      service().Read([](const FakeWorkerService& s) { return s.registrations_.size(); }),
+      1u);
+}
+
 // ---- Step profile ----
 
 TEST_F(WorkerAgentTest, ProfileStepsReachTheTrainerWithAProfileFolderBesideItsLog) {

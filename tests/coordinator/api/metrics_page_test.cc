@@ -4,6 +4,7 @@
 #include "coordinator/api/metrics_page.h"
 
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,14 @@ ClusterMetrics SampleMetrics() {
       {"alive", 2}, {"suspect", 0}, {"dead", 1}, {"draining", 0}, {"drained", 0}};
   m.slots["cpu"] = {4, 1};
   m.slots["gpu"] = {8, 6};
+  GpuReading gpu{.id = "GPU-fake-1",
+                 .utilization_percent = 87.5,
+                 .memory_used_bytes = int64_t{2} << 30,
+                 .memory_total_bytes = int64_t{16} << 30,
+                 .temperature_celsius = 51,
+                 .power_watts = 101.5};
+  GpuReading unread{.id = "3", .memory_total_bytes = int64_t{16} << 30};
+  m.worker_gpus["w1"] = {gpu, unread};
   ClusterMetrics::RunningJob job;
   job.id = 7;
   job.name = "vit \"b/16\"\nsweep";
@@ -97,6 +106,18 @@ TEST(MetricsPageTest, ShowsJobsQueueWorkersSlotsAndRunningJobs) {
   EXPECT_THAT(page,
               HasSubstr("tessera_slurm_allocations{pool=\"gpu\",state=\"running\"} 1"));
   EXPECT_THAT(page, HasSubstr("tessera_db_max_bytes 8388608\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_worker_gpu_utilization_ratio{worker=\"w1\","
+                              "gpu=\"GPU-fake-1\"} 0.875\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_worker_gpu_memory_used_bytes{worker=\"w1\","
+                              "gpu=\"GPU-fake-1\"} 2147483648\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_worker_gpu_memory_total_bytes{worker=\"w1\","
+                              "gpu=\"3\"} 17179869184\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_worker_gpu_temperature_celsius{worker=\"w1\","
+                              "gpu=\"GPU-fake-1\"} 51\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_worker_gpu_power_watts{worker=\"w1\","
+                              "gpu=\"GPU-fake-1\"} 101.5\n"));
+  // GPU 3's utilisation was not read: it has no sample, not a zero.
+  EXPECT_THAT(page, Not(HasSubstr("gpu=\"3\"} 0")));
   // No rank reported peak RSS: that family is left out, not shown empty.
   EXPECT_THAT(page, Not(HasSubstr("tessera_rank_peak_rss_bytes")));
 }
@@ -215,6 +236,55 @@ TEST_F(MetricsEndpointTest, ServesAMetricsTokenAndAnAdminToken) {
   auto jobs = client.Get("/api/v1/jobs", {{"Authorization", "Bearer " + metrics_}});
   ASSERT_TRUE(jobs);
   EXPECT_EQ(jobs->status, 401);
+}
+
+// A heartbeat's GPU readings reach the page: only the worker's registered
+// GPUs, at most kMaxWorkerGpuReadings, values that are not finite left out.
+TEST_F(MetricsEndpointTest, ServesTheGpuReadingsOfEachWorkersLatestHeartbeat) {
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("gpu-node");
+  reg.set_hostname("gpu-node.example");
+  reg.set_device_kind("cuda");
+  reg.set_slots(100);
+  for (int i = 0; i < 100; ++i) reg.add_gpu_ids(absl::StrCat(i));
+  auto registered = server_->manager().RegisterWorker(reg);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  v1::HeartbeatRequest beat;
+  beat.set_name("gpu-node");
+  beat.set_epoch(registered->epoch());
+  for (int i = 0; i < 100; ++i) {
+    v1::WorkerGpuReading* g = beat.add_gpus();
+    g->set_gpu_id(absl::StrCat(i));
+    g->set_utilization_percent(i == 0 ? 250 : 40);
+    g->set_memory_used_bytes(i == 0 ? -5 : int64_t{1} << 30);
+    g->set_memory_total_bytes(int64_t{80} << 30);
+    g->set_temperature_celsius(i == 0 ? std::numeric_limits<double>::quiet_NaN() : 60);
+    g->set_power_watts(i == 0 ? std::numeric_limits<double>::infinity() : 300);
+  }
+  beat.add_gpus()->set_gpu_id("GPU-not-this-workers");
+  ASSERT_TRUE(server_->manager().Heartbeat(beat).ok());
+  auto page = Get(metrics_);
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->status, 200) << page->body;
+  EXPECT_THAT(page->body, HasSubstr("tessera_worker_gpu_utilization_ratio{worker=\"gpu-"
+                                    "node\",gpu=\"0\"} 1\n"));
+  EXPECT_THAT(page->body, HasSubstr("tessera_worker_gpu_power_watts{worker=\"gpu-node\","
+                                    "gpu=\"5\"} 300\n"));
+  EXPECT_THAT(page->body, Not(HasSubstr("gpu=\"64\"")));
+  EXPECT_THAT(page->body, Not(HasSubstr("GPU-not-this-workers")));
+  EXPECT_THAT(page->body, Not(HasSubstr("NaN")));
+  EXPECT_THAT(page->body, Not(HasSubstr("Inf\n")));
+  EXPECT_THAT(page->body,
+              Not(HasSubstr("tessera_worker_gpu_memory_used_bytes{worker=\"gpu-"
+                            "node\",gpu=\"0\"}")));
+  size_t samples = 0;
+  for (size_t at = page->body.find("tessera_worker_gpu_power_watts{");
+       at != std::string::npos;
+       at = page->body.find("tessera_worker_gpu_power_watts{", at + 1)) {
+    ++samples;
+  }
+  EXPECT_EQ(samples, static_cast<size_t>(kMaxWorkerGpuReadings) - 1);  // GPU 0's is out
+  if (testing::PromtoolMissing().empty()) ExpectPromtoolAccepts(page->body);
 }
 
 TEST_F(MetricsEndpointTest, AThousandQueuedJobsKeepThePageSmall) {

@@ -150,6 +150,46 @@ TEST_F(WorkerRegistryTest, GpuIdsAreBoundedStoredListedAndKeptAcrossARestart) {
   EXPECT_THAT(restarted.List({})[0].gpu_ids(), ElementsAre("3", uuid));
 }
 
+TEST_F(WorkerRegistryTest, GpuReadingsOfTheLatestHeartbeatAreKeptUntilANewSession) {
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("g");
+  reg.set_slots(2);
+  reg.set_device_kind("cuda");
+  reg.add_gpu_ids("0");
+  reg.add_gpu_ids("1");
+  auto registered = registry_->Register(reg);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  v1::HeartbeatRequest beat;
+  beat.set_name("g");
+  beat.set_epoch(registered->epoch());
+  for (const char* id : {"1", "1", "9", "0"}) {
+    v1::WorkerGpuReading* g = beat.add_gpus();
+    g->set_gpu_id(id);
+    g->set_utilization_percent(-3);
+    g->set_power_watts(-1);
+    g->set_temperature_celsius(55);
+  }
+  ASSERT_TRUE(registry_->Heartbeat(beat).ok());
+  std::vector<GpuReading> gpus = registry_->Gpus("g");
+  ASSERT_EQ(gpus.size(), 2u) << "GPU 9 is not the worker's; GPU 1 counts once";
+  EXPECT_EQ(gpus[0].id, "1");
+  EXPECT_EQ(gpus[1].id, "0");
+  EXPECT_EQ(gpus[0].utilization_percent, 0);            // clamped
+  EXPECT_FALSE(gpus[0].power_watts.has_value());        // refused
+  EXPECT_FALSE(gpus[0].memory_used_bytes.has_value());  // not sent
+  EXPECT_EQ(gpus[0].temperature_celsius, 55);
+
+  beat.clear_gpus();  // NVML read nothing this time
+  ASSERT_TRUE(registry_->Heartbeat(beat).ok());
+  EXPECT_THAT(registry_->Gpus("g"), IsEmpty());
+  beat.add_gpus()->set_gpu_id("0");
+  ASSERT_TRUE(registry_->Heartbeat(beat).ok());
+  EXPECT_EQ(registry_->Gpus("g").size(), 1u);
+  ASSERT_TRUE(registry_->Register(reg).ok());
+  EXPECT_THAT(registry_->Gpus("g"), IsEmpty()) << "a new session starts without";
+  EXPECT_THAT(registry_->Gpus("unknown"), IsEmpty());
+}
+
 TEST_F(WorkerRegistryTest, RegistrationWithBadNameOrSlotsIsInvalidArgument) {
   v1::RegisterWorkerRequest req;
   req.set_slots(1);
