@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "cli/command_util.h"
 #include "cli/progress.h"
+#include "cli/rank_memory.h"
 #include "common/job_spec.h"
 
 namespace tessera::cli {
@@ -214,7 +215,7 @@ int RunStatus(const StatusOptions& options, CoordinatorClient& client, std::ostr
   if (options.format == OutputFormat::kJson) {
     PrintJson(JobToJson(*job), out);
   } else {
-    out << FormatJobStatus(*job, NowContext());
+    out << FormatJobStatus(*job, NowContext(), FetchRankMemory(client, *job));
   }
   return kExitOk;
 }

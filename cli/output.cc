@@ -248,7 +248,8 @@ std::string ProgressCell(const v1::RankStatus& rank) {
   return out;
 }
 
-std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
+std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx,
+                            const RankFigures& memory) {
   Table fields({"JOB", absl::StrCat(job.id())});
   fields.AddRow({"NAME", job.name()});
   fields.AddRow(
@@ -303,7 +304,7 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx) {
          rank.has_result() ? FormatPercent(rank.test_accuracy()) : "-",
          rank.exit_reason().empty() ? "-" : Sanitize(rank.exit_reason())});
   }
-  out = absl::StrCat(out, "\n", ranks.Render());
+  out = absl::StrCat(out, "\n", ranks.Render(), RankMemoryTable(memory));
   if (job.events_size() == 0) return out;
   Table events({"TIME", "STATE", "REASON"});
   for (const v1::JobEvent& e : job.events()) {

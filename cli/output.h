@@ -58,6 +58,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "cli/rank_memory.h"
 #include "common/job_state.h"
 #include "google/protobuf/message.h"
 #include "tessera/v1/tessera.pb.h"
@@ -114,7 +115,9 @@ std::string FormatJobsTable(const std::vector<tessera::v1::Job>& jobs,
                             const FormatContext& ctx);
 // id,name,state,world_size,attempt,created_unix_ms,updated_unix_ms,sweep_id,reason
 std::string FormatJobsCsv(const std::vector<tessera::v1::Job>& jobs);
-std::string FormatJobStatus(const tessera::v1::Job& job, const FormatContext& ctx);
+// `memory`: each rank's device memory (rank_memory.h), shown after the ranks.
+std::string FormatJobStatus(const tessera::v1::Job& job, const FormatContext& ctx,
+                            const RankFigures& memory = {});
 std::string FormatWorkersTable(const std::vector<tessera::v1::Worker>& workers,
                                const FormatContext& ctx);
 // name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms

@@ -406,6 +406,44 @@ TEST_F(TessctlTest, StatusShowsEachRanksStepPhaseAndTheStragglers) {
   EXPECT_THAT(out, HasSubstr("412   forward 9s (silent 9s) STRAGGLER"));
 }
 
+TEST_F(TessctlTest, StatusShowsEachRanksNewestDeviceMemoryOfTheCurrentAttempt) {
+  v1::Job job = MakeJob(9, "big", v1::JOB_STATE_RUNNING);
+  job.set_attempt(2);
+  AddRank(job, 0, false, 0)->set_state("running");
+  AddRank(job, 1, false, 0)->set_state("running");
+  AddRank(job, 2, false, 0)->set_state("running");  // has reported nothing yet
+  service_.AddJob(job);
+  const double gib = 1024.0 * 1024 * 1024;
+  service_.AddPoint(1, 0, 50, "cuda_peak_allocated_bytes", 9 * gib);  // attempt 1
+  for (int rank = 0; rank < 2; ++rank) {
+    service_.AddPoint(2, rank, 100, "cuda_allocated_bytes", 1 * gib);
+    service_.AddPoint(2, rank, 100, "cuda_peak_allocated_bytes", 3 * gib);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    service_.AddPoint(2, rank, 200, "cuda_allocated_bytes", 1.25 * gib + rank * gib);
+    service_.AddPoint(2, rank, 200, "cuda_peak_allocated_bytes", 3.5 * gib);
+    service_.AddPoint(2, rank, 200, "cuda_reserved_bytes", 4 * gib);
+    service_.AddPoint(2, rank, 200, "gpu_memory_used_bytes", 5.5 * gib);
+  }
+  ASSERT_EQ(RunStatus({.job_id = 9}, *client_, out_, err_), kExitOk) << err_.str();
+  const std::string out = out_.str();
+  EXPECT_THAT(out, HasSubstr("RANK  MEMORY\n"
+                             "0     allocated 1.2 GiB, peak 3.5 GiB, reserved 4.0 GiB, "
+                             "GPU used 5.5 GiB\n"
+                             "1     allocated 2.2 GiB, peak 3.5 GiB, reserved 4.0 GiB, "
+                             "GPU used 5.5 GiB\n"));
+  EXPECT_THAT(out, Not(HasSubstr("9.0 GiB")));
+  EXPECT_THAT(out, Not(HasSubstr("\n2     allocated")));
+}
+
+TEST_F(TessctlTest, StatusOfAJobWithoutMemoryFiguresHasNoMemoryLines) {
+  v1::Job job = MakeJob(9, "cpu", v1::JOB_STATE_RUNNING);
+  AddRank(job, 0, false, 0)->set_state("running");
+  service_.AddJob(job);
+  ASSERT_EQ(RunStatus({.job_id = 9}, *client_, out_, err_), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), Not(HasSubstr("MEMORY")));
+}
+
 TEST_F(TessctlTest, StatusShowsWhoseJobItIs) {
   v1::Job job = MakeJob(8, "owned", v1::JOB_STATE_RUNNING);
   job.set_owner("alice");
