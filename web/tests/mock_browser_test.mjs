@@ -68,6 +68,15 @@ try {
     assert((await page.textContent('#live')) === 'live', 'job page is not on the stream');
   });
 
+  await steps.run('job page shows a memory line per rank beside the step breakdown', async () => {
+    await waitFor('memory lines', async () => (await page.locator('#rank-memory li').count()) === 4);
+    const lines = await page.locator('#rank-memory li').allTextContents();
+    assert(lines[0] === 'rank 0: peak 3.0 GiB, GPU used 5.5 GiB', `memory: ${lines[0]}`);
+    assert(lines[1] === 'rank 1: peak 3.3 GiB, GPU used 5.5 GiB', `memory: ${lines[1]}`);
+    assert(await page.locator('[data-chart="breakdown"] #rank-memory').count() === 1,
+      'the memory lines are not in the breakdown panel');
+  });
+
   await steps.run('job page names the straggler next to the heatmap and shows each rank\'s phase', async () => {
     await page.waitForSelector('#stragglers li');
     const text = await page.textContent('#stragglers');

@@ -134,6 +134,8 @@ export async function startMockServer({ dist, port = 0, refuseStreams = false, t
       add('time_optimizer_ms', opt);
       add('time_step_ms', data + fwd + bwd + comm + opt + 0.5);
       add('epoch', step / 128);
+      add('cuda_peak_allocated_bytes', (3 + r * 0.25) * 2 ** 30);
+      add('gpu_memory_used_bytes', 5.5 * 2 ** 30);
       if (step > 0 && step % 128 === 0) add('test_accuracy', 0.5 + 0.3 * (1 - Math.exp(-step / 200)));
       const k = logOf('1', r);
       world.logs.set(k, world.logs.get(k) + `step ${step} rank ${r} loss ${(2.3 * Math.exp(-step / 150)).toFixed(4)} <script>x</script>\n`);

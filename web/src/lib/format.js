@@ -71,6 +71,21 @@ export function fmtAgo(ms, now = Date.now()) {
   return `${Math.round(hr / 24)} d ago`;
 }
 
+// Bytes in binary units: 512 -> "512 B", 1610612736 -> "1.5 GiB".
+export function fmtBytes(v) {
+  const x = Number(v);
+  if (v == null || v === '' || !Number.isFinite(x)) return '–';
+  if (Math.abs(x) < 1024) return `${Math.round(x)} B`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let y = x / 1024;
+  let i = 0;
+  while (Math.abs(y) >= 1024 && i < units.length - 1) {
+    y /= 1024;
+    i += 1;
+  }
+  return `${y.toFixed(1)} ${units[i]}`;
+}
+
 // Significant-figure formatting that stays compact: 0.01234 -> "0.0123",
 // 1234.5 -> "1,235", 12.345 -> "12.3".
 export function fmtNum(v, digits = 3) {

@@ -16,6 +16,16 @@ export const PHASES = [
   ['time_optimizer_ms', 'optimizer'],
 ];
 
+// The device memory figures a rank reports (common/device_figures.h) and how
+// its memory line names them, in the order shown.
+export const MEMORY_FIGURES = [
+  ['cuda_allocated_bytes', 'allocated'],
+  ['cuda_peak_allocated_bytes', 'peak'],
+  ['cuda_reserved_bytes', 'reserved'],
+  ['gpu_memory_used_bytes', 'GPU used'],
+  ['peak_rss_bytes', 'peak RSS'],
+];
+
 export class MetricStore {
   constructor() {
     this.byName = new Map();  // name -> Map(`${rank}:${step}` -> point)
@@ -140,6 +150,19 @@ export class MetricStore {
       }
     }
     return { step, value: s / n };
+  }
+
+  // Per rank, its newest memory figures: Map(rank -> [[label, bytes], ...]) in
+  // MEMORY_FIGURES order, ranks sorted; a rank that reported none is absent.
+  memoryByRank() {
+    const out = new Map();
+    for (const [name, label] of MEMORY_FIGURES) {
+      for (const [rank, p] of this.latestByRank(name)) {
+        if (!out.has(rank)) out.set(rank, []);
+        out.get(rank).push([label, p.value]);
+      }
+    }
+    return new Map([...out].sort((a, b) => a[0] - b[0]));
   }
 
   // Figure-6 style breakdown: for each rank, the latest reported mean time of

@@ -1,13 +1,13 @@
 // #/jobs/ID: one job. Header with state, reason and attempts; live charts of
 // loss, test accuracy and throughput; the per-rank step-time breakdown
-// (compute vs exposed communication); a rank x step heatmap of step time;
+// (compute vs exposed communication) with each rank's device memory; a rank x step heatmap of step time;
 // the log tail per rank; ranks with their exit reasons; the state events; and
 // Cancel. Live from /api/v1/stream/jobs/ID (events job, metrics, log).
 
 import { ApiError, getJSON, postJSON } from '../lib/api.js';
 import { h, setChildren, setText, table } from '../lib/dom.js';
 import {
-  fmtDuration, fmtNum, fmtPct, fmtShortTime, fmtTime, isTerminal, num, stateName,
+  fmtBytes, fmtDuration, fmtNum, fmtPct, fmtShortTime, fmtTime, isTerminal, num, stateName,
 } from '../lib/format.js';
 import { LiveSource } from '../lib/live.js';
 import { LogBuffer } from '../lib/logs.js';
@@ -76,6 +76,9 @@ export function mountJob(root, { id }, ctx) {
   // Ranks flagged slower than their peers (the coordinator's straggler check).
   const stragglersEl = h('ul', { id: 'stragglers', class: 'stragglers', hidden: true });
   heatPanel.el.append(stragglersEl);
+  // Each rank's newest device memory figures, under its step breakdown.
+  const memoryEl = h('ul', { id: 'rank-memory', class: 'rank-memory', hidden: true });
+  breakdownPanel.el.append(memoryEl);
 
   // ---- ranks, logs, events ----
   const ranksTable = table([['Rank', 'num'], 'Worker', ['Slot', 'num'], 'State', ['Step', 'num'], 'Phase', ['PID', 'num'],
@@ -420,7 +423,15 @@ export function mountJob(root, { id }, ctx) {
       breakdownPanel.setNote(`step ${steps.length === 1 ? steps[0] : `${Math.min(...steps)}–${Math.max(...steps)}`}` +
         ` · exposed comm ${all > 0 ? fmtPct(comm / all, 1) : '–'}`);
     }
+    renderMemory();
     renderHeatmap();
+  }
+
+  function renderMemory() {
+    const byRank = store.memoryByRank();
+    memoryEl.hidden = byRank.size === 0;
+    setChildren(memoryEl, [...byRank].map(([rank, figures]) => h('li', { dataset: { rank: String(rank) } },
+      `rank ${rank}: ${figures.map(([label, bytes]) => `${label} ${fmtBytes(bytes)}`).join(', ')}`)));
   }
 
   function renderHeatmap() {

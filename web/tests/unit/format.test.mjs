@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
-  fmtAgo, fmtDuration, fmtNum, fmtPct, isTerminal, num, stateName,
+  fmtAgo, fmtBytes, fmtDuration, fmtNum, fmtPct, isTerminal, num, stateName,
 } from '../../src/lib/format.js';
 
 test('state names lose their enum prefix', () => {
@@ -34,4 +34,12 @@ test('numbers and percentages', () => {
   assert.equal(fmtNum(1234.5), '1,235');
   assert.equal(fmtNum(NaN), '–');
   assert.equal(fmtPct(0.8612), '86.12%');
+});
+
+test('bytes read in binary units', () => {
+  assert.equal(fmtBytes(512), '512 B');
+  assert.equal(fmtBytes(1536), '1.5 KiB');
+  assert.equal(fmtBytes(1.5 * 2 ** 30), '1.5 GiB');
+  assert.equal(fmtBytes('3221225472'), '3.0 GiB');
+  assert.equal(fmtBytes(undefined), '–');
 });

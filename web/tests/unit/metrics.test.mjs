@@ -105,3 +105,14 @@ test('median of even and odd lists', () => {
   assert.equal(median([4, 1, 3, 2]), 2.5);
   assert.equal(median([]), 0);
 });
+
+test('each rank\'s memory line holds its newest figures in the order shown', () => {
+  const s = new MetricStore();
+  s.add([pt(1, 10, 'cuda_reserved_bytes', 4), pt(1, 10, 'cuda_allocated_bytes', 1),
+    pt(1, 20, 'cuda_allocated_bytes', 2), pt(0, 20, 'peak_rss_bytes', 7), pt(0, 20, 'loss', 1)]);
+  assert.deepEqual([...s.memoryByRank()], [
+    [0, [['peak RSS', 7]]],
+    [1, [['allocated', 2], ['reserved', 4]]],
+  ]);
+  assert.equal(new MetricStore().memoryByRank().size, 0);
+});
