@@ -23,6 +23,7 @@
 #include "common/fault_spec.h"
 #include "common/profile_steps.h"
 #include "common/status_macros.h"
+#include "common/trainer_choices.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -605,14 +606,10 @@ void CheckFraction(const char* field, double v, bool one_allowed,
 }
 
 // One of `allowed`, or empty for the trainer's default.
-void CheckOneOf(const char* field, const std::string& v,
-                std::initializer_list<const char*> allowed,
+void CheckOneOf(const char* field, const std::string& v, ChoiceList allowed,
                 std::vector<std::string>* errors) {
-  if (v.empty()) return;
-  for (const char* a : allowed) {
-    if (v == a) return;
-  }
-  errors->push_back(absl::StrCat(field, ": must be one of ", absl::StrJoin(allowed, ", "),
+  if (v.empty() || IsChoice(allowed, v)) return;
+  errors->push_back(absl::StrCat(field, ": must be one of ", ChoicesText(allowed, ", "),
                                  "; got '", v, "'"));
 }
 
@@ -623,17 +620,20 @@ void CheckTrainerChoices(const tessera::v1::TrainerConfig& t,
   CheckFraction("trainer.label_smoothing", t.label_smoothing(), false, errors);
   CheckFraction("trainer.dropout", t.dropout(), false, errors);
   CheckFraction("trainer.weak_fraction", t.weak_fraction(), true, errors);
-  CheckOneOf("trainer.optimizer", t.optimizer(), {"adamw", "sgd", "lamb"}, errors);
-  CheckOneOf("trainer.precision", t.precision(), {"fp32", "bf16", "fp16"}, errors);
-  CheckOneOf("trainer.scaling", t.scaling(), {"strong", "weak"}, errors);
-  CheckOneOf("trainer.device", t.device(), {"auto", "cpu", "cuda"}, errors);
-  CheckOneOf("trainer.init_names", t.init_names(),
-             {"auto", "timm", "hf", "torchvision", "tessera"}, errors);
+  // Every named choice, against the tables tessera-train validates with.
+  const google::protobuf::Reflection* reflection = t.GetReflection();
+  for (const ChoiceField& f : kTrainerChoiceFields) {
+    const google::protobuf::FieldDescriptor* field =
+        t.GetDescriptor()->FindFieldByName(f.field);
+    if (field == nullptr)
+      continue;  // job_spec_test checks that every table names a field
+    CheckOneOf(absl::StrCat("trainer.", f.field).c_str(), reflection->GetString(t, field),
+               f.choices, errors);
+  }
   CheckFraction("trainer.crop_fraction", t.crop_fraction(), true, errors);
   CheckFraction("trainer.data_max_skipped", t.data_max_skipped(), true, errors);
   CheckFraction("trainer.layer_decay", t.layer_decay(), true, errors);
   CheckNonNegative("trainer.head_warmup_steps", t.head_warmup_steps(), errors);
-  CheckOneOf("trainer.cuda_graph", t.cuda_graph(), {"auto", "on", "off"}, errors);
   if (!t.profile_steps().empty()) {
     absl::StatusOr<ProfileSteps> steps = ParseProfileSteps(t.profile_steps());
     if (!steps.ok()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/trainer_choices.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"
@@ -402,6 +403,31 @@ trainer:
   EXPECT_THAT(s.message(), HasSubstr("trainer.precision"));
   EXPECT_THAT(s.message(), HasSubstr("trainer.label_smoothing: must be in [0, 1)"));
   EXPECT_THAT(s.message(), HasSubstr("trainer.resume: needs trainer.checkpoint_dir"));
+}
+
+TEST(JobSpecTest, EveryChoiceTableNamesAStringFieldAndItsValuesAreChecked) {
+  for (const ChoiceField& f : kTrainerChoiceFields) {
+    const google::protobuf::FieldDescriptor* field =
+        v1::TrainerConfig::descriptor()->FindFieldByName(f.field);
+    ASSERT_NE(field, nullptr) << f.field;
+    EXPECT_EQ(field->type(), google::protobuf::FieldDescriptor::TYPE_STRING) << f.field;
+    for (const char* value : {static_cast<const char*>(f.choices[0]), "no-such-choice"}) {
+      const absl::Status s = ParseAndValidateJobSpec(
+                                 absl::StrCat("name: x\nworld_size: 1\ntrainer:\n"
+                                              "  model: vit-micro\n  dataset: synthetic\n"
+                                              "  epochs: 1\n  ",
+                                              f.field, ": ", value, "\n"),
+                                 SpecLimits{})
+                                 .status();
+      const std::string complaint = absl::StrCat("trainer.", f.field, ": must be one of ",
+                                                 ChoicesText(f.choices, ", "));
+      if (std::string(value) == "no-such-choice") {
+        EXPECT_THAT(s.message(), HasSubstr(complaint));
+      } else {
+        EXPECT_THAT(s.message(), ::testing::Not(HasSubstr(complaint))) << value;
+      }
+    }
+  }
 }
 
 TEST(JobSpecTest, ProfileStepsAndCudaGraphAreCheckedAndBecomeTrainerFlags) {

@@ -399,8 +399,10 @@ class TrainingRun {
     RETURN_IF_ERROR(PlanRun());
     RETURN_IF_ERROR(BuildModel());
     RETURN_IF_ERROR(Resume());
-    RETURN_IF_ERROR(BuildFeeds());
+    // Before the feeds: a captured run's stream is current from here on, and
+    // the feeds and the step timer work on the current stream.
     RETURN_IF_ERROR(PlanCapture());
+    RETURN_IF_ERROR(BuildFeeds());
     LogSetUp();
     RETURN_IF_ERROR(TrainLoop());
     return Finish();
@@ -536,6 +538,7 @@ class TrainingRun {
   // PlanCapture: whether steps from kEagerStepsBeforeCapture on replay a graph,
   // the graph (captured at the first such step), and the optimizer it steps.
   bool capture_ = false;
+  std::unique_ptr<CapturedStep::StreamScope> capture_stream_;
   std::unique_ptr<CapturedStep> captured_;
   FusedAdamW* fused_adamw_ = nullptr;  // Not owned: optimizer_ when capturing
   // The loop's tallies.
@@ -1056,6 +1059,9 @@ absl::Status TrainingRun::PlanCapture() {
     }
   }
   capture_ = decision.capture;
+  if (capture_) {
+    ASSIGN_OR_RETURN(capture_stream_, CapturedStep::StreamScope::Enter(placement_.index));
+  }
   if (loop_.log != nullptr && placement_.cuda && !capture_ &&
       options_.cuda_graph == "auto") {
     *loop_.log << "[rank " << rank_ << "] CUDA graph: the step runs eager: "

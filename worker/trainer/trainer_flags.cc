@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/trainer_choices.h"
 
 namespace tessera::trainer {
 namespace {
@@ -65,7 +66,7 @@ class ConfigFlags {
 // What is trained, on which data, for how long.
 void DeclareRunFlags(ConfigFlags& config, TrainerOptions& t) {
   config("model", t.model, "model preset: vit-micro, vit-ti16, vit-s16, vit-b16");
-  config("dataset", t.dataset, "fashion-mnist | synthetic");
+  config("dataset", t.dataset, ChoicesText(kDatasetChoices));
   config("data-dir", t.data_dir, "directory holding the dataset files (plain or .gz)");
   config("epochs", t.epochs, "passes over this rank's shard");
   config("max-steps", t.max_steps, "stop after this many optimizer steps (0: no limit)");
@@ -82,20 +83,24 @@ void DeclareRunFlags(ConfigFlags& config, TrainerOptions& t) {
 // The optimizer, its schedule and the arithmetic.
 void DeclareOptimizationFlags(ConfigFlags& config, TrainerOptions& t) {
   config("weight-decay", t.weight_decay, "weight decay (decoupled for AdamW)");
-  config("optimizer", t.optimizer, "adamw | sgd | lamb (large batches)");
+  config("optimizer", t.optimizer,
+         absl::StrCat(ChoicesText(kOptimizerChoices), " (lamb: large batches)"));
   config("momentum", t.momentum, "SGD momentum");
   config("warmup-steps", t.warmup_steps, "linear warmup steps (-1: 5% of the run)");
   config("label-smoothing", t.label_smoothing, "cross-entropy label smoothing in [0, 1)");
   config("grad-accum", t.grad_accum,
          "micro-batches per optimizer step; only the last one allreduces");
   config("clip-grad-norm", t.clip_grad_norm, "clip the global gradient norm (0: off)");
-  config("precision", t.precision, "fp32 | bf16 | fp16 (bf16/fp16 on CUDA only)");
+  config("precision", t.precision,
+         absl::StrCat(ChoicesText(kPrecisionChoices), " (bf16/fp16 on CUDA only)"));
 }
 
 // How the data is split across ranks, and checkpoints.
 void DeclareScalingAndCheckpointFlags(ConfigFlags& config, TrainerOptions& t) {
   config("scaling", t.scaling,
-         "strong: the whole dataset at any world size | weak: weak-fraction per rank");
+         absl::StrCat(ChoicesText(kScalingChoices),
+                      ": strong trains on the whole dataset at any world size, weak on "
+                      "weak-fraction of it per rank"));
   config("weak-fraction", t.weak_fraction,
          "weak scaling: fraction of the training set each rank gets");
   config("checkpoint-dir", t.checkpoint_dir,
@@ -114,7 +119,7 @@ void DeclareModelAndDeviceFlags(ConfigFlags& config, TrainerOptions& t) {
   config.Function<bool>(
       "augment", [&t](const bool& on) { t.augment = on; },
       "random crop with padding + horizontal flip (default: on for CIFAR)");
-  config("device", t.device, "auto | cpu | cuda");
+  config("device", t.device, ChoicesText(kDeviceChoices));
   config("data-workers", t.data_workers, "background data loading threads");
   config("first-bucket-mb", t.first_bucket_mb,
          "size of the first gradient bucket in MiB (DDP: 1)");
@@ -146,8 +151,7 @@ void DeclareImageAndFineTuningFlags(ConfigFlags& config, TrainerOptions& t) {
          "pretrained weights to start from: a safetensors file with timm, Hugging "
          "Face, torchvision or tessera names (docs/pretrained.md)");
   config("init-names", t.init_names,
-         "the names --init-from uses: auto | timm | hf | "
-         "torchvision | tessera");
+         absl::StrCat("the names --init-from uses: ", ChoicesText(kInitNamesChoices)));
   config("layer-decay", t.layer_decay,
          "layer-wise learning-rate decay: block i of depth L trains at lr x "
          "decay^(L + 1 - i) (1: off)");
@@ -158,9 +162,11 @@ void DeclareImageAndFineTuningFlags(ConfigFlags& config, TrainerOptions& t) {
          "Chrome trace and summary in --profile-dir, and the top operators (CPU) or "
          "kernels (GPU) per step in the log; e.g. --profile-steps 20-25 (empty: off)");
   config("cuda-graph", t.cuda_graph,
-         "capture the training step in a CUDA graph and replay it (one GPU, AdamW, "
-         "fp32 or bf16): off (the default) | auto (where the run allows it; the log "
-         "says why not otherwise) | on (fail if it cannot)");
+         absl::StrCat("capture the training step in a CUDA graph and replay it (one GPU, "
+                      "AdamW, fp32 or bf16): ",
+                      ChoicesText(kCudaGraphChoices),
+                      "; auto where the run allows it (the log says why not otherwise), "
+                      "on fails if it cannot"));
 }
 
 // Evaluation only (evaluation.h): no training, one split evaluated.

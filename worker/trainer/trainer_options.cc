@@ -13,6 +13,7 @@
 #include "common/fault_spec.h"
 #include "common/profile_steps.h"
 #include "common/status_macros.h"
+#include "common/trainer_choices.h"
 #include "worker/trainer/image_dataset.h"
 #include "worker/trainer/net_util.h"
 #include "worker/trainer/vit_config.h"
@@ -33,13 +34,10 @@ absl::Status CheckRange(const char* flag, T value, T low, T high) {
   return absl::OkStatus();
 }
 
-absl::Status CheckOneOf(const char* flag, const std::string& value,
-                        std::initializer_list<const char*> allowed) {
-  for (const char* a : allowed) {
-    if (value == a) return absl::OkStatus();
-  }
+absl::Status CheckOneOf(const char* flag, const std::string& value, ChoiceList allowed) {
+  if (IsChoice(allowed, value)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be one of ",
-                                                 absl::StrJoin(allowed, ", "), "; got \"",
+                                                 ChoicesText(allowed, ", "), "; got \"",
                                                  value, "\""));
 }
 
@@ -95,10 +93,10 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& o, const OptionLimits&
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight-decay must be a non-negative number, got ", o.weight_decay));
   }
-  RETURN_IF_ERROR(CheckOneOf("optimizer", o.optimizer, {"adamw", "sgd", "lamb"}));
-  RETURN_IF_ERROR(CheckOneOf("precision", o.precision, {"fp32", "bf16", "fp16"}));
-  RETURN_IF_ERROR(CheckOneOf("scaling", o.scaling, {"strong", "weak"}));
-  RETURN_IF_ERROR(CheckOneOf("device", o.device, {"auto", "cpu", "cuda"}));
+  RETURN_IF_ERROR(CheckOneOf("optimizer", o.optimizer, kOptimizerChoices));
+  RETURN_IF_ERROR(CheckOneOf("precision", o.precision, kPrecisionChoices));
+  RETURN_IF_ERROR(CheckOneOf("scaling", o.scaling, kScalingChoices));
+  RETURN_IF_ERROR(CheckOneOf("device", o.device, kDeviceChoices));
   RETURN_IF_ERROR(CheckInterval("momentum", o.momentum, 0, 1, true));
   RETURN_IF_ERROR(CheckInterval("label-smoothing", o.label_smoothing, 0, 1, true));
   RETURN_IF_ERROR(CheckInterval("dropout", o.dropout, 0, 1, true));
@@ -151,12 +149,10 @@ absl::Status ValidateDataAndInit(const TrainerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--data-max-skipped must be in [0, 1], got ", o.data_max_skipped));
   }
-  static const char* const kLayouts[] = {"auto", "timm", "hf", "torchvision", "tessera"};
-  if (std::find(std::begin(kLayouts), std::end(kLayouts), o.init_names) ==
-      std::end(kLayouts)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--init-names: unknown layout \"", o.init_names,
-                     "\"; expected auto, timm, hf, torchvision or tessera"));
+  if (!IsChoice(kInitNamesChoices, o.init_names)) {
+    return absl::InvalidArgumentError(absl::StrCat("--init-names: unknown layout \"",
+                                                   o.init_names, "\"; expected ",
+                                                   ChoicesText(kInitNamesChoices, ", ")));
   }
   if (!(o.layer_decay > 0 && o.layer_decay <= 1)) {
     return absl::InvalidArgumentError(
@@ -175,10 +171,7 @@ absl::Status ValidateStepOptions(const TrainerOptions& o) {
           absl::StrCat("--profile-steps: ", steps.status().message()));
     }
   }
-  if (o.cuda_graph != "auto" && o.cuda_graph != "on" && o.cuda_graph != "off") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--cuda-graph must be auto, on or off, got \"", o.cuda_graph, "\""));
-  }
+  RETURN_IF_ERROR(CheckOneOf("cuda-graph", o.cuda_graph, kCudaGraphChoices));
   return ValidateEvalOptions(o);
 }
 

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/worker/trainer/run_binary.h"
 #include "worker/trainer/gloo_communicator.h"
 
 namespace tessera::trainer {
@@ -29,31 +30,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using ::tessera::testing::RunResult;
 
-std::string Binary() {
-  const char* dir = std::getenv("TESSERA_BIN_DIR");
-  return absl::StrCat(dir != nullptr ? dir : "bin", "/tessera-train");
-}
+std::string Binary() { return ::tessera::testing::BinaryPath("tessera-train"); }
 
-// A run that hangs is killed after 5 minutes (exit code 137 under `timeout
-// -s KILL`), so a test fails with the output instead of waiting for ctest.
 RunResult RunTrainer(const std::vector<std::string>& args) {
-  const std::string command = absl::StrCat("timeout -s KILL 300 ", Binary(), " ",
-                                           absl::StrJoin(args, " "), " 2>&1");
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
+  return ::tessera::testing::RunBinary("tessera-train", args);
 }
 
 // SIGKILLs `pid` if Disarm() has not been called within `limit`, so that a
