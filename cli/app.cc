@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "cli/completion.h"
+#include "cli/eval_command.h"
 #include "cli/exit_codes.h"
 #include "cli/export_command.h"
 #include "cli/sweep_commands.h"
@@ -110,6 +111,7 @@ class CommandTable {
     AddCancel();
     AddLogs();
     AddExport();
+    AddEval();
     AddMetrics();
     AddSweep();
     AddCompletion();
@@ -162,6 +164,7 @@ class CommandTable {
   void AddCancel();
   void AddLogs();
   void AddExport();
+  void AddEval();
   void AddMetrics();
   // ---- sweeps ----
   void AddSweep();
@@ -210,6 +213,8 @@ class CommandTable {
   CLI::App* logs_cmd_ = nullptr;
   ExportOptions export_;
   CLI::App* export_cmd_ = nullptr;
+  EvalOptions eval_;
+  CLI::App* eval_cmd_ = nullptr;
   MetricsOptions metrics_;
   std::string metrics_format_;
   CLI::App* metrics_cmd_ = nullptr;
@@ -432,6 +437,51 @@ void CommandTable::AddExport() {
       "m.load_state_dict(safetensors.torch.load_file('vit-b16-step3000.safetensors'))"));
 }
 
+void CommandTable::AddEval() {
+  eval_cmd_ = app_.add_subcommand(
+      "eval",
+      "Submit a job of kind eval: a job's checkpoint or a safetensors file evaluated on "
+      "one split (top-1, top-5, loss, per-class accuracy, confusion matrix)");
+  eval_cmd_->add_option("job", eval_.job_id, "Job whose checkpoint to evaluate")
+      ->check(CLI::PositiveNumber);
+  eval_cmd_
+      ->add_option("--step", eval_.step, "Its checkpoint of this step (default: latest)")
+      ->check(CLI::PositiveNumber);
+  eval_cmd_->add_option("--from", eval_.from,
+                        "Or a safetensors file (timm, Hugging Face, torchvision or "
+                        "Tessera names) under the workers' data roots");
+  eval_cmd_->add_option("--model", eval_.model, "With --from: the model preset");
+  eval_cmd_->add_option("--dataset", eval_.dataset, "With --from: the data's kind")
+      ->capture_default_str();
+  eval_cmd_
+      ->add_option("--names", eval_.names,
+                   "With --from: auto | timm | hf | "
+                   "torchvision | tessera")
+      ->capture_default_str();
+  eval_cmd_->add_option("--image-size", eval_.image_size,
+                        "With --from: the model's input size (default: the preset's)");
+  eval_cmd_->add_option("--data", eval_.data_dir,
+                        "The data folder (default: the job's; required with --from)");
+  eval_cmd_->add_option("--split", eval_.split, "test | val | train (default: test)")
+      ->check(CLI::IsMember({"test", "val", "train"}));
+  eval_cmd_->add_option("--world-size", eval_.world_size, "Ranks that share the split")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  eval_cmd_
+      ->add_option("--device", eval_.device, "auto | cpu | cuda (default: the job's)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  eval_cmd_->add_option("--name", eval_.name, "The eval job's name");
+  eval_cmd_->add_flag(
+      "--follow", eval_.submit.follow,
+      "Then show the job's progress until it ends and exit as `wait` does");
+  eval_cmd_->footer(
+      Footer("  tessctl eval 12\n"
+             "  tessctl eval 12 --step 3000 --data /data/pets --split val\n"
+             "  tessctl eval --from /data/models/vit.safetensors --model vit-ti16 --data "
+             "/data/pets\n"
+             "  tessctl status JOB -o json | jq .ranks[0].eval"));
+}
+
 void CommandTable::AddMetrics() {
   metrics_cmd_ = app_.add_subcommand("metrics", "Print a job's stored metrics");
   builder_.AddId(metrics_cmd_, "job", &metrics_.job_id, "Job id");
@@ -585,6 +635,7 @@ void CommandTable::Finish(const Terminal& terminal) {
   submit_.follow_options.progress = true;
   submit_.follow_options.live = terminal.is_tty;
   submit_.follow_options.columns = terminal.columns;
+  eval_.submit.follow_options = submit_.follow_options;
   if (sweep_shorthand()) {
     sweep_submit_.spec_path = sweep_file_;
     sweep_submit_.overrides = sweep_overrides_;
@@ -611,6 +662,7 @@ int CommandTable::Dispatch(CoordinatorClient& client, std::ostream& out,
   if (cancel_cmd_->parsed()) return RunCancel(cancel_, client, out, err);
   if (logs_cmd_->parsed()) return RunLogs(logs_, client, out, err);
   if (export_cmd_->parsed()) return RunExport(export_, client, out, err);
+  if (eval_cmd_->parsed()) return RunEval(eval_, client, out, err);
   if (sweep_shorthand() || sweep_submit_cmd_->parsed()) {
     return RunSweepSubmit(sweep_submit_, client, out, err);
   }

@@ -286,6 +286,14 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx,
   fields.AddRow({"WORLD", absl::StrCat(job.spec().world_size())});
   fields.AddRow(
       {"TRAINER", absl::StrJoin(TrainerConfigToFlags(job.spec().trainer()), " ")});
+  if (job.ranks_size() > 0 && job.ranks(0).has_eval()) {
+    const v1::EvalResult& e = job.ranks(0).eval();
+    fields.AddRow({"EVAL", absl::StrCat("top-1 ", FormatPercent(e.top1()), ", top-5 ",
+                                        FormatPercent(e.top5()), ", loss ",
+                                        absl::StrFormat("%.4f", e.loss()), " on ",
+                                        e.split(), " (", e.samples(), " samples, step ",
+                                        e.step(), "; per class: -o json)")});
+  }
   fields.AddRow({"CREATED", LocalTime(job.created_unix_ms(), ctx)});
   fields.AddRow({"UPDATED", LocalTime(job.updated_unix_ms(), ctx)});
   std::string out = fields.Render();
@@ -418,6 +426,32 @@ json ProtoToJson(const Message& message) {
   return out;
 }
 
+// An eval job's result (rank 0's, which every rank measured alike): the
+// totals, each class's accuracy, and the confusion matrix as rows (true
+// class) of counts by predicted class. null for other jobs.
+json EvalToJson(const v1::Job& job) {
+  if (job.ranks_size() == 0 || !job.ranks(0).has_eval()) return nullptr;
+  const v1::EvalResult& e = job.ranks(0).eval();
+  json classes = json::array();
+  for (int c = 0; c < e.class_names_size(); ++c) {
+    classes.push_back(
+        {{"name", e.class_names(c)},
+         {"accuracy", c < e.class_accuracy_size() ? json(e.class_accuracy(c)) : json()},
+         {"samples", c < e.class_samples_size() ? json(e.class_samples(c)) : json()}});
+  }
+  json confusion = json::array();
+  const int k = e.class_names_size();
+  if (k > 0 && e.confusion_size() == k * k) {
+    for (int row = 0; row < k; ++row) {
+      confusion.push_back(std::vector<int64_t>(e.confusion().begin() + row * k,
+                                               e.confusion().begin() + (row + 1) * k));
+    }
+  }
+  return {{"split", e.split()}, {"step", e.step()},      {"samples", e.samples()},
+          {"top1", e.top1()},   {"top5", e.top5()},      {"loss", e.loss()},
+          {"classes", classes}, {"confusion", confusion}};
+}
+
 json JobToJson(const v1::Job& job, bool include_spec_yaml) {
   json ranks = json::array();
   for (const v1::RankStatus& r : job.ranks()) {
@@ -474,6 +508,8 @@ json JobToJson(const v1::Job& job, bool include_spec_yaml) {
       {"updated_unix_ms", job.updated_unix_ms()},
       {"ranks", std::move(ranks)},
       {"events", std::move(events)},
+      {"kind", job.spec().kind().empty() ? "train" : job.spec().kind()},
+      {"eval", EvalToJson(job)},
       {"spec", ProtoToJson(job.spec())}};
   if (include_spec_yaml) out["spec_yaml"] = job.spec_yaml();
   return out;

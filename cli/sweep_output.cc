@@ -162,7 +162,12 @@ std::string FormatSweepReportTable(const v1::SweepReport& report) {
                   EpochTimeCell(row), RatioCell(row, row.speedup(), "%.2fx"),
                   RatioCell(row, row.efficiency() * 100, "%.1f%%"),
                   counted ? absl::StrFormat("%.1f%%", row.comm_share() * 100) : "-",
-                  counted ? FormatPercent(row.final_accuracy()) : "-"});
+                  !counted ? "-"
+                  // Marked where eval jobs (tessctl eval) gave some runs' top-1.
+                  : row.eval_runs() > 0
+                      ? absl::StrCat(FormatPercent(row.final_accuracy()), " (eval ",
+                                     row.eval_runs(), "/", row.runs(), ")")
+                      : FormatPercent(row.final_accuracy())});
   }
   return table.Render();
 }
@@ -241,6 +246,7 @@ json SweepReportToJson(const v1::SweepReport& report) {
                     {"baseline_world_size", row.baseline_world_size()},
                     {"comm_share", row.comm_share()},
                     {"final_accuracy", row.final_accuracy()},
+                    {"eval_runs", row.eval_runs()},
                     {"job_ids", std::move(job_ids)}});
   }
   return {{"sweep_id", report.sweep_id()}, {"rows", std::move(rows)}};

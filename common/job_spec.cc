@@ -566,13 +566,15 @@ void CheckTrainerNumbers(const tessera::v1::TrainerConfig& t,
                          std::vector<std::string>* errors) {
   if (t.model().empty()) errors->push_back("trainer.model: missing");
   if (t.dataset().empty()) errors->push_back("trainer.dataset: missing");
-  if (t.batch_size() <= 0) {
+  // An evaluation takes no training step: batch size and length may be left
+  // unset (the trainer's defaults), as lr may.
+  if (t.batch_size() < 0 || (t.batch_size() == 0 && !t.eval_only())) {
     errors->push_back(
         absl::StrCat("trainer.batch_size: must be positive, got ", t.batch_size()));
   }
   CheckNonNegative("trainer.epochs", t.epochs(), errors);
   CheckNonNegative("trainer.max_steps", t.max_steps(), errors);
-  if (t.epochs() == 0 && t.max_steps() == 0) {
+  if (t.epochs() == 0 && t.max_steps() == 0 && !t.eval_only()) {
     errors->push_back(
         "trainer.epochs: one of trainer.epochs and trainer.max_steps must be positive");
   }
@@ -666,6 +668,43 @@ void CheckTrainerPathsAndFault(const tessera::v1::TrainerConfig& t, int32_t worl
     errors->push_back(absl::StrCat("trainer.fault: rank ", fault->rank,
                                    " is not a rank of this job (world_size ", world_size,
                                    ")"));
+  }
+}
+
+// A job of kind "eval" (trainer.eval_only): one model source, a split the
+// data offers; trainer.eval_step picks a checkpoint of an evaluation only.
+void CheckEvaluation(const tessera::v1::JobSpec& spec, std::vector<std::string>* errors) {
+  const tessera::v1::TrainerConfig& t = spec.trainer();
+  if (!spec.kind().empty() && spec.kind() != "train" && spec.kind() != "eval") {
+    errors->push_back(
+        absl::StrCat("kind: must be one of train, eval; got '", spec.kind(), "'"));
+  }
+  if ((spec.kind() == "eval") != t.eval_only()) {
+    errors->push_back(t.eval_only() ? "trainer.eval_only: only in a job of kind eval"
+                                    : "kind: eval needs trainer.eval_only: true");
+  }
+  if (!t.eval_split().empty() && t.eval_split() != "test" && t.eval_split() != "val" &&
+      t.eval_split() != "train") {
+    errors->push_back(
+        absl::StrCat("trainer.eval_split: must be one of test, val, train; "
+                     "got '",
+                     t.eval_split(), "'"));
+  }
+  CheckNonNegative("trainer.eval_step", t.eval_step(), errors);
+  CheckNonNegative("eval_of", spec.eval_of(), errors);
+  if (spec.eval_of() > 0 && spec.kind() != "eval") {
+    errors->push_back("eval_of: only in a job of kind eval");
+  }
+  if (t.eval_step() > 0 && !(t.eval_only() && t.resume())) {
+    errors->push_back(
+        "trainer.eval_step: picks the checkpoint of an evaluation "
+        "(trainer.eval_only with trainer.resume)");
+  }
+  if (t.eval_only() && t.resume() != t.init_from().empty()) {
+    errors->push_back(t.resume() ? "trainer.eval_only: takes its model from "
+                                   "trainer.init_from or a checkpoint (resume), not both"
+                                 : "trainer.eval_only: needs trainer.init_from, or "
+                                   "trainer.resume with trainer.checkpoint_dir");
   }
 }
 
@@ -948,6 +987,7 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   CheckTrainerNumbers(spec.trainer(), &errors);
   CheckTrainerChoices(spec.trainer(), &errors);
   CheckTrainerPathsAndFault(spec.trainer(), spec.world_size(), &errors);
+  CheckEvaluation(spec, &errors);
   CheckEnv(spec, &errors);
 
   if (errors.empty()) return absl::OkStatus();

@@ -23,6 +23,9 @@ namespace v1 = ::tessera::v1;
 constexpr RankState kAssigned = RankState::kAssigned;
 constexpr RankState kRunning = RankState::kRunning;
 constexpr RankState kExited = RankState::kExited;
+// An eval job's result: per-class figures and at most 100 x 100 confusion
+// counts (worker/trainer/eval_report.h) fit easily; it is kept in the ranks row.
+constexpr size_t kMaxEvalResultBytes = 4 << 20;
 
 // What the coordinator believes about a reported rank: `rank` is the current
 // rank it names on the reporting worker, or nullptr when there is none.
@@ -1311,6 +1314,10 @@ absl::Status JobManager::ReportResult(const v1::ReportResultRequest& request) {
   if (request.param_hash().size() > 128) {
     return absl::InvalidArgumentError("param_hash: longer than 128 characters");
   }
+  if (request.eval().ByteSizeLong() > kMaxEvalResultBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "eval: ", request.eval().ByteSizeLong(), " bytes, limit ", kMaxEvalResultBytes));
+  }
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(request.job_id());
   if (it == jobs_.end()) {
@@ -1329,6 +1336,7 @@ absl::Status JobManager::ReportResult(const v1::ReportResultRequest& request) {
   rank.param_hash = request.param_hash();
   rank.test_accuracy = request.test_accuracy();
   rank.test_loss = request.test_loss();
+  if (request.has_eval()) rank.eval_result = request.eval().SerializeAsString();
   writer_->PutRanks({rank});
   changes_.Notify();
   return absl::OkStatus();

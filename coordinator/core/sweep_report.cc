@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -38,8 +39,42 @@ struct RunFigures {
   double images_per_sec = 0;  // all ranks together
   double comm_share = 0;
   double accuracy = 0;
+  bool accuracy_from_eval = false;  // an eval job's top-1 (EvalTopOnes)
   bool has_time = false;
 };
+
+// Point job -> the top-1 of its newest eval job that succeeded (tessctl eval
+// JOB records JOB as spec.eval_of). Eval jobs are submitted after the jobs
+// they evaluate, so the newest-first pages end at the sweep's first point.
+absl::StatusOr<std::map<int64_t, double>> EvalTopOnes(const v1::Sweep& sweep,
+                                                      JobManager& jobs) {
+  std::set<int64_t> points;
+  for (const v1::SweepPoint& p : sweep.points()) {
+    if (p.job_id() != 0) points.insert(p.job_id());
+  }
+  std::map<int64_t, double> top1;
+  if (points.empty()) return top1;
+  JobFilter filter;
+  filter.state = v1::JOB_STATE_SUCCEEDED;
+  filter.limit = 1000;
+  while (true) {
+    ASSIGN_OR_RETURN(const JobList page, jobs.ListJobs(Caller::Admin(), filter));
+    for (const v1::Job& listed : page.jobs) {
+      if (listed.id() <= *points.begin()) return top1;
+      const int64_t of = listed.spec().eval_of();
+      if (listed.spec().kind() != "eval" || !points.contains(of) || top1.contains(of)) {
+        continue;  // newest first: the first one found is kept
+      }
+      // Lists carry no ranks' results; the job itself does.
+      ASSIGN_OR_RETURN(const v1::Job job, jobs.GetJob(Caller::Admin(), listed.id()));
+      if (job.ranks_size() > 0 && job.ranks(0).has_eval()) {
+        top1[of] = job.ranks(0).eval().top1();
+      }
+    }
+    if (page.next_before_id == 0) return top1;
+    filter.before_id = page.next_before_id;
+  }
+}
 
 // The points that share one row: (world size, batch size, scaling, shape).
 using RowKey = std::tuple<int32_t, int32_t, std::string, std::string>;
@@ -113,7 +148,8 @@ absl::StatusOr<double> CommShare(JobManager& jobs, const v1::Job& job) {
   return Mean(shares);
 }
 
-absl::StatusOr<RunFigures> FiguresOf(JobManager& jobs, int64_t job_id) {
+absl::StatusOr<RunFigures> FiguresOf(JobManager& jobs, int64_t job_id,
+                                     const std::map<int64_t, double>& eval_top1) {
   ASSIGN_OR_RETURN(v1::Job job, jobs.GetJob(Caller::Admin(), job_id));
   RunFigures f;
   RETURN_IF_ERROR(AddTimes(jobs, job, f));
@@ -125,6 +161,10 @@ absl::StatusOr<RunFigures> FiguresOf(JobManager& jobs, int64_t job_id) {
   ASSIGN_OR_RETURN(const std::vector<double> acc,
                    Rank0Values(jobs, job, "test_accuracy"));
   if (!acc.empty()) f.accuracy = acc.back();
+  if (const auto it = eval_top1.find(job_id); it != eval_top1.end()) {
+    f.accuracy = it->second;
+    f.accuracy_from_eval = true;
+  }
   return f;
 }
 
@@ -132,6 +172,7 @@ absl::StatusOr<RunFigures> FiguresOf(JobManager& jobs, int64_t job_id) {
 // each row's succeeded runs.
 absl::StatusOr<std::vector<RowRuns>> GroupPoints(const v1::Sweep& sweep,
                                                  JobManager& jobs) {
+  ASSIGN_OR_RETURN(const auto eval_top1, EvalTopOnes(sweep, jobs));
   std::vector<RowRuns> rows;
   std::map<RowKey, size_t> index;
   for (const v1::SweepPoint& p : sweep.points()) {
@@ -142,7 +183,7 @@ absl::StatusOr<std::vector<RowRuns>> GroupPoints(const v1::Sweep& sweep,
     if (p.job_id() == 0) continue;
     row.job_ids.push_back(p.job_id());
     if (p.state() != v1::JOB_STATE_SUCCEEDED) continue;
-    ASSIGN_OR_RETURN(RunFigures f, FiguresOf(jobs, p.job_id()));
+    ASSIGN_OR_RETURN(RunFigures f, FiguresOf(jobs, p.job_id(), eval_top1));
     if (f.has_time) row.runs.push_back(f);
   }
   return rows;
@@ -163,6 +204,7 @@ void FillRow(const RowRuns& runs, v1::SweepReportRow& row) {
     ips.push_back(f.images_per_sec);
     comm.push_back(f.comm_share);
     acc.push_back(f.accuracy);
+    if (f.accuracy_from_eval) row.set_eval_runs(row.eval_runs() + 1);
   }
   row.set_epoch_time_mean_s(Mean(epoch));
   row.set_epoch_time_std_s(StdDev(epoch));

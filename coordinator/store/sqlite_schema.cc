@@ -213,6 +213,11 @@ CREATE TABLE job_retention (
   updated_ms INTEGER NOT NULL
 );
 )sql"},
+    // An eval job's result (tessera.v1.EvalResult, serialized) beside the
+    // rank's test accuracy; empty for other ranks.
+    {14, R"sql(
+ALTER TABLE ranks ADD COLUMN eval_result BLOB NOT NULL DEFAULT x'';
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;

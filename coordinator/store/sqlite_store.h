@@ -66,7 +66,7 @@ class SqliteStore : public Store {
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 13;
+  static constexpr int kSchemaVersion = 14;
 
   // Creates the database file 0600 when missing; FailedPrecondition when it
   // (or its -wal or -shm file) is readable or writable by group or others.

@@ -64,12 +64,13 @@ constexpr char kListEvents[] =
 
 constexpr char kPutRank[] =
     "INSERT OR REPLACE INTO ranks (job_id, attempt, rank, worker, slot, state, pid, "
-    "exit_code, signal, has_result, param_hash, test_accuracy, test_loss, exit_reason) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+    "exit_code, signal, has_result, param_hash, test_accuracy, test_loss, exit_reason, "
+    "eval_result) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 constexpr char kGetRanks[] =
     "SELECT job_id, attempt, rank, worker, slot, state, pid, exit_code, signal, "
-    "has_result, param_hash, test_accuracy, test_loss, exit_reason FROM ranks "
-    "WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank";
+    "has_result, param_hash, test_accuracy, test_loss, exit_reason, eval_result "
+    "FROM ranks WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank";
 
 // Job states are stored by the names common/job_state.h gives them ("RUNNING").
 absl::StatusOr<std::string> StateText(v1::JobState state) {
@@ -144,6 +145,7 @@ absl::StatusOr<RankRecord> ReadRank(const Statement& row) {
   rank.test_accuracy = row.Double(11);
   rank.test_loss = row.Double(12);
   rank.exit_reason = row.Bytes(13);
+  rank.eval_result = row.Bytes(14);
   return rank;
 }
 
@@ -316,6 +318,7 @@ absl::Status SqliteStore::PutRanks(const std::vector<RankRecord>& ranks) {
                           .BindDouble(12, rank.test_accuracy)
                           .BindDouble(13, rank.test_loss)
                           .BindText(14, rank.exit_reason)
+                          .BindBlob(15, rank.eval_result)
                           .Run());
     }
   }

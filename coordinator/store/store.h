@@ -166,6 +166,8 @@ struct RankRecord {
   double test_accuracy = 0;
   double test_loss = 0;
   std::string exit_reason;  // why the rank ended, e.g. "worker w1 declared dead"
+  // An eval job's result (tessera.v1.EvalResult, serialized); empty: none.
+  std::string eval_result;
 };
 
 // A piece of one rank's output (stdout and stderr interleaved), at a byte offset.

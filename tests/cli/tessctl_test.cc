@@ -1136,11 +1136,12 @@ TEST_F(TessctlTest, EveryCommandAndSubcommandHelpHasAnExampleAndExitCodes) {
       todo.push_back(sub);
     }
   }
-  EXPECT_THAT(visited, ::testing::UnorderedElementsAre(
-                           "", "submit", "jobs", "status", "workers", "share", "drain",
-                           "undrain", "wait", "cancel", "logs", "export", "metrics",
-                           "sweep", "sweep submit", "sweep follow", "sweep list",
-                           "sweep status", "sweep report", "sweep cancel", "completion"));
+  EXPECT_THAT(visited,
+              ::testing::UnorderedElementsAre(
+                  "", "submit", "jobs", "status", "workers", "share", "drain", "undrain",
+                  "wait", "cancel", "logs", "export", "eval", "metrics", "sweep",
+                  "sweep submit", "sweep follow", "sweep list", "sweep status",
+                  "sweep report", "sweep cancel", "completion"));
   EXPECT_TRUE(addresses_.empty());  // help talks to nobody
 }
 
@@ -1193,9 +1194,10 @@ class CompletionTest : public TessctlTest {
 
 TEST_F(CompletionTest, CompletesEveryTopLevelCommandAndNestedSweepCommands) {
   EXPECT_THAT(Complete({"tessctl", ""}),
-              ::testing::UnorderedElementsAre(
-                  "submit", "jobs", "status", "workers", "share", "drain", "undrain",
-                  "wait", "cancel", "logs", "export", "metrics", "sweep", "completion"));
+              ::testing::UnorderedElementsAre("submit", "jobs", "status", "workers",
+                                              "share", "drain", "undrain", "wait",
+                                              "cancel", "logs", "export", "eval",
+                                              "metrics", "sweep", "completion"));
   EXPECT_THAT(Complete({"tessctl", "s"}),
               ::testing::UnorderedElementsAre("submit", "status", "share", "sweep"));
   EXPECT_THAT(Complete({"tessctl", "sweep", ""}),
@@ -1655,6 +1657,112 @@ TEST_F(TessctlTest, ExportOfAJobWithoutCheckpointsOrOfAnUnknownJobSaysWhy) {
   EXPECT_EQ(Cli({"export", "4", "-o", "m.st", "--exporter", dir + "/missing"}),
             kExitFailed);
   EXPECT_THAT(err_.str(), HasSubstr("is not an executable file"));
+}
+
+// ---- eval ----
+
+TEST_F(TessctlTest, EvalOfAJobSubmitsItsSpecAsAnEvalJobOfItsCheckpoint) {
+  v1::Job job = MakeJob(12, "pets", v1::JOB_STATE_SUCCEEDED);
+  job.set_spec_yaml(
+      "name: pets\nworld_size: 2\nnodes: 2\ntrainer:\n  model: vit-s16\n"
+      "  dataset: imagefolder\n  data_dir: /data/pets\n  image_size: 160\n"
+      "  checkpoint_dir: /shared/ckpt/pets\n  init_from: /data/models/in1k.safetensors\n"
+      "  lr: 0.001\n");
+  job.mutable_spec()->mutable_trainer()->set_checkpoint_dir("/shared/ckpt/pets");
+  service_.AddJob(job);
+
+  ASSERT_EQ(
+      Cli({"eval", "12", "--step", "300", "--data", "/data/pets-v2", "--split", "val"}),
+      kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("submitted eval job"));
+  const std::vector<v1::SubmitJobRequest> submits = service_.submits();
+  ASSERT_EQ(submits.size(), 1u);
+  const v1::JobSpec& spec = submits[0].spec();
+  EXPECT_EQ(spec.kind(), "eval");
+  EXPECT_EQ(spec.eval_of(), 12);
+  EXPECT_EQ(spec.name(), "pets-eval");
+  EXPECT_EQ(spec.world_size(), 1);
+  EXPECT_EQ(spec.nodes(), 0);
+  const v1::TrainerConfig& t = spec.trainer();
+  EXPECT_TRUE(t.eval_only());
+  EXPECT_TRUE(t.resume());
+  EXPECT_EQ(t.eval_step(), 300);
+  EXPECT_EQ(t.eval_split(), "val");
+  EXPECT_EQ(t.data_dir(), "/data/pets-v2");
+  EXPECT_EQ(t.model(), "vit-s16");
+  EXPECT_EQ(t.image_size(), 160);
+  EXPECT_EQ(t.checkpoint_dir(), "/shared/ckpt/pets");
+  EXPECT_EQ(t.init_from(), "");  // the checkpoint, not the fine-tuning start
+  EXPECT_THAT(submits[0].spec_yaml(), HasSubstr("eval_only: true"));
+}
+
+TEST_F(TessctlTest, EvalFromAWeightsFileBuildsAnEvalSpecOfItsOwn) {
+  ASSERT_EQ(Cli({"eval", "--from", "/data/models/vit.safetensors", "--model", "vit-ti16",
+                 "--data", "/data/pets", "--image-size", "224", "--device", "cuda"}),
+            kExitOk)
+      << err_.str();
+  const std::vector<v1::SubmitJobRequest> submits = service_.submits();
+  ASSERT_EQ(submits.size(), 1u);
+  const v1::JobSpec& spec = submits[0].spec();
+  EXPECT_EQ(spec.kind(), "eval");
+  EXPECT_EQ(spec.name(), "eval-vit");
+  EXPECT_EQ(spec.eval_of(), 0);
+  EXPECT_EQ(spec.trainer().init_from(), "/data/models/vit.safetensors");
+  EXPECT_EQ(spec.trainer().dataset(), "imagefolder");
+  EXPECT_EQ(spec.trainer().image_size(), 224);
+  EXPECT_EQ(spec.trainer().device(), "cuda");
+  EXPECT_FALSE(spec.trainer().resume());
+}
+
+TEST_F(TessctlTest, EvalRefusesContradictionsAndJobsWithoutCheckpointsBeforeSubmitting) {
+  service_.AddJob(MakeJob(4, "no-ckpt", v1::JOB_STATE_SUCCEEDED));
+  EXPECT_EQ(Cli({"eval", "4"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("job 4 wrote no checkpoints"));
+  EXPECT_EQ(Cli({"eval", "--from", "/data/m.safetensors", "--data", "/data/pets"}),
+            kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--from needs --model and --data"));
+  EXPECT_EQ(Cli({"eval", "4", "--from", "/data/m.safetensors"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("not both"));
+  EXPECT_EQ(Cli({"eval", "4", "--split", "holdout"}), kExitUsage);
+  EXPECT_EQ(Cli({"eval", "99"}), kExitNotFound);
+  EXPECT_TRUE(service_.submits().empty());
+}
+
+TEST_F(TessctlTest, StatusJsonOfAnEvalJobHasItsResultPerClassAndConfusion) {
+  v1::Job job = MakeJob(8, "pets-eval", v1::JOB_STATE_SUCCEEDED);
+  job.mutable_spec()->set_kind("eval");
+  v1::RankStatus* rank = AddRank(job, 0, true, 0.75);
+  v1::EvalResult* e = rank->mutable_eval();
+  e->set_split("val");
+  e->set_step(300);
+  e->set_samples(4);
+  e->set_top1(0.75);
+  e->set_top5(1.0);
+  e->set_loss(0.5);
+  for (const char* name : {"cat", "dog"}) e->add_class_names(name);
+  e->add_class_accuracy(1.0);
+  e->add_class_accuracy(0.5);
+  e->add_class_samples(2);
+  e->add_class_samples(2);
+  for (int64_t cell : {2, 0, 1, 1}) e->add_confusion(cell);
+  service_.AddJob(job);
+
+  ASSERT_EQ(RunStatus({.job_id = 8, .format = OutputFormat::kJson}, *client_, out_, err_),
+            kExitOk)
+      << err_.str();
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j["kind"], "eval");
+  EXPECT_DOUBLE_EQ(j["eval"]["top1"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["eval"]["top5"].get<double>(), 1.0);
+  EXPECT_EQ(j["eval"]["step"], 300);
+  EXPECT_EQ(j["eval"]["classes"][1]["name"], "dog");
+  EXPECT_DOUBLE_EQ(j["eval"]["classes"][1]["accuracy"].get<double>(), 0.5);
+  EXPECT_EQ(j["eval"]["confusion"], nlohmann::json::parse("[[2, 0], [1, 1]]"));
+
+  out_.str("");
+  ASSERT_EQ(RunStatus({.job_id = 8}, *client_, out_, err_), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("top-1 75.00%, top-5 100.00%, loss 0.5000 on val"));
 }
 
 }  // namespace

@@ -517,5 +517,37 @@ TEST(JobSpecTest, EnvNamesThatLoadCodeAreRefusedNamingTheVariableAndWhy) {
   EXPECT_THAT(s.message(), HasSubstr("env: name 'NCCL_NET_PLUGIN' is reserved"));
 }
 
+TEST(JobSpecTest, AnEvalJobHasOneModelSourceAndASplitTheDataOffers) {
+  const std::string eval = absl::StrCat(kValidSpec,
+                                        "  eval_only: true\n"
+                                        "  resume: true\n"
+                                        "  checkpoint_dir: /ckpt/demo\n"
+                                        "  eval_step: 40\n"
+                                        "  eval_split: val\n"
+                                        "kind: eval\n");
+  EXPECT_TRUE(ParseValidate(eval).ok()) << ParseValidate(eval);
+  // Nor batch size nor length: an evaluation takes no training step.
+  EXPECT_TRUE(
+      ParseValidate("name: e\nworld_size: 1\nkind: eval\ntrainer:\n"
+                    "  model: vit-micro\n  dataset: synthetic\n  eval_only: true\n"
+                    "  init_from: /data/m.safetensors\n")
+          .ok());
+  // lr is not needed, and eval_only and kind go together.
+  EXPECT_THAT(ParseValidate(absl::StrCat(kValidSpec, "kind: eval\n")).message(),
+              HasSubstr("kind: eval needs trainer.eval_only"));
+  EXPECT_THAT(ParseValidate(absl::StrCat(kValidSpec, "  eval_only: true\n")).message(),
+              HasSubstr("trainer.eval_only: only in a job of kind eval"));
+  EXPECT_THAT(ParseValidate(absl::StrCat(kValidSpec, "  eval_only: true\nkind: eval\n"))
+                  .message(),
+              HasSubstr("needs trainer.init_from, or trainer.resume"));
+  EXPECT_THAT(
+      ParseValidate(absl::StrCat(kValidSpec, "  eval_split: holdout\n")).message(),
+      HasSubstr("trainer.eval_split: must be one of test, val, train"));
+  EXPECT_THAT(ParseValidate(absl::StrCat(kValidSpec, "  eval_step: 4\n")).message(),
+              HasSubstr("trainer.eval_step"));
+  EXPECT_THAT(ParseValidate(absl::StrCat(kValidSpec, "kind: infer\n")).message(),
+              HasSubstr("kind: must be one of train, eval"));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -37,7 +37,7 @@ try {
   await steps.run('jobs page lists every job live over SSE, names as text', async () => {
     await page.goto(`${base}/#/jobs`);
     await page.waitForSelector('#jobs-table tr[data-job-id="4"]');
-    assert(await page.locator('#jobs-table tbody tr').count() === 4, 'expected 4 job rows');
+    assert(await page.locator('#jobs-table tbody tr').count() === 5, 'expected 5 job rows');
     const name = await page.textContent('#jobs-table tr[data-job-id="4"] .job-name');
     assert(name === XSS, `job 4 name shows as ${JSON.stringify(name)}`);
     assert(await page.locator('img').count() === 0, 'an <img> element was created');
@@ -95,6 +95,19 @@ try {
     assert(await page.locator('#events-table b').count() === 0, 'a <b> element was created in the events');
     await page.selectOption('#log-rank', '1:3');
     await waitFor('rank 3 log', async () => (await page.textContent('#log-text')).includes('rank 3'));
+  });
+
+  await steps.run('an eval job\'s page shows top-1, per-class accuracy and the confusion matrix', async () => {
+    await page.goto(`${base}/#/jobs/5`);
+    await waitFor('evaluation panel', async () => page.isVisible('#eval-panel'));
+    const facts = await page.textContent('#eval-facts');
+    assert(facts.includes('75.00%') && facts.includes('step 300'), `eval facts: ${facts}`);
+    const classes = await page.locator('#eval-classes tbody tr').allTextContents();
+    assert(classes.length === 2 && classes[0].includes('<b>cat</b>'), `classes: ${classes}`);
+    const cells = await page.locator('#eval-confusion tbody td').allTextContents();
+    assert(cells.join(',') === '4,0,2,2', `confusion: ${cells}`);
+    await page.goto(`${base}/#/jobs/1`);
+    assert(!(await page.isVisible('#eval-panel')), 'a training job shows no evaluation panel');
   });
 
   await steps.run('job page screenshots, dark and light', async () => {

@@ -38,7 +38,19 @@ function makeWorld(now) {
     job(2, 'fmnist baseline', 'SUCCEEDED', { reason: 'all ranks exited 0' }),
     job(3, 'broken run', 'FAILED', { reason: 'rank 1 exited with code 3', attempt: 2 }),
     job(4, '<img src=x onerror=alert(1)>', 'QUEUED', { pending_reason: 'needs 8 slots; 6 registered', attempt: 0 }),
+    job(5, 'pets eval', 'SUCCEEDED', { reason: 'all ranks exited 0' }),
   ];
+  // An eval job (tessctl eval of a pets job): rank 0's result, int64s as JSON strings.
+  jobs[4].spec.kind = 'eval';
+  jobs[4].ranks = [{
+    rank: 0, worker: 'w1', slot: 0, state: 'exited', pid: 0, exit_code: 0, signal: 0,
+    param_hash: '', test_accuracy: 0.75, has_result: true, exit_reason: 'exited with code 0',
+    eval: {
+      split: 'test', step: '300', samples: '8', top1: 0.75, top5: 1, loss: 0.61,
+      class_names: ['<b>cat</b>', 'dog'], class_accuracy: [1, 0.5], class_samples: ['4', '4'],
+      confusion: ['4', '0', '2', '2'],
+    },
+  }];
   jobs[0].ranks = [0, 1, 2, 3].map((r) => ({
     rank: r, worker: r < 2 ? 'w1' : 'w2', slot: r % 2, state: 'running', pid: 4000 + r,
     exit_code: 0, signal: 0, param_hash: '', test_accuracy: 0, has_result: false, exit_reason: '',

@@ -164,6 +164,70 @@ TEST_F(SweepManagerTest, PointsRunOneAtATimeAndReportComputesSpeedupFromStoredTi
   }
 }
 
+TEST_F(SweepManagerTest, AnEvalJobsTopOneTakesThePlaceOfItsPointsLastEpoch) {
+  auto submitted = sweeps_->Submit(Spec(/*max_parallel=*/4), "", "req-eval");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const int64_t id = submitted->sweep_id();
+  int finished = 0;
+  for (int round = 0; round < 4 && finished < 4; ++round) {
+    finished += RunLaunched([](int) { return 10.0; });
+    sweeps_->Tick();
+  }
+  ASSERT_EQ(finished, 4);
+  auto sweep = sweeps_->Get(Caller::Admin(), id);
+  ASSERT_TRUE(sweep.ok());
+  const int64_t evaluated = sweep->points(0).job_id();
+
+  // tessctl eval JOB: a job of kind eval whose rank 0 reports top-1 0.9.
+  v1::JobSpec spec;
+  spec.set_name("study-eval");
+  spec.set_world_size(1);
+  spec.set_kind("eval");
+  spec.set_eval_of(evaluated);
+  spec.mutable_trainer()->set_model("vit-micro");
+  spec.mutable_trainer()->set_dataset("synthetic");
+  spec.mutable_trainer()->set_eval_only(true);
+  spec.mutable_trainer()->set_resume(true);
+  spec.mutable_trainer()->set_checkpoint_dir("/ckpt/study");
+  ASSERT_TRUE(jobs_->Submit(spec, "", "eval-1").ok());
+  v1::HeartbeatRequest beat;
+  beat.set_name("w");
+  beat.set_epoch(epoch_);
+  auto orders = jobs_->Heartbeat(beat);
+  ASSERT_TRUE(orders.ok());
+  ASSERT_EQ(orders->launch_size(), 1);
+  const v1::LaunchOrder& o = orders->launch(0);
+  v1::ReportResultRequest result;
+  result.set_job_id(o.job_id());
+  result.set_attempt(o.attempt());
+  result.set_test_accuracy(0.9);
+  result.mutable_eval()->set_top1(0.9);
+  result.mutable_eval()->set_samples(100);
+  ASSERT_TRUE(jobs_->ReportResult(result).ok());
+  v1::LocalRank* r = beat.add_ranks();
+  r->set_job_id(o.job_id());
+  r->set_attempt(o.attempt());
+  r->set_pid(200);
+  r->set_exited(true);
+  ASSERT_TRUE(jobs_->Heartbeat(beat).ok());
+  auto eval_job = jobs_->GetJob(Caller::Admin(), o.job_id());
+  ASSERT_TRUE(eval_job.ok());
+  ASSERT_EQ(eval_job->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_DOUBLE_EQ(eval_job->ranks(0).eval().top1(), 0.9);
+
+  auto report = sweeps_->Report(Caller::Admin(), id);
+  ASSERT_TRUE(report.ok()) << report.status();
+  int marked = 0;
+  for (const v1::SweepReportRow& row : report->rows()) {
+    const bool has_eval = row.job_ids(0) == evaluated;
+    EXPECT_EQ(row.eval_runs(), has_eval ? 1 : 0);
+    EXPECT_NEAR(row.final_accuracy(), has_eval ? 0.9 : 0.5 + 0.01 * row.world_size(),
+                1e-9);
+    marked += has_eval;
+  }
+  EXPECT_EQ(marked, 1);
+}
+
 TEST_F(SweepManagerTest, RetriedSubmitReturnsTheSameSweep) {
   auto first = sweeps_->Submit(Spec(), "", "same");
   auto second = sweeps_->Submit(Spec(), "", "same");

@@ -503,6 +503,27 @@ TEST_P(StoreContractTest, PutRanksReplacesARankWithTheSameKey) {
   EXPECT_DOUBLE_EQ(rank.test_loss, 0.25);
 }
 
+TEST_P(StoreContractTest, AnEvalResultIsKeptWithItsRankByteForByte) {
+  int64_t id = Create(MakeJob("eval"));
+  // A serialized message holds any byte, zeros included.
+  const std::string result("\x0a\x04test\x10\x00\x22\x08\xff\x00", 12);
+  RankRecord evaluated{.job_id = id,
+                       .attempt = 1,
+                       .rank = 0,
+                       .worker = "w1",
+                       .state = RankState::kExited,
+                       .has_result = true,
+                       .test_accuracy = 0.5};
+  evaluated.eval_result = result;
+  RankRecord other{.job_id = id, .attempt = 1, .rank = 1, .worker = "w1"};
+  ASSERT_THAT(store_->PutRanks({evaluated, other}), IsOk());
+  absl::StatusOr<std::vector<RankRecord>> got = store_->GetRanks(id, 1);
+  ASSERT_THAT(got, IsOk());
+  ASSERT_THAT(*got, SizeIs(2));
+  EXPECT_EQ((*got)[0].eval_result, result);
+  EXPECT_EQ((*got)[1].eval_result, "");
+}
+
 TEST_P(StoreContractTest, PutRanksOfUnknownJobIsNotFound) {
   EXPECT_THAT(store_->PutRanks({{.job_id = 777,
                                  .attempt = 1,

@@ -349,6 +349,24 @@ TEST_F(TesseraTrainCliTest, TwoProcessesResumeFromACheckpointExactly) {
     return std::vector<RunResult>{rank0.get(), rank1.get()};
   };
   const std::vector<RunResult> uninterrupted = run_pair(false);
+  ASSERT_EQ(uninterrupted.size(), 2u);
+  ASSERT_EQ(uninterrupted[0].exit_code, 0) << uninterrupted[0].output;
+  ASSERT_EQ(uninterrupted[1].exit_code, 0) << uninterrupted[1].output;
+  {
+    std::ofstream latest(dir / "latest", std::ios::trunc);
+    latest << "step-000000000004\n";
+  }
+  const std::vector<RunResult> resumed = run_pair(true);
+  ASSERT_EQ(resumed.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(resumed[rank].exit_code, 0) << resumed[rank].output;
+    EXPECT_THAT(resumed[rank].output, HasSubstr("resumed at step 4"));
+    EXPECT_EQ(ParamHash(resumed[rank].output), ParamHash(uninterrupted[rank].output))
+        << "rank " << rank;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The figure after `key` (e.g. "test_accuracy=") in the run's output.
 std::string FigureAfter(const std::string& output, const std::string& key) {
   const size_t at = output.rfind(key);
@@ -403,24 +421,6 @@ TEST_F(TesseraTrainCliTest, EvalOnlyOfAMissingCheckpointFailsBeforeAnyWork) {
   const RunResult no_model = RunTrainer({"--eval-only=true", "--dataset=synthetic"});
   EXPECT_EQ(no_model.exit_code, 2);
   EXPECT_THAT(no_model.output, HasSubstr("--eval-only needs a model"));
-}
-
-  ASSERT_EQ(uninterrupted.size(), 2u);
-  ASSERT_EQ(uninterrupted[0].exit_code, 0) << uninterrupted[0].output;
-  ASSERT_EQ(uninterrupted[1].exit_code, 0) << uninterrupted[1].output;
-  {
-    std::ofstream latest(dir / "latest", std::ios::trunc);
-    latest << "step-000000000004\n";
-  }
-  const std::vector<RunResult> resumed = run_pair(true);
-  ASSERT_EQ(resumed.size(), 2u);
-  for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_EQ(resumed[rank].exit_code, 0) << resumed[rank].output;
-    EXPECT_THAT(resumed[rank].output, HasSubstr("resumed at step 4"));
-    EXPECT_EQ(ParamHash(resumed[rank].output), ParamHash(uninterrupted[rank].output))
-        << "rank " << rank;
-  }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -90,6 +90,15 @@ export function mountJob(root, { id }, ctx) {
   const logFollow = h('label', { class: 'check' }, h('input', { type: 'checkbox', checked: true }), 'follow');
   const logText = h('pre', { id: 'log-text', class: 'log', tabindex: '0' });
   const specBox = h('pre', { class: 'spec' });
+  // An eval job's result (ranks[0].eval): totals, per-class accuracy, confusion.
+  const evalFacts = h('div', { id: 'eval-facts' });
+  const evalClasses = table(['Class', ['Accuracy', 'num'], ['Samples', 'num']], 'eval-classes');
+  evalClasses.el.id = 'eval-classes';
+  const evalConfusion = h('div', { id: 'eval-confusion', class: 'table-wrap' });
+  const evalPanel = panel('Evaluation', h('div', null, evalFacts,
+    h('div', { class: 'grid grid-2' }, evalClasses.wrap, evalConfusion)), { className: 'flush' });
+  evalPanel.id = 'eval-panel';
+  evalPanel.hidden = true;
 
   const head = h('div', { class: 'page-head job-head' },
     nameEl, badgeSlot, h('div', { class: 'spacer' }), cancelButton, confirm);
@@ -97,6 +106,7 @@ export function mountJob(root, { id }, ctx) {
     factsSlot,
     h('div', { class: 'grid grid-3' }, lossPanel.el, accPanel.el, ipsPanel.el),
     h('div', { class: 'grid grid-2' }, breakdownPanel.el, heatPanel.el),
+    evalPanel,
     panel('Ranks', ranksTable.wrap, { className: 'flush' }),
     panel('Log', logText, { tools: h('span', { class: 'tools' }, logSelect, logFollow) }),
     panel('Events', eventsTable.wrap, { className: 'flush' }),
@@ -197,6 +207,43 @@ export function mountJob(root, { id }, ctx) {
         h('td', { class: 'num' }, r.has_result ? fmtPct(r.test_accuracy) : ''),
         h('td', { class: 'mono hash', title: r.param_hash || '' }, r.param_hash || ''));
     }));
+  }
+
+  function renderEval() {
+    const rank0 = (job?.ranks || []).find((r) => num(r.rank) === 0);
+    const e = rank0?.eval;
+    evalPanel.hidden = !e || !num(e.samples);
+    if (evalPanel.hidden) return;
+    setChildren(evalFacts, facts([
+      ['Top-1', fmtPct(e.top1)], ['Top-5', fmtPct(e.top5)], ['Loss', fmtNum(num(e.loss), 4)],
+      ['Split', e.split || 'test'], ['Samples', String(num(e.samples))],
+      ['Checkpoint', num(e.step) ? `step ${num(e.step)}` : 'weights file'],
+    ]));
+    const names = e.class_names || [];
+    setChildren(evalClasses.tbody, names.map((name, c) => h('tr', null,
+      h('td', null, name),
+      h('td', { class: 'num' }, fmtPct((e.class_accuracy || [])[c])),
+      h('td', { class: 'num' }, String(num((e.class_samples || [])[c]))))));
+    const k = names.length;
+    const cells = (e.confusion || []).map(num);
+    if (!k || cells.length !== k * k) {
+      setChildren(evalConfusion, h('p', { class: 'muted' }, 'No confusion matrix (over 100 classes).'));
+      return;
+    }
+    // Rows: true class; columns: predicted; shaded by the share of the row.
+    const rows = names.map((name, r) => {
+      const row = cells.slice(r * k, (r + 1) * k);
+      const total = row.reduce((a, b) => a + b, 0) || 1;
+      return h('tr', null, h('th', null, name), row.map((v) => {
+        const td = h('td', { class: 'num' }, String(v));
+        td.style.backgroundColor = heatColor(v / total);  // CSSOM: allowed by the CSP
+        return td;
+      }));
+    });
+    setChildren(evalConfusion, h('table', { class: 'table confusion' },
+      h('thead', null, h('tr', null, h('th', null, 'true \\ predicted'),
+        names.map((name) => h('th', null, name)))),
+      h('tbody', null, rows)));
   }
 
   function renderStragglers() {
@@ -495,6 +542,7 @@ export function mountJob(root, { id }, ctx) {
     content.hidden = false;
     renderHeader();
     renderRanks();
+    renderEval();
     renderStragglers();
     renderEvents();
     renderLog();
