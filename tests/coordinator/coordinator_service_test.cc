@@ -335,6 +335,10 @@ TEST(CoordinatorDiskFullTest, FullStoreTurnsHealthNotServingAndSubmitsUnavailabl
   options.listen = "";
   options.db_path = dir.File("small.db");
   options.db_max_bytes = 256 * 1024;
+  // No reserve: metric rows are refused, not shed, once the cap is reached
+  // (store_writer_test and the fault tests cover the reserve).
+  options.db_reserve_bytes = 0;
+  options.db_reserve_percent = 0;
   options.monitor_interval = absl::Milliseconds(20);
   options.auth.enabled = false;
   auto server = CoordinatorServer::Start(options);

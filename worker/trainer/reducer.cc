@@ -155,21 +155,14 @@ absl::Status Reducer::BroadcastParameters(int root) {
 
 void Reducer::ZeroGradients() {
   if (!options_.gradient_views) {
-    for (const at::Tensor& p : parameters_)
+    gradients_.clear();
+    for (const at::Tensor& p : parameters_) {
       const_cast<at::Tensor&>(p).mutable_grad().reset();
+    }
     return;
   }
   BindGradientViews();
   for (at::Tensor& buffer : buffers_) buffer.zero_();
-}
-
-std::vector<at::Tensor> Reducer::gradient_buffers() const {
-  if (options_.gradient_views) return gradients_;
-  std::vector<at::Tensor> gradients;
-  for (const at::Tensor& p : parameters_) {
-    if (p.grad().defined()) gradients.push_back(p.grad());
-  }
-  return gradients;
 }
 
 void Reducer::SetControlWord(float value) {
@@ -219,12 +212,18 @@ absl::Status Reducer::FinishBackward(double grad_scale) {
     if (status.ok()) status = std::move(waited);
   }
   if (!status.ok()) return status;
+  if (!options_.gradient_views) {
+    gradients_.clear();
+    for (const at::Tensor& p : parameters_) {
+      if (p.grad().defined()) gradients_.push_back(p.grad());
+    }
+  }
   const double factor = synchronized
                             ? grad_scale / static_cast<double>(communicator_.world_size())
                             : grad_scale;
   if (factor != 1.0) {
     torch::NoGradGuard no_grad;
-    for (at::Tensor& gradients : gradient_buffers()) gradients.mul_(factor);
+    for (at::Tensor& gradients : gradients_) gradients.mul_(factor);
   }
   return absl::OkStatus();
 }

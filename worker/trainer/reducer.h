@@ -104,8 +104,9 @@ class Reducer {
 
   // The gradients as a whole, to read or scale: the flat gradient buffer of
   // each bucket (the gradients are views into them), without the control
-  // word; without gradient views, each parameter's gradient that is set.
-  std::vector<at::Tensor> gradient_buffers() const;
+  // word; without gradient views, each parameter's gradient that the last
+  // FinishBackward found set (none after ZeroGradients).
+  const std::vector<at::Tensor>& gradient_buffers() const { return gradients_; }
 
   // Sets this rank's control word for the next synchronized all-reduce. Call
   // after ZeroGradients (which zeroes it) and before the synchronizing
@@ -133,10 +134,12 @@ class Reducer {
   Communicator& communicator_;  // Not owned.
   const std::vector<at::Tensor> parameters_;
   const BucketPlan plan_;
-  std::vector<at::Tensor> buffers_;    // one flat float32 buffer per bucket
-  std::vector<at::Tensor> gradients_;  // per bucket: its gradients' part of buffers_
-  at::Tensor control_word_;            // the element after bucket 0's gradients
-  std::vector<at::Tensor> views_;      // per parameter: its slot, shaped
+  std::vector<at::Tensor> buffers_;  // one flat float32 buffer per bucket
+  // Per bucket: its gradients' part of buffers_; without gradient views, the
+  // parameters' own gradients as of the last FinishBackward.
+  std::vector<at::Tensor> gradients_;
+  at::Tensor control_word_;        // the element after bucket 0's gradients
+  std::vector<at::Tensor> views_;  // per parameter: its slot, shaped
   std::unique_ptr<Hooks> hooks_;
 
   mutable absl::Mutex mu_;

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -1147,6 +1148,9 @@ void TrainingRun::StepOnStaticInputs(const torch::Tensor& images,
             options_.label_smoothing));
   }
   loss.backward();
+  // A world of one: nothing to all-reduce; this gathers the gradients to clip.
+  const absl::Status finished = reducer_->FinishBackward();
+  if (!finished.ok()) throw std::runtime_error(std::string(finished.message()));
   if (options_.clip_grad_norm > 0) {
     ClipGradientNorm(reducer_->gradient_buffers(), options_.clip_grad_norm);
   }

@@ -272,9 +272,11 @@ TEST(TrainerFlagsTest, EveryChoiceFlagsHelpListsTheChoicesItsValidationAccepts) 
         absl::StrCat("--", absl::StrReplaceAll(f.field, {{"_", "-"}}));
     const size_t at = help->help.find(absl::StrCat("\n  ", flag, " "));
     ASSERT_NE(at, std::string::npos) << flag << " is not in the help";
-    const std::string line =
-        help->help.substr(at + 1, help->help.find('\n', at + 1) - at - 1);
-    EXPECT_THAT(line, HasSubstr(ChoicesText(f.choices))) << flag;
+    // The flag's entry: its line, and the next one where CLI11 wraps a long
+    // flag column, up to the next flag.
+    const size_t next = help->help.find("\n  --", at + 1);
+    const std::string entry = help->help.substr(at + 1, next - at - 1);
+    EXPECT_THAT(entry, HasSubstr(ChoicesText(f.choices))) << flag;
     for (const char* value : f.choices) {
       absl::StatusOr<TrainerFlags> parsed =
           ParseTrainerFlags({absl::StrCat(flag, "=", value), "--data-dir=/data"});
