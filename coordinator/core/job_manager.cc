@@ -506,8 +506,12 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
       ok->store(status.ok());
       stored->Notify();
     });
-    if (!stored->WaitForNotificationWithTimeout(options_.exit_ack_timeout) ||
-        !ok->load()) {
+    // Bounded well inside the dead threshold: while the store fails, this
+    // worker's next heartbeat waits for this one, and a worker must never look
+    // dead for waiting on the store (its exits are acknowledged later).
+    const absl::Duration wait =
+        std::min(options_.exit_ack_timeout, options_.worker_dead_after / 4);
+    if (!stored->WaitForNotificationWithTimeout(wait) || !ok->load()) {
       spdlog::warn(
           "the exits worker {} reported are not stored yet; acknowledging them later",
           request.name());

@@ -273,7 +273,9 @@ void StoreWriter::Run() {
     CoalesceLocked();
     NoteBacklogLocked();
     mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+    // At most a second between tries: writes resume within a second of the
+    // disk having room again.
+    backoff = std::min(backoff * 2, absl::Seconds(1));
   }
 }
 

@@ -222,7 +222,8 @@ TEST_F(FaultTest, NearlyFullDiskShedsMetricsAndTheFinishedJobSucceeds) {
                         absl::Seconds(30), absl::Milliseconds(500)))
       << next.status();
   v1::Job second = WaitForEnd(*next, absl::Minutes(3));
-  EXPECT_EQ(second.state(), v1::JOB_STATE_SUCCEEDED) << second.reason();
+  EXPECT_EQ(second.state(), v1::JOB_STATE_SUCCEEDED) << second.reason() << "\n"
+                                                     << DumpLogs();
   EXPECT_EQ(second.metrics_not_stored(), 0);
   std::set<std::pair<int32_t, int64_t>> stored;
   for (const v1::MetricPoint& p : Points(*next, "loss"))
