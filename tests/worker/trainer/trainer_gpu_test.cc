@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/device_figures.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -173,6 +175,22 @@ TEST_F(TrainerGpuTest, Bf16AndFp16TrainLikeFp32From200StepsOfTheSameStart) {
   }
   EXPECT_NEAR(final_loss["bf16"], final_loss["fp32"], 0.02 * final_loss["fp32"]);
   EXPECT_NEAR(final_loss["fp16"], final_loss["fp32"], 0.02 * final_loss["fp32"]);
+}
+
+TEST_F(TrainerGpuTest, TheAllocatorsPeakAfterAViTB16StepIsPlausible) {
+  const RunResult run = Train("memory", "vit-b16", 3, 128, {"--precision=bf16"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  double peak = 0;
+  std::ifstream in(dir_ / "memory.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json point = nlohmann::json::parse(line);
+    if (point["name"] == kCudaPeakAllocatedFigure) peak = point["value"];
+  }
+  std::cout << "FIGURE vit_b16_batch128_peak_allocated_gb=" << peak / 1e9 << std::endl;
+  // Weights, gradients and AdamW moments (1.4 GB) and batch 128's
+  // activations: gigabytes, not megabytes, and within one GPU.
+  EXPECT_GT(peak, 5e9);
+  EXPECT_LT(peak, 80e9);
 }
 
 }  // namespace
