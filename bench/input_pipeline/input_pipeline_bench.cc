@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -25,7 +26,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
@@ -102,8 +102,8 @@ int Generate(const std::string& dir, int images, int classes, int threads) {
       for (int i = next++; i < total; i = next++) {
         const std::vector<uint8_t> rgb = NaturalImage(static_cast<uint64_t>(i) + 1);
         auto jpeg = td::EncodeJpeg(rgb.data(), kWidth, kHeight, 3, 90);
-        const std::string cls = absl::StrFormat("%s/%s/class%02d", dir,
-                                                i < classes ? "val" : "train", i % classes);
+        const std::string cls = absl::StrFormat(
+            "%s/%s/class%02d", dir, i < classes ? "val" : "train", i % classes);
         std::filesystem::create_directories(cls);
         std::ofstream out(absl::StrFormat("%s/img%06d.jpg", cls, i), std::ios::binary);
         if (!jpeg.ok() || !(out << *jpeg)) failed = true;
@@ -113,8 +113,8 @@ int Generate(const std::string& dir, int images, int classes, int threads) {
   }
   for (std::thread& t : pool) t.join();
   std::printf("generated %d + %d JPEGs of %dx%d (quality 90, %.0f KB on average) in %s\n",
-              images, classes, kWidth, kHeight, bytes.load() / 1024.0 / std::max(total, 1),
-              dir.c_str());
+              images, classes, kWidth, kHeight,
+              bytes.load() / 1024.0 / std::max(total, 1), dir.c_str());
   return failed ? 1 : 0;
 }
 

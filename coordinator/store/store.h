@@ -78,8 +78,9 @@ struct SweepRecord {
 
 // A credential for the coordinator's APIs. Only a hash of its secret is kept.
 struct TokenRecord {
-  int64_t id = 0;    // assigned by CreateToken; part of the token text
-  std::string kind;  // "user" (tessctl, web API) | "join" (workers) | "metrics" (/metrics)
+  int64_t id = 0;  // assigned by CreateToken; part of the token text
+  std::string
+      kind;  // "user" (tessctl, web API) | "join" (workers) | "metrics" (/metrics)
   std::string name;  // who it is for, e.g. "alice" or "rack-3"
   std::string hash;  // SHA-256 of the token's secret
   int64_t created_unix_ms = 0;
