@@ -74,6 +74,12 @@ int64_t StoreWriter::coalesced_writes() const {
   return coalesced_;
 }
 
+namespace {
+// Within this many reserves of a full disk, the journal is given back after
+// every round (NearReserve).
+constexpr int64_t kJournalHeadroom = 4;
+}  // namespace
+
 bool StoreWriter::BelowReserve() {
   if (options_.reserve_bytes <= 0) return false;
   const absl::Time now = absl::Now();
@@ -87,6 +93,8 @@ bool StoreWriter::BelowReserve() {
       space.ok() && space->free_bytes >= 0 && space->free_bytes < options_.reserve_bytes;
   absl::MutexLock lock(&mu_);
   space_checked_ = now;
+  near_reserve_ = space.ok() && space->free_bytes >= 0 &&
+                  space->free_bytes < kJournalHeadroom * options_.reserve_bytes;
   if (below && !below_reserve_) {
     spdlog::warn(
         "the database's disk has {} bytes free, below its reserve of {} (--db-reserve): "
@@ -100,6 +108,12 @@ bool StoreWriter::BelowReserve() {
   below_reserve_ = below;
   if (!below) shedding_ = false;
   return below;
+}
+
+bool StoreWriter::NearReserve() {
+  BelowReserve();  // refreshes the check at most every 250 ms
+  absl::MutexLock lock(&mu_);
+  return near_reserve_;
 }
 
 bool StoreWriter::shedding() const {
@@ -246,7 +260,7 @@ void StoreWriter::Run() {
     std::vector<Op> retry = Apply(batch);
     // On a disk below its reserve (or full), the journal gives its space back
     // after every round, so that state writes keep fitting.
-    if (BelowReserve() || !retry.empty()) {
+    if (NearReserve() || !retry.empty()) {
       if (absl::Status compacted = store_->CompactJournal(); !compacted.ok()) {
         spdlog::debug("store journal not compacted: {}", compacted.ToString());
       }

@@ -93,6 +93,8 @@ class StoreWriter {
   // checked at most every 250 ms; always false without a reserve. Logs when
   // it starts and stops.
   bool BelowReserve();
+  // Whether the last check found the disk within a few reserves of full.
+  bool NearReserve();
   // True from a shed metric batch or log chunk until the reserve is free
   // again (health: DEGRADED).
   bool shedding() const;
@@ -151,6 +153,11 @@ class StoreWriter {
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;
   absl::Time space_checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool below_reserve_ ABSL_GUARDED_BY(mu_) = false;
+  // Free space under kJournalHeadroom reserves, as of the last check: the
+  // journal is given back after every round then too, so that it cannot grow
+  // into the reserve between two rounds (SQLite checkpoints only every 1,000
+  // pages, more than a small disk's reserve).
+  bool near_reserve_ ABSL_GUARDED_BY(mu_) = false;
   bool shedding_ ABSL_GUARDED_BY(mu_) = false;
   std::map<int64_t, Shed> shed_ ABSL_GUARDED_BY(mu_);
   // Jobs whose writes the last round kept for retry.

@@ -215,6 +215,18 @@ TEST_F(FaultTest, NearlyFullDiskShedsMetricsAndTheFinishedJobSucceeds) {
 
   // Space again: the next job's metrics are stored, none shed.
   std::filesystem::remove(fs + "/filler");
+  // Once the coordinator's writer has seen the room (it says so when it stops
+  // shedding), metrics are stored again.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::string log = testing::ReadFile(CoordinatorLog());
+        const size_t below = log.rfind("below its reserve");
+        const size_t above = log.rfind("above its reserve again");
+        return above != std::string::npos &&
+               (below == std::string::npos || above > below);
+      },
+      absl::Seconds(30), absl::Milliseconds(100)))
+      << DumpLogs();
   job.name = "after-space";
   job.max_steps = 40;
   absl::StatusOr<int64_t> next;
