@@ -1,5 +1,5 @@
 // The names of the metrics a trainer reports that other components treat
-// specially. The trainer (worker/trainer/trainer.cc) reports an evaluation of
+// specially. The trainer (worker/trainer/run/trainer.cc) reports an evaluation of
 // the test split as "test_accuracy" and "test_loss" at the steps it evaluates;
 // everything else (loss, images_per_sec, time_*_ms, ...) is per-interval
 // training telemetry.

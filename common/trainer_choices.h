@@ -1,6 +1,6 @@
 // The named choices of tessera.v1.TrainerConfig's string fields, defined once:
 // the job spec's checks (common/job_spec.cc), tessera-train's validation
-// (worker/trainer/trainer_options.cc) and its --help (trainer_flags.cc) all
+// (worker/trainer/run/trainer_options.cc) and its --help (trainer_flags.cc) all
 // read these tables, so that the help lists exactly what the parsers accept.
 // The first value of a table is the trainer's default where the field has one.
 //

@@ -15,7 +15,7 @@
 namespace tessera {
 
 // A collective failed or timed out: the collective timeout aborted the communicator
-// (worker/trainer/collective_timeout.h).
+// (worker/trainer/dist/collective_timeout.h).
 inline constexpr int kTrainerExitCollectiveFailure = 4;
 
 // The rank was asked to leave (SIGUSR1: a drain or a preemption notice). It

@@ -1,4 +1,4 @@
-// tessera's CPU LayerNorm, GELU and Linear (worker/trainer/fused_layers.h)
+// tessera's CPU LayerNorm, GELU and Linear (worker/trainer/model/fused_layers.h)
 // against LibTorch's, through the same public calls the ViT makes, at the shapes
 // of vit-micro (batch 64) and vit-cifar-tiny (batch 32). Prints, per op and
 // shape, the best-of-7 time of forward alone and of forward + backward, for
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/trainer/fused_layers.h"
+#include "worker/trainer/model/fused_layers.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs the CPU kernel benchmark: tessera's LayerNorm, GELU and Linear
-# (worker/trainer/fused_layers.h) against LibTorch's, forward and forward +
+# (worker/trainer/model/fused_layers.h) against LibTorch's, forward and forward +
 # backward, at vit-micro's and vit-cifar-tiny's shapes, one intra-op thread.
 #   bench/cpu_kernels/run.sh [--threads N]
 set -euo pipefail

@@ -33,11 +33,11 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "worker/trainer/batch_loader.h"
-#include "worker/trainer/batch_prefetcher.h"
+#include "worker/trainer/data/batch_loader.h"
+#include "worker/trainer/data/batch_prefetcher.h"
 #include "worker/trainer/data/image_encoder.h"
-#include "worker/trainer/image_data.h"
-#include "worker/trainer/training_data.h"
+#include "worker/trainer/data/image_data.h"
+#include "worker/trainer/data/training_data.h"
 
 namespace tessera::bench {
 namespace {

@@ -1,5 +1,5 @@
 """A step window under torch.profiler, written the way tessera-train writes its
-own (worker/trainer/step_profiler.h): DIR/trace.json (a Chrome trace) and
+own (worker/trainer/run/step_profiler.h): DIR/trace.json (a Chrome trace) and
 DIR/summary.json (the window's steps and wall time, and whether it ran on a
 GPU), so that compare.py reads both sides alike.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch DDP peer of the tessera-train throughput benchmark (run.sh).
 
-The same Vision Transformer as worker/trainer/vit.cc, op for op: patch
+The same Vision Transformer as worker/trainer/model/vit.cc, op for op: patch
 convolution, class token, position embedding, pre-norm encoder blocks
 (LayerNorm, multi-head self-attention via baddbmm with the 1/sqrt(head_dim)
 scale as its alpha, softmax, bmm; LayerNorm, GELU MLP), final LayerNorm, linear

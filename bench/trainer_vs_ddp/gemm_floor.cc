@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/trainer/vit_config.h"
+#include "worker/trainer/model/vit_config.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Throughput of tessera-train against PyTorch DistributedDataParallel on the same
-# work: the same ViT (ddp_peer.py mirrors worker/trainer/vit.cc op for op), the
+# work: the same ViT (ddp_peer.py mirrors worker/trainer/model/vit.cc op for op), the
 # same per-rank batch, synthetic data of the same size, AdamW, Gloo over loopback,
 # the same intra-op thread count, at world sizes 1 and 2. DDP runs at its
 # defaults (bucket_cap_mb=25, gradient copies into its buckets); tessera at its

@@ -24,7 +24,7 @@ constexpr RankState kAssigned = RankState::kAssigned;
 constexpr RankState kRunning = RankState::kRunning;
 constexpr RankState kExited = RankState::kExited;
 // An eval job's result: per-class figures and at most 100 x 100 confusion
-// counts (worker/trainer/eval_report.h) fit easily; it is kept in the ranks row.
+// counts (worker/trainer/run/eval_report.h) fit easily; it is kept in the ranks row.
 constexpr size_t kMaxEvalResultBytes = 4 << 20;
 
 // What the coordinator believes about a reported rank: `rank` is the current

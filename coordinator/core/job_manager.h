@@ -110,7 +110,7 @@ struct JobManagerOptions {
   // run out here, which after a partition takes about this long.
   absl::Duration trainer_lease = absl::Seconds(90);
   // The lease tessera-train assumes until its first renewal succeeds
-  // (kFirstContactLease in worker/trainer/lease.h).
+  // (kFirstContactLease in worker/trainer/run/lease.h).
   absl::Duration trainer_first_contact_lease = absl::Seconds(15);
   // A lost rank's lease has run out here `lease * (1 + ratio) + margin` after
   // the last renewal received: room for clocks that run at different rates.

@@ -1,4 +1,4 @@
-// Fuzzes the dataset file readers of the trainer (worker/trainer/cifar_reader.h,
+// Fuzzes the dataset file readers of the trainer (worker/trainer/data/cifar_reader.h,
 // idx_reader.h): CIFAR-10/100 binary batches and IDX files, plain or gzipped,
 // as read from disk by LoadCifar, ReadIdxFile and LoadFashionMnist.
 //
@@ -34,9 +34,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "worker/trainer/cifar_reader.h"
-#include "worker/trainer/idx_reader.h"
-#include "worker/trainer/image_dataset.h"
+#include "worker/trainer/data/cifar_reader.h"
+#include "worker/trainer/data/idx_reader.h"
+#include "worker/trainer/data/image_dataset.h"
 
 namespace tessera::fuzz {
 namespace {

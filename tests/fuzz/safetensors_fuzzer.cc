@@ -1,4 +1,4 @@
-// Fuzzes the safetensors reader of the trainer (worker/trainer/safetensors.h),
+// Fuzzes the safetensors reader of the trainer (worker/trainer/model/safetensors.h),
 // which reads pretrained weights from files users download: the whole input is
 // the file, parsed from memory (SafetensorsFile::FromBytes, the same checks as
 // Open on a mapped file).
@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "worker/trainer/safetensors.h"
+#include "worker/trainer/model/safetensors.h"
 
 namespace tessera::fuzz {
 namespace {

@@ -29,25 +29,25 @@
 #include "common/clock.h"
 #include "common/fault_spec.h"
 #include "common/trainer_exit.h"
-#include "worker/trainer/collective_timeout.h"
-#include "worker/trainer/coordinator_client.h"
-#include "worker/trainer/eval_report.h"
-#include "worker/trainer/evaluation.h"
-#include "worker/trainer/fault_injector.h"
-#include "worker/trainer/image_data.h"
-#include "worker/trainer/image_dataset.h"
-#include "worker/trainer/lease.h"
-#include "worker/trainer/metrics_reporter.h"
-#include "worker/trainer/preemption.h"
-#include "worker/trainer/process_group.h"
-#include "worker/trainer/progress.h"
-#include "worker/trainer/trainer.h"
-#include "worker/trainer/trainer_flags.h"
-#include "worker/trainer/trainer_options.h"
-#include "worker/trainer/training_data.h"
+#include "worker/trainer/dist/collective_timeout.h"
+#include "worker/trainer/run/coordinator_client.h"
+#include "worker/trainer/run/eval_report.h"
+#include "worker/trainer/run/evaluation.h"
+#include "worker/trainer/run/fault_injector.h"
+#include "worker/trainer/data/image_data.h"
+#include "worker/trainer/data/image_dataset.h"
+#include "worker/trainer/run/lease.h"
+#include "worker/trainer/run/metrics_reporter.h"
+#include "worker/trainer/run/preemption.h"
+#include "worker/trainer/dist/process_group.h"
+#include "worker/trainer/run/progress.h"
+#include "worker/trainer/run/trainer.h"
+#include "worker/trainer/run/trainer_flags.h"
+#include "worker/trainer/run/trainer_options.h"
+#include "worker/trainer/data/training_data.h"
 
 #if TESSERA_NCCL_TENSORS
-#include "worker/trainer/nccl_communicator.h"
+#include "worker/trainer/dist/nccl_communicator.h"
 #endif
 
 #if TESSERA_TRAINER_WITH_GRPC
@@ -55,7 +55,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "common/grpc_tls.h"
-#include "worker/trainer/grpc_coordinator_client.h"
+#include "worker/trainer/run/grpc_coordinator_client.h"
 #endif
 
 namespace tessera::trainer {

@@ -1,4 +1,4 @@
-#include "worker/trainer/augmentation.h"
+#include "worker/trainer/data/augmentation.h"
 
 #include <cstdint>
 #include <set>

@@ -1,4 +1,4 @@
-#include "worker/trainer/batch_feed.h"
+#include "worker/trainer/data/batch_feed.h"
 
 #include <torch/torch.h>
 
@@ -8,10 +8,10 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/batch_loader.h"
-#include "worker/trainer/batch_prefetcher.h"
-#include "worker/trainer/image_dataset.h"
-#include "worker/trainer/synthetic_dataset.h"
+#include "worker/trainer/data/batch_loader.h"
+#include "worker/trainer/data/batch_prefetcher.h"
+#include "worker/trainer/data/image_dataset.h"
+#include "worker/trainer/data/synthetic_dataset.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,13 +1,13 @@
-#include "worker/trainer/batch_loader.h"
+#include "worker/trainer/data/batch_loader.h"
 
 #include <torch/torch.h>
 
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/trainer/augmentation.h"
-#include "worker/trainer/image_dataset.h"
-#include "worker/trainer/image_preprocessor.h"
+#include "worker/trainer/data/augmentation.h"
+#include "worker/trainer/data/image_dataset.h"
+#include "worker/trainer/data/image_preprocessor.h"
 
 namespace tessera::trainer {
 namespace {

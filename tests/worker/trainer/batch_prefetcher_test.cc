@@ -1,4 +1,4 @@
-#include "worker/trainer/batch_prefetcher.h"
+#include "worker/trainer/data/batch_prefetcher.h"
 
 #include <torch/torch.h>
 
@@ -16,9 +16,9 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/batch_loader.h"
-#include "worker/trainer/distributed_sampler.h"
-#include "worker/trainer/image_dataset.h"
+#include "worker/trainer/data/batch_loader.h"
+#include "worker/trainer/data/distributed_sampler.h"
+#include "worker/trainer/data/image_dataset.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/trainer/bucket_plan.h"
+#include "worker/trainer/dist/bucket_plan.h"
 
 #include <algorithm>
 #include <cstdint>

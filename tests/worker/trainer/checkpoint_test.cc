@@ -1,4 +1,4 @@
-#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/run/checkpoint.h"
 
 #include <sys/fsuid.h>
 #include <torch/torch.h>

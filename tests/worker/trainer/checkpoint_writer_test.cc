@@ -1,7 +1,7 @@
 // The checkpoint writer (checkpoint_writer.h): the write runs on a thread of
 // its own while the caller goes on, its progress and status come back, and a
 // second write waits for the first to be collected.
-#include "worker/trainer/checkpoint_writer.h"
+#include "worker/trainer/run/checkpoint_writer.h"
 
 #include <thread>
 

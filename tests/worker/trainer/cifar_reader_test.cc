@@ -1,4 +1,4 @@
-#include "worker/trainer/cifar_reader.h"
+#include "worker/trainer/data/cifar_reader.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/image_dataset.h"
+#include "worker/trainer/data/image_dataset.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,7 +1,7 @@
 // The collective timeout's logic (Check) on a fake clock and a fake poll, and
 // its thread: it fires once past the timeout or at once on a poll error, stays
 // quiet while collectives complete, and stops when destroyed.
-#include "worker/trainer/collective_timeout.h"
+#include "worker/trainer/dist/collective_timeout.h"
 
 #include <atomic>
 #include <memory>
@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/pending_collective_tracker.h"
+#include "worker/trainer/dist/pending_collective_tracker.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,7 +1,7 @@
 // The decision to capture the training step in a CUDA graph (cuda_graph.h):
 // every reason that rules it out is named, "on" fails on any, "off" never
 // captures.
-#include "worker/trainer/cuda_graph.h"
+#include "worker/trainer/gpu/cuda_graph.h"
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // The CUDA-event step timer. Built wherever the CUDA runtime is found; the
 // timing test needs a visible device and skips (saying so) without one.
-#include "worker/trainer/cuda_step_timer.h"
+#include "worker/trainer/gpu/cuda_step_timer.h"
 
 #include <cuda_runtime_api.h>
 

@@ -2,7 +2,7 @@
 // The resume contract is checked on sample ids: a run stopped at world size W
 // and resumed at W' visits exactly the samples (in the same global order) that
 // the uninterrupted run would have visited next.
-#include "worker/trainer/data_position.h"
+#include "worker/trainer/data/data_position.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/distributed_sampler.h"
+#include "worker/trainer/data/distributed_sampler.h"
 
 namespace tessera::trainer {
 namespace {

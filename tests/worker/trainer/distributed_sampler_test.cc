@@ -1,4 +1,4 @@
-#include "worker/trainer/distributed_sampler.h"
+#include "worker/trainer/data/distributed_sampler.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "worker/trainer/eval_report.h"
+#include "worker/trainer/run/eval_report.h"
 
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 // The evaluation-only run (evaluation.h) in process: against the training
 // loop's own final evaluation, against torchvision on an image folder, and
 // its refusals before any work.
-#include "worker/trainer/evaluation.h"
+#include "worker/trainer/run/evaluation.h"
 
 #include <torch/torch.h>
 #include <unistd.h>
@@ -19,14 +19,14 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/worker/trainer/torchvision_reference.h"
-#include "worker/trainer/communicator.h"
-#include "worker/trainer/image_data.h"
-#include "worker/trainer/metrics_reporter.h"
-#include "worker/trainer/synthetic_dataset.h"
-#include "worker/trainer/trainer.h"
-#include "worker/trainer/vit.h"
-#include "worker/trainer/vit_config.h"
-#include "worker/trainer/vit_weights.h"
+#include "worker/trainer/dist/communicator.h"
+#include "worker/trainer/data/image_data.h"
+#include "worker/trainer/run/metrics_reporter.h"
+#include "worker/trainer/data/synthetic_dataset.h"
+#include "worker/trainer/run/trainer.h"
+#include "worker/trainer/model/vit.h"
+#include "worker/trainer/model/vit_config.h"
+#include "worker/trainer/model/vit_weights.h"
 
 namespace tessera::trainer {
 namespace {

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "worker/trainer/coordinator_client.h"
+#include "worker/trainer/run/coordinator_client.h"
 
 namespace tessera::trainer::testing {
 

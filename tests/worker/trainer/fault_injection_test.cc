@@ -10,7 +10,7 @@
 #include "common/rank_phase.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/fault_injector.h"
+#include "worker/trainer/run/fault_injector.h"
 
 namespace tessera::trainer {
 namespace {

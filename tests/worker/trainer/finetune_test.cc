@@ -10,15 +10,16 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/trainer/checkpoint.h"
-#include "worker/trainer/communicator.h"
-#include "worker/trainer/idx_reader.h"
-#include "worker/trainer/image_dataset.h"
-#include "worker/trainer/metrics_reporter.h"
-#include "worker/trainer/safetensors.h"
-#include "worker/trainer/trainer.h"
-#include "worker/trainer/vit_config.h"
-#include "worker/trainer/vit_weights.h"
+#include "worker/trainer/run/checkpoint.h"
+#include "worker/trainer/dist/communicator.h"
+#include "worker/trainer/data/idx_reader.h"
+#include "worker/trainer/data/image_dataset.h"
+#include "worker/trainer/run/metrics_reporter.h"
+#include "worker/trainer/model/safetensors.h"
+#include "worker/trainer/run/trainer.h"
+#include "worker/trainer/model/vit_config.h"
+#include "worker/trainer/model/vit_weights.h"
+#include "worker/trainer/run/checkpoint_model.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/trainer/fused_adamw.h"
+#include "worker/trainer/model/fused_adamw.h"
 
 #include <torch/torch.h>
 #include <torch/version.h>

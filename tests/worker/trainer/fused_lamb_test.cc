@@ -1,4 +1,4 @@
-#include "worker/trainer/fused_lamb.h"
+#include "worker/trainer/model/fused_lamb.h"
 
 #include <torch/torch.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/run/checkpoint.h"
 
 namespace tessera::trainer {
 namespace {

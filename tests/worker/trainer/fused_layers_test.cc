@@ -1,4 +1,4 @@
-#include "worker/trainer/fused_layers.h"
+#include "worker/trainer/model/fused_layers.h"
 
 #include <torch/torch.h>
 
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/trainer/vit.h"
-#include "worker/trainer/vit_config.h"
+#include "worker/trainer/model/vit.h"
+#include "worker/trainer/model/vit_config.h"
 
 namespace tessera::trainer {
 namespace {

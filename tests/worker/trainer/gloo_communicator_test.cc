@@ -1,4 +1,4 @@
-#include "worker/trainer/gloo_communicator.h"
+#include "worker/trainer/dist/gloo_communicator.h"
 
 #include <torch/torch.h>
 
@@ -18,7 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/gloo_group.h"
-#include "worker/trainer/pending_collective_tracker.h"
+#include "worker/trainer/dist/pending_collective_tracker.h"
 
 namespace tessera::trainer {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/communicator.h"
-#include "worker/trainer/gloo_communicator.h"
+#include "worker/trainer/dist/communicator.h"
+#include "worker/trainer/dist/gloo_communicator.h"
 
 namespace tessera::trainer::testing {
 

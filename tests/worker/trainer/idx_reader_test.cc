@@ -1,4 +1,4 @@
-#include "worker/trainer/idx_reader.h"
+#include "worker/trainer/data/idx_reader.h"
 
 #include <zlib.h>
 

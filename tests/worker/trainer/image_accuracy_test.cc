@@ -17,13 +17,13 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/data/data_test_util.h"
-#include "worker/trainer/communicator.h"
+#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/data/image_encoder.h"
-#include "worker/trainer/idx_reader.h"
-#include "worker/trainer/image_data.h"
-#include "worker/trainer/image_dataset.h"
-#include "worker/trainer/metrics_reporter.h"
-#include "worker/trainer/trainer.h"
+#include "worker/trainer/data/idx_reader.h"
+#include "worker/trainer/data/image_data.h"
+#include "worker/trainer/data/image_dataset.h"
+#include "worker/trainer/run/metrics_reporter.h"
+#include "worker/trainer/run/trainer.h"
 
 namespace tessera::trainer {
 namespace {

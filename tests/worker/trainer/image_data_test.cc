@@ -2,7 +2,7 @@
 // mid-epoch from both kinds, equal steps per rank over a sample count that
 // does not divide evenly, bad files skipped, counted and named, and a class
 // missing from val refused. The images are generated here at run time.
-#include "worker/trainer/image_data.h"
+#include "worker/trainer/data/image_data.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -17,12 +17,12 @@
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/data/data_test_util.h"
 #include "tests/worker/trainer/fake_coordinator_client.h"
-#include "worker/trainer/checkpoint.h"
-#include "worker/trainer/communicator.h"
+#include "worker/trainer/run/checkpoint.h"
+#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/data/shard_packer.h"
-#include "worker/trainer/gloo_communicator.h"
-#include "worker/trainer/metrics_reporter.h"
-#include "worker/trainer/trainer.h"
+#include "worker/trainer/dist/gloo_communicator.h"
+#include "worker/trainer/run/metrics_reporter.h"
+#include "worker/trainer/run/trainer.h"
 
 namespace tessera::trainer {
 namespace {

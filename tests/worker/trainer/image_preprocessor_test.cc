@@ -1,4 +1,4 @@
-#include "worker/trainer/image_preprocessor.h"
+#include "worker/trainer/data/image_preprocessor.h"
 
 #include <torch/torch.h>
 
@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/trainer/augmentation.h"
-#include "worker/trainer/image_dataset.h"
+#include "worker/trainer/data/augmentation.h"
+#include "worker/trainer/data/image_dataset.h"
 
 namespace tessera::trainer {
 namespace {

@@ -3,7 +3,7 @@
 // before; a coordinator that no longer counts the rank stops it at once. The
 // keeper renews at the reporting period the coordinator asks for, and every
 // renewal carries the rank's progress report.
-#include "worker/trainer/lease.h"
+#include "worker/trainer/run/lease.h"
 
 #include <deque>
 #include <string>
@@ -14,7 +14,7 @@
 #include "common/rank_phase.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/fake_coordinator_client.h"
-#include "worker/trainer/progress.h"
+#include "worker/trainer/run/progress.h"
 
 namespace tessera::trainer {
 namespace {

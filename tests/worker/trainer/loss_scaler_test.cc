@@ -1,4 +1,4 @@
-#include "worker/trainer/loss_scaler.h"
+#include "worker/trainer/model/loss_scaler.h"
 
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "worker/trainer/metrics_reporter.h"
+#include "worker/trainer/run/metrics_reporter.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,7 +1,7 @@
 // The NCCL backend on raw device pointers. Built and linked wherever NCCL and the
 // CUDA runtime are found; the collective tests need a visible CUDA device and
 // skip (saying so) without one; the version tests need none.
-#include "worker/trainer/nccl_communicator.h"
+#include "worker/trainer/dist/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

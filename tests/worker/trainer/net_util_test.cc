@@ -1,4 +1,4 @@
-#include "worker/trainer/net_util.h"
+#include "worker/trainer/dist/net_util.h"
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"

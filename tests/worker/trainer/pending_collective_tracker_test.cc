@@ -1,6 +1,6 @@
 // The tracker of a communicator's unfinished collectives: numbering, the oldest
 // pending one, and ending collectives out of order or twice.
-#include "worker/trainer/pending_collective_tracker.h"
+#include "worker/trainer/dist/pending_collective_tracker.h"
 
 #include <optional>
 #include <thread>

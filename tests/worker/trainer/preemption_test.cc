@@ -2,7 +2,7 @@
 // thread, while the thread that started the listener, and every thread it
 // starts afterwards, keep the signal blocked (no compute thread is ever
 // interrupted by it).
-#include "worker/trainer/preemption.h"
+#include "worker/trainer/run/preemption.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -1,7 +1,7 @@
 // Forms process groups the three ways tessera-train does: through a coordinator
 // (a fake TrainerService served over real gRPC on loopback), through a static
 // TCPStore, and standalone.
-#include "worker/trainer/process_group.h"
+#include "worker/trainer/dist/process_group.h"
 
 #include <grpcpp/grpcpp.h>
 #include <torch/torch.h>
@@ -18,9 +18,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessera/v1/tessera.grpc.pb.h"
-#include "worker/trainer/gloo_communicator.h"
-#include "worker/trainer/grpc_coordinator_client.h"
-#include "worker/trainer/progress.h"
+#include "worker/trainer/dist/gloo_communicator.h"
+#include "worker/trainer/run/grpc_coordinator_client.h"
+#include "worker/trainer/run/progress.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,7 +1,7 @@
 // The step profile's arithmetic (profile_summary.h) on hand-made events: self
 // CPU time through nesting, device time and idle time, the table and the
 // Chrome trace.
-#include "worker/trainer/profile_summary.h"
+#include "worker/trainer/run/profile_summary.h"
 
 #include <string>
 #include <vector>

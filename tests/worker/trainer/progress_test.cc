@@ -2,7 +2,7 @@
 // resume, the current phase and its age, the collective it waits on, and the
 // per-phase means over a window of recent steps, on a fake clock. Also the cost
 // of a phase change, which the training loop pays several times per step.
-#include "worker/trainer/progress.h"
+#include "worker/trainer/run/progress.h"
 
 #include <atomic>
 #include <chrono>
@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "common/rank_phase.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/pending_collective_tracker.h"
+#include "worker/trainer/dist/pending_collective_tracker.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/trainer/reducer.h"
+#include "worker/trainer/dist/reducer.h"
 
 #include <torch/torch.h>
 
@@ -12,8 +12,8 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/gloo_group.h"
-#include "worker/trainer/communicator.h"
-#include "worker/trainer/gloo_communicator.h"
+#include "worker/trainer/dist/communicator.h"
+#include "worker/trainer/dist/gloo_communicator.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/trainer/safetensors.h"
+#include "worker/trainer/model/safetensors.h"
 
 #include <unistd.h>
 

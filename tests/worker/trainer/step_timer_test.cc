@@ -1,4 +1,4 @@
-#include "worker/trainer/step_timer.h"
+#include "worker/trainer/gpu/step_timer.h"
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"

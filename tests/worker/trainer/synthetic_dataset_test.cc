@@ -1,4 +1,4 @@
-#include "worker/trainer/synthetic_dataset.h"
+#include "worker/trainer/data/synthetic_dataset.h"
 
 #include <cstdint>
 #include <limits>

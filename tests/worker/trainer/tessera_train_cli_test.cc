@@ -23,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/run_binary.h"
-#include "worker/trainer/gloo_communicator.h"
+#include "worker/trainer/dist/gloo_communicator.h"
 
 namespace tessera::trainer {
 namespace {

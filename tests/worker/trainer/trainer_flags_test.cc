@@ -1,4 +1,4 @@
-#include "worker/trainer/trainer_flags.h"
+#include "worker/trainer/run/trainer_flags.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/message_differencer.h>

@@ -22,7 +22,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/worker/trainer/run_binary.h"
-#include "worker/trainer/safetensors.h"
+#include "worker/trainer/model/safetensors.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/trainer/trainer_options.h"
+#include "worker/trainer/run/trainer_options.h"
 
 #include <limits>
 

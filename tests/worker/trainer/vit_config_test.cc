@@ -1,4 +1,4 @@
-#include "worker/trainer/vit_config.h"
+#include "worker/trainer/model/vit_config.h"
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"

@@ -1,11 +1,11 @@
-#include "worker/trainer/vit.h"
+#include "worker/trainer/model/vit.h"
 
 #include <torch/torch.h>
 
 #include <string>
 
 #include "gtest/gtest.h"
-#include "worker/trainer/vit_config.h"
+#include "worker/trainer/model/vit_config.h"
 
 namespace tessera::trainer {
 namespace {

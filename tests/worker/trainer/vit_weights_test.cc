@@ -1,4 +1,5 @@
-#include "worker/trainer/vit_weights.h"
+#include "worker/trainer/model/vit_weights.h"
+#include "worker/trainer/run/checkpoint_model.h"
 
 #include <torch/torch.h>
 #include <unistd.h>
@@ -21,10 +22,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/worker/trainer/torchvision_reference.h"
-#include "worker/trainer/checkpoint.h"
-#include "worker/trainer/safetensors.h"
-#include "worker/trainer/vit.h"
-#include "worker/trainer/vit_config.h"
+#include "worker/trainer/run/checkpoint.h"
+#include "worker/trainer/model/safetensors.h"
+#include "worker/trainer/model/vit.h"
+#include "worker/trainer/model/vit_config.h"
 
 namespace tessera::trainer {
 namespace {
