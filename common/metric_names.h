@@ -16,6 +16,13 @@ namespace tessera {
 inline constexpr char kTestAccuracyMetricName[] = "test_accuracy";
 inline constexpr char kTestLossMetricName[] = "test_loss";
 
+// Bytes of optimizer state (AdamW/LAMB moments, SGD momentum) and of gradient
+// buffers this rank holds; with ZeRO (trainer.zero_stage) they shrink with the
+// world size. Reported by every rank with its first metrics and read by the
+// sweep report and the dashboard's memory-per-rank chart.
+inline constexpr char kOptimizerStateBytesMetricName[] = "optimizer_state_bytes";
+inline constexpr char kGradientBytesMetricName[] = "gradient_bytes";
+
 // Whether `name` is an evaluation result ("test_*", "eval_*" or "val_*"):
 // sparse points that a job's history is judged by, which database retention
 // keeps every one of when it downsamples.
