@@ -40,8 +40,9 @@
 #
 #   scripts/gpu_check.sh --prepare DIR   here (Debian 12, apt reachable): fetch
 #       abseil, CLI11, nlohmann-json, GoogleTest/gmock, libjpeg-turbo, libspng,
-#       zlib and pkgconf, unpack them into DIR/root, print their sizes. DIR is
-#       meant to be gpu-deps/ (git-ignored), carried to the GPU machine.
+#       libarchive, zlib and pkgconf, unpack them into DIR/root, print their
+#       sizes. DIR is meant to be gpu-deps/ (git-ignored), carried to the GPU
+#       machine.
 #   scripts/gpu_check.sh [--deps DIR]    on the GPU machine (DIR defaults to
 #       gpu-deps/ in the repository).
 #   scripts/gpu_check.sh --profile [--deps DIR]    the build, then only the step
@@ -78,9 +79,11 @@ COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-150}
 JOBS=${JOBS:-$(nproc)}
 PEER=$ROOT/bench/trainer_vs_ddp/gpu_peer.py
 # Debian bookworm packages the trainer-only build needs and a GPU machine lacks.
+# (libarchive13's own libraries, libxml2, nettle, lz4, zstd, are those of the
+# machine: Debian's and Ubuntu's CMake depend on libarchive13 too.)
 PREPARE_PACKAGES=(libabsl-dev libabsl20220623 libcli11-dev nlohmann-json3-dev libgtest-dev
   libgmock-dev libjpeg62-turbo-dev libjpeg62-turbo libspng-dev libspng0 zlib1g-dev zlib1g
-  pkgconf-bin libpkgconf3)
+  libarchive-dev libarchive13 pkgconf-bin libpkgconf3)
 MARKER=.tessera-gpu-deps
 MULTIARCH=x86_64-linux-gnu
 

@@ -4,8 +4,8 @@
 # non-free nvidia-cuda-toolkit, NCCL from libnccl-dev, and trixie's LibTorch 2.6
 # with CUDA, fetched with apt-get download and unpacked with dpkg -x as in
 # scripts/lane-cuda.sh; but no abseil, CLI11, GoogleTest, nlohmann-json,
-# libjpeg-turbo, libspng or Gloo development files: pip's LibTorch ships no
-# Gloo headers either), it runs
+# libjpeg-turbo, libspng, libarchive or Gloo development files: pip's LibTorch
+# ships no Gloo headers either), it runs
 #
 #   unshare -n chroot ROOT .../gpu_check.sh --rehearse --deps /deps
 #
@@ -34,7 +34,7 @@ DEPS="${TESSERA_GPU_DEPS:-$LANE_REPO/gpu-deps}"
   lane_die "no prepared dependencies in $DEPS: run scripts/gpu_check.sh --prepare $DEPS first"
 DEPS="$(cd "$DEPS" && pwd)"
 # What a GPU machine lacks and the prepared folder brings: none of it may be in the root.
-FORBIDDEN='^(libabsl-dev|libcli11-dev|libgtest-dev|libgmock-dev|googletest|nlohmann-json3-dev|libjpeg62-turbo-dev|libjpeg-dev|libturbojpeg0-dev|libspng-dev)$'
+FORBIDDEN='^(libabsl-dev|libcli11-dev|libgtest-dev|libgmock-dev|googletest|nlohmann-json3-dev|libjpeg62-turbo-dev|libjpeg-dev|libturbojpeg0-dev|libspng-dev|libarchive-dev)$'
 EXTRACT=$LANE_TORCH_CUDA
 LIBDIR=$EXTRACT/usr/lib/x86_64-linux-gnu
 
@@ -64,7 +64,7 @@ present="$(lane_chroot "dpkg-query -W -f '\${Package} \${Status}\n'" |
   awk '$NF == "installed" { print $1 }' | grep -E "$FORBIDDEN" || true)"
 [ -z "$present" ] || lane_die "the root has $(tr '\n' ' ' <<<"$present")installed; a GPU machine has not"
 for f in usr/lib/x86_64-linux-gnu/cmake/absl usr/lib/cmake/GTest usr/lib/x86_64-linux-gnu/cmake/GTest \
-  usr/share/cmake/CLI11 usr/share/cmake/nlohmann_json usr/include/jpeglib.h usr/include/spng.h \
+  usr/share/cmake/CLI11 usr/share/cmake/nlohmann_json usr/include/jpeglib.h usr/include/spng.h usr/include/archive.h \
   usr/include/gloo "${EXTRACT#/}/usr/include/gloo"; do
   [ ! -e "$LANE_ROOT/$f" ] || lane_die "the root has /$f; a GPU machine has not"
 done

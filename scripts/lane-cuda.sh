@@ -39,8 +39,8 @@ lane_mount --bind "$LANE_DIR/cudnn" "$LANE_ROOT/opt/cudnn"
 torch_deps="$(lane_torch_cuda_deps)"
 # shellcheck disable=SC2086
 lane_install g++ cmake ninja-build ccache binutils libabsl-dev libcli11-dev zlib1g-dev \
-  libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev libgloo-cuda-dev libjpeg62-turbo-dev libspng-dev pkgconf \
-  nvidia-cuda-toolkit libnccl-dev $torch_deps
+  libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev libgloo-cuda-dev libjpeg62-turbo-dev libspng-dev \
+  libarchive-dev pkgconf nvidia-cuda-toolkit libnccl-dev $torch_deps
 
 lane_torch_cuda_unpack
 rm -f "$LANE_DIR/cudnn/"*

@@ -13,8 +13,8 @@ lane_init libtorch26 "$@"
 lane_ensure_root
 lane_mount_all
 lane_install g++ cmake ninja-build ccache binutils libtorch-dev libabsl-dev libcli11-dev \
-  zlib1g-dev libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev libgloo-dev libjpeg62-turbo-dev libspng-dev pkgconf \
-  python3-torchvision python3-safetensors
+  zlib1g-dev libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev libgloo-dev libjpeg62-turbo-dev libspng-dev \
+  libarchive-dev pkgconf python3-torchvision python3-safetensors
 
 # A CPU lane: the GPU pieces stay out even if a toolkit turns up in the root.
 lane_configure_build -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON

@@ -13,6 +13,8 @@ PACKAGES=(
   nodejs chromium clang libclang-rt-14-dev
   slurm-wlm munge
   libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev python3-torchvision
+  # The tar shards' reader and writer (worker/trainer/data/tar_*.cc).
+  libarchive-dev
   # /metrics: prometheus-cpp's registry types and text serializer; promtool
   # (package prometheus) checks the page and the alert rules in the tests only.
   prometheus-cpp-dev prometheus

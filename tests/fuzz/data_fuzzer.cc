@@ -1,6 +1,9 @@
 // Fuzzes the image data layer's readers of untrusted bytes
-// (worker/trainer/data/): the tar reader of the shard datasets and the JPEG
-// (libjpeg-turbo) and PNG (libspng) decoders, whole and region decodes.
+// (worker/trainer/data/): the tar reader of the shard datasets (TarReader over
+// libarchive) and the JPEG (libjpeg-turbo) and PNG (libspng) decoders, whole
+// and region decodes. The system's libarchive, libjpeg and libspng are not
+// instrumented: the fuzzer steers by our code's coverage, and finds their
+// faults as crashes or as broken invariants below.
 //
 // Input: byte 0 picks the mode, the rest is the file:
 //   0  tar archive: TarReader::FromBuffer, every member read (data or skipped,

@@ -1,246 +1,134 @@
 #include "worker/trainer/data/tar_reader.h"
 
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <utility>
 
-#include "absl/status/status.h"
-#include "absl/strings/numbers.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 
 namespace tessera::trainer::data {
-
-constexpr size_t kBlock = 512;
-
-class TarReader::Input {
- public:
-  virtual ~Input() = default;
-  // Reads up to `n` bytes; fewer only at the end of the input.
-  virtual absl::StatusOr<size_t> Read(char* out, size_t n) = 0;
-  // Skips `n` bytes; false when the input ends first.
-  virtual absl::StatusOr<bool> Skip(int64_t n) = 0;
-  int64_t offset() const { return offset_; }
-
- protected:
-  int64_t offset_ = 0;
-};
-
 namespace {
 
-class FileInput : public TarReader::Input {
- public:
-  FileInput(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {
-    // Members are read whole, so a large buffer saves system calls.
-    std::setvbuf(file_, nullptr, _IOFBF, size_t{1} << 18);
-  }
-  ~FileInput() override { std::fclose(file_); }
+constexpr int64_t kBlock = 512;
+// Members are read whole, so a large read saves system calls.
+constexpr size_t kReadChunk = size_t{1} << 18;
+// Longest part of a member's name that a message quotes.
+constexpr size_t kMaxNameShown = 200;
+// The archive_errno of libarchive's warning that a name is not text in the
+// locale's charset: its ARCHIVE_ERRNO_FILE_FORMAT, which archive.h leaves to
+// the platform (EFTYPE where there is one, else EILSEQ).
+#ifdef EFTYPE
+constexpr int kNameNotConverted = EFTYPE;
+#else
+constexpr int kNameNotConverted = EILSEQ;
+#endif
 
-  absl::StatusOr<size_t> Read(char* out, size_t n) override {
-    const size_t got = std::fread(out, 1, n, file_);
-    if (got < n && std::ferror(file_)) {
-      return absl::DataLossError(
-          absl::StrCat("reading ", path_, ": ", std::strerror(errno)));
-    }
-    offset_ += static_cast<int64_t>(got);
-    return got;
-  }
+int64_t Padded(int64_t size) { return (size + kBlock - 1) / kBlock * kBlock; }
 
-  absl::StatusOr<bool> Skip(int64_t n) override {
-    if (::fseeko(file_, static_cast<off_t>(n), SEEK_CUR) != 0) {
-      return absl::DataLossError(
-          absl::StrCat("seeking in ", path_, ": ", std::strerror(errno)));
-    }
-    offset_ += n;
-    // A seek past the end succeeds; the next read then finds nothing.
-    return true;
-  }
-
- private:
-  std::FILE* const file_;
-  const std::string path_;
-};
-
-class BufferInput : public TarReader::Input {
- public:
-  explicit BufferInput(std::string bytes) : bytes_(std::move(bytes)) {}
-
-  absl::StatusOr<size_t> Read(char* out, size_t n) override {
-    const size_t pos = static_cast<size_t>(offset_);
-    const size_t got = std::min(n, bytes_.size() - std::min(pos, bytes_.size()));
-    if (got > 0) std::memcpy(out, bytes_.data() + pos, got);
-    offset_ += static_cast<int64_t>(got);
-    return got;
-  }
-
-  absl::StatusOr<bool> Skip(int64_t n) override {
-    const auto left = static_cast<int64_t>(bytes_.size()) - offset_;
-    offset_ += std::min(n, std::max<int64_t>(left, 0));
-    return n <= left;
-  }
-
- private:
-  const std::string bytes_;
-};
-
-int64_t Padded(int64_t size) {
-  return (size + static_cast<int64_t>(kBlock) - 1) / kBlock * kBlock;
+std::string ArchiveMessage(archive* a) {
+  const char* message = archive_error_string(a);
+  return message != nullptr ? message : "libarchive gave no reason";
 }
-
-// A numeric header field: octal digits (leading spaces allowed, ended by a
-// space or NUL), or GNU base-256 when the first byte's high bit is set.
-absl::StatusOr<int64_t> ParseNumber(const char* field, size_t len,
-                                    absl::string_view what) {
-  const auto* u = reinterpret_cast<const unsigned char*>(field);
-  if (u[0] & 0x80) {
-    if (u[0] != 0x80)
-      return absl::DataLossError(absl::StrCat("tar ", what, ": negative or too large"));
-    uint64_t v = 0;
-    for (size_t i = 1; i < len; ++i) {
-      if (v >> 55) return absl::DataLossError(absl::StrCat("tar ", what, ": too large"));
-      v = (v << 8) | u[i];
-    }
-    return static_cast<int64_t>(v);
-  }
-  size_t i = 0;
-  while (i < len && field[i] == ' ') ++i;
-  int64_t v = 0;
-  for (; i < len && field[i] != ' ' && field[i] != '\0'; ++i) {
-    if (field[i] < '0' || field[i] > '7' || v > (INT64_MAX >> 3)) {
-      return absl::DataLossError(absl::StrCat("tar ", what, ": not an octal number"));
-    }
-    v = v * 8 + (field[i] - '0');
-  }
-  return v;
-}
-
-bool ChecksumMatches(const char* header, int64_t stored) {
-  int64_t unsigned_sum = 0;
-  int64_t signed_sum = 0;
-  for (size_t i = 0; i < kBlock; ++i) {
-    const bool in_field = i >= 148 && i < 156;
-    unsigned_sum += in_field ? ' ' : static_cast<unsigned char>(header[i]);
-    signed_sum += in_field ? ' ' : static_cast<signed char>(header[i]);
-  }
-  return stored == unsigned_sum || stored == signed_sum;
-}
-
-std::string CString(const char* field, size_t len) {
-  return std::string(field, strnlen(field, len));
-}
-
-// The `path` and `size` records of a pax extended header ("LEN key=value\n").
-absl::Status ParsePax(absl::string_view data, std::optional<std::string>& path,
-                      std::optional<int64_t>& size) {
-  while (!data.empty()) {
-    const size_t space = data.find(' ');
-    size_t len = 0;
-    if (space == absl::string_view::npos ||
-        !absl::SimpleAtoi(data.substr(0, space), &len) || len <= space + 1 ||
-        len > data.size() || data[len - 1] != '\n') {
-      return absl::DataLossError("tar pax header: malformed record");
-    }
-    const absl::string_view record = data.substr(space + 1, len - space - 2);
-    data.remove_prefix(len);
-    const size_t eq = record.find('=');
-    if (eq == absl::string_view::npos)
-      return absl::DataLossError("tar pax header: no '='");
-    const absl::string_view key = record.substr(0, eq);
-    const absl::string_view value = record.substr(eq + 1);
-    int64_t n = 0;
-    if (key == "path") path = std::string(value);
-    if (key == "size") {
-      if (!absl::SimpleAtoi(value, &n) || n < 0) {
-        return absl::DataLossError("tar pax header: bad size");
-      }
-      size = n;
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Reads a member's `size` bytes of data and the padding after them.
-absl::StatusOr<std::string> ReadData(TarReader::Input& in, int64_t size, int64_t offset) {
-  std::string data(static_cast<size_t>(size), '\0');
-  absl::StatusOr<size_t> got = in.Read(data.data(), data.size());
-  if (!got.ok()) return got.status();
-  if (*got < data.size()) {
-    return absl::DataLossError(absl::StrCat("tar member at offset ", offset,
-                                            " is truncated (", *got, " of ", size,
-                                            " bytes)"));
-  }
-  absl::StatusOr<bool> skipped = in.Skip(Padded(size) - size);
-  if (!skipped.ok()) return skipped.status();
-  return data;
-}
-
-absl::Status SkipData(TarReader::Input& in, int64_t size, int64_t offset) {
-  absl::StatusOr<bool> skipped = in.Skip(Padded(size));
-  if (!skipped.ok()) return skipped.status();
-  if (!*skipped) {
-    return absl::DataLossError(
-        absl::StrCat("tar member at offset ", offset, " is truncated"));
-  }
-  return absl::OkStatus();
-}
-
-// One 512-byte header: false at the end of the archive (end of input at a
-// block boundary, or a zero block).
-absl::StatusOr<bool> ReadHeader(TarReader::Input& in, char* header) {
-  const int64_t offset = in.offset();
-  absl::StatusOr<size_t> got = in.Read(header, kBlock);
-  if (!got.ok()) return got.status();
-  if (*got == 0) return false;
-  if (*got < kBlock) {
-    return absl::DataLossError(
-        absl::StrCat("tar header at offset ", offset, " is truncated"));
-  }
-  bool zero = true;
-  for (size_t i = 0; i < kBlock && zero; ++i) zero = header[i] == '\0';
-  if (zero) return false;
-  absl::StatusOr<int64_t> checksum = ParseNumber(header + 148, 8, "checksum");
-  if (!checksum.ok() || !ChecksumMatches(header, *checksum)) {
-    return absl::DataLossError(
-        absl::StrCat("tar header at offset ", offset, " has a bad checksum"));
-  }
-  return true;
-}
-
-std::string UstarName(const char* header) {
-  std::string name = CString(header, 100);
-  if (std::memcmp(header + 257, "ustar\0", 6) == 0 && header[345] != '\0') {
-    name = absl::StrCat(CString(header + 345, 155), "/", name);
-  }
-  return name;
-}
-
-bool IsRegularFile(char type) { return type == '0' || type == '\0' || type == '7'; }
 
 }  // namespace
 
-TarReader::TarReader(std::unique_ptr<Input> input, const TarReaderOptions& options)
-    : options_(options), input_(std::move(input)) {}
+// The shard's file descriptor, read and skipped through libarchive's client
+// callbacks. A skip never goes past the size the file had when opened, so
+// libarchive reads what is left and reports a truncated member (a seek past
+// the end would succeed and hide it).
+struct TarReader::FileSource {
+  ~FileSource() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  static la_ssize_t Read(archive* a, void* self, const void** out) {
+    auto* f = static_cast<FileSource*>(self);
+    for (;;) {
+      const ssize_t got = ::read(f->fd, f->buffer.data(), f->buffer.size());
+      if (got >= 0) {
+        f->position += got;
+        *out = f->buffer.data();
+        return got;
+      }
+      if (errno != EINTR) {
+        archive_set_error(a, errno, "read: %s", std::strerror(errno));
+        return -1;
+      }
+    }
+  }
+
+  static la_int64_t Skip(archive* /*a*/, void* self, la_int64_t request) {
+    auto* f = static_cast<FileSource*>(self);
+    const int64_t n =
+        std::min<int64_t>(request, std::max<int64_t>(f->size - f->position, 0));
+    // Skipping nothing makes libarchive read instead.
+    if (n <= 0 || ::lseek(f->fd, static_cast<off_t>(n), SEEK_CUR) < 0) return 0;
+    f->position += n;
+    return n;
+  }
+
+  int fd = -1;
+  int64_t size = 0;  // when opened
+  int64_t position = 0;
+  std::string buffer = std::string(kReadChunk, '\0');
+};
+
+void TarReader::ArchiveFree::operator()(archive* a) const { archive_read_free(a); }
+
+TarReader::TarReader(std::string source, const TarReaderOptions& options)
+    : options_(options), source_(std::move(source)), archive_(archive_read_new()) {
+  if (archive_ == nullptr) {
+    failed_ = absl::ResourceExhaustedError(
+        absl::StrCat(source_, ": cannot allocate a libarchive reader"));
+    return;
+  }
+  // Uncompressed tar only (no filters): data_offset must be a file offset.
+  archive_read_support_format_tar(archive_.get());
+  archive_read_support_format_empty(archive_.get());
+}
 
 TarReader::~TarReader() = default;
 
 absl::StatusOr<std::unique_ptr<TarReader>> TarReader::OpenFile(
     const std::string& path, const TarReaderOptions& options) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
+  auto file = std::make_unique<FileSource>();
+  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (file->fd < 0 || ::fstat(file->fd, &st) != 0) {
     const std::string message = absl::StrCat(path, ": ", std::strerror(errno));
     if (errno == ENOENT) return absl::NotFoundError(message);
     if (errno == EACCES) return absl::PermissionDeniedError(message);
     return absl::DataLossError(message);
   }
-  return std::unique_ptr<TarReader>(
-      new TarReader(std::make_unique<FileInput>(file, path), options));
+  file->size = st.st_size;
+  std::unique_ptr<TarReader> reader(new TarReader(path, options));
+  if (!reader->failed_.ok()) return reader->failed_;
+  reader->file_ = std::move(file);
+  if (archive_read_open2(reader->archive_.get(), reader->file_.get(), nullptr,
+                         &FileSource::Read, &FileSource::Skip, nullptr) != ARCHIVE_OK) {
+    reader->failed_ = reader->OpenError();
+  }
+  return reader;
 }
 
 std::unique_ptr<TarReader> TarReader::FromBuffer(std::string bytes,
                                                  const TarReaderOptions& options) {
-  return std::unique_ptr<TarReader>(
-      new TarReader(std::make_unique<BufferInput>(std::move(bytes)), options));
+  std::unique_ptr<TarReader> reader(new TarReader("in-memory archive", options));
+  if (!reader->failed_.ok()) return reader;
+  reader->buffer_ = std::move(bytes);
+  if (archive_read_open_memory(reader->archive_.get(), reader->buffer_.data(),
+                               reader->buffer_.size()) != ARCHIVE_OK) {
+    reader->failed_ = reader->OpenError();
+  }
+  return reader;
 }
 
 absl::StatusOr<std::optional<TarMember>> TarReader::Next(bool read_data) {
@@ -256,64 +144,108 @@ absl::StatusOr<std::optional<TarMember>> TarReader::Next(bool read_data) {
 }
 
 absl::StatusOr<std::optional<TarMember>> TarReader::ReadNext(bool read_data) {
-  std::optional<std::string> long_name;  // from a GNU 'L' or pax 'x' member
-  std::optional<int64_t> long_size;      // from a pax 'x' member
-  const int64_t first_offset = input_->offset();
-  char header[kBlock];
+  archive* a = archive_.get();
   for (;;) {
-    const int64_t offset = input_->offset();
-    absl::StatusOr<bool> more = ReadHeader(*input_, header);
-    if (!more.ok()) return more.status();
-    if (!*more) {
-      if (long_name || long_size) {
-        return absl::DataLossError("tar archive ends after an extended header");
-      }
-      return std::nullopt;
+    // The previous member was consumed to its end: this is the next header.
+    const int64_t offset = archive_filter_bytes(a, 0);
+    archive_entry* entry = nullptr;
+    const int rc = archive_read_next_header(a, &entry);
+    if (rc == ARCHIVE_EOF) return std::nullopt;
+    if (rc == ARCHIVE_RETRY) {  // libarchive would scan on for a valid header
+      return Error(offset, "",
+                   absl::StrCat("bad header checksum (", ArchiveMessage(a), ")"));
     }
-    absl::StatusOr<int64_t> size = ParseNumber(header + 124, 12, "size");
-    if (!size.ok()) return size.status();
-    const char type = header[156];
-    if (type == 'L' || type == 'x') {
-      if (*size > options_.max_name_bytes * 4) {
-        return absl::DataLossError(
-            absl::StrCat("tar extended header at offset ", offset, " is too long"));
-      }
-      absl::StatusOr<std::string> data = ReadData(*input_, *size, offset);
-      if (!data.ok()) return data.status();
-      if (type == 'L') {
-        long_name = CString(data->data(), data->size());
-      } else if (absl::Status s = ParsePax(*data, long_name, long_size); !s.ok()) {
-        return s;
-      }
-      continue;
-    }
-    if (!IsRegularFile(type)) {  // directories, links, devices, global pax headers
-      if (absl::Status s = SkipData(*input_, *size, offset); !s.ok()) return s;
-      long_name.reset();
-      long_size.reset();
-      continue;
+    // A name that is not text in the locale's charset (a UTF-8 pax path in the
+    // C locale) is a warning; libarchive then keeps the name's bytes, which is
+    // what a shard's key is. Every other warning is a malformed header.
+    if (rc != ARCHIVE_OK &&
+        !(rc == ARCHIVE_WARN && archive_errno(a) == kNameNotConverted)) {
+      return Error(offset, "", ArchiveMessage(a));
     }
     TarMember member;
-    member.name = long_name ? *long_name : UstarName(header);
-    member.size = long_size ? *long_size : *size;
-    member.header_offset = first_offset;
-    member.data_offset = input_->offset();
+    const char* name = archive_entry_pathname(entry);
+    member.name = name != nullptr ? name : "";
+    member.size = archive_entry_size(entry);
+    member.header_offset = offset;
+    member.data_offset = archive_filter_bytes(a, 0);
+    const bool regular = archive_entry_filetype(entry) == AE_IFREG &&
+                         archive_entry_hardlink(entry) == nullptr &&
+                         archive_entry_sparse_count(entry) == 0;
+    if (!regular) {  // directories, links, devices, sparse files
+      if (archive_read_data_skip(a) != ARCHIVE_OK) {
+        return Error(offset, member.name,
+                     absl::StrCat("cannot be skipped (", ArchiveMessage(a), ")"));
+      }
+      continue;
+    }
     if (member.name.empty() ||
         static_cast<int64_t>(member.name.size()) > options_.max_name_bytes ||
-        member.size > options_.max_member_bytes) {
-      return absl::DataLossError(
-          absl::StrCat("tar member at offset ", offset,
-                       " has no name, or is over the name or size limit"));
+        member.size < 0 || member.size > options_.max_member_bytes) {
+      return Error(
+          offset, member.name,
+          absl::StrCat("has no name, or is over the name or size limit (",
+                       member.name.size(), "-byte name, ", member.size, "-byte data)"));
     }
-    if (read_data) {
-      absl::StatusOr<std::string> data = ReadData(*input_, member.size, offset);
-      if (!data.ok()) return data.status();
-      member.data = *std::move(data);
-    } else if (absl::Status s = SkipData(*input_, member.size, offset); !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = Consume(member, read_data); !s.ok()) return s;
     return member;
   }
+}
+
+// Reads (or skips) the member's data and its padding, and checks that the
+// archive holds as many bytes as the header says (a pax or GNU "real size"
+// may say otherwise).
+absl::Status TarReader::Consume(TarMember& member, bool read_data) {
+  archive* a = archive_.get();
+  if (read_data) {
+    member.data.resize(static_cast<size_t>(member.size));
+    int64_t got = 0;
+    while (got < member.size) {
+      const la_ssize_t n = archive_read_data(a, member.data.data() + got,
+                                             static_cast<size_t>(member.size - got));
+      if (n < 0) {
+        return Error(
+            member.header_offset, member.name,
+            absl::StrCat("is truncated or unreadable (", ArchiveMessage(a), ")"));
+      }
+      if (n == 0) break;
+      got += n;
+    }
+    if (got < member.size) {
+      return Error(member.header_offset, member.name,
+                   absl::StrCat("is truncated (", got, " of ", member.size, " bytes)"));
+    }
+  }
+  if (archive_read_data_skip(a) != ARCHIVE_OK) {
+    return Error(member.header_offset, member.name,
+                 absl::StrCat("is truncated (", ArchiveMessage(a), ")"));
+  }
+  const int64_t end = archive_filter_bytes(a, 0);
+  if (end != member.data_offset + Padded(member.size)) {
+    return Error(
+        member.header_offset, member.name,
+        absl::StrCat("holds ", end - member.data_offset, " bytes with padding, not the ",
+                     Padded(member.size), " its size of ", member.size, " needs"));
+  }
+  return absl::OkStatus();
+}
+
+// libarchive reads the first header when the archive is opened.
+absl::Status TarReader::OpenError() const {
+  return Error(0, "",
+               absl::StrCat("not an uncompressed tar archive, or its first header has a "
+                            "bad checksum (",
+                            ArchiveMessage(archive_.get()), ")"));
+}
+
+absl::Status TarReader::Error(int64_t offset, const std::string& member,
+                              const std::string& what) const {
+  if (member.empty()) {
+    return absl::DataLossError(
+        absl::StrCat(source_, ": tar header at offset ", offset, ": ", what));
+  }
+  return absl::DataLossError(absl::StrCat(
+      source_, ": tar member '", absl::CHexEscape(member.substr(0, kMaxNameShown)),
+      "' at offset ", offset, " ", what));
 }
 
 }  // namespace tessera::trainer::data

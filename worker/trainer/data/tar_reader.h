@@ -1,7 +1,10 @@
-// A streaming reader of tar archives: POSIX ustar, GNU tar (long names in 'L'
-// members, base-256 sizes) and pax (the `path` and `size` records of 'x'
-// headers). It yields the archive's regular files in order, with their data;
-// directories, links, devices and global pax headers are passed over.
+// A streaming reader of the tar shards of a WebDataset-style dataset, over
+// libarchive's tar reader: POSIX ustar, GNU tar (long names in 'L' members,
+// base-256 numbers) and pax ('x' headers: long or UTF-8 paths, sizes). It
+// yields the archive's regular files in order, with their data; directories,
+// links, devices, sparse files and global pax headers are passed over. Only
+// uncompressed archives are read: a member's data lies in the file at
+// data_offset, so a loader can pread it later.
 //
 //   ASSIGN_OR_RETURN(auto reader, TarReader::OpenFile("train-000000.tar"));
 //   while (true) {
@@ -10,11 +13,14 @@
 //     Use(m->name, m->data);
 //   }
 //
-// Every header's checksum is verified. Errors: DataLoss for a bad checksum, a
-// malformed number, a truncated header or member, or a member or name over
-// TarReaderOptions' limits; NotFound / PermissionDenied when the file cannot
-// be opened. An archive that ends at a block boundary without the two zero
-// blocks is accepted (as Python's tarfile does).
+// Shards are untrusted input. Errors are DataLoss, with a message that names
+// the shard, the offset of the header or member and, once its header is read,
+// the member: a bad header checksum, a malformed number or pax record, a
+// truncated header or member, a compressed or non-tar file, or a member or
+// name over TarReaderOptions' limits. OpenFile gives NotFound /
+// PermissionDenied when the file cannot be opened. An empty input, and an
+// archive that ends at a block boundary without the two zero blocks, read as
+// archives (as Python's tarfile reads them).
 //
 // A TarReader is used by one thread at a time.
 #ifndef TESSERA_WORKER_TRAINER_DATA_TAR_READER_H_
@@ -25,7 +31,10 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
+struct archive;
 
 namespace tessera::trainer::data {
 
@@ -46,11 +55,10 @@ struct TarMember {
 
 class TarReader {
  public:
-  class Input;  // where the bytes come from: a file or a buffer
-
   static absl::StatusOr<std::unique_ptr<TarReader>> OpenFile(
       const std::string& path, const TarReaderOptions& options = {});
-  // Reads an archive held in memory (tests, fuzzing).
+  // Reads an archive held in memory (tests, fuzzing); messages call it
+  // "in-memory archive".
   static std::unique_ptr<TarReader> FromBuffer(std::string bytes,
                                                const TarReaderOptions& options = {});
   ~TarReader();
@@ -64,12 +72,25 @@ class TarReader {
   absl::StatusOr<std::optional<TarMember>> Next(bool read_data = true);
 
  private:
-  TarReader(std::unique_ptr<Input> input, const TarReaderOptions& options);
+  struct FileSource;  // the open shard behind libarchive's callbacks
+  struct ArchiveFree {
+    void operator()(archive* a) const;
+  };
+
+  TarReader(std::string source, const TarReaderOptions& options);
 
   absl::StatusOr<std::optional<TarMember>> ReadNext(bool read_data);
+  absl::Status Consume(TarMember& member, bool read_data);
+  absl::Status OpenError() const;
+  absl::Status Error(int64_t offset, const std::string& member,
+                     const std::string& what) const;
 
   const TarReaderOptions options_;
-  std::unique_ptr<Input> input_;
+  const std::string source_;          // the shard's path, for messages
+  std::string buffer_;                // FromBuffer's bytes, read in place
+  std::unique_ptr<FileSource> file_;  // OpenFile's file
+  // Declared last: freed first, while what it reads from still exists.
+  std::unique_ptr<archive, ArchiveFree> archive_;
   absl::Status failed_;
   bool ended_ = false;
 };

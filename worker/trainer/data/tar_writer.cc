@@ -1,124 +1,102 @@
 #include "worker/trainer/data/tar_writer.h"
 
-#include <cerrno>
+#include <archive.h>
+#include <archive_entry.h>
+
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 
 namespace tessera::trainer::data {
 namespace {
 
-constexpr size_t kBlock = 512;
-constexpr size_t kRecord = 10240;  // GNU tar's default: 20 blocks
-constexpr size_t kNameField = 100;
+constexpr int kRecord = 10240;  // GNU tar's default: 20 blocks of 512 bytes
 
-// `value` in octal, zero-padded, NUL-terminated, in a field of `len` bytes;
-// base-256 (GNU) when it does not fit.
-void PutNumber(char* field, size_t len, int64_t value) {
-  const std::string octal = absl::StrFormat("%0*o", static_cast<int>(len - 1), value);
-  if (octal.size() <= len - 1) {
-    std::memcpy(field, octal.data(), octal.size());
-    field[len - 1] = '\0';
-    return;
-  }
-  std::memset(field, 0, len);
-  field[0] = static_cast<char>(0x80);
-  for (size_t i = len - 1; i > 0 && value > 0; --i, value >>= 8) {
-    field[i] = static_cast<char>(value & 0xFF);
-  }
-}
+struct EntryFree {
+  void operator()(archive_entry* e) const { archive_entry_free(e); }
+};
 
 }  // namespace
 
-TarWriter::TarWriter(std::FILE* file, std::string path)
-    : file_(file), path_(std::move(path)) {}
+void TarWriter::ArchiveFree::operator()(archive* a) const { archive_write_free(a); }
+
+TarWriter::TarWriter(std::string path)
+    : path_(std::move(path)), archive_(archive_write_new()) {}
 
 TarWriter::~TarWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+  // Marks the archive failed, so that freeing it writes no end blocks.
+  if (archive_ != nullptr && !finished_) archive_write_fail(archive_.get());
 }
 
 absl::StatusOr<std::unique_ptr<TarWriter>> TarWriter::Create(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) {
-    return absl::InternalError(
-        absl::StrCat("creating ", path, ": ", std::strerror(errno)));
+  std::unique_ptr<TarWriter> writer(new TarWriter(path));
+  archive* a = writer->archive_.get();
+  if (a == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("creating ", path, ": cannot allocate a libarchive writer"));
   }
-  return std::unique_ptr<TarWriter>(new TarWriter(file, path));
-}
-
-absl::Status TarWriter::Write(const char* data, size_t size) {
-  if (file_ == nullptr) return absl::FailedPreconditionError("tar writer is finished");
-  if (size > 0 && std::fwrite(data, 1, size, file_) != size) {
-    return absl::InternalError(
-        absl::StrCat("writing ", path_, ": ", std::strerror(errno)));
+  // Zero: the last record is padded to its full size, as on a tape.
+  if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+      archive_write_set_bytes_per_block(a, kRecord) != ARCHIVE_OK ||
+      archive_write_set_bytes_in_last_block(a, 0) != ARCHIVE_OK ||
+      archive_write_open_filename(a, path.c_str()) != ARCHIVE_OK) {
+    return writer->Failure("creating");
   }
-  written_ += static_cast<int64_t>(size);
-  return absl::OkStatus();
-}
-
-absl::Status TarWriter::WriteHeader(absl::string_view name, int64_t size, char type,
-                                    int64_t mtime) {
-  char header[kBlock] = {};
-  std::memcpy(header, name.data(), std::min(name.size(), kNameField));
-  PutNumber(header + 100, 8, 0644);  // mode
-  PutNumber(header + 108, 8, 0);     // uid
-  PutNumber(header + 116, 8, 0);     // gid
-  PutNumber(header + 124, 12, size);
-  PutNumber(header + 136, 12, mtime);
-  header[156] = type;
-  std::memcpy(header + 257,
-              "ustar\0"
-              "00",
-              8);                     // POSIX magic and version
-  std::memset(header + 148, ' ', 8);  // checksum: summed as spaces
-  unsigned sum = 0;
-  for (const char c : header) sum += static_cast<unsigned char>(c);
-  const std::string checksum = absl::StrFormat("%06o", sum);
-  std::memcpy(header + 148, checksum.data(), 6);
-  header[154] = '\0';
-  header[155] = ' ';
-  return Write(header, kBlock);
+  return writer;
 }
 
 absl::Status TarWriter::Add(absl::string_view name, absl::string_view data,
                             int64_t mtime) {
+  if (finished_) return absl::FailedPreconditionError("tar writer is finished");
   if (name.empty()) return absl::InvalidArgumentError("tar member without a name");
-  const auto size = static_cast<int64_t>(data.size());
-  if (name.size() >= kNameField) {
-    // GNU long name: the name (NUL-terminated) as the data of an 'L' member.
-    const std::string long_name = absl::StrCat(name, std::string(1, '\0'));
-    if (absl::Status s = WriteHeader("././@LongLink", long_name.size(), 'L', 0);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = Write(long_name.data(), long_name.size()); !s.ok()) return s;
-    const std::string pad(kBlock - long_name.size() % kBlock, '\0');
-    if (long_name.size() % kBlock != 0) {
-      if (absl::Status s = Write(pad.data(), pad.size()); !s.ok()) return s;
-    }
+  if (name.find('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError("tar member name with a NUL byte");
   }
-  if (absl::Status s = WriteHeader(name, size, '0', mtime); !s.ok()) return s;
-  if (absl::Status s = Write(data.data(), data.size()); !s.ok()) return s;
-  const size_t tail = data.size() % kBlock;
-  if (tail == 0) return absl::OkStatus();
-  const std::string pad(kBlock - tail, '\0');
-  return Write(pad.data(), pad.size());
+  archive* a = archive_.get();
+  std::unique_ptr<archive_entry, EntryFree> entry(archive_entry_new2(a));
+  if (entry == nullptr) return Failure("adding a member to");
+  archive_entry_copy_pathname(entry.get(), std::string(name).c_str());
+  archive_entry_set_filetype(entry.get(), AE_IFREG);
+  archive_entry_set_perm(entry.get(), 0644);
+  archive_entry_set_size(entry.get(), static_cast<la_int64_t>(data.size()));
+  archive_entry_set_mtime(entry.get(), static_cast<time_t>(mtime), 0);
+  // A warning is a name that is not text in the locale's charset (any
+  // non-ASCII name in the C locale): the pax header then holds the name's
+  // bytes, marked hdrcharset=BINARY, which is what a shard's key is.
+  if (archive_write_header(a, entry.get()) < ARCHIVE_WARN) return Failure("writing");
+  size_t done = 0;
+  while (done < data.size()) {
+    const la_ssize_t n = archive_write_data(a, data.data() + done, data.size() - done);
+    if (n <= 0) return Failure("writing");
+    done += static_cast<size_t>(n);
+  }
+  if (archive_write_finish_entry(a) != ARCHIVE_OK) return Failure("writing");
+  return absl::OkStatus();
 }
 
 absl::Status TarWriter::Finish() {
-  std::string end(2 * kBlock, '\0');
-  const size_t total = static_cast<size_t>(written_) + end.size();
-  if (total % kRecord != 0) end.append(kRecord - total % kRecord, '\0');
-  if (absl::Status s = Write(end.data(), end.size()); !s.ok()) return s;
-  const int rc = std::fclose(file_);
-  file_ = nullptr;
-  if (rc != 0) {
-    return absl::InternalError(
-        absl::StrCat("closing ", path_, ": ", std::strerror(errno)));
-  }
+  if (finished_) return absl::FailedPreconditionError("tar writer is finished");
+  finished_ = true;
+  archive* a = archive_.get();
+  const int rc = archive_write_close(a);
+  final_bytes_ = archive_filter_bytes(a, -1);
+  if (rc != ARCHIVE_OK) return Failure("closing");
   return absl::OkStatus();
+}
+
+int64_t TarWriter::bytes_written() const {
+  if (finished_) return final_bytes_;
+  return archive_filter_bytes(archive_.get(), 0);
+}
+
+absl::Status TarWriter::Failure(absl::string_view doing) const {
+  archive* a = archive_.get();
+  const char* message = archive_error_string(a);
+  const int err = archive_errno(a);
+  return absl::InternalError(absl::StrCat(
+      doing, " ", path_, ": ", message != nullptr ? message : "libarchive failed",
+      err > 0 ? absl::StrCat(" (", std::strerror(err), ")") : ""));
 }
 
 }  // namespace tessera::trainer::data

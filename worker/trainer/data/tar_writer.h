@@ -1,28 +1,34 @@
-// Writes a POSIX ustar archive of regular files, as plain `tar`, Python's
-// tarfile and the webdataset package read it: 512-byte headers (mode 0644,
-// uid/gid 0, the given mtime), data padded to 512 bytes, names over 100 bytes
-// in a GNU 'L' long-name member, and at the end two zero blocks padded to a
-// 10240-byte record, as GNU tar writes.
+// Writes the tar shards of a WebDataset-style dataset, through libarchive's
+// pax writer in its restricted form (as bsdtar --format=pax writes): a plain
+// ustar header per member (mode 0644, uid/gid 0, the given mtime), and a pax
+// 'x' header before it only where ustar cannot hold the member: a name over
+// 100 bytes (that ustar's prefix field cannot split), or one that is not ASCII
+// (written as its bytes with hdrcharset=BINARY, since the process's C locale
+// names no charset to translate from). Data is padded to 512 bytes and the
+// archive ends with two zero blocks, padded to a 10240-byte record as GNU tar
+// writes. `tar`, Python's tarfile and the webdataset package read the result.
 //
 //   ASSIGN_OR_RETURN(auto tar, TarWriter::Create(dir + "/train-000000.tar"));
 //   RETURN_IF_ERROR(tar->Add("00000000.jpg", jpeg_bytes));
 //   RETURN_IF_ERROR(tar->Add("00000000.cls", "3"));
 //   RETURN_IF_ERROR(tar->Finish());
 //
-// The file is written in place; a writer destroyed without Finish leaves a
-// truncated archive. Errors: Internal for I/O failures (with errno's text),
-// InvalidArgument for an empty name. Used by one thread at a time.
+// The file is written in place; a writer destroyed without Finish leaves an
+// archive without its end. Errors: Internal for I/O failures (with errno's
+// text), InvalidArgument for an empty name or one with a NUL byte,
+// FailedPrecondition after Finish. Used by one thread at a time.
 #ifndef TESSERA_WORKER_TRAINER_DATA_TAR_WRITER_H_
 #define TESSERA_WORKER_TRAINER_DATA_TAR_WRITER_H_
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+
+struct archive;
 
 namespace tessera::trainer::data {
 
@@ -40,18 +46,23 @@ class TarWriter {
   // Writes the end of the archive and closes the file.
   absl::Status Finish();
 
-  int64_t bytes_written() const { return written_; }
+  // The archive's bytes so far (headers, data, padding; after Finish, the
+  // file's size).
+  int64_t bytes_written() const;
 
  private:
-  TarWriter(std::FILE* file, std::string path);
+  struct ArchiveFree {
+    void operator()(archive* a) const;
+  };
 
-  absl::Status Write(const char* data, size_t size);
-  absl::Status WriteHeader(absl::string_view name, int64_t size, char type,
-                           int64_t mtime);
+  explicit TarWriter(std::string path);
 
-  std::FILE* file_;
+  absl::Status Failure(absl::string_view doing) const;
+
   const std::string path_;
-  int64_t written_ = 0;
+  std::unique_ptr<archive, ArchiveFree> archive_;
+  bool finished_ = false;
+  int64_t final_bytes_ = 0;  // set by Finish
 };
 
 }  // namespace tessera::trainer::data
