@@ -1,10 +1,5 @@
 #include "worker/trainer/data/image_encoder.h"
 
-#include <cstddef>
-#include <cstdio>
-// clang-format off
-#include <jpeglib.h>
-// clang-format on
 #include <spng.h>
 
 #include <csetjmp>
@@ -13,28 +8,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/trainer/data/jpeg_error.h"
 
 namespace tessera::trainer::data {
 namespace {
 
-struct ErrorManager {
-  jpeg_error_mgr pub;  // first member: libjpeg casts cinfo->err to it
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void FailJpeg(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
 struct Compressor {
-  Compressor() {
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = FailJpeg;
-    err.message[0] = '\0';
-  }
+  Compressor() { cinfo.err = err.Install(); }
   ~Compressor() {
     if (created) jpeg_destroy_compress(&cinfo);
     std::free(buffer);  // allocated by jpeg_mem_dest with malloc
@@ -43,13 +23,13 @@ struct Compressor {
   Compressor& operator=(const Compressor&) = delete;
 
   jpeg_compress_struct cinfo{};
-  ErrorManager err{};
+  JpegErrorManager err;
   bool created = false;
   unsigned char* buffer = nullptr;
   unsigned long size = 0;
 };
 
-// Holds only trivially destructible locals: FailJpeg longjmps back here.
+// Holds only trivially destructible locals: a libjpeg error longjmps back here.
 bool GuardedCompress(Compressor& c, const uint8_t* pixels, int width, int height,
                      int channels, int quality) {
   if (setjmp(c.err.jump)) return false;

@@ -1,71 +1,20 @@
 #include "worker/trainer/data/jpeg_decoder.h"
 
-// jpeglib.h needs size_t and FILE declared first.
-#include <cstddef>
-#include <cstdio>
-// clang-format off
-#include <jpeglib.h>
-#include <jerror.h>
-// clang-format on
-
 #include <algorithm>
 #include <csetjmp>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/trainer/data/jpeg_error.h"
 
 namespace tessera::trainer::data {
 namespace {
 
-// libjpeg reports fatal errors through error_exit, which must not return: it
-// longjmps back to the guarded call that is running (each Guarded* function
-// below sets the jump point and holds only trivially destructible locals, so
-// the jump skips no destructor).
-struct ErrorManager {
-  jpeg_error_mgr pub;  // first member: libjpeg casts cinfo->err to it
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void FailJpeg(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-// Warnings that mean the pixels are not the file's (libjpeg would go on with
-// grey or garbage blocks): treated as errors, as PIL does for truncated files.
-bool IsCorruptDataWarning(int code) {
-  switch (code) {
-    case JWRN_JPEG_EOF:
-    case JWRN_HIT_MARKER:
-    case JWRN_HUFF_BAD_CODE:
-    case JWRN_ARITH_BAD_CODE:
-    case JWRN_MUST_RESYNC:
-    case JWRN_NOT_SEQUENTIAL:
-    case JWRN_BOGUS_PROGRESSION:
-      return true;
-    default:
-      return false;
-  }
-}
-
-void EmitMessage(j_common_ptr cinfo, int level) {
-  if (level < 0 && IsCorruptDataWarning(cinfo->err->msg_code)) FailJpeg(cinfo);
-}
-
-void OutputMessage(j_common_ptr /*cinfo*/) {}
-
 struct Decompressor {
-  Decompressor() {
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = FailJpeg;
-    err.pub.emit_message = EmitMessage;
-    err.pub.output_message = OutputMessage;
-    err.message[0] = '\0';
-  }
+  Decompressor() { cinfo.err = err.Install(); }
   ~Decompressor() {
     if (created) jpeg_destroy_decompress(&cinfo);
   }
@@ -73,9 +22,12 @@ struct Decompressor {
   Decompressor& operator=(const Decompressor&) = delete;
 
   jpeg_decompress_struct cinfo{};
-  ErrorManager err{};
+  JpegErrorManager err;
   bool created = false;
 };
+
+// Each Guarded* function below sets the jump point of a libjpeg error
+// (jpeg_error.h) and holds only trivially destructible locals.
 
 bool GuardedReadHeader(Decompressor& d, absl::string_view bytes) {
   if (setjmp(d.err.jump)) return false;
