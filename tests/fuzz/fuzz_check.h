@@ -1,6 +1,6 @@
 // Helpers shared by the fuzz targets: a check that turns a broken invariant into
-// a crash libFuzzer records, and the splitting of an input into NUL-separated
-// parts.
+// a crash libFuzzer records, the splitting of an input into NUL-separated
+// parts, and an oracle of well-formed UTF-8.
 //
 // Thread-safety: free functions without shared state.
 #ifndef TESSERA_TESTS_FUZZ_FUZZ_CHECK_H_
@@ -53,38 +53,44 @@ inline std::vector<std::string> SplitAtNul(const uint8_t* data, size_t size,
   return parts;
 }
 
-// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code
-// points past U+10FFFF).
+// The oracle of well-formed UTF-8 for the fuzz targets' invariants. It is
+// written from RFC 3629's grammar (section 4), one row per alternative, and
+// decodes no code points, so that it shares no logic with common/job_spec.cc's
+// check (tests/fuzz/utf8_oracle_test.cc holds both to a table of known
+// answers). A row: the lead byte's range, the second byte's range (overlong
+// forms, surrogates and code points past U+10FFFF are outside it), and the
+// sequence's length; every later byte is a tail byte, 80..BF.
+struct Utf8Row {
+  uint8_t lead_min, lead_max;
+  uint8_t second_min, second_max;
+  int length;
+};
+inline constexpr Utf8Row kRfc3629Rows[] = {
+    {0x00, 0x7F, 0x00, 0x00, 1},  // UTF8-1
+    {0xC2, 0xDF, 0x80, 0xBF, 2},  // UTF8-2
+    {0xE0, 0xE0, 0xA0, 0xBF, 3},  // UTF8-3
+    {0xE1, 0xEC, 0x80, 0xBF, 3}, {0xED, 0xED, 0x80, 0x9F, 3},
+    {0xEE, 0xEF, 0x80, 0xBF, 3}, {0xF0, 0xF0, 0x90, 0xBF, 4},  // UTF8-4
+    {0xF1, 0xF3, 0x80, 0xBF, 4}, {0xF4, 0xF4, 0x80, 0x8F, 4},
+};
+
 inline bool IsValidUtf8(std::string_view text) {
   size_t i = 0;
   while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    int extra = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3;
-      cp = c & 0x07;
-    } else {
+    const auto lead = static_cast<uint8_t>(text[i]);
+    const Utf8Row* row = nullptr;
+    for (const Utf8Row& r : kRfc3629Rows) {
+      if (lead >= r.lead_min && lead <= r.lead_max) row = &r;
+    }
+    if (row == nullptr || text.size() - i < static_cast<size_t>(row->length))
       return false;
+    for (int k = 1; k < row->length; ++k) {
+      const auto byte = static_cast<uint8_t>(text[i + k]);
+      const uint8_t min = k == 1 ? row->second_min : 0x80;
+      const uint8_t max = k == 1 ? row->second_max : 0xBF;
+      if (byte < min || byte > max) return false;
     }
-    if (i + extra >= text.size()) return false;
-    for (int k = 1; k <= extra; ++k) {
-      const auto cc = static_cast<unsigned char>(text[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += extra + 1;
+    i += static_cast<size_t>(row->length);
   }
   return true;
 }
