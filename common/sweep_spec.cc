@@ -20,6 +20,8 @@ namespace v1 = ::tessera::v1;
 
 constexpr size_t kMaxNameBytes = 128;
 constexpr int kMaxRepeats = 100;
+// ZeRO stages the trainer has (TrainerConfig.zero_stage).
+constexpr int kMaxZeroStage = 2;
 
 // A parsed "shape" grid value.
 struct Shape {
@@ -53,48 +55,50 @@ absl::StatusOr<Shape> ParseShape(const std::string& text, const std::string& pat
       "'"));
 }
 
-std::string Describe(const v1::SweepPoint& p) {
-  return absl::StrCat("world_size=", p.world_size(), " batch_size=", p.batch_size(), " ",
-                      p.scaling(), " ", p.shape());
+// "world_size=4 batch_size=64 strong pack", with "zero_stage=1" after the
+// batch size when the grid sweeps the ZeRO stage.
+std::string Describe(const v1::SweepSpec& spec, const v1::SweepPoint& p) {
+  const std::string zero = spec.grid().zero_stage().empty()
+                               ? ""
+                               : absl::StrCat(" zero_stage=", p.zero_stage());
+  return absl::StrCat("world_size=", p.world_size(), " batch_size=", p.batch_size(), zero,
+                      " ", p.scaling(), " ", p.shape());
 }
 
-// Shorter job names: "<sweep>/n2-b64-strong-pack-r0".
-std::string PointJobName(const std::string& sweep, const v1::SweepPoint& p) {
-  return absl::StrCat(sweep, "/n", p.world_size(), "-b", p.batch_size(), "-", p.scaling(),
-                      "-", p.shape(), "-r", p.repeat());
+// Shorter job names: "<sweep>/n2-b64-strong-pack-r0", with "-z1" after the
+// batch size when the grid sweeps the ZeRO stage.
+std::string PointJobName(const v1::SweepSpec& spec, const v1::SweepPoint& p) {
+  const std::string zero =
+      spec.grid().zero_stage().empty() ? "" : absl::StrCat("-z", p.zero_stage());
+  return absl::StrCat(spec.name(), "/n", p.world_size(), "-b", p.batch_size(), zero, "-",
+                      p.scaling(), "-", p.shape(), "-r", p.repeat());
 }
 
-// Checks the sweep's own fields (not the expanded jobs).
-absl::Status CheckSweepFields(const v1::SweepSpec& spec) {
-  std::vector<std::string> errors;
-  if (spec.name().empty()) {
-    errors.push_back("name: missing");
-  } else if (spec.name().size() > kMaxNameBytes) {
-    errors.push_back(absl::StrCat("name: too long (", spec.name().size(),
-                                  " bytes, limit ", kMaxNameBytes, ")"));
-  }
-  if (spec.repeats() < 0 || spec.repeats() > kMaxRepeats) {
-    errors.push_back(absl::StrCat("repeats: must be between 1 and ", kMaxRepeats,
-                                  ", got ", spec.repeats()));
-  }
-  if (spec.max_parallel() < 0) {
+// Appends an error for each listed value outside [lo, hi].
+template <typename Values>
+void CheckRange(const char* path, const Values& values, int lo, int hi,
+                std::vector<std::string>& errors) {
+  for (int i = 0; i < values.size(); ++i) {
+    if (values[i] >= lo && values[i] <= hi) continue;
     errors.push_back(
-        absl::StrCat("max_parallel: must be non-negative, got ", spec.max_parallel()));
+        hi == std::numeric_limits<int32_t>::max()
+            ? absl::StrCat(path, "[", i, "]: must be positive, got ", values[i])
+            : absl::StrCat(path, "[", i, "]: must be between ", lo, " and ", hi, ", got ",
+                           values[i]));
   }
-  if (!spec.has_base())
-    errors.push_back("base: missing (the job spec every point starts from)");
+}
+
+// Appends an error for each bad value of the grid's lists.
+void CheckGrid(const v1::SweepSpec& spec, std::vector<std::string>& errors) {
   const v1::SweepGrid& grid = spec.grid();
-  for (int i = 0; i < grid.world_size_size(); ++i) {
-    if (grid.world_size(i) < 1) {
-      errors.push_back(absl::StrCat("grid.world_size[", i, "]: must be positive, got ",
-                                    grid.world_size(i)));
-    }
-  }
-  for (int i = 0; i < grid.batch_size_size(); ++i) {
-    if (grid.batch_size(i) < 1) {
-      errors.push_back(absl::StrCat("grid.batch_size[", i, "]: must be positive, got ",
-                                    grid.batch_size(i)));
-    }
+  constexpr int kAny = std::numeric_limits<int32_t>::max();
+  CheckRange("grid.world_size", grid.world_size(), 1, kAny, errors);
+  CheckRange("grid.batch_size", grid.batch_size(), 1, kAny, errors);
+  CheckRange("grid.zero_stage", grid.zero_stage(), 0, kMaxZeroStage, errors);
+  const int base_stage = spec.base().trainer().zero_stage();
+  if (grid.zero_stage().empty() && (base_stage < 0 || base_stage > kMaxZeroStage)) {
+    errors.push_back(absl::StrCat("base.trainer.zero_stage: must be between 0 and ",
+                                  kMaxZeroStage, ", got ", base_stage));
   }
   for (int i = 0; i < grid.scaling_size(); ++i) {
     if (grid.scaling(i) != "strong" && grid.scaling(i) != "weak") {
@@ -130,6 +134,29 @@ absl::Status CheckSweepFields(const v1::SweepSpec& spec) {
   unique("grid.batch_size", grid.batch_size());
   unique("grid.scaling", grid.scaling());
   unique("grid.shape", grid.shape());
+  unique("grid.zero_stage", grid.zero_stage());
+}
+
+// Checks the sweep's own fields (not the expanded jobs).
+absl::Status CheckSweepFields(const v1::SweepSpec& spec) {
+  std::vector<std::string> errors;
+  if (spec.name().empty()) {
+    errors.push_back("name: missing");
+  } else if (spec.name().size() > kMaxNameBytes) {
+    errors.push_back(absl::StrCat("name: too long (", spec.name().size(),
+                                  " bytes, limit ", kMaxNameBytes, ")"));
+  }
+  if (spec.repeats() < 0 || spec.repeats() > kMaxRepeats) {
+    errors.push_back(absl::StrCat("repeats: must be between 1 and ", kMaxRepeats,
+                                  ", got ", spec.repeats()));
+  }
+  if (spec.max_parallel() < 0) {
+    errors.push_back(
+        absl::StrCat("max_parallel: must be non-negative, got ", spec.max_parallel()));
+  }
+  if (!spec.has_base())
+    errors.push_back("base: missing (the job spec every point starts from)");
+  CheckGrid(spec, errors);
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
 }
@@ -139,6 +166,7 @@ struct GridAxes {
   std::vector<Shape> shapes;
   std::vector<std::string> scalings;
   std::vector<int> batches;
+  std::vector<int> zero_stages;
   std::vector<int> listed_sizes;  // grid.world_size as given; may be empty
   int repeats = 1;
 };
@@ -170,6 +198,8 @@ absl::StatusOr<GridAxes> ResolveAxes(const v1::SweepSpec& spec) {
   }
   axes.batches.assign(grid.batch_size().begin(), grid.batch_size().end());
   if (axes.batches.empty()) axes.batches.push_back(base.trainer().batch_size());
+  axes.zero_stages.assign(grid.zero_stage().begin(), grid.zero_stage().end());
+  if (axes.zero_stages.empty()) axes.zero_stages.push_back(base.trainer().zero_stage());
   axes.listed_sizes.assign(grid.world_size().begin(), grid.world_size().end());
   axes.repeats = spec.repeats() > 0 ? spec.repeats() : 1;
   return axes;
@@ -184,7 +214,8 @@ int64_t CountPoints(const GridAxes& axes) {
                               ? 1
                               : static_cast<int64_t>(axes.listed_sizes.size());
     total += sizes * static_cast<int64_t>(axes.scalings.size()) *
-             static_cast<int64_t>(axes.batches.size()) * axes.repeats;
+             static_cast<int64_t>(axes.batches.size()) *
+             static_cast<int64_t>(axes.zero_stages.size()) * axes.repeats;
   }
   return total;
 }
@@ -208,18 +239,32 @@ absl::StatusOr<SweepJob> MakePointJob(const v1::SweepSpec& spec, const Shape& sh
   job.set_world_size(p.world_size());
   job.mutable_trainer()->set_batch_size(p.batch_size());
   job.mutable_trainer()->set_scaling(p.scaling());
+  job.mutable_trainer()->set_zero_stage(p.zero_stage());
   job.set_nodes(shape.nodes);
   job.set_per_node(shape.per_node);
   job.set_placement(shape.placement);
-  job.set_name(PointJobName(spec.name(), p));
+  job.set_name(PointJobName(spec, p));
   if (job.name().size() > kMaxNameBytes)
     job.set_name(job.name().substr(0, kMaxNameBytes));
   absl::Status valid = ValidateJobSpec(job, limits);
   if (!valid.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("point ", p.index(), " (", Describe(p), "): ", valid.message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "point ", p.index(), " (", Describe(spec, p), "): ", valid.message()));
   }
   return point;
+}
+
+// Appends the point `p` (coordinates set) once per repeat.
+absl::Status AddRepeats(const v1::SweepSpec& spec, const Shape& shape, v1::SweepPoint p,
+                        int repeats, const SpecLimits& limits,
+                        std::vector<SweepJob>& out) {
+  for (int r = 0; r < repeats; ++r) {
+    p.set_index(static_cast<int32_t>(out.size()));
+    p.set_repeat(r);
+    ASSIGN_OR_RETURN(SweepJob point, MakePointJob(spec, shape, p, limits));
+    out.push_back(std::move(point));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -245,17 +290,15 @@ absl::StatusOr<std::vector<SweepJob>> ExpandSweep(const v1::SweepSpec& spec,
     const std::vector<int> sizes = WorldSizesOf(shape, axes, spec.base());
     for (const std::string& scaling : axes.scalings) {
       for (int batch : axes.batches) {
-        for (int world : sizes) {
-          for (int r = 0; r < axes.repeats; ++r) {
+        for (int zero_stage : axes.zero_stages) {
+          for (int world : sizes) {
             v1::SweepPoint p;
-            p.set_index(static_cast<int32_t>(out.size()));
             p.set_world_size(world);
             p.set_batch_size(batch);
+            p.set_zero_stage(zero_stage);
             p.set_scaling(scaling);
             p.set_shape(shape.label);
-            p.set_repeat(r);
-            ASSIGN_OR_RETURN(SweepJob point, MakePointJob(spec, shape, p, limits));
-            out.push_back(std::move(point));
+            RETURN_IF_ERROR(AddRepeats(spec, shape, p, axes.repeats, limits, out));
           }
         }
       }

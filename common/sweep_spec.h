@@ -12,6 +12,7 @@
 //     batch_size: [32, 64]        # per rank
 //     scaling: [strong, weak]
 //     shape: [pack]               # pack | spread | NxM (then no world_size list)
+//     zero_stage: [0, 1, 2]       # ZeRO stage (trainer.zero_stage)
 //   base:                 # a job spec; name and world_size may be left out
 //     trainer: {model: vit-micro, dataset: synthetic, epochs: 1, ...}
 //
@@ -44,10 +45,12 @@ struct SweepJob {
   tessera::v1::JobSpec job;       // the base spec with the coordinates applied
 };
 
-// Expands the grid in a fixed order (shape, scaling, batch size, world size,
-// then repeat, the last varying fastest) and validates every resulting job
-// spec. Errors name the sweep field or the point, e.g. "point 3 (world_size=4
-// batch_size=64 strong pack): trainer.batch_size: ...".
+// Expands the grid in a fixed order (shape, scaling, batch size, ZeRO stage,
+// world size, then repeat, the last varying fastest) and validates every
+// resulting job spec. Errors name the sweep field or the point, e.g. "point 3
+// (world_size=4 batch_size=64 strong pack): trainer.batch_size: ..." (with
+// "zero_stage=1" after the batch size when the grid sweeps the ZeRO stage).
+// Job names follow the same pattern: "<sweep>/n4-b64-z1-strong-pack-r0".
 absl::StatusOr<std::vector<SweepJob>> ExpandSweep(const tessera::v1::SweepSpec& spec,
                                                   const SpecLimits& limits);
 

@@ -73,6 +73,73 @@ TEST(SweepSpecTest, SpreadShapeSetsPlacement) {
   EXPECT_EQ((*points)[0].job.placement(), "spread");
 }
 
+TEST(SweepSpecTest, ZeroStageAxisSetsTheTrainersStageAndNamesThePoints) {
+  auto spec = ParseSweepSpec(std::string("name: z\ngrid:\n  world_size: [1, 2]\n"
+                                         "  zero_stage: [0, 1, 2]\n") +
+                             kBase);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->grid().zero_stage(), ::testing::ElementsAre(0, 1, 2));
+  auto points = ExpandSweep(*spec, SpecLimits());
+  ASSERT_TRUE(points.ok()) << points.status();
+  ASSERT_EQ(points->size(), 6u);
+  // World size varies faster than the stage: each stage is one line over n.
+  const int expected[6][2] = {{0, 1}, {0, 2}, {1, 1}, {1, 2}, {2, 1}, {2, 2}};
+  for (int i = 0; i < 6; ++i) {
+    const SweepJob& p = (*points)[i];
+    EXPECT_EQ(p.point.index(), i);
+    EXPECT_EQ(p.point.zero_stage(), expected[i][0]);
+    EXPECT_EQ(p.point.world_size(), expected[i][1]);
+    EXPECT_EQ(p.job.trainer().zero_stage(), expected[i][0]);
+    EXPECT_EQ(p.job.world_size(), expected[i][1]);
+    EXPECT_EQ(p.job.trainer().batch_size(), 8);
+  }
+  EXPECT_EQ((*points)[3].job.name(), "z/n2-b8-z1-strong-pack-r0");
+}
+
+TEST(SweepSpecTest, WithoutAZeroStageAxisPointsTakeTheBasesStageAndKeepTheirNames) {
+  auto points = Expand(std::string("name: s\ngrid:\n  world_size: [2]\n") + kBase +
+                       "    zero_stage: 2\n");
+  ASSERT_TRUE(points.ok()) << points.status();
+  ASSERT_EQ(points->size(), 1u);
+  EXPECT_EQ((*points)[0].point.zero_stage(), 2);
+  EXPECT_EQ((*points)[0].job.trainer().zero_stage(), 2);
+  EXPECT_EQ((*points)[0].job.name(), "s/n2-b8-strong-pack-r0");
+}
+
+TEST(SweepSpecTest, ZeroStageOutsideZeroToTwoIsRejected) {
+  auto three = Expand(std::string("name: s\ngrid:\n  zero_stage: [0, 3]\n") + kBase);
+  EXPECT_TRUE(absl::IsInvalidArgument(three.status()));
+  EXPECT_THAT(three.status().message(),
+              HasSubstr("grid.zero_stage[1]: must be between 0 and 2, got 3"));
+
+  auto negative = Expand(std::string("name: s\ngrid:\n  zero_stage: [-1]\n") + kBase);
+  EXPECT_THAT(negative.status().message(),
+              HasSubstr("grid.zero_stage[0]: must be between 0 and 2, got -1"));
+
+  auto twice = Expand(std::string("name: s\ngrid:\n  zero_stage: [1, 1]\n") + kBase);
+  EXPECT_THAT(twice.status().message(),
+              HasSubstr("grid.zero_stage: value 1 is listed twice"));
+
+  auto base = Expand(std::string("name: s\ngrid:\n  world_size: [1]\n") + kBase +
+                     "    zero_stage: 5\n");
+  EXPECT_THAT(base.status().message(),
+              HasSubstr("base.trainer.zero_stage: must be between 0 and 2, got 5"));
+
+  auto text = ParseSweepSpec("name: s\ngrid:\n  zero_stage: [one]\n");
+  EXPECT_TRUE(absl::IsInvalidArgument(text.status()));
+  EXPECT_THAT(text.status().message(), HasSubstr("grid.zero_stage"));
+}
+
+TEST(SweepSpecTest, InvalidPointOfAZeroStudyNamesItsStage) {
+  SpecLimits limits;
+  limits.max_world_size = 4;
+  auto spec = ParseSweepSpec(
+      std::string("name: s\ngrid:\n  world_size: [8]\n  zero_stage: [1]\n") + kBase);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(ValidateSweepSpec(*spec, limits).message(),
+              HasSubstr("point 0 (world_size=8 batch_size=8 zero_stage=1 strong pack)"));
+}
+
 TEST(SweepSpecTest, BadValuesAreRejectedNamingTheField) {
   auto bad_scaling = Expand(std::string("name: s\ngrid:\n  world_size: [1]\n"
                                         "  scaling: [medium]\n") +

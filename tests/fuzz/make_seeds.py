@@ -159,6 +159,8 @@ grid:
     write(t, "duplicates", "name: d\ngrid:\n  world_size: [2, 2]\n  scaling: [weak, weak]\n" + BASE)
     write(t, "bad_values", "name: v\ngrid:\n  world_size: [0, -1]\n  scaling: [medium]\n"
                            "  shape: [0x2, x, 2x]\n" + BASE)
+    write(t, "zero_stages", "name: z\ngrid:\n  world_size: [1, 2]\n  zero_stage: [0, 1, 2]\n" + BASE)
+    write(t, "bad_zero_stages", "name: z\ngrid:\n  zero_stage: [3, -1, 1, 1]\n" + BASE)
     write(t, "no_base", "name: n\ngrid:\n  world_size: [1]\n")
     write(t, "long_name", "name: " + "n" * 126 + "\ngrid:\n  world_size: [1, 2]\n" + BASE)
     write(t, "flow", "{name: f, grid: {batch_size: [4]}, base: {world_size: 1, trainer: "
