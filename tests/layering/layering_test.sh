@@ -30,6 +30,44 @@ hits=$(grep -rln 'sqlite3\.h' --include='*.h' --include='*.cc' common coordinato
   grep -v '^coordinator/store/')
 [ -z "$hits" ] || fail "sqlite3.h included outside coordinator/store:"$'\n'"$hits"
 
+# The trainer's folders (worker/trainer/README.md): run -> dist -> {data,
+# model} -> gpu, with main.cc and export_main.cc above them all. A folder
+# includes only itself and the folders below it; data and model not each
+# other.
+trainer_allowed() {  # FOLDER -> the folders it may include
+  case "$1" in
+    gpu) echo "gpu" ;;
+    data) echo "data gpu" ;;
+    model) echo "model gpu" ;;
+    dist) echo "dist data model gpu" ;;
+    run) echo "run dist data model gpu" ;;
+  esac
+}
+for folder in gpu data model dist run; do
+  [ -d "worker/trainer/$folder" ] || { fail "worker/trainer/$folder is missing"; continue; }
+  allowed=$(trainer_allowed "$folder")
+  while IFS= read -r hit; do
+    [ -n "$hit" ] || continue
+    target=$(sed -E 's|.*#include "worker/trainer/([a-z_]+)/.*|\1|' <<<"$hit")
+    case " $allowed " in
+      *" $target "*) ;;
+      *) fail "worker/trainer/$folder includes $target/, above it or beside it: $hit" ;;
+    esac
+  done < <(grep -rnE '#include "worker/trainer/[a-z_]+/' "worker/trainer/$folder")
+  hits=$(grep -rnE '#include "worker/trainer/[a-z_]+\.h"' "worker/trainer/$folder")
+  [ -z "$hits" ] || fail "worker/trainer/$folder includes the top-level files:"$'\n'"$hits"
+done
+loose=$(find worker/trainer -maxdepth 1 -type f \( -name '*.cc' -o -name '*.h' \) \
+  ! -name main.cc ! -name export_main.cc)
+[ -z "$loose" ] || fail "trainer sources outside the folders by concern:"$'\n'"$loose"
+
+# The device seam (worker/trainer/gpu/device.h): CUDA and NCCL headers and the
+# CUDA build guards appear only under worker/trainer/gpu/.
+hits=$(grep -rnE '#include [<"](cuda[a-z_]*\.h|cuda/|nccl\.h|c10/cuda/|ATen/cuda/|torch/cuda\.h|torch/csrc/cuda/)|TESSERA_TORCH_CUDA|TESSERA_HAVE_CUDA_RUNTIME' \
+  --include='*.cc' --include='*.h' common coordinator worker cli 2>/dev/null |
+  grep -v '^worker/trainer/gpu/')
+[ -z "$hits" ] || fail "CUDA headers or guards outside worker/trainer/gpu/:"$'\n'"$hits"
+
 # Function length. The sources are the component folders of the layout
 # (docs/design.md); tests/, the build trees (build*/) and downloaded packages
 # (gpu-deps/, web/node_modules/) lie outside them or are pruned.

@@ -7,12 +7,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
-
-#if TESSERA_TORCH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include "worker/trainer/gpu/device.h"
 
 namespace tessera::trainer {
 namespace {
@@ -30,66 +25,41 @@ Batch CopyTo(const Batch& batch, const c10::Device& device, bool non_blocking) {
 
 struct BatchFeed::Staged {
   Batch batch;  // on the device
-#if TESSERA_TORCH_CUDA
-  // Recorded on the side stream after the batch's copies.
-  std::optional<at::cuda::CUDAEvent> copied;
-#endif
+  // The copies on the side stream; null when they ran on the current one.
+  std::unique_ptr<DeviceCopyStream::Copies> copied;
 };
-
-#if TESSERA_TORCH_CUDA
-struct BatchFeed::CudaCopies {
-  explicit CudaCopies(c10::DeviceIndex device)
-      : side(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
-  c10::cuda::CUDAStream side;
-};
-#else
-struct BatchFeed::CudaCopies {};
-#endif
 
 BatchFeed::BatchFeed(BatchPrefetcher* source, const BatchFeedOptions& options)
     : source_(source),
       options_(options),
       finish_(options.stats, options.image_size, options.device) {
-#if TESSERA_TORCH_CUDA
-  if (options_.device.is_cuda() && options_.stage == BatchStage::kDevice) {
-    cuda_ = std::make_unique<CudaCopies>(options_.device.index());
-  }
-#endif
+  if (options_.stage == BatchStage::kDevice)
+    side_ = DeviceCopyStream::Create(options_.device);
 }
 
 BatchFeed::~BatchFeed() = default;
 
 std::unique_ptr<BatchFeed::Staged> BatchFeed::Stage(const Batch& host) {
   auto staged = std::make_unique<Staged>();
-#if TESSERA_TORCH_CUDA
-  if (cuda_ != nullptr) {
+  if (side_ != nullptr) {
     // From pinned memory these copies are asynchronous; the host allocator
     // keeps each pinned block until its copy is done.
-    const c10::cuda::CUDAStreamGuard on_side(cuda_->side);
-    staged->batch = CopyTo(host, options_.device, /*non_blocking=*/true);
-    staged->copied.emplace();
-    staged->copied->record(cuda_->side);
+    staged->copied = side_->Run(
+        [&] { staged->batch = CopyTo(host, options_.device, /*non_blocking=*/true); });
     return staged;
   }
-#endif
   staged->batch = CopyTo(host, options_.device, /*non_blocking=*/false);
   return staged;
 }
 
 Batch BatchFeed::Finish(std::unique_ptr<Staged> staged) {
   Batch& batch = staged->batch;
-#if TESSERA_TORCH_CUDA
-  if (staged->copied.has_value()) {
-    const c10::cuda::CUDAStream compute =
-        c10::cuda::getCurrentCUDAStream(options_.device.index());
-    staged->copied->block(compute);
+  if (staged->copied != nullptr) {
     // Allocated on the side stream, used on this one: the caching allocator
     // must not give their blocks to a later copy before this stream is done.
-    for (const at::Tensor* t : {&batch.images, &batch.labels, &batch.transforms}) {
-      if (t->defined()) t->record_stream(compute);
-    }
+    staged->copied->WaitOnCurrentStream(
+        {&batch.images, &batch.labels, &batch.transforms});
   }
-#endif
   if (options_.stage == BatchStage::kHost) return batch;
   return Batch{finish_(batch.images, batch.transforms), batch.labels, {}};
 }

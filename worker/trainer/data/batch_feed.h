@@ -31,6 +31,8 @@
 
 namespace tessera::trainer {
 
+class DeviceCopyStream;  // gpu/device.h
+
 struct BatchFeedOptions {
   // The training device: batches come out there.
   c10::Device device = c10::Device(c10::kCPU);
@@ -69,8 +71,7 @@ class BatchFeed {
   }
 
  private:
-  struct Staged;      // a batch copied or being copied to the device
-  struct CudaCopies;  // the side stream (CUDA builds only)
+  struct Staged;  // a batch copied or being copied to the device
 
   std::unique_ptr<Staged> Stage(const Batch& host);
   Batch Finish(std::unique_ptr<Staged> staged);
@@ -78,7 +79,7 @@ class BatchFeed {
   BatchPrefetcher* const source_;  // Not owned; may be null.
   const BatchFeedOptions options_;
   const ImagePreprocessor finish_;  // on options_.device
-  std::unique_ptr<CudaCopies> cuda_;
+  std::unique_ptr<DeviceCopyStream> side_;  // null: copies on the current stream
   std::unique_ptr<Staged> ahead_;  // the next batch, already on its way
   absl::Status deferred_;          // the source's status after ahead_
 };

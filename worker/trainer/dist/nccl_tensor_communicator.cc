@@ -1,7 +1,6 @@
 #include "worker/trainer/dist/nccl_tensor_communicator.h"
 
 #include <ATen/core/Tensor.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include <memory>
 #include <utility>
@@ -9,13 +8,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "worker/trainer/gpu/device.h"
+#include "worker/trainer/gpu/gpu_api.h"
 
 namespace tessera::trainer {
 namespace {
 
-cudaStream_t CurrentStream(int device) {
-  return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
-}
+GpuStream CurrentStream(int device) { return CurrentCudaStream(device); }
 
 absl::StatusOr<NcclDataType> CheckTensor(const at::Tensor& tensor, int device) {
   if (!tensor.defined()) return absl::InvalidArgumentError("undefined tensor");

@@ -26,10 +26,8 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/trainer/gpu/device.h"
 
-#if TESSERA_TORCH_CUDA
-#include <ATen/cuda/CUDAGeneratorImpl.h>
-#endif
 
 namespace tessera::trainer {
 namespace {
@@ -237,16 +235,11 @@ void CaptureRngState(int cuda_device, RankCheckpoint& state) {
     state.cpu_rng_state = TensorBytes(generator.get_state());
   }
   state.cuda_rng_state.clear();
-#if TESSERA_TORCH_CUDA
   if (cuda_device >= 0) {
-    at::Generator generator = at::cuda::detail::getDefaultCUDAGenerator(
-        static_cast<c10::DeviceIndex>(cuda_device));
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    state.cuda_rng_state = TensorBytes(generator.get_state());
+    if (const std::optional<at::Tensor> cuda = CudaRngState(cuda_device)) {
+      state.cuda_rng_state = TensorBytes(*cuda);
+    }
   }
-#else
-  (void)cuda_device;
-#endif
 }
 
 absl::Status RestoreRngState(int cuda_device, const RankCheckpoint& state) {
@@ -256,16 +249,9 @@ absl::Status RestoreRngState(int cuda_device, const RankCheckpoint& state) {
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(BytesTensor(state.cpu_rng_state));
     }
-#if TESSERA_TORCH_CUDA
     if (cuda_device >= 0 && !state.cuda_rng_state.empty()) {
-      at::Generator generator = at::cuda::detail::getDefaultCUDAGenerator(
-          static_cast<c10::DeviceIndex>(cuda_device));
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(BytesTensor(state.cuda_rng_state));
+      SetCudaRngState(cuda_device, BytesTensor(state.cuda_rng_state));
     }
-#else
-    (void)cuda_device;
-#endif
     return absl::OkStatus();
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("restoring RNG state: ", e.what()));

@@ -1,7 +1,6 @@
 #include "worker/trainer/run/step_profiler.h"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
-#include <torch/cuda.h>
 
 #include <chrono>
 #include <cstdint>
@@ -17,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/trainer/gpu/device.h"
 
 namespace tessera::trainer {
 namespace {
@@ -104,7 +104,7 @@ absl::Status StepProfiler::BeforeStep(int64_t step) {
     std::set<ActivityType> activities = {ActivityType::CPU};
     if (options_.cuda) {
       activities.insert(ActivityType::CUDA);
-      torch::cuda::synchronize();
+      SynchronizeCuda();
     }
     const ProfilerConfig config(ProfilerState::KINETO);
     profiler::prepareProfiler(config, activities);
@@ -132,7 +132,7 @@ absl::Status StepProfiler::Stop(int64_t last_done) {
   std::unique_ptr<profiler::ProfilerResult> result;
   double wall_ms = 0;
   try {
-    if (options_.cuda) torch::cuda::synchronize();
+    if (options_.cuda) SynchronizeCuda();
     wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                         started_)
                   .count();

@@ -34,6 +34,7 @@
 #include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/run/checkpoint_writer.h"
 #include "worker/trainer/gpu/cuda_graph.h"
+#include "worker/trainer/gpu/device.h"
 #include "worker/trainer/data/data_position.h"
 #include "worker/trainer/gpu/device_memory.h"
 #include "worker/trainer/data/distributed_sampler.h"
@@ -54,24 +55,11 @@
 #include "worker/trainer/model/vit_config.h"
 #include "worker/trainer/model/vit_weights.h"
 
-#if TESSERA_TORCH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAStream.h>
-#if TESSERA_HAVE_CUDA_RUNTIME
-#include "worker/trainer/gpu/cuda_step_timer.h"
-#endif
-#endif
 
 namespace tessera::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-#if TESSERA_TORCH_CUDA
-constexpr bool kTorchHasCuda = true;
-#else
-constexpr bool kTorchHasCuda = false;
-#endif
 
 // Eager steps before a captured run captures its step: the first makes the
 // optimizer's state and LibTorch's lazily made handles, the second runs with
@@ -223,17 +211,7 @@ class AutocastScope {
 // The step timer for the placement: CUDA events on the current stream of a CUDA
 // device, the host clock otherwise.
 absl::StatusOr<std::unique_ptr<StepTimer>> MakeStepTimer(const DevicePlacement& device) {
-#if TESSERA_TORCH_CUDA && TESSERA_HAVE_CUDA_RUNTIME
-  if (device.cuda) {
-    return MakeCudaStepTimer(
-        device.index,
-        c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device.index))
-            .stream());
-  }
-#else
-  (void)device;
-#endif
-  return MakeHostStepTimer();
+  return MakeDeviceStepTimer(device.cuda, device.index);
 }
 
 // Multiplies the gradients (bucket buffers) by min(1, max_norm / global norm),
@@ -283,14 +261,13 @@ absl::StatusOr<DevicePlacement> ResolveDevice(const TrainerOptions& options,
                                               int local_rank) {
   DevicePlacement placement;
   if (options.device != "cpu") {
-    const bool available = torch::cuda::is_available();
-    const int count = available ? static_cast<int>(torch::cuda::device_count()) : 0;
+    const int count = VisibleTorchCudaDevices();
     if (count > 0) {
       placement.cuda = true;
       ASSIGN_OR_RETURN(placement.index, CudaDeviceForLocalRank(local_rank, count));
     } else if (options.device == "cuda") {
       return absl::FailedPreconditionError(
-          available || kTorchHasCuda
+          TorchHasCuda()
               ? "--device=cuda: no CUDA device is visible"
               : "--device=cuda: this tessera-train's LibTorch was built without CUDA");
     }
@@ -319,18 +296,7 @@ absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank, int visible) {
 
 absl::Status MakePlacementCurrent(const DevicePlacement& placement) {
   if (!placement.cuda) return absl::OkStatus();
-#if TESSERA_TORCH_CUDA
-  try {
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(placement.index));
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("making ", placement.name(),
-                                            " current: ", e.what_without_backtrace()));
-  }
-  return absl::OkStatus();
-#else
-  return absl::FailedPreconditionError(
-      "this tessera-train's LibTorch was built without CUDA");
-#endif
+  return MakeCudaDeviceCurrent(placement.index);
 }
 
 bool ConfigureHostAllocator() {
@@ -638,11 +604,7 @@ absl::Status TrainingRun::LoadInit() {
 }
 
 absl::Status TrainingRun::BuildModel() {
-#if TESSERA_TORCH_CUDA
-  if (placement_.cuda) {
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(placement_.index));
-  }
-#endif
+  RETURN_IF_ERROR(MakePlacementCurrent(placement_));
   // Initialisation draws from LibTorch's process-wide generator; the lock keeps
   // trainers sharing a process (the ranks of in-process tests) from
   // interleaving their draws, so the seed alone decides the initial model.
