@@ -34,6 +34,7 @@
 #include "worker/trainer/run/eval_report.h"
 #include "worker/trainer/run/evaluation.h"
 #include "worker/trainer/run/fault_injector.h"
+#include "worker/trainer/data/dataset_loader.h"
 #include "worker/trainer/data/image_data.h"
 #include "worker/trainer/data/image_dataset.h"
 #include "worker/trainer/run/lease.h"

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/trainer/data/dataset_loader.h"
 #include "worker/trainer/data/image_dataset.h"
 
 namespace tessera::trainer {

@@ -37,25 +37,14 @@ struct ChannelStats {
   std::vector<float> stddev;
 };
 
-struct DatasetRequest {
-  std::string name;      // "fashion-mnist" | "cifar10" | "cifar100" | "synthetic"
-  std::string data_dir;  // where file-backed datasets live
-  Split split = Split::kTrain;
-  int64_t limit = 0;  // keep only the first N images; 0: all
-  int64_t seed = 0;   // for generated datasets
-};
-
 // Every dataset name the trainer takes: the in-memory ones LoadImageDataset
-// reads, and the kinds decoded as they are read (IsEncodedImageDataset).
+// (dataset_loader.h) reads, and the kinds decoded as they are read
+// (IsEncodedImageDataset).
 const std::vector<std::string>& KnownDatasets();
 
 // "imagefolder" and "shards": a lab's own images, decoded as they are read
 // (image_data.h) rather than held in memory.
 bool IsEncodedImageDataset(const std::string& name);
-
-// Loads a split. InvalidArgument for an unknown name, NotFound for missing files,
-// DataLoss for malformed files (see idx_reader.h, cifar_reader.h).
-absl::StatusOr<ImageDataset> LoadImageDataset(const DatasetRequest& request);
 
 // Whether training-time augmentation (random crop and flip, augmentation.h) is on
 // when the job leaves it unset: on for the CIFAR datasets, whose recipes all use
