@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli/rank_memory.h"
 
 namespace tessera::cli {
 
@@ -38,6 +39,16 @@ std::string EpochTimeCell(const v1::SweepReportRow& row) {
 std::string RatioCell(const v1::SweepReportRow& row, double value, const char* format) {
   if (row.runs() <= 0 || value <= 0) return "-";
   return absl::StrFormat(format, value);
+}
+
+// Bytes per rank in binary units; "-" when no rank reported the figure.
+std::string BytesCell(bool reported, double bytes) {
+  return reported ? HumanBytes(bytes) : "-";
+}
+
+// The exact figure, or an empty field when no rank reported it.
+std::string BytesCsvField(bool reported, double bytes) {
+  return reported ? ExactDouble(bytes) : "";
 }
 
 }  // namespace
@@ -81,6 +92,7 @@ PointCounts CountPoints(const v1::Sweep& sweep) {
 std::string DescribePoint(const v1::SweepPoint& point) {
   std::vector<std::string> parts = {absl::StrCat("world ", point.world_size()),
                                     absl::StrCat("batch ", point.batch_size())};
+  if (point.zero_stage() != 0) parts.push_back(absl::StrCat("zero ", point.zero_stage()));
   if (!point.scaling().empty()) parts.push_back(point.scaling());
   if (!point.shape().empty()) parts.push_back(point.shape());
   parts.push_back(absl::StrCat("repeat ", point.repeat()));
@@ -132,42 +144,50 @@ std::string FormatSweepStatus(const v1::Sweep& sweep, const FormatContext& ctx) 
   std::string out = fields.Render();
   if (sweep.points_size() == 0) return out;
 
-  Table points({"INDEX", "WORLD", "BATCH", "SCALING", "SHAPE", "REPEAT", "JOB", "STATE"});
+  Table points(
+      {"INDEX", "WORLD", "BATCH", "ZERO", "SCALING", "SHAPE", "REPEAT", "JOB", "STATE"});
   for (const v1::SweepPoint& p : sweep.points()) {
     points.AddRow({absl::StrCat(p.index()), absl::StrCat(p.world_size()),
-                   absl::StrCat(p.batch_size()), OrDash(p.scaling()), OrDash(p.shape()),
-                   absl::StrCat(p.repeat()),
+                   absl::StrCat(p.batch_size()), absl::StrCat(p.zero_stage()),
+                   OrDash(p.scaling()), OrDash(p.shape()), absl::StrCat(p.repeat()),
                    p.job_id() != 0 ? absl::StrCat(p.job_id()) : "-", PointState(p)});
   }
   return absl::StrCat(out, "\n", points.Render());
 }
 
 std::string FormatSweepPointsCsv(const v1::Sweep& sweep) {
-  std::string out = "index,world_size,batch_size,scaling,shape,repeat,job_id,state\n";
+  std::string out =
+      "index,world_size,batch_size,scaling,shape,repeat,job_id,state,zero_stage\n";
   for (const v1::SweepPoint& p : sweep.points()) {
     absl::StrAppend(&out, p.index(), ",", p.world_size(), ",", p.batch_size(), ",",
                     CsvField(p.scaling()), ",", CsvField(p.shape()), ",", p.repeat(), ",",
-                    p.job_id(), ",", PointState(p), "\n");
+                    p.job_id(), ",", PointState(p), ",", p.zero_stage(), "\n");
   }
   return out;
 }
 
 std::string FormatSweepReportTable(const v1::SweepReport& report) {
-  Table table({"WORLD", "BATCH", "SCALING", "SHAPE", "RUNS", "EPOCH_TIME", "SPEEDUP",
-               "EFFICIENCY", "COMM", "ACCURACY"});
+  Table table({"WORLD", "BATCH", "SCALING", "SHAPE", "ZERO", "RUNS", "EPOCH_TIME",
+               "SPEEDUP", "EFFICIENCY", "COMM", "ACCURACY", "OPTIMIZER/RANK",
+               "GRADIENTS/RANK"});
   for (const v1::SweepReportRow& row : report.rows()) {
     const bool counted = row.runs() > 0;
-    table.AddRow({absl::StrCat(row.world_size()), absl::StrCat(row.batch_size()),
-                  OrDash(row.scaling()), OrDash(row.shape()), absl::StrCat(row.runs()),
-                  EpochTimeCell(row), RatioCell(row, row.speedup(), "%.2fx"),
-                  RatioCell(row, row.efficiency() * 100, "%.1f%%"),
-                  counted ? absl::StrFormat("%.1f%%", row.comm_share() * 100) : "-",
-                  !counted ? "-"
-                  // Marked where eval jobs (tessctl eval) gave some runs' top-1.
-                  : row.eval_runs() > 0
-                      ? absl::StrCat(FormatPercent(row.final_accuracy()), " (eval ",
-                                     row.eval_runs(), "/", row.runs(), ")")
-                      : FormatPercent(row.final_accuracy())});
+    table.AddRow(
+        {absl::StrCat(row.world_size()), absl::StrCat(row.batch_size()),
+         OrDash(row.scaling()), OrDash(row.shape()), absl::StrCat(row.zero_stage()),
+         absl::StrCat(row.runs()), EpochTimeCell(row),
+         RatioCell(row, row.speedup(), "%.2fx"),
+         RatioCell(row, row.efficiency() * 100, "%.1f%%"),
+         counted ? absl::StrFormat("%.1f%%", row.comm_share() * 100) : "-",
+         !counted ? "-"
+         // Marked where eval jobs (tessctl eval) gave some runs' top-1.
+         : row.eval_runs() > 0
+             ? absl::StrCat(FormatPercent(row.final_accuracy()), " (eval ",
+                            row.eval_runs(), "/", row.runs(), ")")
+             : FormatPercent(row.final_accuracy()),
+         BytesCell(row.has_optimizer_state_bytes_per_rank(),
+                   row.optimizer_state_bytes_per_rank()),
+         BytesCell(row.has_gradient_bytes_per_rank(), row.gradient_bytes_per_rank())});
   }
   return table.Render();
 }
@@ -176,7 +196,8 @@ std::string FormatSweepReportCsv(const v1::SweepReport& report) {
   std::string out =
       "world_size,batch_size,scaling,shape,runs,epoch_time_mean_s,epoch_time_std_s,"
       "total_time_mean_s,images_per_sec,speedup,efficiency,baseline_world_size,"
-      "comm_share,final_accuracy,job_ids\n";
+      "comm_share,final_accuracy,job_ids,zero_stage,optimizer_state_bytes_per_rank,"
+      "gradient_bytes_per_rank\n";
   for (const v1::SweepReportRow& row : report.rows()) {
     absl::StrAppend(
         &out, row.world_size(), ",", row.batch_size(), ",", CsvField(row.scaling()), ",",
@@ -185,7 +206,13 @@ std::string FormatSweepReportCsv(const v1::SweepReport& report) {
         ExactDouble(row.total_time_mean_s()), ",", ExactDouble(row.images_per_sec()), ",",
         ExactDouble(row.speedup()), ",", ExactDouble(row.efficiency()), ",",
         row.baseline_world_size(), ",", ExactDouble(row.comm_share()), ",",
-        ExactDouble(row.final_accuracy()), ",", absl::StrJoin(row.job_ids(), " "), "\n");
+        ExactDouble(row.final_accuracy()), ",", absl::StrJoin(row.job_ids(), " "), ",",
+        row.zero_stage(), ",",
+        BytesCsvField(row.has_optimizer_state_bytes_per_rank(),
+                      row.optimizer_state_bytes_per_rank()),
+        ",",
+        BytesCsvField(row.has_gradient_bytes_per_rank(), row.gradient_bytes_per_rank()),
+        "\n");
   }
   return out;
 }
@@ -194,6 +221,7 @@ json SweepPointToJson(const v1::SweepPoint& p) {
   return {{"index", p.index()},
           {"world_size", p.world_size()},
           {"batch_size", p.batch_size()},
+          {"zero_stage", p.zero_stage()},
           {"scaling", p.scaling()},
           {"shape", p.shape()},
           {"repeat", p.repeat()},
@@ -247,7 +275,15 @@ json SweepReportToJson(const v1::SweepReport& report) {
                     {"comm_share", row.comm_share()},
                     {"final_accuracy", row.final_accuracy()},
                     {"eval_runs", row.eval_runs()},
-                    {"job_ids", std::move(job_ids)}});
+                    {"job_ids", std::move(job_ids)},
+                    {"zero_stage", row.zero_stage()},
+                    {"optimizer_state_bytes_per_rank",
+                     row.has_optimizer_state_bytes_per_rank()
+                         ? json(row.optimizer_state_bytes_per_rank())
+                         : json(nullptr)},
+                    {"gradient_bytes_per_rank", row.has_gradient_bytes_per_rank()
+                                                    ? json(row.gradient_bytes_per_rank())
+                                                    : json(nullptr)}});
   }
   return {{"sweep_id", report.sweep_id()}, {"rows", std::move(rows)}};
 }

@@ -32,7 +32,8 @@ struct PointCounts {
 };
 PointCounts CountPoints(const tessera::v1::Sweep& sweep);
 
-// "point 3 (world 2, batch 64, strong, pack, repeat 1)".
+// "point 3 (world 2, batch 64, strong, pack, repeat 1)", with "zero 1" after
+// the batch size for a ZeRO stage other than 0.
 std::string DescribePoint(const tessera::v1::SweepPoint& point);
 
 // ID NAME STATE POINTS DONE FAILED AGE REASON, one row per sweep.
@@ -41,25 +42,29 @@ std::string FormatSweepsTable(const std::vector<tessera::v1::Sweep>& sweeps,
 // id,name,state,points,succeeded,failed,created_unix_ms,updated_unix_ms,reason
 std::string FormatSweepsCsv(const std::vector<tessera::v1::Sweep>& sweeps);
 
-// The sweep's fields, then its points: INDEX WORLD BATCH SCALING SHAPE REPEAT JOB
-// STATE.
+// The sweep's fields, then its points: INDEX WORLD BATCH ZERO SCALING SHAPE
+// REPEAT JOB STATE.
 std::string FormatSweepStatus(const tessera::v1::Sweep& sweep, const FormatContext& ctx);
-// index,world_size,batch_size,scaling,shape,repeat,job_id,state
+// index,world_size,batch_size,scaling,shape,repeat,job_id,state,zero_stage
 std::string FormatSweepPointsCsv(const tessera::v1::Sweep& sweep);
 
-// One row per grid point: WORLD BATCH SCALING SHAPE RUNS EPOCH_TIME (mean ± std)
-// SPEEDUP EFFICIENCY COMM ACCURACY. Rows without a counted run show "-".
+// One row per grid point: WORLD BATCH SCALING SHAPE ZERO RUNS EPOCH_TIME (mean ±
+// std) SPEEDUP EFFICIENCY COMM ACCURACY OPTIMIZER/RANK GRADIENTS/RANK (bytes of
+// optimizer state and of gradients one rank holds). Rows without a counted
+// run, and byte figures no rank reported, show "-".
 std::string FormatSweepReportTable(const tessera::v1::SweepReport& report);
 // world_size,batch_size,scaling,shape,runs,epoch_time_mean_s,epoch_time_std_s,
 // total_time_mean_s,images_per_sec,speedup,efficiency,baseline_world_size,
-// comm_share,final_accuracy,job_ids (job ids separated by spaces)
+// comm_share,final_accuracy,job_ids (job ids separated by spaces),zero_stage,
+// optimizer_state_bytes_per_rank,gradient_bytes_per_rank (the byte figures
+// empty when no rank reported them)
 std::string FormatSweepReportCsv(const tessera::v1::SweepReport& report);
 
 // `sweep status -o json` (detailed: with "points" and "spec_yaml") and the
 // elements of `sweep list -o json` (without them).
 nlohmann::ordered_json SweepToJson(const tessera::v1::Sweep& sweep, bool detailed);
 nlohmann::ordered_json SweepPointToJson(const tessera::v1::SweepPoint& point);
-// {"sweep_id": 4, "rows": [...]}.
+// {"sweep_id": 4, "rows": [...]}; byte figures no rank reported are null.
 nlohmann::ordered_json SweepReportToJson(const tessera::v1::SweepReport& report);
 
 }  // namespace tessera::cli

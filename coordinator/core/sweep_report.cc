@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/metric_names.h"
 #include "common/status_macros.h"
 
 namespace tessera {
@@ -41,6 +42,9 @@ struct RunFigures {
   double accuracy = 0;
   bool accuracy_from_eval = false;  // an eval job's top-1 (EvalTopOnes)
   bool has_time = false;
+  // Each reporting rank's newest figure; empty when no rank reported it.
+  std::vector<double> optimizer_state_bytes;
+  std::vector<double> gradient_bytes;
 };
 
 // Point job -> the top-1 of its newest eval job that succeeded (tessctl eval
@@ -76,8 +80,9 @@ absl::StatusOr<std::map<int64_t, double>> EvalTopOnes(const v1::Sweep& sweep,
   }
 }
 
-// The points that share one row: (world size, batch size, scaling, shape).
-using RowKey = std::tuple<int32_t, int32_t, std::string, std::string>;
+// The points that share one row: (world size, batch size, scaling, shape,
+// ZeRO stage).
+using RowKey = std::tuple<int32_t, int32_t, std::string, std::string, int32_t>;
 struct RowRuns {
   RowKey key;
   std::vector<int64_t> job_ids;  // every submitted point's job
@@ -109,6 +114,18 @@ absl::StatusOr<std::vector<double>> Rank0Values(JobManager& jobs, const v1::Job&
   for (const auto& p : points) {
     if (p.rank() == 0) values.push_back(p.value());
   }
+  return values;
+}
+
+// The named metric's newest value of each rank that reported it, in rank
+// order (a figure every rank reports once, such as its optimizer state bytes).
+absl::StatusOr<std::vector<double>> PerRankValues(JobManager& jobs, const v1::Job& job,
+                                                  const std::string& name) {
+  ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points, AttemptMetric(jobs, job, name));
+  std::map<int32_t, double> newest;  // points come in (step, rank) order
+  for (const auto& p : points) newest[p.rank()] = p.value();
+  std::vector<double> values;
+  for (const auto& [rank, value] : newest) values.push_back(value);
   return values;
 }
 
@@ -165,6 +182,9 @@ absl::StatusOr<RunFigures> FiguresOf(JobManager& jobs, int64_t job_id,
     f.accuracy = it->second;
     f.accuracy_from_eval = true;
   }
+  ASSIGN_OR_RETURN(f.optimizer_state_bytes,
+                   PerRankValues(jobs, job, kOptimizerStateBytesMetricName));
+  ASSIGN_OR_RETURN(f.gradient_bytes, PerRankValues(jobs, job, kGradientBytesMetricName));
   return f;
 }
 
@@ -176,7 +196,7 @@ absl::StatusOr<std::vector<RowRuns>> GroupPoints(const v1::Sweep& sweep,
   std::vector<RowRuns> rows;
   std::map<RowKey, size_t> index;
   for (const v1::SweepPoint& p : sweep.points()) {
-    RowKey key{p.world_size(), p.batch_size(), p.scaling(), p.shape()};
+    RowKey key{p.world_size(), p.batch_size(), p.scaling(), p.shape(), p.zero_stage()};
     auto [it, added] = index.try_emplace(key, rows.size());
     if (added) rows.push_back(RowRuns{.key = key});
     RowRuns& row = rows[it->second];
@@ -194,11 +214,16 @@ void FillRow(const RowRuns& runs, v1::SweepReportRow& row) {
   row.set_batch_size(std::get<1>(runs.key));
   row.set_scaling(std::get<2>(runs.key));
   row.set_shape(std::get<3>(runs.key));
+  row.set_zero_stage(std::get<4>(runs.key));
   for (int64_t id : runs.job_ids) row.add_job_ids(id);
   row.set_runs(static_cast<int32_t>(runs.runs.size()));
   if (runs.runs.empty()) return;
-  std::vector<double> epoch, total, ips, comm, acc;
+  std::vector<double> epoch, total, ips, comm, acc, optimizer_bytes, gradient_bytes;
   for (const RunFigures& f : runs.runs) {
+    optimizer_bytes.insert(optimizer_bytes.end(), f.optimizer_state_bytes.begin(),
+                           f.optimizer_state_bytes.end());
+    gradient_bytes.insert(gradient_bytes.end(), f.gradient_bytes.begin(),
+                          f.gradient_bytes.end());
     epoch.push_back(f.epoch_seconds);
     total.push_back(f.train_seconds);
     ips.push_back(f.images_per_sec);
@@ -212,10 +237,15 @@ void FillRow(const RowRuns& runs, v1::SweepReportRow& row) {
   row.set_images_per_sec(Mean(ips));
   row.set_comm_share(Mean(comm));
   row.set_final_accuracy(Mean(acc));
+  // Left unset without figures: "not reported" is not zero bytes.
+  if (!optimizer_bytes.empty())
+    row.set_optimizer_state_bytes_per_rank(Mean(optimizer_bytes));
+  if (!gradient_bytes.empty()) row.set_gradient_bytes_per_rank(Mean(gradient_bytes));
 }
 
 // Speedup and efficiency against the smallest measured world size of the same
-// batch size, scaling and shape kind (pack, spread, or fixed NxM shapes).
+// batch size, scaling, shape kind (pack, spread, or fixed NxM shapes) and ZeRO
+// stage.
 void SetSpeedups(v1::SweepReport& report) {
   auto shape_kind = [](const std::string& shape) {
     return shape == "pack" || shape == "spread" ? shape : std::string("NxM");
@@ -226,7 +256,8 @@ void SetSpeedups(v1::SweepReport& report) {
     for (const v1::SweepReportRow& other : report.rows()) {
       if (other.runs() == 0 || other.epoch_time_mean_s() <= 0 ||
           other.batch_size() != row.batch_size() || other.scaling() != row.scaling() ||
-          shape_kind(other.shape()) != shape_kind(row.shape())) {
+          shape_kind(other.shape()) != shape_kind(row.shape()) ||
+          other.zero_stage() != row.zero_stage()) {
         continue;
       }
       if (base == nullptr || other.world_size() < base->world_size()) base = &other;

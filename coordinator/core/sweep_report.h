@@ -1,10 +1,11 @@
 // The report of a scaling study (SweepManager::Report). One row per distinct
-// (world size, batch size, scaling, shape) among the sweep's points, in grid
-// order, with figures from the stored metrics of the points' jobs that
-// succeeded: epoch time (mean and spread over runs), total training time,
-// throughput, communication share and final accuracy, then speedup and
-// efficiency against the smallest measured world size of the same batch
-// size, scaling and shape kind. docs/api.md defines each figure.
+// (world size, batch size, scaling, shape, ZeRO stage) among the sweep's
+// points, in grid order, with figures from the stored metrics of the points'
+// jobs that succeeded: epoch time (mean and spread over runs), total training
+// time, throughput, communication share, final accuracy and the optimizer
+// state and gradient bytes per rank, then speedup and efficiency against the
+// smallest measured world size of the same batch size, scaling, shape kind and
+// ZeRO stage. docs/api.md defines each figure.
 //
 // Thread-safety: stateless; safe from any thread (it reads through
 // JobManager's thread-safe methods).

@@ -1342,23 +1342,26 @@ v1::Sweep MakeSweep(v1::SweepState state, std::vector<v1::SweepPoint> points) {
 }
 
 TEST_F(TessctlTest, SweepStatusShowsStateAndPointsTable) {
-  service_.AddSweep(MakeSweep(v1::SWEEP_STATE_RUNNING,
-                              {MakePoint(0, 1, 32, 3, v1::JOB_STATE_RUNNING),
-                               MakePoint(1, 2, 32, 0, v1::JOB_STATE_UNSPECIFIED)}));
+  v1::SweepPoint zero_stage_1 = MakePoint(1, 2, 32, 0, v1::JOB_STATE_UNSPECIFIED);
+  zero_stage_1.set_zero_stage(1);
+  service_.AddSweep(
+      MakeSweep(v1::SWEEP_STATE_RUNNING,
+                {MakePoint(0, 1, 32, 3, v1::JOB_STATE_RUNNING), zero_stage_1}));
   ASSERT_EQ(Cli({"sweep", "status", "1"}), kExitOk) << err_.str();
   const std::string out = out_.str();
   EXPECT_THAT(out, HasSubstr("STATE     RUNNING\n"));
   EXPECT_THAT(out, HasSubstr("2: 0 succeeded, 0 failed, 1 running, 1 waiting"));
-  EXPECT_THAT(out,
-              HasSubstr("INDEX  WORLD  BATCH  SCALING  SHAPE  REPEAT  JOB  STATE\n"
-                        "0      1      32     strong   pack   0       3    RUNNING\n"
-                        "1      2      32     strong   pack   0       -    PENDING\n"));
+  EXPECT_THAT(
+      out,
+      HasSubstr("INDEX  WORLD  BATCH  ZERO  SCALING  SHAPE  REPEAT  JOB  STATE\n"
+                "0      1      32     0     strong   pack   0       3    RUNNING\n"
+                "1      2      32     1     strong   pack   0       -    PENDING\n"));
 
   out_.str("");
   ASSERT_EQ(Cli({"sweep", "status", "1", "-o", "csv"}), kExitOk);
   EXPECT_EQ(out_.str(),
-            "index,world_size,batch_size,scaling,shape,repeat,job_id,state\n"
-            "0,1,32,strong,pack,0,3,RUNNING\n1,2,32,strong,pack,0,0,PENDING\n");
+            "index,world_size,batch_size,scaling,shape,repeat,job_id,state,zero_stage\n"
+            "0,1,32,strong,pack,0,3,RUNNING,0\n1,2,32,strong,pack,0,0,PENDING,1\n");
 
   out_.str("");
   ASSERT_EQ(Cli({"sweep", "status", "1", "-o", "json"}), kExitOk);
@@ -1428,25 +1431,29 @@ v1::SweepReport MakeReport() {
   add(2, 32, "strong", "pack", 2, 11.0, 0.5, 1.8636, 0.9318, 0.123, 0.8101);
   add(4, 32, "weak", "pack", 0, 0, 0, 0, 0, 0, 0);
   add(8, 64, "strong", "2x4", 1, 3.25, 0, 4.0, 0.5, 0.25, 0.79);
+  // ZeRO stage 1 at two ranks: both byte figures; the 8-rank row only the
+  // optimizer state's.
+  report.mutable_rows(1)->set_zero_stage(1);
+  report.mutable_rows(1)->set_optimizer_state_bytes_per_rank(1610612736);  // 1.5 GiB
+  report.mutable_rows(1)->set_gradient_bytes_per_rank(536870912);          // 512 MiB
+  report.mutable_rows(3)->set_optimizer_state_bytes_per_rank(3000);
   return report;
 }
 
-TEST(SweepOutputTest, ReportTableShowsMeanStdSpeedupEfficiencyCommAndAccuracy) {
+TEST(SweepOutputTest, ReportTableShowsTheFiguresAndBytesPerRankWithDashesForNone) {
   EXPECT_THAT(Lines(FormatSweepReportTable(MakeReport())),
-              ElementsAre("WORLD  BATCH  SCALING  SHAPE  RUNS  EPOCH_TIME      SPEEDUP  "
-                          "EFFICIENCY  COMM   "
-                          "ACCURACY",
-                          "1      32     strong   pack   2     20.50 ± 0.25 s  1.00x    "
-                          "100.0%      0.0%   "
-                          "81.23%",
-                          "2      32     strong   pack   2     11.00 ± 0.50 s  1.86x    "
-                          "93.2%       12.3%  "
-                          "81.01%",
-                          "4      32     weak     pack   0     -               -        "
-                          "-           -      -",
-                          "8      64     strong   2x4    1     3.25 s          4.00x    "
-                          "50.0%       25.0%  "
-                          "79.00%"));
+              ElementsAre("WORLD  BATCH  SCALING  SHAPE  ZERO  RUNS  EPOCH_TIME      "
+                          "SPEEDUP  EFFICIENCY  COMM   ACCURACY  OPTIMIZER/RANK  "
+                          "GRADIENTS/RANK",
+                          "1      32     strong   pack   0     2     20.50 ± 0.25 s  "
+                          "1.00x    100.0%      0.0%   81.23%    -               -",
+                          "2      32     strong   pack   1     2     11.00 ± 0.50 s  "
+                          "1.86x    93.2%       12.3%  81.01%    1.5 GiB         "
+                          "512.0 MiB",
+                          "4      32     weak     pack   0     0     -               "
+                          "-        -           -      -         -               -",
+                          "8      64     strong   2x4    0     1     3.25 s          "
+                          "4.00x    50.0%       25.0%  79.00%    2.9 KiB         -"));
 }
 
 TEST_F(TessctlTest, SweepReportCsvAndJsonCarryTheCoordinatorsFigures) {
@@ -1457,11 +1464,14 @@ TEST_F(TessctlTest, SweepReportCsvAndJsonCarryTheCoordinatorsFigures) {
   EXPECT_EQ(lines[0],
             "world_size,batch_size,scaling,shape,runs,epoch_time_mean_s,epoch_time_std_s,"
             "total_time_mean_s,images_per_sec,speedup,efficiency,baseline_world_size,"
-            "comm_share,final_accuracy,job_ids");
+            "comm_share,final_accuracy,job_ids,zero_stage,optimizer_state_bytes_per_rank,"
+            "gradient_bytes_per_rank");
   EXPECT_EQ(lines[2],
             "2,32,strong,pack,2,11,0.5,22,372.3636363636364,1.8636,0.9318,1,0.123,0.8101,"
-            "20 21");
-  EXPECT_EQ(lines[3], "4,32,weak,pack,0,0,0,0,0,0,0,1,0,0,");
+            "20 21,1,1610612736,536870912");
+  // Byte figures no rank reported are empty fields, not zeros.
+  EXPECT_EQ(lines[3], "4,32,weak,pack,0,0,0,0,0,0,0,1,0,0,,0,,");
+  EXPECT_EQ(lines[4], "8,64,strong,2x4,1,3.25,0,6.5,1260.3076923076924,4,0.5,1,0.25,0.79,80,0,3000,");
 
   out_.str("");
   ASSERT_EQ(Cli({"sweep", "report", "1", "-o", "json"}), kExitOk);
@@ -1472,10 +1482,18 @@ TEST_F(TessctlTest, SweepReportCsvAndJsonCarryTheCoordinatorsFigures) {
   EXPECT_DOUBLE_EQ(j["rows"][1]["speedup"].get<double>(), 1.8636);
   EXPECT_DOUBLE_EQ(j["rows"][1]["comm_share"].get<double>(), 0.123);
   EXPECT_EQ(j["rows"][1]["job_ids"], nlohmann::json::array({20, 21}));
+  EXPECT_EQ(j["rows"][1]["zero_stage"], 1);
+  EXPECT_DOUBLE_EQ(j["rows"][1]["optimizer_state_bytes_per_rank"].get<double>(),
+                   1610612736);
+  EXPECT_DOUBLE_EQ(j["rows"][1]["gradient_bytes_per_rank"].get<double>(), 536870912);
+  EXPECT_TRUE(j["rows"][0]["optimizer_state_bytes_per_rank"].is_null());
+  EXPECT_TRUE(j["rows"][3]["gradient_bytes_per_rank"].is_null());
+  EXPECT_DOUBLE_EQ(j["rows"][3]["optimizer_state_bytes_per_rank"].get<double>(), 3000);
 
   out_.str("");
   ASSERT_EQ(Cli({"sweep", "report", "1"}), kExitOk);
   EXPECT_THAT(out_.str(), HasSubstr("11.00 ± 0.50 s  1.86x"));
+  EXPECT_THAT(out_.str(), HasSubstr("1.5 GiB         512.0 MiB"));
 }
 
 TEST_F(TessctlTest, UnknownSweepExitsThree) {

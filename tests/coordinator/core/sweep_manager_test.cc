@@ -4,6 +4,7 @@
 
 #include <future>
 
+#include "common/metric_names.h"
 #include "common/sweep_spec.h"
 #include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
@@ -80,8 +81,11 @@ class SweepManagerTest : public ::testing::Test {
   }
 
   // Runs every launched rank to a clean exit; each rank reports an epoch time
-  // of `epoch_seconds(world_size)`. Returns the number of jobs finished.
-  int RunLaunched(const std::function<double(int)>& epoch_seconds) {
+  // of `epoch_seconds(world_size)`, then whatever `also_report` adds. Returns
+  // the number of jobs finished.
+  int RunLaunched(
+      const std::function<double(int)>& epoch_seconds,
+      const std::function<void(const v1::LaunchOrder&)>& also_report = nullptr) {
     v1::HeartbeatRequest beat;
     beat.set_name("w");
     beat.set_epoch(epoch_);
@@ -95,6 +99,7 @@ class SweepManagerTest : public ::testing::Test {
              10);
       Report(o, {{"epoch_seconds", t}, {"test_accuracy", 0.5 + 0.01 * o.world_size()}},
              10);
+      if (also_report) also_report(o);
       v1::LocalRank* r = beat.add_ranks();
       r->set_job_id(o.job_id());
       r->set_attempt(o.attempt());
@@ -226,6 +231,68 @@ TEST_F(SweepManagerTest, AnEvalJobsTopOneTakesThePlaceOfItsPointsLastEpoch) {
     marked += has_eval;
   }
   EXPECT_EQ(marked, 1);
+}
+
+TEST_F(SweepManagerTest, ReportGivesEachZeroStagesBytesPerRankAndItsOwnBaseline) {
+  auto spec = ParseSweepSpec(
+      "name: zero\nmax_parallel: 4\n"
+      "grid:\n  world_size: [1, 2]\n  zero_stage: [0, 2]\n"
+      "base:\n  trainer:\n    model: vit-micro\n    dataset: synthetic\n"
+      "    epochs: 1\n    batch_size: 8\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto submitted = sweeps_->Submit(*spec, "", "req-zero");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  ASSERT_EQ(submitted->points(), 4);
+  // Stage 2 shards both figures over the ranks (rank r holds r more bytes, so
+  // that the mean over ranks shows); stage 0 at one rank reports neither.
+  auto memory = [this](const v1::LaunchOrder& o) {
+    const int n = o.world_size();
+    if (o.trainer().zero_stage() == 0 && n == 1) return;
+    const double shard = o.trainer().zero_stage() == 2 ? 1.0 / n : 1.0;
+    Report(o,
+           {{kOptimizerStateBytesMetricName, 8000 * shard + o.rank()},
+            {kGradientBytesMetricName, 4000 * shard + o.rank()}},
+           0);
+  };
+  auto times = [](int world) { return world == 1 ? 10.0 : 6.0; };
+  int finished = 0;
+  for (int round = 0; round < 4 && finished < 4; ++round) {
+    finished += RunLaunched(times, memory);
+    sweeps_->Tick();
+  }
+  ASSERT_EQ(finished, 4);
+
+  auto report = sweeps_->Report(Caller::Admin(), submitted->sweep_id());
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->rows_size(), 4);
+  const int expected[4][2] = {{0, 1}, {0, 2}, {2, 1}, {2, 2}};  // (stage, world)
+  for (int i = 0; i < 4; ++i) {
+    const v1::SweepReportRow& row = report->rows(i);
+    EXPECT_EQ(row.zero_stage(), expected[i][0]);
+    EXPECT_EQ(row.world_size(), expected[i][1]);
+    EXPECT_EQ(row.runs(), 1);
+    // Each stage is its own baseline: no row is measured against another stage.
+    EXPECT_EQ(row.baseline_world_size(), 1);
+    EXPECT_NEAR(row.speedup(), row.world_size() == 1 ? 1.0 : 10.0 / 6.0, 1e-9);
+  }
+  EXPECT_FALSE(report->rows(0).has_optimizer_state_bytes_per_rank());
+  EXPECT_FALSE(report->rows(0).has_gradient_bytes_per_rank());
+  // Stage 0 at two ranks: every rank holds all of it (ranks 0 and 1: +0.5).
+  EXPECT_NEAR(report->rows(1).optimizer_state_bytes_per_rank(), 8000.5, 1e-9);
+  EXPECT_NEAR(report->rows(1).gradient_bytes_per_rank(), 4000.5, 1e-9);
+  EXPECT_NEAR(report->rows(2).optimizer_state_bytes_per_rank(), 8000, 1e-9);
+  EXPECT_NEAR(report->rows(2).gradient_bytes_per_rank(), 4000, 1e-9);
+  EXPECT_NEAR(report->rows(3).optimizer_state_bytes_per_rank(), 4000.5, 1e-9);
+  EXPECT_NEAR(report->rows(3).gradient_bytes_per_rank(), 2000.5, 1e-9);
+
+  auto sweep = sweeps_->Get(Caller::Admin(), submitted->sweep_id());
+  ASSERT_TRUE(sweep.ok());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(sweep->points(i).zero_stage(), expected[i][0]);
+    auto job = jobs_->GetJob(Caller::Admin(), sweep->points(i).job_id());
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ(job->spec().trainer().zero_stage(), expected[i][0]);
+  }
 }
 
 TEST_F(SweepManagerTest, RetriedSubmitReturnsTheSameSweep) {
