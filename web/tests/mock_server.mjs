@@ -98,7 +98,49 @@ function makeWorld(now) {
     spec: { name: 'cifar strong scaling', base: { trainer }, grid: { world_size: [1, 2, 4, 8], batch_size: [32, 64], scaling: ['strong'], shape: [] }, repeats: 2, max_parallel: 1 },
     spec_yaml: 'name: cifar strong scaling\n', created_unix_ms: S(now - 3600000), updated_unix_ms: S(now - 60000), points,
   }];
-  return { jobs, workers, sweeps, reports: { 1: { sweep_id: '1', rows } }, metrics: new Map(), logs: new Map() };
+  const zero = zeroStudy(now, trainer);
+  sweeps.push(zero.sweep);
+  return {
+    jobs, workers, sweeps, reports: { 1: { sweep_id: '1', rows }, 2: zero.report },
+    metrics: new Map(), logs: new Map(),
+  };
+}
+
+// Sweep 2: world size x ZeRO stage, each row with the optimizer state and
+// gradient bytes per rank (stage 1 shards the optimizer state, stage 2 the
+// gradients too). The 8-rank stage-0 point did not report them: its row
+// leaves the figures out, as the coordinator's JSON does.
+function zeroStudy(now, trainer) {
+  const S = String;
+  const opt = 2 * 1024 ** 3;
+  const grad = 1024 ** 3;
+  const rows = [];
+  for (const stage of [0, 1, 2]) {
+    for (const n of [1, 2, 4, 8]) {
+      const t = 100 / n * (1 + 0.03 * stage);
+      const row = {
+        world_size: n, batch_size: 64, zero_stage: stage, scaling: 'strong', shape: 'pack', runs: 1,
+        epoch_time_mean_s: t, epoch_time_std_s: 0, total_time_mean_s: t * 3, images_per_sec: 60000 / t,
+        speedup: 100 / t / (1 + 0.03 * stage), efficiency: 100 / t / (1 + 0.03 * stage) / n,
+        baseline_world_size: 1, comm_share: 0.1, final_accuracy: 0.85, job_ids: [S(100 + rows.length)],
+      };
+      if (!(stage === 0 && n === 8)) {
+        row.optimizer_state_bytes_per_rank = stage >= 1 ? opt / n : opt;
+        row.gradient_bytes_per_rank = stage === 2 ? grad / n : grad;
+      }
+      rows.push(row);
+    }
+  }
+  const points = rows.map((r, i) => ({
+    index: i, world_size: r.world_size, batch_size: 64, zero_stage: r.zero_stage, scaling: 'strong',
+    shape: 'pack', repeat: 0, job_id: r.job_ids[0], state: 'JOB_STATE_SUCCEEDED',
+  }));
+  const sweep = {
+    id: '2', name: 'zero study', state: 'SWEEP_STATE_SUCCEEDED', reason: '',
+    spec: { name: 'zero study', base: { trainer }, grid: { world_size: [1, 2, 4, 8], batch_size: [64], zero_stage: [0, 1, 2] }, repeats: 1, max_parallel: 1 },
+    spec_yaml: 'name: zero study\n', created_unix_ms: S(now - 1800000), updated_unix_ms: S(now - 30000), points,
+  };
+  return { sweep, report: { sweep_id: '2', rows } };
 }
 
 // With `userToken`, /api/ requests need it, as the coordinator's

@@ -1,8 +1,11 @@
 // Turns a SweepReport into the series of the paper-style figures. Pure.
 //
 // Series of the scaling figures are the rows that share (batch_size, scaling,
-// shape kind), drawn against world size; series of the batch-size figures
-// share (world_size, scaling). Rows without a successful run are left out.
+// shape kind, ZeRO stage), drawn against world size; series of the batch-size
+// figures share (world_size, scaling, ZeRO stage). The memory figure has one
+// series per ZeRO stage: optimizer state plus gradient bytes per rank against
+// world size, as the ZeRO paper draws it. Rows without a successful run are
+// left out.
 
 import { num } from './format.js';
 
@@ -32,18 +35,49 @@ function scalingOf(r) {
   return r.scaling || 'strong';
 }
 
+function stageOf(r) {
+  return num(r.zero_stage);
+}
+
+// What each ZeRO stage partitions across the ranks, in the paper's terms.
+const STAGE_NAMES = ['baseline', 'P_os', 'P_os+g'];
+
+export function stageLabel(stage) {
+  const name = STAGE_NAMES[stage];
+  return name ? `ZeRO ${stage} (${name})` : `ZeRO ${stage}`;
+}
+
+// A byte figure of a report row, or null when no rank reported it (the API
+// leaves unset figures out).
+export function bytesOf(r, key) {
+  const v = r?.[key];
+  if (v == null || v === '') return null;
+  const x = Number(v);
+  return Number.isFinite(x) ? x : null;
+}
+
+// Optimizer state plus gradient bytes per rank; null unless both are reported.
+export function memoryPerRank(r) {
+  const opt = bytesOf(r, 'optimizer_state_bytes_per_rank');
+  const grad = bytesOf(r, 'gradient_bytes_per_rank');
+  return opt == null || grad == null ? null : opt + grad;
+}
+
 // Labels say only what differs between series: "bs 64 strong", or "bs 64"
-// when every row has the same scaling and shape.
+// when every row has the same scaling, shape and ZeRO stage.
 function scalingSeries(rows) {
   const scalings = new Set(rows.map(scalingOf));
   const shapes = new Set(rows.map((r) => shapeKind(r.shape)));
-  const groups = group(rows, (r) => `${num(r.batch_size)}|${scalingOf(r)}|${shapeKind(r.shape)}`);
+  const stages = new Set(rows.map(stageOf));
+  const groups = group(rows,
+    (r) => `${num(r.batch_size)}|${scalingOf(r)}|${shapeKind(r.shape)}|${stageOf(r)}`);
   return [...groups.values()]
     .map((rs) => {
       const r0 = rs[0];
       const parts = [`bs ${num(r0.batch_size)}`];
       if (scalings.size > 1) parts.push(scalingOf(r0));
       if (shapes.size > 1 && shapeKind(r0.shape)) parts.push(shapeKind(r0.shape));
+      if (stages.size > 1) parts.push(`z${stageOf(r0)}`);
       return {
         label: parts.join(' '),
         batchSize: num(r0.batch_size),
@@ -57,13 +91,15 @@ function scalingSeries(rows) {
 
 function batchSeries(rows) {
   const scalings = new Set(rows.map(scalingOf));
-  const groups = group(rows, (r) => `${num(r.world_size)}|${scalingOf(r)}`);
+  const stages = new Set(rows.map(stageOf));
+  const groups = group(rows, (r) => `${num(r.world_size)}|${scalingOf(r)}|${stageOf(r)}`);
   return [...groups.values()]
     .map((rs) => {
       const r0 = rs[0];
       const n = num(r0.world_size);
       return {
-        label: `${n} rank${n === 1 ? '' : 's'}${scalings.size > 1 ? ` ${scalingOf(r0)}` : ''}`,
+        label: `${n} rank${n === 1 ? '' : 's'}${scalings.size > 1 ? ` ${scalingOf(r0)}` : ''}` +
+          `${stages.size > 1 ? ` z${stageOf(r0)}` : ''}`,
         worldSize: n,
         rows: [...rs].sort((a, b) => num(a.batch_size) - num(b.batch_size)),
       };
@@ -71,8 +107,27 @@ function batchSeries(rows) {
     .sort((a, b) => a.worldSize - b.worldSize || a.label.localeCompare(b.label));
 }
 
-// Returns {epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy, worldSizes}
-// where each figure is a list of {label, points: [{x, y, lo?, hi?}]}.
+// One series per ZeRO stage: memory per rank against world size, the mean
+// over the stage's rows at each world size (batch size and scaling do not
+// change what optimizer state and gradients a rank holds). Rows without both
+// byte figures are left out, and so are stages without any.
+function memorySeries(rows) {
+  const withMemory = rows.filter((r) => memoryPerRank(r) != null);
+  return [...group(withMemory, stageOf).entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([stage, rs]) => {
+      const bySize = group(rs, (r) => num(r.world_size));
+      const points = [...bySize.entries()].sort(([a], [b]) => a - b).map(([n, at]) => ({
+        x: n,
+        y: at.reduce((sum, r) => sum + memoryPerRank(r), 0) / at.length,
+      }));
+      return { label: stageLabel(stage), stage, points };
+    });
+}
+
+// Returns {epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy,
+// memory, worldSizes} where each figure is a list of {label, points: [{x, y,
+// lo?, hi?}]}.
 export function sweepFigures(report) {
   const rows = usable(report?.rows);
   const scaling = scalingSeries(rows);
@@ -113,5 +168,6 @@ export function sweepFigures(report) {
     points: s.rows.filter((r) => num(r.final_accuracy) > 0)
       .map((r) => ({ x: num(r.batch_size), y: 100 * num(r.final_accuracy) })),
   }));
-  return { epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy, worldSizes };
+  const memory = memorySeries(rows);
+  return { epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy, memory, worldSizes };
 }

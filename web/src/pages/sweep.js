@@ -1,15 +1,18 @@
 // #/sweeps/ID: one sweep. Its points (grid coordinates, job, state), the
-// paper-style figures from its report (epoch time, speedup and efficiency
-// against world size with the ideal lines, communication share and final
-// accuracy against batch size) and the report table. Live from
+// paper-style figures from its report (epoch time and memory per rank, one
+// line per ZeRO stage, against world size; speedup and efficiency against
+// world size with the ideal lines; communication share and final accuracy
+// against batch size) and the report table. Live from
 // /api/v1/stream/sweeps/ID (events sweep, report).
 
 import { ApiError, getJSON, postJSON } from '../lib/api.js';
 import { h, setChildren, setText, table } from '../lib/dom.js';
-import { fmtNum, fmtPct, fmtSeconds, fmtShortTime, fmtTime, isTerminal, num } from '../lib/format.js';
+import {
+  fmtBytes, fmtNum, fmtPct, fmtSeconds, fmtShortTime, fmtTime, isTerminal, num,
+} from '../lib/format.js';
 import { LiveSource } from '../lib/live.js';
 import { getToken } from '../lib/settings.js';
-import { sweepFigures } from '../lib/sweep.js';
+import { bytesOf, sweepFigures } from '../lib/sweep.js';
 import { ChartPanel, color, lineDatasets, lineOptions } from '../charts.js';
 import { confirmAction, errorBox, facts, meter, panel, stateBadge } from '../ui.js';
 
@@ -45,6 +48,8 @@ export function mountSweep(root, { id }, ctx) {
 
   const timePanel = new ChartPanel('epoch-time', 'Epoch time vs ranks',
     { note: 'mean ± std over runs', emptyText: 'No finished point yet' });
+  const memoryPanel = new ChartPanel('memory-per-rank', 'Memory per rank vs ranks',
+    { note: 'optimizer state + gradients', emptyText: 'No point reported memory figures yet' });
   const speedupPanel = new ChartPanel('speedup', 'Speedup vs ranks',
     { note: 'dashed: ideal n/n0', emptyText: 'No finished point yet' });
   const effPanel = new ChartPanel('efficiency', 'Efficiency vs ranks',
@@ -53,15 +58,16 @@ export function mountSweep(root, { id }, ctx) {
     { note: '% of step time', emptyText: 'No finished point yet' });
   const accPanel = new ChartPanel('final-accuracy', 'Final accuracy vs batch size',
     { emptyText: 'No finished point yet' });
-  const panels = [timePanel, speedupPanel, effPanel, commPanel, accPanel];
+  const panels = [timePanel, memoryPanel, speedupPanel, effPanel, commPanel, accPanel];
 
-  const pointsTable = table([['#', 'num'], ['Ranks', 'num'], ['Batch', 'num'], 'Scaling', 'Shape',
-    ['Repeat', 'num'], 'Job', 'State']);
+  const pointsTable = table([['#', 'num'], ['Ranks', 'num'], ['Batch', 'num'], ['ZeRO', 'num'],
+    'Scaling', 'Shape', ['Repeat', 'num'], 'Job', 'State']);
   pointsTable.el.id = 'points-table';
-  const reportTable = table([['Ranks', 'num'], ['Batch', 'num'], 'Scaling', 'Shape', ['Runs', 'num'],
-    ['Epoch time', 'num'], ['± std', 'num'], ['Train time', 'num'], ['Images/s', 'num'],
-    ['Speedup', 'num'], ['Efficiency', 'num'], ['n0', 'num'], ['Comm share', 'num'],
-    ['Final acc.', 'num'], 'Jobs']);
+  const reportTable = table([['Ranks', 'num'], ['Batch', 'num'], ['ZeRO', 'num'], 'Scaling', 'Shape',
+    ['Runs', 'num'], ['Epoch time', 'num'], ['± std', 'num'], ['Train time', 'num'],
+    ['Images/s', 'num'], ['Speedup', 'num'], ['Efficiency', 'num'], ['n0', 'num'],
+    ['Comm share', 'num'], ['Final acc.', 'num'], ['Optimizer/rank', 'num'],
+    ['Gradients/rank', 'num'], 'Jobs']);
   reportTable.el.id = 'report-table';
   const specBox = h('pre', { class: 'spec' });
 
@@ -69,7 +75,8 @@ export function mountSweep(root, { id }, ctx) {
     cancelButton, confirm);
   const content = h('div', null,
     factsSlot,
-    h('div', { class: 'grid grid-3' }, timePanel.el, speedupPanel.el, effPanel.el),
+    h('div', { class: 'grid grid-2' }, timePanel.el, memoryPanel.el),
+    h('div', { class: 'grid grid-2' }, speedupPanel.el, effPanel.el),
     h('div', { class: 'grid grid-2' }, commPanel.el, accPanel.el),
     panel('Report', reportTable.wrap, { className: 'flush' }),
     panel('Points', pointsTable.wrap, { className: 'flush' }),
@@ -82,6 +89,9 @@ export function mountSweep(root, { id }, ctx) {
   const xBatch = { xTitle: 'batch size per rank', xInteger: true };
   timePanel.init({ type: 'line', data: { datasets: [] },
     options: lineOptions({ ...xRanks, yTitle: 'epoch time (s)', yMin: 0 }) });
+  const memoryOptions = lineOptions({ ...xRanks, yTitle: 'bytes per rank', yMin: 0, yTick: fmtBytes });
+  memoryOptions.plugins.tooltip.callbacks = { label: (c) => `${c.dataset.label}: ${fmtBytes(c.parsed.y)}` };
+  memoryPanel.init({ type: 'line', data: { datasets: [] }, options: memoryOptions });
   speedupPanel.init({ type: 'line', data: { datasets: [] },
     options: lineOptions({ ...xRanks, yTitle: 'speedup', yMin: 0 }) });
   effPanel.init({ type: 'line', data: { datasets: [] },
@@ -125,12 +135,13 @@ export function mountSweep(root, { id }, ctx) {
       h('td', { class: 'num' }, String(num(p.index))),
       h('td', { class: 'num' }, String(num(p.world_size))),
       h('td', { class: 'num' }, String(num(p.batch_size))),
+      h('td', { class: 'num' }, String(num(p.zero_stage))),
       h('td', null, p.scaling || ''),
       h('td', null, p.shape || ''),
       h('td', { class: 'num' }, String(num(p.repeat))),
       h('td', null, jobLink(p.job_id)),
       h('td', null, num(p.job_id) > 0 ? stateBadge(p.state) : h('span', { class: 'muted' }, 'not submitted'))))
-      : h('tr', null, h('td', { colspan: 8, class: 'empty' }, 'No points.')));
+      : h('tr', null, h('td', { colspan: 9, class: 'empty' }, 'No points.')));
   }
 
   function renderReport() {
@@ -138,6 +149,7 @@ export function mountSweep(root, { id }, ctx) {
     setChildren(reportTable.tbody, rows.length ? rows.map((r) => h('tr', null,
       h('td', { class: 'num' }, String(num(r.world_size))),
       h('td', { class: 'num' }, String(num(r.batch_size))),
+      h('td', { class: 'num' }, String(num(r.zero_stage))),
       h('td', null, r.scaling || ''),
       h('td', null, r.shape || ''),
       h('td', { class: 'num' }, String(num(r.runs))),
@@ -150,22 +162,32 @@ export function mountSweep(root, { id }, ctx) {
       h('td', { class: 'num' }, num(r.baseline_world_size) ? String(num(r.baseline_world_size)) : ''),
       h('td', { class: 'num' }, num(r.runs) > 0 ? fmtPct(r.comm_share, 1) : '–'),
       h('td', { class: 'num' }, num(r.final_accuracy) > 0 ? fmtPct(r.final_accuracy) : '–'),
+      // fmtBytes shows a figure no rank reported (null) as '–'.
+      h('td', { class: 'num' }, fmtBytes(bytesOf(r, 'optimizer_state_bytes_per_rank'))),
+      h('td', { class: 'num' }, fmtBytes(bytesOf(r, 'gradient_bytes_per_rank'))),
       h('td', { class: 'links' }, (r.job_ids || []).map((j, i) => [i ? ' ' : '', jobLink(j)]))))
-      : h('tr', null, h('td', { colspan: 15, class: 'empty' }, 'No report yet.')));
+      : h('tr', null, h('td', { colspan: 18, class: 'empty' }, 'No report yet.')));
     renderFigures();
   }
 
+  // data-series and data-series-labels on the panel: how many measured lines
+  // it draws and their labels joined by '|' (the browser tests read them, as
+  // they read data-points).
   function setLines(p, series) {
     p.chart.data.datasets = lineDatasets(series);
     p.chart.update('none');
-    const n = series.filter((s) => !s.ideal).reduce((c, s) => c + s.points.length, 0);
-    p.setPoints(n);
+    const measured = series.filter((s) => !s.ideal);
+    p.setPoints(measured.reduce((c, s) => c + s.points.length, 0));
+    p.el.dataset.series = String(measured.length);
+    p.el.dataset.seriesLabels = measured.map((s) => s.label).join('|');
   }
 
   function renderFigures() {
     const f = sweepFigures(report);
     const mark = (list) => list.map((s, i) => ({ ...s, color: color(i), markers: true }));
     setLines(timePanel, mark(f.epochTime).map((s) => ({ ...s, band: s.points.some((p) => p.hi > p.lo) })));
+    // A stage keeps its colour whichever stages the sweep has.
+    setLines(memoryPanel, f.memory.map((s) => ({ ...s, color: color(s.stage), markers: true })));
     const ideal = f.idealSpeedup.map((s) => ({ ...s, ideal: true, dash: [5, 4], color: '#888888', width: 1.2 }));
     setLines(speedupPanel, [...mark(f.speedup), ...ideal]);
     const ws = f.worldSizes;

@@ -1,7 +1,7 @@
 // sweepFigures: SweepReport rows -> the series of the paper-style figures.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shapeKind, sweepFigures } from '../../src/lib/sweep.js';
+import { memoryPerRank, shapeKind, stageLabel, sweepFigures } from '../../src/lib/sweep.js';
 
 const row = (world_size, batch_size, extra = {}) => ({
   world_size, batch_size, scaling: 'strong', shape: '', runs: 1,
@@ -50,4 +50,38 @@ test('an empty or missing report gives empty figures', () => {
     const f = sweepFigures(r);
     assert.deepEqual([f.epochTime, f.speedup, f.commShare, f.idealSpeedup], [[], [], [], []]);
   }
+});
+
+test('memory per rank: one series per ZeRO stage over world size, optimizer state plus gradients', () => {
+  const mem = (n, stage, opt, grad) => row(n, 32, {
+    zero_stage: stage, optimizer_state_bytes_per_rank: opt, gradient_bytes_per_rank: grad,
+  });
+  const f = sweepFigures({ rows: [
+    mem(1, 0, 800, 400), mem(2, 0, 800, 400), mem(4, 0, 800, 400),
+    mem(1, 1, 800, 400), mem(2, 1, 400, 400), mem(4, 1, 200, 400),
+    mem(1, 2, 800, 400), mem(2, 2, 400, 200), mem(4, 2, 200, 100),
+    // A second batch size at stage 2 is averaged in, not a second line.
+    row(4, 64, { zero_stage: 2, optimizer_state_bytes_per_rank: 300, gradient_bytes_per_rank: 200 }),
+  ] });
+  assert.deepEqual(f.memory.map((s) => s.label), ['ZeRO 0 (baseline)', 'ZeRO 1 (P_os)', 'ZeRO 2 (P_os+g)']);
+  assert.deepEqual(f.memory.map((s) => s.stage), [0, 1, 2]);
+  assert.deepEqual(f.memory[0].points, [{ x: 1, y: 1200 }, { x: 2, y: 1200 }, { x: 4, y: 1200 }]);
+  assert.deepEqual(f.memory[1].points, [{ x: 1, y: 1200 }, { x: 2, y: 800 }, { x: 4, y: 600 }]);
+  assert.deepEqual(f.memory[2].points, [{ x: 1, y: 1200 }, { x: 2, y: 600 }, { x: 4, y: 400 }]);
+  // The scaling figures keep the stages apart.
+  assert.deepEqual(f.epochTime.map((s) => s.label), ['bs 32 z0', 'bs 32 z1', 'bs 32 z2', 'bs 64 z2']);
+});
+
+test('memory per rank leaves out rows and stages without both byte figures', () => {
+  const f = sweepFigures({ rows: [
+    row(1, 32, { zero_stage: 1, optimizer_state_bytes_per_rank: 100, gradient_bytes_per_rank: 50 }),
+    row(2, 32, { zero_stage: 1, optimizer_state_bytes_per_rank: 50 }),
+    row(1, 32, { zero_stage: 0 }),
+  ] });
+  assert.equal(f.memory.length, 1);
+  assert.deepEqual(f.memory[0].points, [{ x: 1, y: 150 }]);
+  assert.equal(memoryPerRank({ optimizer_state_bytes_per_rank: '0', gradient_bytes_per_rank: 0 }), 0);
+  assert.equal(memoryPerRank({ gradient_bytes_per_rank: 10 }), null);
+  assert.equal(stageLabel(3), 'ZeRO 3');
+  assert.deepEqual(sweepFigures({ rows: [row(1, 32)] }).memory, []);
 });
