@@ -632,6 +632,14 @@ void CheckTrainerChoices(const tessera::v1::TrainerConfig& t,
     CheckOneOf(absl::StrCat("trainer.", f.field).c_str(), reflection->GetString(t, field),
                f.choices, errors);
   }
+  if (!IsZeroStage(t.zero_stage())) {
+    errors->push_back(absl::StrCat("trainer.zero_stage: must be one of ",
+                                   ZeroStageChoicesText(), "; got ", t.zero_stage()));
+  } else if (t.zero_stage() > 0 && t.has_allreduce() && !t.allreduce()) {
+    errors->push_back(
+        "trainer.zero_stage: shards the optimizer over ranks that "
+        "average their gradients; it needs trainer.allreduce");
+  }
   CheckFraction("trainer.crop_fraction", t.crop_fraction(), true, errors);
   CheckFraction("trainer.data_max_skipped", t.data_max_skipped(), true, errors);
   CheckFraction("trainer.layer_decay", t.layer_decay(), true, errors);

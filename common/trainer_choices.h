@@ -27,6 +27,27 @@ inline constexpr std::array<const char*, 5> kInitNamesChoices = {
     "auto", "timm", "hf", "torchvision", "tessera"};
 inline constexpr std::array<const char*, 3> kCudaGraphChoices = {"off", "auto", "on"};
 
+// trainer.zero_stage (an int32 field, so not in kTrainerChoiceFields): 0
+// replicates the optimizer state (DDP), 1 shards it, 2 shards the gradients too.
+inline constexpr std::array<int, 3> kZeroStageChoices = {0, 1, 2};
+
+inline bool IsZeroStage(int stage) {
+  for (const int s : kZeroStageChoices) {
+    if (stage == s) return true;
+  }
+  return false;
+}
+
+// "0, 1, 2", as errors name the stages.
+inline std::string ZeroStageChoicesText() {
+  std::string text;
+  for (const int s : kZeroStageChoices) {
+    if (!text.empty()) text.append(", ");
+    text.append(std::to_string(s));
+  }
+  return text;
+}
+
 // A choice-valued TrainerConfig field: its proto name and its table.
 struct ChoiceField {
   const char* field;  // e.g. "optimizer" (the flag is --optimizer)

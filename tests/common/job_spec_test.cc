@@ -469,6 +469,36 @@ trainer:
               ::testing::IsSupersetOf({"--profile-steps=20-25", "--cuda-graph=off"}));
 }
 
+TEST(JobSpecTest, ZeroStageIsCheckedAndBecomesATrainerFlag) {
+  const absl::Status bad = ParseAndValidateJobSpec(R"(name: zero
+world_size: 2
+trainer:
+  model: vit-micro
+  dataset: synthetic
+  batch_size: 8
+  epochs: 1
+  zero_stage: 3
+)",
+                                                   SpecLimits{})
+                               .status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("trainer.zero_stage: must be one of 0, 1, 2"));
+
+  absl::StatusOr<v1::JobSpec> good = ParseAndValidateJobSpec(R"(name: zero
+world_size: 2
+trainer:
+  model: vit-micro
+  dataset: synthetic
+  batch_size: 8
+  epochs: 1
+  zero_stage: 2
+)",
+                                                             SpecLimits{});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_THAT(TrainerConfigToFlags(good->trainer()),
+              ::testing::Contains("--zero-stage=2"));
+}
+
 TEST(JobSpecTest, EnvNamesThatLoadCodeAreRefusedNamingTheVariableAndWhy) {
   for (const auto& [name, why] : std::vector<std::pair<std::string, std::string>>{
            {"LD_PRELOAD", "dynamic loader"},

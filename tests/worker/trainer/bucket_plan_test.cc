@@ -115,6 +115,47 @@ TEST(AssignBucketsTest, EmptyParametersStillBelongToABucket) {
   EXPECT_TRUE(AssignBuckets({}, 4, BucketOptions()).buckets.empty());
 }
 
+TEST(ShardTest, ShardsCutABucketIntoEqualPartsClippedAtItsEnd) {
+  EXPECT_EQ(ShardSize(10, 4), 3);
+  EXPECT_EQ(ShardOf(10, 4, 0).begin, 0);
+  EXPECT_EQ(ShardOf(10, 4, 0).end, 3);
+  EXPECT_EQ(ShardOf(10, 4, 3).begin, 9);
+  EXPECT_EQ(ShardOf(10, 4, 3).size(), 1);
+  // A bucket smaller than the world leaves the last ranks nothing.
+  EXPECT_EQ(ShardOf(2, 4, 3).size(), 0);
+  EXPECT_EQ(ShardOf(7, 1, 0).size(), 7);
+}
+
+TEST(ShardTest, EveryElementBelongsToExactlyOneRanksPiece) {
+  BucketOptions options;
+  options.bucket_cap_bytes = 40;
+  options.first_bucket_cap_bytes = 24;
+  const std::vector<int64_t> numels = {5, 3, 0, 7, 2, 9};
+  const BucketPlan plan = AssignBuckets(numels, 4, options);
+  for (const int world : {1, 2, 3, 5}) {
+    std::vector<std::vector<int>> owners(numels.size());
+    for (size_t p = 0; p < numels.size(); ++p) {
+      owners[p].assign(static_cast<size_t>(numels[p]), 0);
+    }
+    for (int rank = 0; rank < world; ++rank) {
+      for (const ShardPiece& piece : AssignShardPieces(plan, world, rank)) {
+        const Bucket& bucket = plan.buckets[static_cast<size_t>(piece.bucket)];
+        const ShardRange shard = ShardOf(bucket.numel, world, rank);
+        EXPECT_GE(piece.bucket_offset, shard.begin);
+        EXPECT_LE(piece.bucket_offset + piece.numel, shard.end);
+        EXPECT_EQ(plan.bucket_of[static_cast<size_t>(piece.param)], piece.bucket);
+        for (int64_t e = 0; e < piece.numel; ++e) {
+          ++owners[static_cast<size_t>(piece.param)]
+                  [static_cast<size_t>(piece.param_offset + e)];
+        }
+      }
+    }
+    for (const std::vector<int>& param : owners) {
+      for (const int count : param) EXPECT_EQ(count, 1) << "world " << world;
+    }
+  }
+}
+
 TEST(AssignBucketsTest, MebibytesConvertToBytes) {
   EXPECT_EQ(MebibytesToBytes(25), 25 * 1024 * 1024);
   EXPECT_EQ(MebibytesToBytes(0.5), 512 * 1024);

@@ -116,6 +116,7 @@ TrainerConfig AsConfig(const TrainerOptions& o) {
   config.set_head_warmup_steps(o.head_warmup_steps);
   config.set_profile_steps(o.profile_steps);
   config.set_cuda_graph(o.cuda_graph);
+  config.set_zero_stage(o.zero_stage);
   config.set_eval_only(o.eval_only);
   config.set_eval_split(o.eval_split);
   config.set_eval_step(o.eval_step);

@@ -57,6 +57,30 @@ TEST(TrainerOptionsTest, AMalformedFaultHookIsAUsageErrorNamingTheFlag) {
   EXPECT_TRUE(ValidateTrainerOptions(options).ok());
 }
 
+TEST(TrainerOptionsTest, ZeroStageOutsideTheChoicesIsRefusedNamingThem) {
+  for (const int stage : {-1, 3}) {
+    TrainerOptions options;
+    options.zero_stage = stage;
+    const absl::Status status = ValidateTrainerOptions(options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << stage;
+    EXPECT_THAT(status.message(), HasSubstr("--zero-stage must be one of 0, 1, 2"));
+  }
+  for (const int stage : {0, 1, 2}) {
+    TrainerOptions options;
+    options.zero_stage = stage;
+    EXPECT_TRUE(ValidateTrainerOptions(options).ok()) << stage;
+  }
+}
+
+TEST(TrainerOptionsTest, ZeroStageNeedsGradientAveraging) {
+  TrainerOptions options;
+  options.zero_stage = 1;
+  options.allreduce = false;
+  const absl::Status status = ValidateTrainerOptions(options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--allreduce"));
+}
+
 TEST(TrainerOptionsTest, UnknownModelListsKnownPresets) {
   TrainerOptions options;
   options.model = "vit-huge";

@@ -106,4 +106,35 @@ void BucketLaunchSequencer::CollectLaunchable(std::vector<int>& out) {
   }
 }
 
+int64_t ShardSize(int64_t numel, int world_size) {
+  const int64_t world = std::max(1, world_size);
+  return (numel + world - 1) / world;
+}
+
+ShardRange ShardOf(int64_t numel, int world_size, int rank) {
+  const int64_t size = ShardSize(numel, world_size);
+  return {std::min(numel, rank * size), std::min(numel, (rank + 1) * size)};
+}
+
+std::vector<ShardPiece> AssignShardPieces(const BucketPlan& plan, int world_size,
+                                          int rank) {
+  std::vector<ShardPiece> pieces;
+  for (size_t b = 0; b < plan.buckets.size(); ++b) {
+    const Bucket& bucket = plan.buckets[b];
+    const ShardRange shard = ShardOf(bucket.numel, world_size, rank);
+    std::vector<BucketSlot> slots = bucket.slots;
+    std::sort(slots.begin(), slots.end(), [](const BucketSlot& x, const BucketSlot& y) {
+      return x.offset < y.offset;
+    });
+    for (const BucketSlot& slot : slots) {
+      const int64_t begin = std::max(shard.begin, slot.offset);
+      const int64_t end = std::min(shard.end, slot.offset + slot.numel);
+      if (begin >= end) continue;
+      pieces.push_back(ShardPiece{slot.param, static_cast<int>(b), begin,
+                                  begin - slot.offset, end - begin});
+    }
+  }
+  return pieces;
+}
+
 }  // namespace tessera::trainer

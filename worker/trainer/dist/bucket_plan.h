@@ -72,6 +72,36 @@ void FlattenBucket(const Bucket& bucket, const std::vector<const float*>& params
 void UnflattenBucket(const Bucket& bucket, const float* flat,
                      const std::vector<float*>& params);
 
+// ZeRO's shards (zero_optimizer.h): each bucket's flat buffer is cut into
+// world_size parts of ShardSize elements, DeepSpeed-style, rank r owning part
+// r; the last parts are short (or empty) where the buffer ends, so a parameter
+// may be split across ranks and a rank may own nothing of a small bucket.
+struct ShardRange {
+  int64_t begin = 0;  // first element of the bucket's flat buffer
+  int64_t end = 0;    // one past the last
+  int64_t size() const { return end - begin; }
+};
+
+// ceil(numel / world_size): every rank's share of a bucket, padding included.
+int64_t ShardSize(int64_t numel, int world_size);
+// Rank `rank`'s part of a bucket of `numel` elements, clipped to the buffer.
+ShardRange ShardOf(int64_t numel, int world_size, int rank);
+
+// One parameter's part within a rank's shard: a contiguous run of its
+// flattened elements, which lies in one bucket.
+struct ShardPiece {
+  int param = 0;  // index in registration order
+  int bucket = 0;
+  int64_t bucket_offset = 0;  // first element within the bucket's flat buffer
+  int64_t param_offset = 0;   // first element within the flattened parameter
+  int64_t numel = 0;
+};
+
+// Rank `rank`'s pieces under `plan`, by bucket, then by position in the
+// bucket. Empty parameters and parameters wholly outside the shard have none.
+std::vector<ShardPiece> AssignShardPieces(const BucketPlan& plan, int world_size,
+                                          int rank);
+
 class BucketLaunchSequencer {
  public:
   // `plan` must outlive the sequencer.

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace tessera::trainer {
 
@@ -64,25 +65,16 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, Communicator& communicator,
                                   .device(parameters_.empty() ? torch::Device(torch::kCPU)
                                                               : parameters_[0].device());
   if (!options_.gradient_views) return;  // no buffers, views or hooks
-  for (const Bucket& bucket : plan_.buckets) {
-    // Bucket 0 carries the control word after its gradients.
-    const int64_t extra = buffers_.empty() ? 1 : 0;
-    buffers_.push_back(torch::zeros({bucket.numel + extra}, tensor_options));
-    gradients_.push_back(buffers_.back().narrow(0, 0, bucket.numel));
+  if (options_.shard_gradients) {
+    for (const Bucket& bucket : plan_.buckets) {
+      const ShardRange shard =
+          ShardOf(bucket.numel, communicator_.world_size(), communicator_.rank());
+      gradients_.push_back(torch::zeros({shard.size()}, tensor_options));
+    }
+    control_word_ = torch::zeros({1}, tensor_options);
+  } else {
+    EnsureBucketBuffers();
   }
-  if (!buffers_.empty()) {
-    control_word_ = buffers_.front().narrow(0, plan_.buckets.front().numel, 1);
-  }
-  views_.resize(parameters_.size());
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const int b = plan_.bucket_of[i];
-    const BucketSlot& slot = plan_.buckets[static_cast<size_t>(b)]
-                                 .slots[static_cast<size_t>(plan_.slot_of[i])];
-    views_[i] = buffers_[static_cast<size_t>(b)]
-                    .narrow(0, slot.offset, slot.numel)
-                    .view(parameters_[i].sizes());
-  }
-  BindGradientViews();
   pending_.resize(plan_.buckets.size());
 
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -111,8 +103,54 @@ Reducer::~Reducer() {
   }
 }
 
+void Reducer::EnsureBucketBuffers() {
+  if (!buffers_.empty() || plan_.buckets.empty()) return;
+  const auto tensor_options =
+      torch::TensorOptions().dtype(torch::kFloat).device(parameters_[0].device());
+  for (const Bucket& bucket : plan_.buckets) {
+    // Bucket 0 carries the control word after its gradients (unless sharded).
+    const int64_t extra = buffers_.empty() && !options_.shard_gradients ? 1 : 0;
+    buffers_.push_back(torch::zeros({bucket.numel + extra}, tensor_options));
+    if (!options_.shard_gradients) {
+      gradients_.push_back(buffers_.back().narrow(0, 0, bucket.numel));
+    }
+  }
+  if (!options_.shard_gradients) {
+    control_word_ = buffers_.front().narrow(0, plan_.buckets.front().numel, 1);
+  }
+  views_.resize(parameters_.size());
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const int b = plan_.bucket_of[i];
+    const BucketSlot& slot = plan_.buckets[static_cast<size_t>(b)]
+                                 .slots[static_cast<size_t>(plan_.slot_of[i])];
+    views_[i] = buffers_[static_cast<size_t>(b)]
+                    .narrow(0, slot.offset, slot.numel)
+                    .view(parameters_[i].sizes());
+  }
+  BindGradientViews();
+}
+
+void Reducer::ReleaseBucketBuffers() {
+  for (const at::Tensor& p : parameters_) {
+    const_cast<at::Tensor&>(p).mutable_grad().reset();
+  }
+  views_.clear();
+  buffers_.clear();
+}
+
+void Reducer::KeepShards(double factor) {
+  torch::NoGradGuard no_grad;
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    const ShardRange shard =
+        ShardOf(plan_.buckets[b].numel, communicator_.world_size(), communicator_.rank());
+    at::Tensor part = buffers_[b].narrow(0, shard.begin, shard.size());
+    gradients_[b].copy_(part);
+    if (factor != 1.0) gradients_[b].mul_(factor);
+  }
+}
+
 void Reducer::BindGradientViews() {
-  if (!options_.gradient_views) return;
+  if (!options_.gradient_views || views_.empty()) return;
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     at::Tensor& grad = const_cast<at::Tensor&>(parameters_[i]).mutable_grad();
@@ -133,6 +171,7 @@ absl::Status Reducer::BroadcastParameters(int root) {
   }
   try {
     torch::NoGradGuard no_grad;
+    EnsureBucketBuffers();
     for (size_t b = 0; b < plan_.buckets.size(); ++b) {
       for (const BucketSlot& slot : plan_.buckets[b].slots) {
         buffers_[b]
@@ -161,6 +200,13 @@ void Reducer::ZeroGradients() {
     }
     return;
   }
+  if (options_.shard_gradients) {
+    // The shards are overwritten by the next FinishBackward; the buckets
+    // come back zeroed with the next backward pass.
+    ReleaseBucketBuffers();
+    control_word_.zero_();
+    return;
+  }
   BindGradientViews();
   for (at::Tensor& buffer : buffers_) buffer.zero_();
 }
@@ -170,6 +216,7 @@ void Reducer::SetControlWord(float value) {
 }
 
 void Reducer::PrepareForBackward(bool synchronize) {
+  if (options_.shard_gradients) EnsureBucketBuffers();
   BindGradientViews();
   absl::MutexLock lock(&mu_);
   synchronize_ = synchronize;
@@ -212,15 +259,26 @@ absl::Status Reducer::FinishBackward(double grad_scale) {
     if (status.ok()) status = std::move(waited);
   }
   if (!status.ok()) return status;
+  const double factor = synchronized
+                            ? grad_scale / static_cast<double>(communicator_.world_size())
+                            : grad_scale;
+  if (options_.shard_gradients) {
+    if (synchronized) RETURN_IF_ERROR(communicator_.AllReduceSum(control_word_));
+    if (buffers_.empty()) {
+      // No backward pass since the last release: no gradient at all.
+      for (at::Tensor& shard : gradients_) shard.zero_();
+    } else {
+      KeepShards(factor);
+    }
+    ReleaseBucketBuffers();
+    return absl::OkStatus();
+  }
   if (!options_.gradient_views) {
     gradients_.clear();
     for (const at::Tensor& p : parameters_) {
       if (p.grad().defined()) gradients_.push_back(p.grad());
     }
   }
-  const double factor = synchronized
-                            ? grad_scale / static_cast<double>(communicator_.world_size())
-                            : grad_scale;
   if (factor != 1.0) {
     torch::NoGradGuard no_grad;
     for (at::Tensor& gradients : gradients_) gradients.mul_(factor);

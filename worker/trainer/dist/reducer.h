@@ -28,6 +28,15 @@
 // decision each step (the trainer's preemption stop: any rank votes 1, all
 // see a sum > 0 after the same step).
 //
+// ZeRO stage 2 (shard_gradients): FinishBackward keeps only this rank's shard
+// of each bucket (bucket_plan.h's ShardOf), summed over the ranks, in a
+// buffer of the shard's size; gradient_buffers() are then those shards. The
+// bucket buffers exist only from PrepareForBackward to FinishBackward (the
+// parameters' .grad views with them), so between backward passes a rank holds
+// 1/N of the gradients. The reduction is an all-reduce of each bucket of
+// which each rank keeps its part (the sums are exactly stage 0's), and the
+// control word is a tensor of its own, all-reduced after the buckets.
+//
 // Thread-safety: one training loop drives a Reducer; the gradient hooks may run on
 // LibTorch's autograd threads (CUDA), so the launch state is guarded by a mutex.
 // The Reducer must outlive every backward pass over its parameters (its hooks are
@@ -62,6 +71,9 @@ struct ReducerOptions {
   // ZeroGradients drops them, as zero_grad(set_to_none=True) does. The plan is
   // still made (for the logs); BroadcastParameters needs a world of one.
   bool gradient_views = true;
+  // ZeRO stage 2: after backward keep only this rank's shard of the summed
+  // gradients (see above). Needs gradient views.
+  bool shard_gradients = false;
 };
 
 class Reducer {
@@ -105,7 +117,8 @@ class Reducer {
   // The gradients as a whole, to read or scale: the flat gradient buffer of
   // each bucket (the gradients are views into them), without the control
   // word; without gradient views, each parameter's gradient that the last
-  // FinishBackward found set (none after ZeroGradients).
+  // FinishBackward found set (none after ZeroGradients); with sharded
+  // gradients, this rank's shard of each bucket (ShardOf, unpadded).
   const std::vector<at::Tensor>& gradient_buffers() const { return gradients_; }
 
   // Sets this rank's control word for the next synchronized all-reduce. Call
@@ -125,6 +138,13 @@ class Reducer {
   // Points every parameter's .grad at its slot of the bucket buffers, carrying
   // over the value of a gradient that something replaced.
   void BindGradientViews();
+  // Sharded gradients: allocates the zeroed bucket buffers and the
+  // parameters' views into them, unless they are there; and releases them.
+  void EnsureBucketBuffers();
+  void ReleaseBucketBuffers();
+  // Sharded gradients: this rank's part of each summed bucket into
+  // gradients_, times `factor`.
+  void KeepShards(double factor);
   // Called by the hook of parameter `param` once its gradient is accumulated.
   void OnGradientReady(int param);
   void LaunchLocked(const std::vector<int>& buckets) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -138,7 +158,7 @@ class Reducer {
   // Per bucket: its gradients' part of buffers_; without gradient views, the
   // parameters' own gradients as of the last FinishBackward.
   std::vector<at::Tensor> gradients_;
-  at::Tensor control_word_;        // the element after bucket 0's gradients
+  at::Tensor control_word_;        // the element after bucket 0's gradients (or its own)
   std::vector<at::Tensor> views_;  // per parameter: its slot, shaped
   std::unique_ptr<Hooks> hooks_;
 

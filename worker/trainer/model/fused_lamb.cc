@@ -139,6 +139,45 @@ void AdvanceAndApply(const Coefficients& c, float step_size, float* __restrict p
   }
 }
 
+// The kCpuLoop path's first pass with a trust ratio: both moments, and the
+// squared norms of the parameter and its update.
+SquaredNorms CpuLoopMoments(const torch::Tensor& p, LambParamState& state,
+                            const LambOptions& o) {
+  const Coefficients c = CoefficientsAt(o, state.step());
+  const float* param = p.data_ptr<float>();
+  const float* grad = p.grad().data_ptr<float>();
+  float* m = state.exp_avg().data_ptr<float>();
+  float* v = state.exp_avg_sq().data_ptr<float>();
+  const int64_t n = p.numel();
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<SquaredNorms> partial(static_cast<size_t>(chunks));
+  at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k) {
+      partial[static_cast<size_t>(k)] =
+          AdvanceMoments(c, param, grad, m, v, k * kChunk, std::min(n, (k + 1) * kChunk));
+    }
+  });
+  SquaredNorms total;
+  for (const SquaredNorms& s : partial) {
+    total.param += s.param;
+    total.update += s.update;
+  }
+  return total;
+}
+
+// The kCpuLoop path's second pass: w -= lr * ratio * u.
+void CpuLoopApply(const torch::Tensor& p, const LambParamState& state,
+                  const LambOptions& o, double ratio) {
+  const Coefficients c = CoefficientsAt(o, state.step());
+  float* param = p.data_ptr<float>();
+  const float* m = state.exp_avg().data_ptr<float>();
+  const float* v = state.exp_avg_sq().data_ptr<float>();
+  const auto step_size = static_cast<float>(o.lr() * ratio);
+  at::parallel_for(0, p.numel(), kChunk, [&](int64_t begin, int64_t end) {
+    ApplyUpdate(c, step_size, param, m, v, begin, end);
+  });
+}
+
 // The kCpuLoop path: one parameter's step (its state's count already
 // advanced), in parallel chunks over its elements.
 void CpuLoopUpdate(const torch::Tensor& p, LambParamState& state, const LambOptions& o) {
@@ -155,25 +194,10 @@ void CpuLoopUpdate(const torch::Tensor& p, LambParamState& state, const LambOpti
     });
     return;
   }
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<SquaredNorms> partial(static_cast<size_t>(chunks));
-  at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
-    for (int64_t k = first; k < last; ++k) {
-      partial[static_cast<size_t>(k)] =
-          AdvanceMoments(c, param, grad, m, v, k * kChunk, std::min(n, (k + 1) * kChunk));
-    }
-  });
-  SquaredNorms total;
-  for (const SquaredNorms& s : partial) {
-    total.param += s.param;
-    total.update += s.update;
-  }
-  const double ratio =
-      TrustRatio(std::sqrt(total.param), std::sqrt(total.update), o.max_trust_ratio());
-  const auto step_size = static_cast<float>(o.lr() * ratio);
-  at::parallel_for(0, n, kChunk, [&](int64_t begin, int64_t end) {
-    ApplyUpdate(c, step_size, param, m, v, begin, end);
-  });
+  const SquaredNorms total = CpuLoopMoments(p, state, o);
+  CpuLoopApply(
+      p, state, o,
+      TrustRatio(std::sqrt(total.param), std::sqrt(total.update), o.max_trust_ratio()));
 }
 
 // TrustRatio per tensor, on the norms' device: no value comes to the host.
@@ -223,7 +247,94 @@ void ForeachUpdate(const TensorLists& l, const LambOptions& o) {
   at::_foreach_add_(l.params, updates, -o.lr());
 }
 
+// One parameter's moments and update u, as the kForeach path computes them
+// but for a single tensor; returns u.
+torch::Tensor SingleTensorUpdate(const torch::Tensor& p, LambParamState& state,
+                                 const LambOptions& o) {
+  const double beta1 = std::get<0>(o.betas());
+  const double beta2 = std::get<1>(o.betas());
+  const BiasCorrection bias = BiasCorrectionAt(o, state.step());
+  const torch::Tensor& grad = p.grad();
+  state.exp_avg().mul_(beta1).add_(grad, 1 - beta1);
+  state.exp_avg_sq().mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+  torch::Tensor denom = state.exp_avg_sq().sqrt();
+  if (o.bias_correction()) denom.div_(std::sqrt(bias.second));
+  denom.add_(o.eps());
+  torch::Tensor update = state.exp_avg() / denom;
+  if (o.bias_correction()) update.mul_(1 / bias.first);
+  if (o.weight_decay() != 0) update.add_(p, o.weight_decay());
+  return update;
+}
+
+torch::Tensor SquaredNorm(const torch::Tensor& t) {
+  return at::linalg_vector_norm(t, 2, c10::nullopt, false, torch::kDouble).square();
+}
+
 }  // namespace
+
+struct FusedLamb::Deferred {
+  torch::Tensor param;
+  LambParamState* state = nullptr;
+  const LambOptions* options = nullptr;
+  bool cpu_loop = false;
+  torch::Tensor update;  // kForeach: u (the CPU loop recomputes it)
+};
+
+void FusedLamb::ReducedStep() {
+  std::vector<Deferred> deferred;
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> rows;  // per deferred parameter: [||w||^2, ||u||^2]
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const LambOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      TORCH_CHECK(!p.grad().is_sparse(), "LAMB does not support sparse gradients");
+      const LambPath path = PathFor(p);
+      ++last_step_counts_[static_cast<size_t>(path)];
+      auto& state = fused_optimizer::FindOrCreateState<LambParamState>(state_, p);
+      state.step(state.step() + 1);
+      Deferred d{p, &state, &options, path == LambPath::kCpuLoop, {}};
+      if (!options.trust_ratio()) {
+        if (d.cpu_loop) {
+          CpuLoopUpdate(p, state, options);
+        } else {
+          p.add_(SingleTensorUpdate(p, state, options), -options.lr());
+        }
+        continue;
+      }
+      if (d.cpu_loop) {
+        const SquaredNorms norms = CpuLoopMoments(p, state, options);
+        rows.push_back(torch::tensor({norms.param, norms.update}, torch::kDouble));
+      } else {
+        d.update = SingleTensorUpdate(p, state, options);
+        rows.push_back(torch::stack({SquaredNorm(p), SquaredNorm(d.update)}));
+      }
+      params.push_back(p);
+      deferred.push_back(std::move(d));
+    }
+  }
+  const torch::Device device =
+      rows.empty() ? torch::Device(torch::kCPU) : rows[0].device();
+  for (torch::Tensor& row : rows) row = row.to(device);
+  torch::Tensor squared =
+      rows.empty() ? torch::zeros({0, 2}, torch::kDouble) : torch::stack(rows);
+  reduction_(params, squared);
+  torch::Tensor host;
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    const Deferred& d = deferred[i];
+    const double max = d.options->max_trust_ratio();
+    if (d.cpu_loop) {
+      if (!host.defined()) host = squared.to(torch::kCPU).contiguous();
+      const double* norms = host.data_ptr<double>() + 2 * i;
+      CpuLoopApply(d.param, *d.state, *d.options,
+                   TrustRatio(std::sqrt(norms[0]), std::sqrt(norms[1]), max));
+    } else {
+      const torch::Tensor norms = squared[static_cast<int64_t>(i)].sqrt();
+      const torch::Tensor ratio = TrustRatios({norms[0]}, {norms[1]}, max)[0];
+      d.param.add_(d.update.mul_(ratio.to(d.update.scalar_type())), -d.options->lr());
+    }
+  }
+}
 
 void LambOptions::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(lr);
@@ -292,6 +403,10 @@ torch::Tensor FusedLamb::step(LossClosure closure) {
     loss = closure();
   }
   last_step_counts_ = {};
+  if (reduction_ != nullptr) {
+    ReducedStep();
+    return loss;
+  }
   for (auto& group : param_groups_) {
     const auto& options = static_cast<const LambOptions&>(group.options());
     std::map<ListKey, TensorLists> lists;

@@ -19,6 +19,12 @@
 //    ops over the parameters of one group, device and dtype, with the trust
 //    ratios from _foreach_norm computed on the device, so a step never reads
 //    a norm back to the host or waits for the GPU.
+// Parameters split across ranks (ZeRO, dist/zero_optimizer.h) need the trust
+// ratio of the whole parameter: with a norm reduction set, a step first
+// advances every parameter's moments and sums its ||w||^2 and ||u||^2, hands
+// them to the reduction once (on every rank, even with none), which replaces
+// them with the whole parameters' sums, and then applies the updates.
+//
 // The state is LambParamState (step, exp_avg, exp_avg_sq) per parameter; save()
 // and load() write and read it with the group options, as the stock optimizers
 // do, so checkpoint.cc's files hold a LAMB run as they hold an AdamW one.
@@ -32,6 +38,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -97,11 +104,25 @@ class FusedLamb final : public torch::optim::Optimizer {
     return last_step_counts_[static_cast<size_t>(path)];
   }
 
+  // Called once per step with the trust-ratio parameters the step updates
+  // and their squared norms as a float64 [k, 2] tensor (||w||^2, ||u||^2 per
+  // row); replaces each row with the sums over every part of that parameter.
+  // Errors are thrown (c10::Error) and leave the step.
+  using NormReduction = std::function<void(const std::vector<torch::Tensor>& params,
+                                           torch::Tensor& squared_norms)>;
+  // nullptr: each tensor is a whole parameter (the default).
+  void SetNormReduction(NormReduction reduction) { reduction_ = std::move(reduction); }
+
  private:
+  struct Deferred;  // a trust-ratio parameter awaiting its reduced norms
+
   LambPath PathFor(const torch::Tensor& p) const;
+  // step() with a norm reduction.
+  void ReducedStep();
 
   std::optional<LambPath> forced_;
   std::array<int, 2> last_step_counts_{};
+  NormReduction reduction_;
 };
 
 }  // namespace tessera::trainer

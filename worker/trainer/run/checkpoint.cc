@@ -292,12 +292,13 @@ absl::StatusOr<CheckpointFiles> SerializeCheckpoint(
       torch::serialize::OutputArchive model_archive;
       model.save(model_archive);
       torch::serialize::OutputArchive optimizer_archive;
-      optimizer.save(optimizer_archive);
+      if (state.zero_stage == 0) optimizer.save(optimizer_archive);
       torch::serialize::OutputArchive archive;
       archive.write("format", c10::IValue(kFormatVersion));
       archive.write("step", c10::IValue(step));
       archive.write("world_size", c10::IValue(static_cast<int64_t>(state.world_size)));
       archive.write("class_names", c10::IValue(absl::StrJoin(state.class_names, "\n")));
+      archive.write("zero_stage", c10::IValue(static_cast<int64_t>(state.zero_stage)));
       archive.write("model", model_archive);
       archive.write("optimizer", optimizer_archive);
       out.files.emplace_back(dir.ModelPath(step), Serialize(archive));
@@ -405,9 +406,15 @@ absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& di
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     model.load(model_archive);
-    torch::serialize::InputArchive optimizer_archive;
-    archive.read("optimizer", optimizer_archive);
-    optimizer.load(optimizer_archive);
+    c10::IValue zero_stage;
+    state.zero_stage = archive.try_read("zero_stage", zero_stage)
+                           ? static_cast<int>(zero_stage.toInt())
+                           : 0;
+    if (state.zero_stage == 0) {
+      torch::serialize::InputArchive optimizer_archive;
+      archive.read("optimizer", optimizer_archive);
+      optimizer.load(optimizer_archive);
+    }
   } catch (const std::exception& e) {
     return absl::DataLossError(
         absl::StrCat("reading checkpoint ", dir.StepDir(step), ": ", e.what()));

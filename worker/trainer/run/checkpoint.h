@@ -5,6 +5,9 @@
 //   step-000000000120/model.pt          rank 0: model, optimizer state, step
 //   step-000000000120/rank-00000.pt     each rank: its RNG states, loader position,
 //   step-000000000120/rank-00001.pt     loss scale, world size
+//   step-000000000120/optimizer-rank-00000.pt  ZeRO runs: each rank's optimizer
+//                                       shard (zero_checkpoint.h); model.pt then
+//                                       holds no optimizer state
 //   latest                              "step-000000000120", the newest complete one
 // Every file is written atomically: to a temporary file in the same directory,
 // fsync'd, then renamed over the final name (and the directory fsync'd). A
@@ -68,6 +71,11 @@ struct RankCheckpoint {
   // 0 into model.pt and beside it as classes.json ({"classes": [...]}); empty
   // in checkpoints written before they were stored.
   std::vector<std::string> class_names;
+  // The writer's ZeRO stage (written by rank 0 into model.pt; 0 in
+  // checkpoints written before it was stored). Above 0 the optimizer state is
+  // in the shard files (zero_checkpoint.h), and the optimizer passed to the
+  // functions below is neither saved nor loaded.
+  int zero_stage = 0;
 };
 
 // Called with the bytes written so far, from the writing thread.

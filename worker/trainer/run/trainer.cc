@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/metric_names.h"
 #include "common/rank_phase.h"
 #include "common/status_macros.h"
 #include "worker/trainer/data/batch_feed.h"
@@ -42,10 +44,13 @@
 #include "worker/trainer/model/fused_adamw.h"
 #include "worker/trainer/model/fused_lamb.h"
 #include "worker/trainer/model/fused_layers.h"
+#include "worker/trainer/model/optimizer_state.h"
 #include "worker/trainer/model/loss_scaler.h"
 #include "worker/trainer/model/param_hash.h"
 #include "worker/trainer/run/progress.h"
 #include "worker/trainer/dist/reducer.h"
+#include "worker/trainer/dist/zero_optimizer.h"
+#include "worker/trainer/run/zero_checkpoint.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/run/step_profiler.h"
 #include "worker/trainer/gpu/step_timer.h"
@@ -79,17 +84,27 @@ struct Evaluation {
   double loss = 0;
 };
 
+// The tensor an optimizer updates for a model parameter: the parameter
+// itself, or (ZeRO) this rank's piece of it; undefined: none on this rank.
+using OptimizedTensor = std::function<torch::Tensor(const torch::Tensor&)>;
+
+torch::Tensor Itself(const torch::Tensor& p) { return p; }
+
 // AdamW, SGD (with momentum) or LAMB in two groups: weight decay on weight
 // matrices only, not on biases, norms and the class/position tokens, which LAMB
 // also leaves out of its trust ratio (so they move as with Adam).
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& options,
-                                                       VisionTransformer& model) {
+                                                       VisionTransformer& model,
+                                                       const OptimizedTensor& optimized) {
   std::vector<torch::Tensor> decayed;
   std::vector<torch::Tensor> not_decayed;
   for (const auto& item : model->named_parameters()) {
     const bool is_token =
         item.key() == "class_token" || item.key() == "position_embedding";
-    (item.value().dim() <= 1 || is_token ? not_decayed : decayed).push_back(item.value());
+    torch::Tensor tensor = optimized(item.value());
+    if (!tensor.defined()) continue;
+    // Dimensions of the parameter, not of a (flat) piece.
+    (item.value().dim() <= 1 || is_token ? not_decayed : decayed).push_back(tensor);
   }
   std::vector<torch::optim::OptimizerParamGroup> groups;
   if (options.optimizer == "sgd") {
@@ -132,14 +147,18 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& opt
 // weight decay, head), each at lr x its layer's scale; `scales` and `heads`
 // get each group's scale and whether it holds head parameters, in group order.
 std::unique_ptr<torch::optim::Optimizer> MakeLayerDecayOptimizer(
-    const TrainerOptions& options, VisionTransformer& model, std::vector<double>* scales,
+    const TrainerOptions& options, VisionTransformer& model,
+    const OptimizedTensor& optimized, std::vector<double>* scales,
     std::vector<bool>* heads) {
   std::map<std::string, torch::Tensor> by_name;
   for (const auto& item : model->named_parameters()) by_name[item.key()] = item.value();
   std::vector<torch::optim::OptimizerParamGroup> groups;
   for (const ParameterGroup& g : LayerDecayParameterGroups(*model, options.layer_decay)) {
     std::vector<torch::Tensor> tensors;
-    for (const std::string& name : g.names) tensors.push_back(by_name.at(name));
+    for (const std::string& name : g.names) {
+      torch::Tensor tensor = optimized(by_name.at(name));
+      if (tensor.defined()) tensors.push_back(tensor);
+    }
     const double decay = g.weight_decay ? options.weight_decay : 0.0;
     if (options.optimizer == "sgd") {
       groups.emplace_back(tensors, std::make_unique<torch::optim::SGDOptions>(
@@ -383,6 +402,20 @@ class TrainingRun {
   absl::Status PrepareInit();
   absl::Status LoadInit();
   absl::Status Resume();
+  // The optimizer, over the parameters or (ZeRO) this rank's pieces of them;
+  // each group's learning-rate scale and whether it holds the head.
+  std::unique_ptr<torch::optim::Optimizer> MakeOptimizerFor(
+      const OptimizedTensor& optimized, std::vector<double>& scales,
+      std::vector<bool>& heads);
+  // After the checkpoint files of `step` are read: the optimizer state from
+  // ZeRO shard files, or into ZeRO pieces from `whole` (the optimizer the
+  // checkpoint loaded into, over the whole parameters).
+  absl::Status RestoreOptimizerState(const RankCheckpoint& state, int64_t step,
+                                     torch::optim::Optimizer& whole);
+  // Optimizer state and gradient bytes this rank holds (printed at the start,
+  // reported with the first metrics).
+  int64_t OptimizerStateBytes() const;
+  int64_t GradientBytes() const;
   absl::Status BuildFeeds();
   void LogSetUp() const;
   absl::Status TrainLoop();
@@ -475,6 +508,8 @@ class TrainingRun {
   std::unique_ptr<Reducer> reducer_;
   std::optional<CollectivesInProgress> named_collectives_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  int zero_stage_ = 0;                   // in effect (0 at a world of one)
+  std::unique_ptr<ZeroOptimizer> zero_;  // null at stage 0
   // Per optimizer group: its learning-rate scale (layer-wise decay) and
   // whether it holds the head (trained alone during a head-only warm-up).
   std::vector<double> group_scales_;
@@ -515,6 +550,7 @@ class TrainingRun {
   bool epoch_timed_whole_ = false;  // this run saw the current epoch's start
   bool epoch_ended_ = false;        // by the last step
   std::optional<int64_t> evaluated_at_;
+  bool sizes_reported_ = false;  // the state and gradient bytes, once
   Evaluation last_eval_;
   double lr_ = 0;
 };
@@ -625,8 +661,17 @@ absl::Status TrainingRun::BuildModel() {
   reducing.first_bucket_mb = options_.first_bucket_mb;
   reducing.overlap = options_.overlap;
   reducing.min_buckets = options_.min_buckets;
-  // A world of one never all-reduces: its gradients need no buckets.
+  // A world of one never all-reduces: its gradients need no buckets, and
+  // ZeRO has nothing to shard.
   reducing.gradient_views = world_ > 1;
+  zero_stage_ = world_ > 1 ? options_.zero_stage : 0;
+  reducing.shard_gradients = zero_stage_ == 2;
+  if (options_.zero_stage > 0 && world_ == 1 && loop_.log != nullptr) {
+    *loop_.log << "[rank 0] ZeRO stage " << options_.zero_stage
+               << " has nothing to shard in a world of one: the rank keeps the whole "
+                  "optimizer state (stage 0)"
+               << std::endl;
+  }
   ASSIGN_OR_RETURN(reducer_, Reducer::Create(parameters_, communicator_, reducing));
   named_collectives_.emplace(loop_.progress, communicator_);
   // Rank 0's initial values become everyone's.
@@ -635,15 +680,80 @@ absl::Status TrainingRun::BuildModel() {
   ReportPhase(RankPhase::kStartup);
   // Dropout masks must differ across ranks.
   torch::manual_seed(static_cast<uint64_t>(options_.seed) + 7919u * (rank_ + 1u));
-  if (options_.layer_decay < 1.0 || options_.head_warmup_steps > 0) {
-    optimizer_ = MakeLayerDecayOptimizer(options_, model, &group_scales_, &group_heads_);
-  } else {
-    optimizer_ = MakeOptimizer(options_, model);
-    group_scales_.assign(optimizer_->param_groups().size(), 1.0);
-    group_heads_.assign(optimizer_->param_groups().size(), true);
+  OptimizedTensor optimized = Itself;
+  if (zero_stage_ > 0) {
+    ASSIGN_OR_RETURN(zero_, ZeroOptimizer::Create(zero_stage_, parameters_, *reducer_,
+                                                  communicator_));
+    std::map<const void*, int> index;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      index[parameters_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
+    }
+    optimized = [this, index](const torch::Tensor& p) {
+      return zero_->PieceOf(index.at(p.unsafeGetTensorImpl()));
+    };
   }
+  optimizer_ = MakeOptimizerFor(optimized, group_scales_, group_heads_);
+  if (zero_ != nullptr) zero_->Attach(*optimizer_);
   if (!options_.checkpoint_dir.empty()) checkpoints_.emplace(options_.checkpoint_dir);
   return absl::OkStatus();
+}
+
+std::unique_ptr<torch::optim::Optimizer> TrainingRun::MakeOptimizerFor(
+    const OptimizedTensor& optimized, std::vector<double>& scales,
+    std::vector<bool>& heads) {
+  VisionTransformer& model = *model_;
+  scales.clear();
+  heads.clear();
+  if (options_.layer_decay < 1.0 || options_.head_warmup_steps > 0) {
+    return MakeLayerDecayOptimizer(options_, model, optimized, &scales, &heads);
+  }
+  std::unique_ptr<torch::optim::Optimizer> optimizer =
+      MakeOptimizer(options_, model, optimized);
+  scales.assign(optimizer->param_groups().size(), 1.0);
+  heads.assign(optimizer->param_groups().size(), true);
+  return optimizer;
+}
+
+absl::Status TrainingRun::RestoreOptimizerState(const RankCheckpoint& state,
+                                                int64_t step,
+                                                torch::optim::Optimizer& whole) {
+  if (state.zero_stage == 0 && zero_ == nullptr) return absl::OkStatus();
+  std::vector<std::optional<FlatParamState>> flat(parameters_.size());
+  if (state.zero_stage > 0) {
+    std::vector<int64_t> numels;
+    for (const torch::Tensor& p : parameters_) numels.push_back(p.numel());
+    ASSIGN_OR_RETURN(flat,
+                     LoadZeroShards(*checkpoints_, step, state.world_size, numels));
+  }
+  try {
+    if (state.zero_stage == 0) {
+      for (size_t i = 0; i < parameters_.size(); ++i) {
+        flat[i] = ReadFlatState(whole, parameters_[i]);
+      }
+    }
+    if (zero_ != nullptr) {
+      zero_->ImportState(flat);
+    } else {
+      for (size_t i = 0; i < parameters_.size(); ++i) {
+        if (flat[i].has_value()) WriteFlatState(*optimizer_, parameters_[i], *flat[i]);
+      }
+    }
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat("checkpoint at step ", step,
+                                            ": the optimizer state: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+int64_t TrainingRun::OptimizerStateBytes() const {
+  const int64_t elements = zero_ != nullptr ? zero_->state_elements() : parameter_count_;
+  return StateTensorsPerElement(*optimizer_) * elements *
+         static_cast<int64_t>(sizeof(float));
+}
+
+int64_t TrainingRun::GradientBytes() const {
+  return zero_ != nullptr ? zero_->gradient_bytes()
+                          : parameter_count_ * static_cast<int64_t>(sizeof(float));
 }
 
 // The class names a checkpoint was written with must be the data's: a mapping
@@ -670,9 +780,19 @@ absl::Status TrainingRun::Resume() {
   if (checkpoints_.has_value() && options_.resume) {
     ASSIGN_OR_RETURN(const std::optional<int64_t> latest, checkpoints_->LatestStep());
     if (latest.has_value()) {
+      // ZeRO: a stage-0 checkpoint's optimizer loads into one over the whole
+      // parameters, which RestoreOptimizerState then cuts into the pieces.
+      std::unique_ptr<torch::optim::Optimizer> whole;
+      if (zero_ != nullptr) {
+        std::vector<double> scales;
+        std::vector<bool> heads;
+        whole = MakeOptimizerFor(Itself, scales, heads);
+      }
+      torch::optim::Optimizer& loaded = whole != nullptr ? *whole : *optimizer_;
       ASSIGN_OR_RETURN(const RankCheckpoint state,
                        LoadCheckpointFiles(*checkpoints_, *latest, rank_, world_,
-                                           **model_, *optimizer_));
+                                           **model_, loaded));
+      RETURN_IF_ERROR(RestoreOptimizerState(state, *latest, loaded));
       RETURN_IF_ERROR(CheckClassNames(state.class_names, data_.shape().class_names));
       writer_world = state.world_size;
       if (writer_world != world_ && options_.scaling == "weak") {
@@ -831,6 +951,15 @@ void TrainingRun::LogSetUp() const {
                             ? "tessera (LayerNorm, GELU; Linear on oneDNN)"
                             : "tessera (LayerNorm, GELU)"))
              << std::endl;
+  *loop_.log << "[rank " << rank_ << "] ZeRO stage " << zero_stage_
+             << ": this rank holds " << OptimizerStateBytes()
+             << " bytes of optimizer state and " << GradientBytes()
+             << " bytes of gradients"
+             << (zero_stage_ == 2
+                     ? absl::StrCat(" (plus ", parameter_count_ * sizeof(float),
+                                    " bytes of gradient buckets during backward)")
+                     : "")
+             << std::endl;
 }
 
 absl::StatusOr<Evaluation> TrainingRun::Evaluate() {
@@ -893,12 +1022,18 @@ absl::Status TrainingRun::SaveCheckpoint(bool wait) {
   state.position.batch_in_epoch = position_.sample / plan_->samples_per_batch();
   state.loss_scaler = scaler_.state();
   state.class_names = data_.shape().class_names;
+  state.zero_stage = zero_stage_;
   CaptureRngState(placement_.index, state);
   // The snapshot: the state as bytes in host memory, taken before the next
   // step changes it.
   const absl::Time snapshot_start = absl::Now();
   ASSIGN_OR_RETURN(CheckpointFiles files,
                    SerializeCheckpoint(*checkpoints_, state, **model_, *optimizer_));
+  if (zero_ != nullptr) {
+    ASSIGN_OR_RETURN(auto shard, SerializeZeroShard(*checkpoints_, step_, rank_, world_,
+                                                    zero_->ExportState()));
+    files.files.push_back(std::move(shard));
+  }
   checkpoint_bytes_ = files.total_bytes();
   checkpoint_snapshot_ = absl::Now() - snapshot_start;
   checkpoint_started_ = absl::Now();
@@ -1065,12 +1200,19 @@ absl::Status TrainingRun::EagerStepBody(bool* stop) {
   timer_->Mark(StepPhase::kComm);
   Enter(RankPhase::kOptimizer);
   bool take_step = true;
-  if (fp16_) {
+  if (fp16_ && zero_ != nullptr) {
+    // Each rank sees only its shard: the ranks agree through an all-reduce.
+    ASSIGN_OR_RETURN(const bool overflow,
+                     ReadFromDevice([&] { return zero_->AnyNonFinite(); }));
+    take_step = scaler_.Update(overflow);
+  } else if (fp16_) {
     take_step = scaler_.Update(
         ReadFromDevice([&] { return AnyNonFinite(reducer_->gradient_buffers()); }));
   }
   SetLearningRates();
-  if (take_step) {
+  if (take_step && zero_ != nullptr) {
+    RETURN_IF_ERROR(zero_->Step(options_.clip_grad_norm));
+  } else if (take_step) {
     if (options_.clip_grad_norm > 0) {
       ClipGradientNorm(reducer_->gradient_buffers(), options_.clip_grad_norm);
     }
@@ -1201,6 +1343,12 @@ void TrainingRun::ReportInterval(double lr) {
     values.emplace_back("data_skipped", static_cast<double>(skipped));
   }
   AppendDeviceMemory(device_.is_cuda(), device_.index(), values);
+  if (!sizes_reported_) {
+    values.emplace_back(kOptimizerStateBytesMetricName,
+                        static_cast<double>(OptimizerStateBytes()));
+    values.emplace_back(kGradientBytesMetricName, static_cast<double>(GradientBytes()));
+    sizes_reported_ = true;
+  }
   reporter_.Report(step_, values);
   interval_.loss_sum.zero_();
   interval_.micro_batches = 0;

@@ -167,6 +167,11 @@ void DeclareImageAndFineTuningFlags(ConfigFlags& config, TrainerOptions& t) {
                       ChoicesText(kCudaGraphChoices),
                       "; auto where the run allows it (the log says why not otherwise), "
                       "on fails if it cannot"));
+  config("zero-stage", t.zero_stage,
+         absl::StrCat("ZeRO stage, one of ", ZeroStageChoicesText(),
+                      ": 0 keeps the whole optimizer state on every rank, 1 shards it "
+                      "over the ranks (each updates its shard, then all-gathers), 2 "
+                      "also reduce-scatters the gradients"));
 }
 
 // Evaluation only (evaluation.h): no training, one split evaluated.

@@ -172,6 +172,15 @@ absl::Status ValidateStepOptions(const TrainerOptions& o) {
     }
   }
   RETURN_IF_ERROR(CheckOneOf("cuda-graph", o.cuda_graph, kCudaGraphChoices));
+  if (!IsZeroStage(o.zero_stage)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--zero-stage must be one of ", ZeroStageChoicesText(), "; got ", o.zero_stage));
+  }
+  if (o.zero_stage > 0 && !o.allreduce) {
+    return absl::InvalidArgumentError(
+        "--zero-stage shards the optimizer over ranks that average their gradients: "
+        "it needs --allreduce=true");
+  }
   return ValidateEvalOptions(o);
 }
 

@@ -77,6 +77,11 @@ struct TrainerOptions {
   // (a run that does not allow it fails), "off". Off by default until the GPU
   // check has compared captured and eager steps on a GPU (README, GPU section).
   std::string cuda_graph = "off";
+  // ZeRO stage (dist/zero_optimizer.h): 0 replicates the optimizer state on
+  // every rank (DDP); 1 shards it over the ranks, each updating its shard of
+  // the parameters and all-gathering the rest; 2 also reduce-scatters the
+  // gradients so each rank keeps only its shard's. One of kZeroStageChoices.
+  int32_t zero_stage = 0;
   // Evaluation only (evaluation.h): evaluate the model of init_from, or of the
   // checkpoint in checkpoint_dir (resume; eval_step, or the latest when 0), on
   // eval_split ("test", "val": the same held-out split, or "train"); no training.
@@ -111,7 +116,7 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& options,
 
 // The image-data and fine-tuning options (part of ValidateTrainerOptions).
 absl::Status ValidateDataAndInit(const TrainerOptions& options);
-// The step profile and CUDA graph options (part of ValidateDataAndInit).
+// The step profile, CUDA graph and ZeRO options (part of ValidateDataAndInit).
 absl::Status ValidateStepOptions(const TrainerOptions& options);
 // The evaluation-only options (part of ValidateDataAndInit): a split the data
 // offers, and exactly one model source (--init-from, or --resume with

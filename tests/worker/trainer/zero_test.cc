@@ -1,0 +1,235 @@
+// ZeRO stages 1 and 2 (dist/zero_optimizer.h) in whole training runs of two
+// Gloo ranks on the CPU: the same parameters as stage 0 (DDP), the optimizer
+// state (and at stage 2 the gradients) divided between the ranks, and sharded
+// checkpoints that resume at another world size and at stage 0.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/metric_names.h"
+#include "gtest/gtest.h"
+#include "tests/worker/trainer/fake_coordinator_client.h"
+#include "tests/worker/trainer/gloo_group.h"
+#include "worker/trainer/data/synthetic_dataset.h"
+#include "worker/trainer/dist/communicator.h"
+#include "worker/trainer/model/vit.h"
+#include "worker/trainer/model/vit_config.h"
+#include "worker/trainer/run/checkpoint.h"
+#include "worker/trainer/run/metrics_reporter.h"
+#include "worker/trainer/run/trainer.h"
+#include "worker/trainer/run/zero_checkpoint.h"
+
+namespace tessera::trainer {
+namespace {
+
+using testing::FakeCoordinatorClient;
+using testing::RunGlooGroup;
+
+ImageDataset Synthetic(int64_t size, Split split) {
+  SyntheticDatasetOptions options;
+  options.size = size;
+  options.seed = 3;
+  options.split = split;
+  return *MakeSyntheticDataset(options);
+}
+
+// vit-micro with accumulation and clipping on, and no dropout (a run resumed
+// at another world size rebuilds its dropout generator).
+TrainerOptions ZeroRun(const std::string& optimizer, int stage) {
+  TrainerOptions options;
+  options.dataset = "synthetic";
+  options.batch_size = 8;
+  options.grad_accum = 2;
+  options.clip_grad_norm = 0.5;
+  options.lr = 3e-3;
+  options.optimizer = optimizer;
+  options.max_steps = 30;
+  options.metrics_every = 10;
+  options.epochs = 10;
+  options.zero_stage = stage;
+  // Small buckets: several per rank, and parameters cut by shard edges.
+  options.bucket_cap_mb = 0.02;
+  options.first_bucket_mb = 0.01;
+  return options;
+}
+
+struct RankRun {
+  TrainingOutcome outcome;
+  std::map<std::string, double> first_values;  // each metric's first report
+};
+
+// Trains `world` ranks (Gloo on loopback, or alone) and returns each rank's
+// outcome and first reported metrics.
+std::vector<RankRun> Train(int world, const TrainerOptions& options,
+                           const ImageDataset& train, const ImageDataset& test) {
+  std::vector<RankRun> runs(static_cast<size_t>(world));
+  auto body = [&](int rank, Communicator& communicator) {
+    FakeCoordinatorClient coordinator;
+    MetricsReporterOptions reporting;
+    reporting.flush_interval = absl::InfiniteDuration();
+    auto reporter = MetricsReporter::Create(reporting, &coordinator);
+    ASSERT_TRUE(reporter.ok()) << reporter.status();
+    Trainer trainer(options, train, test, communicator, **reporter);
+    absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    ASSERT_TRUE((*reporter)->Flush(absl::Seconds(10)).ok());
+    RankRun& run = runs[static_cast<size_t>(rank)];
+    run.outcome = *outcome;
+    for (const MetricSample& sample : coordinator.received()) {
+      run.first_values.emplace(sample.name, sample.value);
+    }
+  };
+  if (world == 1) {
+    LocalCommunicator alone;
+    body(0, alone);
+  } else {
+    RunGlooGroup(world, body, absl::Seconds(60));
+  }
+  return runs;
+}
+
+std::string FreshDirectory(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    (name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// The model parameters of checkpoint `step` in `dir`, flattened into one.
+torch::Tensor CheckpointParameters(const std::string& dir, int64_t step,
+                                   const ImageDataset& train) {
+  const absl::StatusOr<ViTConfig> config =
+      ResolveViTConfig("vit-micro", train.channels, train.num_classes);
+  EXPECT_TRUE(config.ok()) << config.status();
+  VisionTransformer model(*config);
+  torch::serialize::InputArchive archive;
+  archive.load_from(CheckpointDirectory(dir).ModelPath(step));
+  torch::serialize::InputArchive weights;
+  archive.read("model", weights);
+  model->load(weights);
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& p : model->parameters()) flat.push_back(p.reshape({-1}));
+  return torch::cat(flat);
+}
+
+double RelativeDifference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).norm().item<double>() / b.norm().item<double>();
+}
+
+// Trains 30 steps at `stage` with a final checkpoint and returns its parameters.
+torch::Tensor FinalParameters(const std::string& optimizer, int stage,
+                              const ImageDataset& train, const ImageDataset& test) {
+  TrainerOptions options = ZeroRun(optimizer, stage);
+  options.checkpoint_dir = FreshDirectory(absl::StrCat("zero-", optimizer, stage));
+  const std::vector<RankRun> runs = Train(2, options, train, test);
+  EXPECT_EQ(runs[0].outcome.param_hash, runs[1].outcome.param_hash);
+  return CheckpointParameters(options.checkpoint_dir, 30, train);
+}
+
+class ZeroOptimizerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZeroOptimizerTest, StagesOneAndTwoReachStageZerosParameters) {
+  const ImageDataset train = Synthetic(1024, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  const torch::Tensor ddp = FinalParameters(GetParam(), 0, train, test);
+  for (const int stage : {1, 2}) {
+    const torch::Tensor zero = FinalParameters(GetParam(), stage, train, test);
+    EXPECT_LE(RelativeDifference(zero, ddp), 1e-5) << "stage " << stage;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AdamWAndLamb, ZeroOptimizerTest,
+                         ::testing::Values("adamw", "lamb"));
+
+TEST(ZeroTest, SgdWithMomentumReachesStageZerosParameters) {
+  const ImageDataset train = Synthetic(1024, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  const torch::Tensor ddp = FinalParameters("sgd", 0, train, test);
+  const torch::Tensor zero = FinalParameters("sgd", 2, train, test);
+  EXPECT_LE(RelativeDifference(zero, ddp), 1e-5);
+}
+
+TEST(ZeroTest, TheRanksDivideTheOptimizerStateAndAtStageTwoTheGradients) {
+  const ImageDataset train = Synthetic(256, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  std::map<int, std::vector<RankRun>> by_stage;
+  for (const int stage : {0, 1, 2}) {
+    TrainerOptions options = ZeroRun("adamw", stage);
+    options.max_steps = 2;
+    options.metrics_every = 1;
+    by_stage[stage] = Train(2, options, train, test);
+  }
+  const double state0 = by_stage[0][0].first_values.at(kOptimizerStateBytesMetricName);
+  const double gradients0 = by_stage[0][0].first_values.at(kGradientBytesMetricName);
+  EXPECT_GT(state0, 0);
+  // Each bucket is cut in two halves, the second shorter by at most one
+  // element: per bucket, half an element of padding in each state tensor.
+  // (Buckets close before a parameter that would overflow them, so there are
+  // fewer than twice as many as the caps alone would give.)
+  const double buckets = 2 + 2 * gradients0 / (0.02 * (1 << 20));
+  const double slack = buckets * 2 * sizeof(float);
+  for (const int stage : {1, 2}) {
+    double total = 0;
+    for (const RankRun& rank : by_stage[stage]) {
+      const double state = rank.first_values.at(kOptimizerStateBytesMetricName);
+      EXPECT_NEAR(state, state0 / 2, slack) << "stage " << stage;
+      total += state;
+      const double gradients = rank.first_values.at(kGradientBytesMetricName);
+      EXPECT_NEAR(gradients, stage == 2 ? gradients0 / 2 : gradients0, slack / 2)
+          << "stage " << stage;
+    }
+    EXPECT_EQ(total, state0) << "stage " << stage;
+  }
+}
+
+// A stage-2 checkpoint of two ranks, resumed alone (with the whole batch) and
+// by two ranks at stages 0 and 1: each ends where the uninterrupted run ends.
+TEST(ZeroTest, AStageTwoCheckpointResumesAtOneRankAndAtOtherStages) {
+  const ImageDataset train = Synthetic(1024, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = ZeroRun("lamb", 2);
+  options.max_steps = 8;
+  options.checkpoint_every = 4;
+  options.checkpoint_dir = FreshDirectory("zero-reshard");
+  Train(2, options, train, test);
+  const torch::Tensor uninterrupted =
+      CheckpointParameters(options.checkpoint_dir, 8, train);
+  const CheckpointDirectory written(options.checkpoint_dir);
+  ASSERT_TRUE(std::filesystem::exists(ZeroShardPath(written, 4, 1)));
+
+  struct Resume {
+    int world;
+    int stage;
+    double tolerance;  // another world size sums in another order
+  };
+  for (const Resume& r : {Resume{1, 2, 1e-4}, Resume{2, 0, 1e-5}, Resume{2, 1, 1e-5}}) {
+    const std::string dir =
+        FreshDirectory(absl::StrCat("zero-resume-", r.world, "-", r.stage));
+    std::filesystem::copy(options.checkpoint_dir, dir,
+                          std::filesystem::copy_options::recursive);
+    ASSERT_TRUE(CheckpointDirectory(dir).PublishLatest(4).ok());
+    TrainerOptions resumed = options;
+    resumed.checkpoint_dir = dir;
+    resumed.resume = true;
+    resumed.zero_stage = r.stage;
+    resumed.batch_size = options.batch_size * 2 / r.world;
+    const std::vector<RankRun> runs = Train(r.world, resumed, train, test);
+    ASSERT_EQ(runs.size(), static_cast<size_t>(r.world));
+    EXPECT_EQ(runs[0].outcome.resumed_from, 4);
+    EXPECT_LE(RelativeDifference(CheckpointParameters(dir, 8, train), uninterrupted),
+              r.tolerance)
+        << r.world << " ranks at stage " << r.stage;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::trainer
