@@ -199,6 +199,48 @@ TEST(ReducerTest, TheControlWordIsSummedWithTheGradientsAtNoExtraCollective) {
   EXPECT_EQ(collectives, std::vector<uint64_t>({0, 0}));  // one per bucket, no more
 }
 
+// ZeRO stage 2: after backward each rank keeps only its shard of each bucket's
+// averaged gradients, the bucket buffers are gone (the parameters have no
+// .grad until the next backward), and the control word is still summed.
+TEST(ReducerTest, ShardedGradientsKeepOnlyTheRanksShardOfTheAverage) {
+  std::vector<torch::nn::Sequential> models = {MakeModel(1), MakeModel(1)};
+  const std::vector<torch::Tensor> g0 = Gradients(models[0], Input(0));
+  const std::vector<torch::Tensor> g1 = Gradients(models[0], Input(1));
+  std::vector<float> sums(2, -1);
+  RunGroup(2, [&](int rank, Communicator& communicator) {
+    torch::nn::Sequential& model = models[static_cast<size_t>(rank)];
+    ReducerOptions options = SmallBuckets();
+    options.shard_gradients = true;
+    auto reducer = Reducer::Create(model->parameters(), communicator, options);
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    (*reducer)->ZeroGradients();
+    if (rank == 0) (*reducer)->SetControlWord(1.0f);
+    (*reducer)->PrepareForBackward(true);
+    model->forward(Input(rank)).square().mean().backward();
+    ASSERT_TRUE((*reducer)->FinishBackward().ok());
+    sums[static_cast<size_t>(rank)] = (*reducer)->control_word().item<float>();
+    const std::vector<torch::Tensor> parameters = model->parameters();
+    const BucketPlan& plan = (*reducer)->plan();
+    for (size_t b = 0; b < plan.buckets.size(); ++b) {
+      // The whole bucket's average, flattened as the plan lays it out.
+      torch::Tensor whole = torch::zeros({plan.buckets[b].numel});
+      for (const BucketSlot& slot : plan.buckets[b].slots) {
+        const auto i = static_cast<size_t>(slot.param);
+        whole.narrow(0, slot.offset, slot.numel)
+            .copy_(((g0[i] + g1[i]) / 2).reshape({-1}));
+      }
+      const ShardRange shard = ShardOf(plan.buckets[b].numel, 2, rank);
+      const torch::Tensor& kept = (*reducer)->gradient_buffers()[b];
+      ASSERT_EQ(kept.numel(), shard.size());
+      EXPECT_TRUE(
+          torch::allclose(kept, whole.narrow(0, shard.begin, shard.size()), 1e-5, 1e-6))
+          << "rank " << rank << " bucket " << b;
+    }
+    for (const torch::Tensor& p : parameters) EXPECT_FALSE(p.grad().defined());
+  });
+  EXPECT_EQ(sums, std::vector<float>({1.0f, 1.0f}));
+}
+
 TEST(ReducerTest, WithoutOverlapAllBucketsGoOutAfterBackwardWithTheSameResult) {
   std::vector<torch::nn::Sequential> models = {MakeModel(2), MakeModel(2)};
   const std::vector<torch::Tensor> g0 = Gradients(models[0], Input(0));
