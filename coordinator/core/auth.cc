@@ -1,9 +1,7 @@
 #include "coordinator/core/auth.h"
 
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 
 #include <algorithm>
 #include <utility>
@@ -14,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/crypto.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
 
@@ -22,25 +21,6 @@ namespace {
 
 constexpr char kKeyName[] = "trainer_credential_key";
 constexpr int kSecretBytes = 32;
-
-absl::StatusOr<std::string> RandomBytes(int n) {
-  std::string out(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), n) != 1) {
-    return absl::InternalError("the system random generator failed");
-  }
-  return out;
-}
-
-std::string Sha256(absl::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  return std::string(reinterpret_cast<const char*>(md), len);
-}
-
-bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
 
 // "Bearer X" -> "X"; empty when the value has another form.
 absl::string_view BearerToken(absl::string_view authorization) {

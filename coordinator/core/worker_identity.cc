@@ -1,13 +1,10 @@
 #include "coordinator/core/worker_identity.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
-
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/crypto.h"
 #include "common/status_macros.h"
 #include "common/worker_fields.h"
 #include "spdlog/spdlog.h"
@@ -18,22 +15,8 @@ namespace {
 constexpr char kCredentialPrefix[] = "tsr_worker_";
 constexpr int kSecretBytes = 32;
 
-std::string Sha256(absl::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  return std::string(reinterpret_cast<const char*>(md), len);
-}
-
-bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
 absl::StatusOr<std::string> NewCredential() {
-  std::string secret(kSecretBytes, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(secret.data()), kSecretBytes) != 1) {
-    return absl::InternalError("the system random generator failed");
-  }
+  ASSIGN_OR_RETURN(std::string secret, RandomBytes(kSecretBytes));
   return absl::StrCat(kCredentialPrefix, absl::BytesToHexString(secret));
 }
 
