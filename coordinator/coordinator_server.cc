@@ -140,17 +140,19 @@ absl::StatusOr<TlsIdentity> CoordinatorServer::ResolveTls(
 
 absl::Status CoordinatorServer::BuildServices(const CoordinatorOptions& options,
                                               const Clock* clock) {
-  sweeps_ = std::make_unique<SweepManager>(store_.get(), manager_.get(), clock,
+  sweeps_ = std::make_unique<SweepManager>(store_.get(), &manager_->jobs(), clock,
                                            options.manager.spec_limits);
   RETURN_IF_ERROR(sweeps_->Recover());
   job_service_ =
-      std::make_unique<JobServiceImpl>(manager_.get(), sweeps_.get(), auth_.get());
+      std::make_unique<JobServiceImpl>(&manager_->jobs(), &manager_->workers(),
+                                       &manager_->quotas(), sweeps_.get(), auth_.get());
   workers_ = std::make_unique<WorkerIdentity>(
-      store_.get(), clock, manager_.get(),
+      store_.get(), clock, &manager_->workers(),
       WorkerIdentity::Options{.enabled = options.auth.enabled});
   RETURN_IF_ERROR(workers_->Recover());
   worker_service_ = std::make_unique<WorkerServiceImpl>(workers_.get(), auth_.get());
-  trainer_service_ = std::make_unique<TrainerServiceImpl>(manager_.get(), auth_.get());
+  trainer_service_ =
+      std::make_unique<TrainerServiceImpl>(&manager_->ranks(), auth_.get());
   return absl::OkStatus();
 }
 
@@ -202,7 +204,9 @@ absl::Status CoordinatorServer::StartHttp(const CoordinatorOptions& options,
                                    max = options.db_max_bytes] {
     return ReadDatabaseFigures(path, *store_, max, db_reserve_bytes_);
   };
-  http_api_ = std::make_unique<HttpApi>(manager_.get(), sweeps_.get(), http_options);
+  http_api_ = std::make_unique<HttpApi>(
+      HttpApi::Core{&manager_->jobs(), &manager_->workers(), &manager_->view()},
+      sweeps_.get(), http_options);
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
       options.http, http_api_.get(), options.http_max_streams, options.http_limits, tls);
   if (!http.ok()) {
@@ -231,7 +235,7 @@ void CoordinatorServer::StartMonitor(const CoordinatorOptions& options) {
       // NOT_SERVING while the store rejects state writes, so load balancers
       // and operators see it; SERVING again once a write goes through. Shed
       // metrics and logs (DEGRADED, on /healthz) still serve.
-      const bool healthy = manager->StoreHealthy();
+      const bool healthy = manager->view().StoreHealthy();
       if (health != nullptr && healthy != serving) {
         health->SetServingStatus(healthy);
         serving = healthy;

@@ -254,7 +254,7 @@ class JobMetricsCursor {
   // Sends the points of `job` (number `job_id`) not sent yet as one "metrics" event; the
   // first event is sent even when empty, with "reset": true. False once the client has
   // gone.
-  bool SendNew(JobManager& manager, const Caller& caller, int64_t job_id,
+  bool SendNew(JobRequests& jobs, const Caller& caller, int64_t job_id,
                const v1::Job& job, StreamWriter& out) {
     if (job.attempt() != attempt_) {
       attempt_ = job.attempt();
@@ -265,7 +265,7 @@ class JobMetricsCursor {
     q.set_job_id(job_id);
     q.set_after_step(floor > 0 ? floor - 1 : -1);
     q.set_limit(kStreamMetricLimit);
-    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager.GetMetrics(caller, q);
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = jobs.GetMetrics(caller, q);
     if (!points.ok()) return true;
     v1::GetMetricsResponse fresh;
     for (v1::MetricPoint& p : *points) {
@@ -316,7 +316,7 @@ class JobLogsCursor {
   // Sends the new log text of each rank of the job's current attempt, one
   // "log" event per rank. `complete` turns false while some rank's log may
   // have more to come. False once the client has gone.
-  bool SendNew(JobManager& manager, const Caller& caller, int64_t job_id,
+  bool SendNew(JobRequests& jobs, const Caller& caller, int64_t job_id,
                const v1::Job& job, StreamWriter& out, bool& complete) {
     for (const v1::RankStatus& rank : job.ranks()) {
       const std::pair<int32_t, int32_t> key{job.attempt(), rank.rank()};
@@ -332,7 +332,7 @@ class JobLogsCursor {
       } else {
         lq.set_offset(it->second);
       }
-      absl::StatusOr<v1::GetLogsResponse> logs = manager.GetLogs(caller, lq);
+      absl::StatusOr<v1::GetLogsResponse> logs = jobs.GetLogs(caller, lq);
       if (!logs.ok()) {
         complete = false;
         continue;
@@ -365,25 +365,25 @@ class JobLogsCursor {
 
 }  // namespace
 
-HttpApi::HttpApi(JobManager* manager, SweepManager* sweeps, Options options)
-    : manager_(manager), sweeps_(sweeps), options_(std::move(options)) {}
+HttpApi::HttpApi(Core core, SweepManager* sweeps, Options options)
+    : core_(core), sweeps_(sweeps), options_(std::move(options)) {}
 
 HttpResponse HttpApi::Handle(const HttpRequest& request) const {
   if (request.path == "/healthz") {
     // The store's mode: ok; DEGRADED while metrics and logs are shed below
     // the database's reserve (job state still stored); NOT_SERVING while
     // state writes fail and are kept for retry.
-    switch (manager_->GetStoreMode()) {
-      case JobManager::StoreMode::kServing:
+    switch (core_.view->GetStoreMode()) {
+      case ClusterView::StoreMode::kServing:
         return HttpResponse{200, "text/plain", "ok\n", {}, nullptr};
-      case JobManager::StoreMode::kDegraded:
+      case ClusterView::StoreMode::kDegraded:
         return HttpResponse{200,
                             "text/plain",
                             "DEGRADED: the database's disk is below its reserve; "
                             "metric rows and log lines are not stored\n",
                             {},
                             nullptr};
-      case JobManager::StoreMode::kNotServing:
+      case ClusterView::StoreMode::kNotServing:
         break;
     }
     return HttpResponse{503,
@@ -420,7 +420,7 @@ HttpResponse HttpApi::HandleMetrics(const HttpRequest& request) const {
   if (options_.database_figures) db = options_.database_figures();
   HttpResponse r;
   r.content_type = kMetricsContentType;
-  r.body = RenderMetricsPage(manager_->ReadClusterMetrics(), db, options_.metrics_page);
+  r.body = RenderMetricsPage(core_.view->ReadClusterMetrics(), db, options_.metrics_page);
   return r;
 }
 
@@ -503,7 +503,8 @@ HttpResponse HttpApi::HandleApi(const HttpRequest& request) const {
   if (parts[2] == "workers" && parts.size() == 3) {
     if (request.method != "GET") return MethodNotAllowed("GET");
     v1::ListWorkersResponse resp;
-    for (auto& w : manager_->ListWorkers(*caller)) *resp.add_workers() = std::move(w);
+    for (auto& w : core_.workers->ListWorkers(*caller))
+      *resp.add_workers() = std::move(w);
     return Json(resp);
   }
   if (parts[2] != "jobs") return NoRoute(request.path);
@@ -511,7 +512,7 @@ HttpResponse HttpApi::HandleApi(const HttpRequest& request) const {
     if (request.method != "GET") return MethodNotAllowed("GET");
     absl::StatusOr<JobFilter> filter = ParseJobFilter(request, 0);
     if (!filter.ok()) return Error(filter.status());
-    absl::StatusOr<JobList> jobs = manager_->ListJobs(*caller, *filter);
+    absl::StatusOr<JobList> jobs = core_.jobs->ListJobs(*caller, *filter);
     if (!jobs.ok()) return Error(jobs.status());
     v1::ListJobsResponse resp;
     for (auto& j : jobs->jobs) *resp.add_jobs() = std::move(j);
@@ -535,7 +536,7 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, const Caller& caller
                                 int64_t id, std::string_view action) const {
   if (action == "cancel") {
     if (request.method != "POST") return MethodNotAllowed("POST");
-    absl::StatusOr<v1::JobState> state = manager_->CancelJob(caller, id);
+    absl::StatusOr<v1::JobState> state = core_.jobs->CancelJob(caller, id);
     if (!state.ok()) return Error(state.status());
     v1::CancelJobResponse resp;
     resp.set_state(*state);
@@ -543,7 +544,7 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, const Caller& caller
   }
   if (request.method != "GET") return MethodNotAllowed("GET");
   if (action.empty()) {
-    absl::StatusOr<v1::Job> job = manager_->GetJob(caller, id);
+    absl::StatusOr<v1::Job> job = core_.jobs->GetJob(caller, id);
     if (!job.ok()) return Error(job.status());
     return Json(*job);
   }
@@ -558,7 +559,8 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, const Caller& caller
     if (!s.ok()) return Error(s);
     q.set_after_step(after);
     q.set_limit(static_cast<int32_t>(limit));
-    absl::StatusOr<std::vector<v1::MetricPoint>> points = manager_->GetMetrics(caller, q);
+    absl::StatusOr<std::vector<v1::MetricPoint>> points =
+        core_.jobs->GetMetrics(caller, q);
     if (!points.ok()) return Error(points.status());
     v1::GetMetricsResponse resp;
     for (auto& p : *points) *resp.add_points() = std::move(p);
@@ -579,7 +581,7 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, const Caller& caller
     q.set_offset(offset);
     q.set_max_bytes(static_cast<int32_t>(max_bytes));
     q.set_tail_bytes(tail);
-    absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(caller, q);
+    absl::StatusOr<v1::GetLogsResponse> logs = core_.jobs->GetLogs(caller, q);
     if (!logs.ok()) return Error(logs.status());
     // Log bytes are shown as text: invalid UTF-8 is replaced, not rejected.
     nlohmann::json out = {{"data", logs->data()},
@@ -709,7 +711,7 @@ HttpResponse HttpApi::HandleStream(const HttpRequest& request,
     }
     if (parts[3] == "jobs") {
       // Unknown ids are 404 before the stream starts.
-      absl::Status exists = manager_->CheckVisible(caller, id);
+      absl::Status exists = core_.jobs->CheckVisible(caller, id);
       if (!exists.ok()) return Error(exists);
       return StartStream(
           [this, caller, id](EventSink& sink) { StreamJob(sink, caller, id); });
@@ -724,12 +726,12 @@ HttpResponse HttpApi::HandleStream(const HttpRequest& request,
 }
 
 void HttpApi::StreamJobs(EventSink& sink, const Caller& caller, JobFilter filter) const {
-  ChangeNotifier& changes = manager_->changes();
+  ChangeNotifier& changes = core_.jobs->changes();
   StreamWriter out(sink, options_.keepalive);
   std::string last;
   uint64_t seen = changes.version();
   while (!changes.closed()) {
-    absl::StatusOr<JobList> jobs = manager_->ListJobs(caller, filter);
+    absl::StatusOr<JobList> jobs = core_.jobs->ListJobs(caller, filter);
     if (jobs.ok()) {
       v1::ListJobsResponse resp;
       for (auto& j : jobs->jobs) *resp.add_jobs() = std::move(j);
@@ -742,13 +744,13 @@ void HttpApi::StreamJobs(EventSink& sink, const Caller& caller, JobFilter filter
 }
 
 void HttpApi::StreamWorkers(EventSink& sink, const Caller& caller) const {
-  ChangeNotifier& changes = manager_->changes();
+  ChangeNotifier& changes = core_.jobs->changes();
   StreamWriter out(sink, options_.keepalive);
   std::string last;
   uint64_t seen = changes.version();
   while (!changes.closed()) {
     v1::ListWorkersResponse resp;
-    for (auto& w : manager_->ListWorkers(caller)) *resp.add_workers() = std::move(w);
+    for (auto& w : core_.workers->ListWorkers(caller)) *resp.add_workers() = std::move(w);
     if (!out.SendIfChanged("workers", ToJson(resp), last)) return;
     if (!out.KeepAliveIfIdle()) return;
     if (!out.Wait(changes, seen, options_.refresh, options_.stream_auth_recheck)) return;
@@ -757,7 +759,7 @@ void HttpApi::StreamWorkers(EventSink& sink, const Caller& caller) const {
 }
 
 void HttpApi::StreamSweep(EventSink& sink, const Caller& caller, int64_t sweep_id) const {
-  ChangeNotifier& changes = manager_->changes();
+  ChangeNotifier& changes = core_.jobs->changes();
   StreamWriter out(sink, options_.keepalive);
   std::string last_sweep;
   std::string last_report;
@@ -782,7 +784,7 @@ void HttpApi::StreamSweep(EventSink& sink, const Caller& caller, int64_t sweep_i
 }
 
 void HttpApi::StreamJob(EventSink& sink, const Caller& caller, int64_t job_id) const {
-  ChangeNotifier& changes = manager_->changes();
+  ChangeNotifier& changes = core_.jobs->changes();
   StreamWriter out(sink, options_.keepalive);
   std::string last_job;
   uint64_t seen = changes.version();
@@ -791,12 +793,12 @@ void HttpApi::StreamJob(EventSink& sink, const Caller& caller, int64_t job_id) c
   std::optional<absl::Time> ended_at;
 
   while (!changes.closed()) {
-    absl::StatusOr<v1::Job> job = manager_->GetJob(caller, job_id);
+    absl::StatusOr<v1::Job> job = core_.jobs->GetJob(caller, job_id);
     if (!job.ok()) return;
     if (!out.SendIfChanged("job", ToJson(*job), last_job)) return;
-    if (!metrics.SendNew(*manager_, caller, job_id, *job, out)) return;
+    if (!metrics.SendNew(*core_.jobs, caller, job_id, *job, out)) return;
     bool logs_complete = true;
-    if (!logs.SendNew(*manager_, caller, job_id, *job, out, logs_complete)) return;
+    if (!logs.SendNew(*core_.jobs, caller, job_id, *job, out, logs_complete)) return;
 
     if (IsTerminal(job->state())) {
       if (!ended_at.has_value()) ended_at = absl::Now();

@@ -14,7 +14,9 @@
 // /metrics: the cluster in Prometheus' text format (metrics_page.h), for a
 // metrics token or an admin's token in the Authorization header.
 //
-// Thread-safety: Handle() is safe from any thread (the managers are).
+// It depends on the core parts it uses (Core below), not the whole JobManager.
+//
+// Thread-safety: Handle() is safe from any thread (the parts and managers are).
 #ifndef TESSERA_COORDINATOR_API_HTTP_API_H_
 #define TESSERA_COORDINATOR_API_HTTP_API_H_
 
@@ -28,8 +30,10 @@
 #include "absl/time/time.h"
 #include "coordinator/api/metrics_page.h"
 #include "coordinator/core/auth.h"
-#include "coordinator/core/job_manager.h"
+#include "coordinator/core/cluster_view.h"
+#include "coordinator/core/job_requests.h"
 #include "coordinator/core/sweep_manager.h"
+#include "coordinator/core/worker_sessions.h"
 
 namespace tessera {
 
@@ -94,10 +98,17 @@ class HttpApi {
     MetricsPageOptions metrics_page;
   };
 
-  // Neither manager is owned; `sweeps` may be null (no sweep routes).
-  HttpApi(JobManager* manager, SweepManager* sweeps, Options options);
-  HttpApi(JobManager* manager, SweepManager* sweeps)
-      : HttpApi(manager, sweeps, Options()) {}
+  // The core parts the routes read and act on (JobManager's accessors);
+  // none is owned and none may be null.
+  struct Core {
+    JobRequests* jobs;        // jobs, their metrics and logs; change notices
+    WorkerSessions* workers;  // the workers list
+    ClusterView* view;        // /metrics and the store's health
+  };
+
+  // Nothing is owned; `sweeps` may be null (no sweep routes).
+  HttpApi(Core core, SweepManager* sweeps, Options options);
+  HttpApi(Core core, SweepManager* sweeps) : HttpApi(core, sweeps, Options()) {}
 
   HttpResponse Handle(const HttpRequest& request) const;
 
@@ -135,7 +146,7 @@ class HttpApi {
   void StreamWorkers(EventSink& sink, const Caller& caller) const;
   void StreamSweep(EventSink& sink, const Caller& caller, int64_t sweep_id) const;
 
-  JobManager* const manager_;   // Not owned.
+  const Core core_;             // Not owned.
   SweepManager* const sweeps_;  // Not owned; may be null.
   const Options options_;
   mutable std::atomic<int> active_streams_{0};

@@ -18,8 +18,8 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   JobOrigin origin;
   if (auth_->enabled()) origin.owner = caller->name;
   origin.admin = caller->admin;
-  absl::StatusOr<int64_t> id = manager_->Submit(request->spec(), request->spec_yaml(),
-                                                request->client_request_id(), origin);
+  absl::StatusOr<int64_t> id = jobs_->Submit(request->spec(), request->spec_yaml(),
+                                             request->client_request_id(), origin);
   if (!id.ok()) return ToGrpcStatus(id.status());
   response->set_job_id(*id);
   return grpc::Status::OK;
@@ -36,7 +36,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
   filter.sweep_id = request->sweep_id();
   filter.before_id = request->before_id();
   filter.owner = request->owner();
-  absl::StatusOr<JobList> jobs = manager_->ListJobs(*caller, filter);
+  absl::StatusOr<JobList> jobs = jobs_->ListJobs(*caller, filter);
   if (!jobs.ok()) return ToGrpcStatus(jobs.status());
   for (auto& job : jobs->jobs) *response->add_jobs() = std::move(job);
   response->set_next_before_id(jobs->next_before_id);
@@ -48,7 +48,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
                                     v1::GetJobResponse* response) {
   absl::StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::Job> job = manager_->GetJob(*caller, request->job_id());
+  absl::StatusOr<v1::Job> job = jobs_->GetJob(*caller, request->job_id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response->mutable_job() = std::move(*job);
   return grpc::Status::OK;
@@ -60,7 +60,7 @@ grpc::Status JobServiceImpl::GetMetrics(grpc::ServerContext* context,
   absl::StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<std::vector<v1::MetricPoint>> points =
-      manager_->GetMetrics(*caller, *request);
+      jobs_->GetMetrics(*caller, *request);
   if (!points.ok()) return ToGrpcStatus(points.status());
   for (auto& p : *points) *response->add_points() = std::move(p);
   return grpc::Status::OK;
@@ -71,7 +71,7 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* context,
                                          v1::ListWorkersResponse* response) {
   absl::StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  for (auto& w : manager_->ListWorkers(*caller)) *response->add_workers() = std::move(w);
+  for (auto& w : workers_->ListWorkers(*caller)) *response->add_workers() = std::move(w);
   return grpc::Status::OK;
 }
 
@@ -80,7 +80,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
                                        v1::CancelJobResponse* response) {
   absl::StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::JobState> state = manager_->CancelJob(*caller, request->job_id());
+  absl::StatusOr<v1::JobState> state = jobs_->CancelJob(*caller, request->job_id());
   if (!state.ok()) return ToGrpcStatus(state.status());
   response->set_state(*state);
   return grpc::Status::OK;
@@ -91,7 +91,7 @@ grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* context,
                                      v1::GetLogsResponse* response) {
   absl::StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::GetLogsResponse> logs = manager_->GetLogs(*caller, *request);
+  absl::StatusOr<v1::GetLogsResponse> logs = jobs_->GetLogs(*caller, *request);
   if (!logs.ok()) return ToGrpcStatus(logs.status());
   *response = std::move(*logs);
   return grpc::Status::OK;
@@ -159,7 +159,7 @@ grpc::Status JobServiceImpl::GetShare(grpc::ServerContext* context,
                                       v1::GetShareResponse* response) {
   absl::StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  for (const UserShare& u : manager_->GetShare(*caller)) {
+  for (const UserShare& u : quotas_->GetShare(*caller)) {
     v1::UserShare* out = response->add_users();
     out->set_user(u.user);
     out->set_usage_slot_seconds(u.usage_slot_seconds);
@@ -178,7 +178,7 @@ grpc::Status JobServiceImpl::DrainWorker(grpc::ServerContext* context,
   if (request->timeout_ms() < 0) {
     return ToGrpcStatus(absl::InvalidArgumentError("timeout_ms: must not be negative"));
   }
-  absl::StatusOr<v1::Worker> worker = manager_->DrainWorker(
+  absl::StatusOr<v1::Worker> worker = workers_->DrainWorker(
       *caller, request->name(), absl::Milliseconds(request->timeout_ms()),
       request->undrain());
   if (!worker.ok()) return ToGrpcStatus(worker.status());

@@ -1,13 +1,17 @@
-// JobServiceImpl: the gRPC adapter for tessctl's JobService over JobManager.
-// Plain synchronous handlers; no logic beyond converting types and statuses.
+// JobServiceImpl: the gRPC adapter for tessctl's JobService over the core
+// parts it uses: JobRequests (jobs), WorkerSessions (listing and draining
+// workers), UserQuotas (fair share) and SweepManager. Plain synchronous
+// handlers; no logic beyond converting types and statuses.
 //
-// Thread-safety: safe for concurrent calls (JobManager is thread-safe).
+// Thread-safety: safe for concurrent calls (the parts are thread-safe).
 #ifndef TESSERA_COORDINATOR_API_JOB_SERVICE_H_
 #define TESSERA_COORDINATOR_API_JOB_SERVICE_H_
 
 #include "coordinator/core/auth.h"
-#include "coordinator/core/job_manager.h"
+#include "coordinator/core/job_requests.h"
 #include "coordinator/core/sweep_manager.h"
+#include "coordinator/core/user_quotas.h"
+#include "coordinator/core/worker_sessions.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 
 namespace tessera {
@@ -15,8 +19,9 @@ namespace tessera {
 class JobServiceImpl final : public tessera::v1::JobService::Service {
  public:
   // None is owned. Every call needs a user token (see auth.h).
-  JobServiceImpl(JobManager* manager, SweepManager* sweeps, Authenticator* auth)
-      : manager_(manager), sweeps_(sweeps), auth_(auth) {}
+  JobServiceImpl(JobRequests* jobs, WorkerSessions* workers, UserQuotas* quotas,
+                 SweepManager* sweeps, Authenticator* auth)
+      : jobs_(jobs), workers_(workers), quotas_(quotas), sweeps_(sweeps), auth_(auth) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const tessera::v1::SubmitJobRequest* request,
@@ -64,9 +69,11 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
   // The calling user, or the refusal to send back.
   absl::StatusOr<Caller> CallerOf(const grpc::ServerContext& context);
 
-  JobManager* const manager_;   // Not owned.
-  SweepManager* const sweeps_;  // Not owned.
-  Authenticator* const auth_;   // Not owned.
+  JobRequests* const jobs_;        // Not owned.
+  WorkerSessions* const workers_;  // Not owned.
+  UserQuotas* const quotas_;       // Not owned.
+  SweepManager* const sweeps_;     // Not owned.
+  Authenticator* const auth_;      // Not owned.
 };
 
 }  // namespace tessera

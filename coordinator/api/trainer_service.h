@@ -1,4 +1,4 @@
-// TrainerServiceImpl: the gRPC adapter for trainer ranks over JobManager.
+// TrainerServiceImpl: the gRPC adapter for trainer ranks over RankSessions.
 //
 // Uses the callback API: Rendezvous waits until every rank has joined and
 // ReportMetrics until its points are durable, and neither should pin a server
@@ -9,7 +9,7 @@
 #define TESSERA_COORDINATOR_API_TRAINER_SERVICE_H_
 
 #include "coordinator/core/auth.h"
-#include "coordinator/core/job_manager.h"
+#include "coordinator/core/rank_sessions.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 
 namespace tessera {
@@ -18,8 +18,8 @@ class TrainerServiceImpl final : public tessera::v1::TrainerService::CallbackSer
  public:
   // Neither is owned. Every call needs the trainer credential of the (job,
   // attempt, rank) it names.
-  TrainerServiceImpl(JobManager* manager, Authenticator* auth)
-      : manager_(manager), auth_(auth) {}
+  TrainerServiceImpl(RankSessions* ranks, Authenticator* auth)
+      : ranks_(ranks), auth_(auth) {}
 
   grpc::ServerUnaryReactor* Rendezvous(
       grpc::CallbackServerContext* context, const tessera::v1::RendezvousRequest* request,
@@ -37,7 +37,13 @@ class TrainerServiceImpl final : public tessera::v1::TrainerService::CallbackSer
       tessera::v1::RenewLeaseResponse* response) override;
 
  private:
-  JobManager* const manager_;  // Not owned.
+  // Whether the caller holds the trainer credential of the (job, attempt,
+  // rank) that `request` names; when not, finishes `reactor` with the refusal.
+  template <typename Request>
+  bool Admit(const grpc::CallbackServerContext& context, const Request& request,
+             grpc::ServerUnaryReactor* reactor);
+
+  RankSessions* const ranks_;  // Not owned.
   Authenticator* const auth_;  // Not owned.
 };
 

@@ -1,6 +1,6 @@
 // WorkerServiceImpl: the gRPC adapter for worker sessions (register, heartbeat,
 // log shipping) over WorkerIdentity, which checks each worker's own credential
-// before the JobManager sees the call. Plain synchronous handlers.
+// before WorkerSessions sees the call. Plain synchronous handlers.
 //
 // Thread-safety: safe for concurrent calls.
 #ifndef TESSERA_COORDINATOR_API_WORKER_SERVICE_H_

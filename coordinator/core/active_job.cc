@@ -276,7 +276,7 @@ v1::Job JobToProto(const JobRecord& record, const std::vector<RankRecord>& ranks
     s->set_param_hash(r.param_hash);
     s->set_test_accuracy(r.test_accuracy);
     s->set_exit_reason(r.exit_reason);
-    // Stored by the coordinator itself (JobManager::ReportResult).
+    // Stored by the coordinator itself (RankSessions::ReportResult).
     if (!r.eval_result.empty()) s->mutable_eval()->ParseFromString(r.eval_result);
   }
   return job;

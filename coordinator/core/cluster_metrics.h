@@ -7,7 +7,7 @@
 // running jobs hold at least one slot each, states, kinds and pools are fixed
 // sets, and each worker's GPU readings are bounded by the registry.
 //
-// Thread-safety: a value; JobManager::ReadClusterMetrics() fills it under its lock.
+// Thread-safety: a value; ClusterView::ReadClusterMetrics() fills it under its lock.
 #ifndef TESSERA_COORDINATOR_CORE_CLUSTER_METRICS_H_
 #define TESSERA_COORDINATOR_CORE_CLUSTER_METRICS_H_
 

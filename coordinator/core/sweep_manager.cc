@@ -31,7 +31,7 @@ absl::Status Retryable(const absl::Status& s, absl::string_view what) {
 
 }  // namespace
 
-SweepManager::SweepManager(Store* store, JobManager* jobs, const Clock* clock,
+SweepManager::SweepManager(Store* store, JobRequests* jobs, const Clock* clock,
                            SpecLimits limits)
     : store_(store), jobs_(jobs), clock_(clock), limits_(limits) {}
 

@@ -1,6 +1,6 @@
 // SweepManager: runs scaling studies. A sweep is stored in the sweeps table
 // before Submit answers; its points are ordinary jobs, submitted through
-// JobManager with a request id derived from (sweep, point), so a point is never
+// JobRequests with a request id derived from (sweep, point), so a point is never
 // submitted twice, even across a coordinator restart. Tick(), run by the
 // coordinator's monitor thread, keeps up to max_parallel points active and
 // records the sweep's end once every point has ended. The sweep's progress lives
@@ -12,7 +12,7 @@
 // sweep_report.h builds it, and docs/api.md defines the figures.
 //
 // Thread-safety: safe from any thread. One mutex serialises the operations that
-// advance sweeps; it is taken before JobManager's, never the other way round.
+// advance sweeps; it is taken before the JobManager's, never the other way round.
 #ifndef TESSERA_COORDINATOR_CORE_SWEEP_MANAGER_H_
 #define TESSERA_COORDINATOR_CORE_SWEEP_MANAGER_H_
 
@@ -27,7 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/job_spec.h"
-#include "coordinator/core/job_manager.h"
+#include "coordinator/core/job_requests.h"
 #include "coordinator/store/store.h"
 #include "tessera/v1/tessera.pb.h"
 
@@ -36,7 +36,7 @@ namespace tessera {
 class SweepManager {
  public:
   // `store`, `jobs` and `clock` are not owned and must outlive the manager.
-  SweepManager(Store* store, JobManager* jobs, const Clock* clock, SpecLimits limits);
+  SweepManager(Store* store, JobRequests* jobs, const Clock* clock, SpecLimits limits);
 
   SweepManager(const SweepManager&) = delete;
   SweepManager& operator=(const SweepManager&) = delete;
@@ -78,7 +78,7 @@ class SweepManager {
   absl::StatusOr<tessera::v1::Sweep> Expand(const SweepRecord& sweep);
 
   Store* const store_;        // Not owned.
-  JobManager* const jobs_;    // Not owned.
+  JobRequests* const jobs_;   // Not owned.
   const Clock* const clock_;  // Not owned.
   const SpecLimits limits_;
 

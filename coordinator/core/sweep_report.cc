@@ -51,7 +51,7 @@ struct RunFigures {
 // JOB records JOB as spec.eval_of). Eval jobs are submitted after the jobs
 // they evaluate, so the newest-first pages end at the sweep's first point.
 absl::StatusOr<std::map<int64_t, double>> EvalTopOnes(const v1::Sweep& sweep,
-                                                      JobManager& jobs) {
+                                                      JobRequests& jobs) {
   std::set<int64_t> points;
   for (const v1::SweepPoint& p : sweep.points()) {
     if (p.job_id() != 0) points.insert(p.job_id());
@@ -90,7 +90,7 @@ struct RowRuns {
 };
 
 // The named metric of the job's current attempt, in (step, rank) order.
-absl::StatusOr<std::vector<v1::MetricPoint>> AttemptMetric(JobManager& jobs,
+absl::StatusOr<std::vector<v1::MetricPoint>> AttemptMetric(JobRequests& jobs,
                                                            const v1::Job& job,
                                                            const std::string& name) {
   v1::GetMetricsRequest q;
@@ -107,7 +107,7 @@ absl::StatusOr<std::vector<v1::MetricPoint>> AttemptMetric(JobManager& jobs,
 }
 
 // The named metric's values from rank 0, in step order.
-absl::StatusOr<std::vector<double>> Rank0Values(JobManager& jobs, const v1::Job& job,
+absl::StatusOr<std::vector<double>> Rank0Values(JobRequests& jobs, const v1::Job& job,
                                                 const std::string& name) {
   ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points, AttemptMetric(jobs, job, name));
   std::vector<double> values;
@@ -119,7 +119,7 @@ absl::StatusOr<std::vector<double>> Rank0Values(JobManager& jobs, const v1::Job&
 
 // The named metric's newest value of each rank that reported it, in rank
 // order (a figure every rank reports once, such as its optimizer state bytes).
-absl::StatusOr<std::vector<double>> PerRankValues(JobManager& jobs, const v1::Job& job,
+absl::StatusOr<std::vector<double>> PerRankValues(JobRequests& jobs, const v1::Job& job,
                                                   const std::string& name) {
   ASSIGN_OR_RETURN(std::vector<v1::MetricPoint> points, AttemptMetric(jobs, job, name));
   std::map<int32_t, double> newest;  // points come in (step, rank) order
@@ -131,7 +131,7 @@ absl::StatusOr<std::vector<double>> PerRankValues(JobManager& jobs, const v1::Jo
 
 // Sets the run's training time and epoch time: the mean measured epoch time,
 // else one derived from the training time and steps.
-absl::Status AddTimes(JobManager& jobs, const v1::Job& job, RunFigures& f) {
+absl::Status AddTimes(JobRequests& jobs, const v1::Job& job, RunFigures& f) {
   ASSIGN_OR_RETURN(const std::vector<double> epochs,
                    Rank0Values(jobs, job, "epoch_seconds"));
   ASSIGN_OR_RETURN(const std::vector<double> train,
@@ -152,7 +152,7 @@ absl::Status AddTimes(JobManager& jobs, const v1::Job& job, RunFigures& f) {
 }
 
 // The share of step time spent communicating, averaged over (step, rank).
-absl::StatusOr<double> CommShare(JobManager& jobs, const v1::Job& job) {
+absl::StatusOr<double> CommShare(JobRequests& jobs, const v1::Job& job) {
   ASSIGN_OR_RETURN(auto comm, AttemptMetric(jobs, job, "time_comm_ms"));
   ASSIGN_OR_RETURN(auto step_ms, AttemptMetric(jobs, job, "time_step_ms"));
   std::map<std::pair<int64_t, int32_t>, double> step_time;
@@ -165,7 +165,7 @@ absl::StatusOr<double> CommShare(JobManager& jobs, const v1::Job& job) {
   return Mean(shares);
 }
 
-absl::StatusOr<RunFigures> FiguresOf(JobManager& jobs, int64_t job_id,
+absl::StatusOr<RunFigures> FiguresOf(JobRequests& jobs, int64_t job_id,
                                      const std::map<int64_t, double>& eval_top1) {
   ASSIGN_OR_RETURN(v1::Job job, jobs.GetJob(Caller::Admin(), job_id));
   RunFigures f;
@@ -191,7 +191,7 @@ absl::StatusOr<RunFigures> FiguresOf(JobManager& jobs, int64_t job_id,
 // The sweep's points grouped into rows, in grid order, with the figures of
 // each row's succeeded runs.
 absl::StatusOr<std::vector<RowRuns>> GroupPoints(const v1::Sweep& sweep,
-                                                 JobManager& jobs) {
+                                                 JobRequests& jobs) {
   ASSIGN_OR_RETURN(const auto eval_top1, EvalTopOnes(sweep, jobs));
   std::vector<RowRuns> rows;
   std::map<RowKey, size_t> index;
@@ -275,7 +275,7 @@ void SetSpeedups(v1::SweepReport& report) {
 }  // namespace
 
 absl::StatusOr<v1::SweepReport> BuildSweepReport(const v1::Sweep& sweep,
-                                                 JobManager& jobs) {
+                                                 JobRequests& jobs) {
   ASSIGN_OR_RETURN(const std::vector<RowRuns> rows, GroupPoints(sweep, jobs));
   v1::SweepReport report;
   report.set_sweep_id(sweep.id());

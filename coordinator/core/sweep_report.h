@@ -8,12 +8,12 @@
 // ZeRO stage. docs/api.md defines each figure.
 //
 // Thread-safety: stateless; safe from any thread (it reads through
-// JobManager's thread-safe methods).
+// JobRequests' thread-safe methods).
 #ifndef TESSERA_COORDINATOR_CORE_SWEEP_REPORT_H_
 #define TESSERA_COORDINATOR_CORE_SWEEP_REPORT_H_
 
 #include "absl/status/statusor.h"
-#include "coordinator/core/job_manager.h"
+#include "coordinator/core/job_requests.h"
 #include "tessera/v1/tessera.pb.h"
 
 namespace tessera {
@@ -21,7 +21,7 @@ namespace tessera {
 // Builds the report of `sweep` (as SweepManager::Get returns it, with its
 // points), reading the points' jobs and metrics from `jobs`.
 absl::StatusOr<tessera::v1::SweepReport> BuildSweepReport(const tessera::v1::Sweep& sweep,
-                                                          JobManager& jobs);
+                                                          JobRequests& jobs);
 
 }  // namespace tessera
 

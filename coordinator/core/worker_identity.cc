@@ -58,9 +58,9 @@ absl::Status CheckHeartbeat(const v1::HeartbeatRequest& request) {
 
 }  // namespace
 
-WorkerIdentity::WorkerIdentity(Store* store, const Clock* clock, JobManager* manager,
+WorkerIdentity::WorkerIdentity(Store* store, const Clock* clock, WorkerSessions* sessions,
                                Options options)
-    : store_(store), clock_(clock), manager_(manager), options_(options) {}
+    : store_(store), clock_(clock), sessions_(sessions), options_(options) {}
 
 absl::Status WorkerIdentity::Recover() {
   ASSIGN_OR_RETURN(std::vector<WorkerCredentialRecord> stored,
@@ -103,7 +103,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerIdentity::RegisterWorker(
                                 ConstantTimeEqual(Sha256(presented), stored);
   std::string issued;
   if (!holds_credential) {
-    if (options_.enabled && !stored.empty() && manager_->WorkerLive(name)) {
+    if (options_.enabled && !stored.empty() && sessions_->WorkerLive(name)) {
       spdlog::warn(
           "refused a registration as worker {}: the name is live and the call "
           "does not carry its credential",
@@ -126,7 +126,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> WorkerIdentity::RegisterWorker(
     hashes_[name] = std::move(record.hash);
   }
   ASSIGN_OR_RETURN(v1::RegisterWorkerResponse response,
-                   manager_->RegisterWorker(request));
+                   sessions_->RegisterWorker(request));
   if (!issued.empty()) {
     spdlog::info("issued worker {} its credential", name);
     response.set_worker_credential(issued);
@@ -138,14 +138,14 @@ absl::StatusOr<v1::HeartbeatResponse> WorkerIdentity::Heartbeat(
     const v1::HeartbeatRequest& request) {
   RETURN_IF_ERROR(CheckHeartbeat(request));
   RETURN_IF_ERROR(Verify(request.name(), request.worker_credential()));
-  return manager_->Heartbeat(request);
+  return sessions_->Heartbeat(request);
 }
 
 absl::StatusOr<v1::ShipLogsResponse> WorkerIdentity::ShipLogs(
     const v1::ShipLogsRequest& request) {
   RETURN_IF_ERROR(CheckWorkerName(request.name()));
   RETURN_IF_ERROR(Verify(request.name(), request.worker_credential()));
-  return manager_->ShipLogs(request);
+  return sessions_->ShipLogs(request);
 }
 
 }  // namespace tessera

@@ -1,5 +1,5 @@
 // WorkerIdentity: each worker's own credential, bound to its name, and the
-// gate every worker call passes before it reaches the JobManager.
+// gate every worker call passes before it reaches WorkerSessions.
 //
 // A worker first registers with the cluster's join token, which every worker
 // holds. The coordinator then issues it a credential of its own
@@ -8,7 +8,7 @@
 // credential in its state dir (mode 0600) and sends it on every later call.
 // From then on:
 //  - A registration under a name that is live (registered and not declared
-//    dead, JobManager::WorkerLive) is refused with PermissionDenied unless it
+//    dead, WorkerSessions::WorkerLive) is refused with PermissionDenied unless it
 //    carries that name's credential. With it, it is accepted at once, with a
 //    new epoch: a worker that systemd restarts needs no wait. A name that is
 //    not live may be claimed with the join token alone; that issues a new
@@ -27,7 +27,7 @@
 // Thread-safety: safe from any thread. Registrations are serialized by their
 // own mutex, held across one store write (registrations are rare); heartbeats
 // and log shipments take only the mutex over the in-memory hashes, which is
-// never held across I/O or a call into the JobManager.
+// never held across I/O or a call into WorkerSessions.
 #ifndef TESSERA_COORDINATOR_CORE_WORKER_IDENTITY_H_
 #define TESSERA_COORDINATOR_CORE_WORKER_IDENTITY_H_
 
@@ -39,7 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
-#include "coordinator/core/job_manager.h"
+#include "coordinator/core/worker_sessions.h"
 #include "coordinator/store/store.h"
 #include "tessera/v1/tessera.pb.h"
 
@@ -52,8 +52,9 @@ class WorkerIdentity {
     bool enabled = true;
   };
 
-  // `store`, `clock` and `manager` are not owned and must outlive this.
-  WorkerIdentity(Store* store, const Clock* clock, JobManager* manager, Options options);
+  // `store`, `clock` and `sessions` are not owned and must outlive this.
+  WorkerIdentity(Store* store, const Clock* clock, WorkerSessions* sessions,
+                 Options options);
 
   WorkerIdentity(const WorkerIdentity&) = delete;
   WorkerIdentity& operator=(const WorkerIdentity&) = delete;
@@ -62,7 +63,7 @@ class WorkerIdentity {
   absl::Status Recover();
 
   // Checks the fields and the name's credential (see above), stores a new
-  // credential when one is issued, then registers with the JobManager. The
+  // credential when one is issued, then registers with WorkerSessions. The
   // response carries the new credential, or none when the presented one
   // stays valid.
   absl::StatusOr<tessera::v1::RegisterWorkerResponse> RegisterWorker(
@@ -80,12 +81,12 @@ class WorkerIdentity {
   // The stored hash for `name`, empty when it has none.
   std::string HashOf(const std::string& name) const;
 
-  Store* const store_;         // Not owned.
-  const Clock* const clock_;   // Not owned.
-  JobManager* const manager_;  // Not owned.
+  Store* const store_;              // Not owned.
+  const Clock* const clock_;        // Not owned.
+  WorkerSessions* const sessions_;  // Not owned.
   const Options options_;
 
-  // Held by RegisterWorker from its decision to the JobManager's answer, so
+  // Held by RegisterWorker from its decision to WorkerSessions' answer, so
   // that two registrations of one name cannot interleave.
   absl::Mutex register_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;

@@ -1,6 +1,6 @@
 // The orders a heartbeat reply carries to a worker: launch a rank, stop a rank
 // (a KillOrder also names an exit the coordinator acknowledges). Built from the
-// coordinator's records; deciding which orders a worker gets is JobManager's.
+// coordinator's records; deciding which orders a worker gets is WorkerSessions'.
 //
 // Thread-safety: free functions without state.
 #ifndef TESSERA_COORDINATOR_CORE_WORKER_ORDERS_H_

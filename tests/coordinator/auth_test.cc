@@ -230,7 +230,7 @@ TEST_F(ClosedCoordinatorTest, WorkersNeedTheJoinTokenAndLaunchOrdersCarryCredent
   spec.mutable_trainer()->set_dataset("synthetic");
   spec.mutable_trainer()->set_batch_size(8);
   spec.mutable_trainer()->set_epochs(1);
-  ASSERT_TRUE(server_->manager().Submit(spec, "", "").ok());
+  ASSERT_TRUE(server_->manager().jobs().Submit(spec, "", "").ok());
   v1::HeartbeatRequest beat;
   beat.set_name("w");
   beat.set_epoch(registered.epoch());

@@ -191,7 +191,7 @@ TEST_F(CoordinatorLimitsTest, OwnerIsTheTokenNameAndReachesTheLaunchOrder) {
   grpc::ClientContext c5;
   ASSERT_TRUE(worker->Heartbeat(&c5, beat, &orders).ok());
   absl::StatusOr<v1::Job> job =
-      server_->manager().GetJob(Caller::Admin(), submitted.job_id());
+      server_->manager().jobs().GetJob(Caller::Admin(), submitted.job_id());
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(job->reason(), HasSubstr("user alice has no account on worker w"));
@@ -206,7 +206,7 @@ TEST_F(CoordinatorLimitsTest, WithoutAuthenticationJobsHaveNoOwner) {
   grpc::ClientContext c1;
   ASSERT_TRUE(jobs->SubmitJob(&c1, submit, &submitted).ok());
   absl::StatusOr<v1::Job> job =
-      server_->manager().GetJob(Caller::Admin(), submitted.job_id());
+      server_->manager().jobs().GetJob(Caller::Admin(), submitted.job_id());
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->owner(), "");
 }

@@ -177,7 +177,7 @@ class Coordinator {
     options.spec_limits.max_world_size = 64;
     jobs_ = std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_, options);
     Ok(jobs_->Recover(), "recover jobs");
-    sweeps_ = std::make_unique<SweepManager>(store_.get(), jobs_.get(), &clock_,
+    sweeps_ = std::make_unique<SweepManager>(store_.get(), &jobs_->jobs(), &clock_,
                                              options.spec_limits);
     Ok(sweeps_->Recover(), "recover sweeps");
     auto auth = Authenticator::Create(store_.get(), &clock_, Authenticator::Options());
@@ -200,9 +200,13 @@ class Coordinator {
       if (path == "/app.js") return &kScript;
       return nullptr;
     };
-    open_api_ = std::make_unique<HttpApi>(jobs_.get(), sweeps_.get(), http);
+    open_api_ = std::make_unique<HttpApi>(
+        HttpApi::Core{&jobs_->jobs(), &jobs_->workers(), &jobs_->view()}, sweeps_.get(),
+        http);
     http.auth = auth_.get();
-    auth_api_ = std::make_unique<HttpApi>(jobs_.get(), sweeps_.get(), http);
+    auth_api_ = std::make_unique<HttpApi>(
+        HttpApi::Core{&jobs_->jobs(), &jobs_->workers(), &jobs_->view()}, sweeps_.get(),
+        http);
     Populate();
   }
 
@@ -226,13 +230,14 @@ class Coordinator {
     req.set_hostname(name + ".local");
     req.set_slots(slots);
     req.set_device_kind("cpu");
-    auto resp = jobs_->RegisterWorker(req);
+    auto resp = jobs_->workers().RegisterWorker(req);
     Ok(resp.status(), "register");
     return resp->epoch();
   }
 
   int64_t Submit(const std::string& name, int world_size) {
-    auto id = jobs_->Submit(MakeSpec(name, world_size), "name: " + name + "\n", "");
+    auto id =
+        jobs_->jobs().Submit(MakeSpec(name, world_size), "name: " + name + "\n", "");
     Ok(id.status(), "submit");
     return *id;
   }
@@ -243,7 +248,7 @@ class Coordinator {
     req.set_name(worker);
     req.set_epoch(epoch);
     for (const v1::LocalRank& r : ranks) *req.add_ranks() = r;
-    auto resp = jobs_->Heartbeat(req);
+    auto resp = jobs_->workers().Heartbeat(req);
     Ok(resp.status(), "heartbeat");
     return *resp;
   }
@@ -277,7 +282,8 @@ class Coordinator {
       p->set_value(point.value);
     }
     std::promise<absl::Status> done;
-    jobs_->ReportMetrics(req, [&done](absl::Status s) { done.set_value(std::move(s)); });
+    jobs_->ranks().ReportMetrics(
+        req, [&done](absl::Status s) { done.set_value(std::move(s)); });
     Ok(done.get_future().get(), "report metrics");
   }
 
@@ -292,7 +298,7 @@ class Coordinator {
     req.set_offset(offset);
     req.set_data(data);
     req.set_eof(eof);
-    Ok(jobs_->ShipLogs(req).status(), "ship logs");
+    Ok(jobs_->workers().ShipLogs(req).status(), "ship logs");
   }
 
   void Populate() {
@@ -341,7 +347,7 @@ class Coordinator {
     Beat("node-a", a, a_ranks);
     Beat("node-b", b, b_ranks);
     ship(succeeded, 0, 5, "", true);
-    Ok(jobs_->CancelJob(Caller::Admin(), cancelled).status(), "cancel");
+    Ok(jobs_->jobs().CancelJob(Caller::Admin(), cancelled).status(), "cancel");
 
     auto sweep = ParseSweepSpec(
         "name: study\nmax_parallel: 1\ngrid:\n  world_size: [1, 2]\n"

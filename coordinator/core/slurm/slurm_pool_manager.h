@@ -34,10 +34,10 @@
 // a Slurm worker whose join credential is refused exits (worker_agent.h), so
 // the allocation ends instead of holding its nodes until its time limit.
 //
-// Use: the JobManager implements SlurmPoolSource and calls TickIfDue() from
+// Use: the JobPlacer implements SlurmPoolSource and calls TickIfDue() from
 // its tick thread WITHOUT holding its own lock; the manager takes the
 // source's snapshot (the waiting jobs and the pool workers), runs sbatch,
-// squeue and scancel, and keeps the outcome: the JobManager asks for a job's
+// squeue and scancel, and keeps the outcome: the JobPlacer asks for a job's
 // PendingReason() and the ReservedWorkers() when it schedules, under its own
 // lock. Allocation() is for `tessctl status`.
 //
@@ -94,7 +94,7 @@ struct SlurmPoolSnapshot {
   std::vector<SlurmPoolWorker> workers;
 };
 
-// Where the pools' snapshot comes from (the JobManager). SlurmSnapshot() is
+// Where the pools' snapshot comes from (the JobPlacer). SlurmSnapshot() is
 // called with none of the manager's locks held but tick_mu_; it may take the
 // source's own lock and must not call back into the manager.
 class SlurmPoolSource {

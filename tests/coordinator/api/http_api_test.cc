@@ -42,7 +42,7 @@ class HttpApiTest : public ::testing::Test {
     spec.mutable_trainer()->set_dataset("synthetic");
     spec.mutable_trainer()->set_batch_size(8);
     spec.mutable_trainer()->set_epochs(1);
-    absl::StatusOr<int64_t> id = server_->manager().Submit(spec, "", "");
+    absl::StatusOr<int64_t> id = server_->manager().jobs().Submit(spec, "", "");
     EXPECT_TRUE(id.ok()) << id.status();
     return *id;
   }
@@ -90,7 +90,7 @@ TEST_F(HttpApiTest, JobIsServedAsJsonWithStateName) {
   spec.mutable_trainer()->set_dataset("synthetic");
   spec.mutable_trainer()->set_batch_size(8);
   spec.mutable_trainer()->set_epochs(1);
-  absl::StatusOr<int64_t> id = server_->manager().Submit(spec, "", "");
+  absl::StatusOr<int64_t> id = server_->manager().jobs().Submit(spec, "", "");
   ASSERT_TRUE(id.ok()) << id.status();
 
   auto res = client_->Get(("/api/v1/jobs/" + std::to_string(*id)).c_str());
@@ -127,7 +127,7 @@ TEST_F(HttpApiTest, JobListFiltersByStateAndLimit) {
   const int64_t a = SubmitJob("a");
   SubmitJob("b");
   SubmitJob("c");
-  ASSERT_TRUE(server_->manager().CancelJob(Caller::Admin(), a).ok());
+  ASSERT_TRUE(server_->manager().jobs().CancelJob(Caller::Admin(), a).ok());
 
   auto cancelled = client_->Get("/api/v1/jobs?state=cancelled");
   ASSERT_TRUE(cancelled);
@@ -158,7 +158,7 @@ TEST_F(HttpApiTest, CancelIsPostOnlyAndNeedsAuthorizationHeader) {
   auto anonymous = client_->Post(path.c_str(), "", "application/json");
   ASSERT_TRUE(anonymous);
   EXPECT_EQ(anonymous->status, 401);
-  EXPECT_EQ(server_->manager().GetJob(Caller::Admin(), id)->state(),
+  EXPECT_EQ(server_->manager().jobs().GetJob(Caller::Admin(), id)->state(),
             tessera::v1::JOB_STATE_QUEUED);
 
   httplib::Headers auth = {{"Authorization", "Bearer dashboard"}};
@@ -166,7 +166,7 @@ TEST_F(HttpApiTest, CancelIsPostOnlyAndNeedsAuthorizationHeader) {
   ASSERT_TRUE(cancelled);
   EXPECT_EQ(cancelled->status, 200);
   EXPECT_EQ(nlohmann::json::parse(cancelled->body)["state"], "JOB_STATE_CANCELLED");
-  EXPECT_EQ(server_->manager().GetJob(Caller::Admin(), id)->state(),
+  EXPECT_EQ(server_->manager().jobs().GetJob(Caller::Admin(), id)->state(),
             tessera::v1::JOB_STATE_CANCELLED);
 
   // Cancelling twice is not an error.
@@ -180,7 +180,7 @@ TEST_F(HttpApiTest, JobStreamSendsStateThenNewMetricsAsTheyArrive) {
   tessera::v1::RegisterWorkerRequest reg;
   reg.set_name("w");
   reg.set_slots(1);
-  ASSERT_TRUE(server_->manager().RegisterWorker(reg).ok());
+  ASSERT_TRUE(server_->manager().workers().RegisterWorker(reg).ok());
   const int64_t id = SubmitJob("streamed");
 
   std::atomic<bool> reported{false};
@@ -196,7 +196,7 @@ TEST_F(HttpApiTest, JobStreamSendsStateThenNewMetricsAsTheyArrive) {
       p->set_name("loss");
       p->set_value(2.5 - step * 0.01);
     }
-    server_->manager().ReportMetrics(req, [&](absl::Status s) {
+    server_->manager().ranks().ReportMetrics(req, [&](absl::Status s) {
       EXPECT_TRUE(s.ok()) << s;
       reported = true;
     });
@@ -224,7 +224,7 @@ TEST_F(HttpApiTest, JobStreamSendsStateThenNewMetricsAsTheyArrive) {
 
 TEST_F(HttpApiTest, JobStreamEndsAfterTheJobEnds) {
   const int64_t id = SubmitJob("short");
-  ASSERT_TRUE(server_->manager().CancelJob(Caller::Admin(), id).ok());
+  ASSERT_TRUE(server_->manager().jobs().CancelJob(Caller::Admin(), id).ok());
   const std::string text = ReadStream("/api/v1/stream/jobs/" + std::to_string(id),
                                       [](const std::string&) { return false; });
   EXPECT_EQ(Events(text, "end").size(), 1u) << text;

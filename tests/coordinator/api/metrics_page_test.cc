@@ -196,7 +196,7 @@ class MetricsEndpointTest : public ::testing::Test {
     JobOrigin origin;
     origin.owner = "alice";
     origin.admin = true;  // past the per-user queued-jobs limit
-    absl::StatusOr<int64_t> id = server_->manager().Submit(spec, "", "", origin);
+    absl::StatusOr<int64_t> id = server_->manager().jobs().Submit(spec, "", "", origin);
     EXPECT_TRUE(id.ok()) << id.status();
     return id.ok() ? *id : 0;
   }
@@ -247,7 +247,7 @@ TEST_F(MetricsEndpointTest, ServesTheGpuReadingsOfEachWorkersLatestHeartbeat) {
   reg.set_device_kind("cuda");
   reg.set_slots(100);
   for (int i = 0; i < 100; ++i) reg.add_gpu_ids(absl::StrCat(i));
-  auto registered = server_->manager().RegisterWorker(reg);
+  auto registered = server_->manager().workers().RegisterWorker(reg);
   ASSERT_TRUE(registered.ok()) << registered.status();
   v1::HeartbeatRequest beat;
   beat.set_name("gpu-node");
@@ -262,7 +262,7 @@ TEST_F(MetricsEndpointTest, ServesTheGpuReadingsOfEachWorkersLatestHeartbeat) {
     g->set_power_watts(i == 0 ? std::numeric_limits<double>::infinity() : 300);
   }
   beat.add_gpus()->set_gpu_id("GPU-not-this-workers");
-  ASSERT_TRUE(server_->manager().Heartbeat(beat).ok());
+  ASSERT_TRUE(server_->manager().workers().Heartbeat(beat).ok());
   auto page = Get(metrics_);
   ASSERT_TRUE(page);
   ASSERT_EQ(page->status, 200) << page->body;
@@ -297,6 +297,7 @@ TEST_F(MetricsEndpointTest, AThousandQueuedJobsKeepThePageSmall) {
   spec.mutable_trainer()->set_batch_size(8);
   EXPECT_TRUE(absl::IsInvalidArgument(
       server_->manager()
+          .jobs()
           .Submit(spec, "", "", JobOrigin{.owner = "alice", .admin = true})
           .status()));
   for (int i = 0; i < 1000; ++i)

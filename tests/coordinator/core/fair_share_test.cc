@@ -90,7 +90,8 @@ class FairShareRun {
     v1::RegisterWorkerRequest reg;
     reg.set_name("w");
     reg.set_slots(2);
-    absl::StatusOr<v1::RegisterWorkerResponse> registered = manager_->RegisterWorker(reg);
+    absl::StatusOr<v1::RegisterWorkerResponse> registered =
+        manager_->workers().RegisterWorker(reg);
     EXPECT_TRUE(registered.ok()) << registered.status();
     epoch_ = registered->epoch();
     for (int i = 0; i < 20; ++i) SubmitAs("alice");
@@ -107,7 +108,7 @@ class FairShareRun {
           lease.set_job_id(id);
           lease.set_attempt(order.attempt());
           lease.set_rank(order.rank());
-          EXPECT_TRUE(manager_->RenewLease(lease).ok());
+          EXPECT_TRUE(manager_->ranks().RenewLease(lease).ok());
         }
         Beat(ranks);
       }
@@ -131,7 +132,7 @@ class FairShareRun {
     spec.mutable_trainer()->set_epochs(1);
     JobOrigin origin;
     origin.owner = owner;
-    absl::StatusOr<int64_t> id = manager_->Submit(spec, "", "", origin);
+    absl::StatusOr<int64_t> id = manager_->jobs().Submit(spec, "", "", origin);
     ASSERT_TRUE(id.ok()) << id.status();
     owners_[*id] = owner;
   }
@@ -151,7 +152,7 @@ class FairShareRun {
     req.set_name("w");
     req.set_epoch(epoch_);
     for (const v1::LocalRank& r : ranks) *req.add_ranks() = r;
-    absl::StatusOr<v1::HeartbeatResponse> resp = manager_->Heartbeat(req);
+    absl::StatusOr<v1::HeartbeatResponse> resp = manager_->workers().Heartbeat(req);
     ASSERT_TRUE(resp.ok()) << resp.status();
     for (const v1::LaunchOrder& order : resp->launch()) {
       starts_.push_back(owners_.at(order.job_id()));
@@ -161,7 +162,7 @@ class FairShareRun {
       join.set_attempt(order.attempt());
       join.set_rank(order.rank());
       join.set_bootstrap("127.0.0.1:1234");
-      manager_->Rendezvous(join, [](absl::StatusOr<v1::RendezvousResponse>) {});
+      manager_->ranks().Rendezvous(join, [](absl::StatusOr<v1::RendezvousResponse>) {});
     }
   }
 

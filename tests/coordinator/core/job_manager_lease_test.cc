@@ -48,7 +48,7 @@ class JobManagerLeaseTest : public ::testing::Test {
     req.set_name(name);
     req.set_slots(1);
     for (auto& r : ranks) *req.add_ranks() = r;
-    auto resp = manager_->RegisterWorker(req);
+    auto resp = manager_->workers().RegisterWorker(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp->epoch();
   }
@@ -59,7 +59,7 @@ class JobManagerLeaseTest : public ::testing::Test {
     req.set_name(name);
     req.set_epoch(epoch);
     for (auto& r : ranks) *req.add_ranks() = r;
-    return manager_->Heartbeat(req);
+    return manager_->workers().Heartbeat(req);
   }
 
   int64_t SubmitRestartable() {
@@ -71,13 +71,13 @@ class JobManagerLeaseTest : public ::testing::Test {
     spec.mutable_trainer()->set_dataset("synthetic");
     spec.mutable_trainer()->set_batch_size(8);
     spec.mutable_trainer()->set_epochs(1);
-    auto id = manager_->Submit(spec, "", "");
+    auto id = manager_->jobs().Submit(spec, "", "");
     EXPECT_TRUE(id.ok()) << id.status();
     return *id;
   }
 
   v1::Job Get(int64_t id) {
-    auto job = manager_->GetJob(Caller::Admin(), id);
+    auto job = manager_->jobs().GetJob(Caller::Admin(), id);
     EXPECT_TRUE(job.ok()) << job.status();
     return *job;
   }
@@ -87,7 +87,7 @@ class JobManagerLeaseTest : public ::testing::Test {
     req.set_job_id(id);
     req.set_attempt(attempt);
     req.set_rank(0);
-    return manager_->RenewLease(req);
+    return manager_->ranks().RenewLease(req);
   }
 
   static v1::LocalRank Running(const v1::LaunchOrder& o) {
@@ -260,7 +260,7 @@ TEST_F(JobManagerLeaseTest, JobWithoutRestartsFailsAtOnceWhenItsRankIsLost) {
   spec.mutable_trainer()->set_dataset("synthetic");
   spec.mutable_trainer()->set_batch_size(8);
   spec.mutable_trainer()->set_epochs(1);
-  auto id = manager_->Submit(spec, "", "");
+  auto id = manager_->jobs().Submit(spec, "", "");
   ASSERT_TRUE(id.ok());
   ASSERT_EQ(Beat("a", epochs_["a"])->launch_size(), 1);
   for (int i = 0; i < 20 && Get(*id).state() != v1::JOB_STATE_FAILED; ++i) {

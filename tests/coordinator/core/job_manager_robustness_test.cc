@@ -80,7 +80,7 @@ class RobustnessTest : public ::testing::Test {
     req.set_name(name);
     req.set_slots(slots);
     for (auto& r : ranks) *req.add_ranks() = r;
-    auto resp = manager_->RegisterWorker(req);
+    auto resp = manager_->workers().RegisterWorker(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->epoch() : -1;
   }
@@ -93,7 +93,7 @@ class RobustnessTest : public ::testing::Test {
     req.set_epoch(epoch);
     req.set_draining(draining);
     for (auto& r : ranks) *req.add_ranks() = r;
-    return manager_->Heartbeat(req);
+    return manager_->workers().Heartbeat(req);
   }
 
   int64_t Submit(int world, int max_restarts = 0) {
@@ -106,19 +106,19 @@ class RobustnessTest : public ::testing::Test {
     spec.mutable_trainer()->set_batch_size(8);
     spec.mutable_trainer()->set_epochs(1);
     spec.mutable_trainer()->set_checkpoint_dir("/shared/ckpt");
-    auto id = manager_->Submit(spec, "", "");
+    auto id = manager_->jobs().Submit(spec, "", "");
     EXPECT_TRUE(id.ok()) << id.status();
     return *id;
   }
 
   v1::Job Get(int64_t id) {
-    auto job = manager_->GetJob(Caller::Admin(), id);
+    auto job = manager_->jobs().GetJob(Caller::Admin(), id);
     EXPECT_TRUE(job.ok()) << job.status();
     return *job;
   }
 
   v1::Worker WorkerNamed(const std::string& name) {
-    for (const v1::Worker& w : manager_->ListWorkers(Caller::Admin())) {
+    for (const v1::Worker& w : manager_->workers().ListWorkers(Caller::Admin())) {
       if (w.name() == name) return w;
     }
     ADD_FAILURE() << "no worker " << name;
@@ -133,7 +133,7 @@ class RobustnessTest : public ::testing::Test {
       req.set_attempt(attempt);
       req.set_rank(r);
       if (r == 0) req.set_bootstrap("127.0.0.1:1234");
-      manager_->Rendezvous(req, [](absl::StatusOr<v1::RendezvousResponse>) {});
+      manager_->ranks().Rendezvous(req, [](absl::StatusOr<v1::RendezvousResponse>) {});
     }
     ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
   }
@@ -144,7 +144,7 @@ class RobustnessTest : public ::testing::Test {
     req.set_attempt(attempt);
     req.set_rank(rank);
     *req.mutable_progress() = p;
-    ASSERT_TRUE(manager_->RenewLease(req).ok());
+    ASSERT_TRUE(manager_->ranks().RenewLease(req).ok());
   }
 
   // The trainer's ReportResult, as tessera-train sends it before exiting 0.
@@ -156,7 +156,7 @@ class RobustnessTest : public ::testing::Test {
     req.set_param_hash("00112233aabbccdd");
     req.set_test_accuracy(0.82);
     req.set_test_loss(0.5);
-    return manager.ReportResult(req);
+    return manager.ranks().ReportResult(req);
   }
 
   static v1::LocalRank Running(const v1::LaunchOrder& o) {
@@ -275,13 +275,13 @@ TEST_F(RobustnessTest, ExitIsAcknowledgedOnlyOnceStoredAndACrashBeforeThatLeaves
   beat.set_name("a");
   beat.set_epoch(e);
   *beat.add_ranks() = Exited(launch->launch(0), 0);
-  auto acked = manager2.Heartbeat(beat);
+  auto acked = manager2.workers().Heartbeat(beat);
   ASSERT_TRUE(acked.ok()) << acked.status();
   EXPECT_EQ(acked->acknowledged_exits_size(), 1);
-  auto job = manager2.GetJob(Caller::Admin(), id);
+  auto job = manager2.jobs().GetJob(Caller::Admin(), id);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED);
-  for (const v1::Worker& w : manager2.ListWorkers(Caller::Admin())) {
+  for (const v1::Worker& w : manager2.workers().ListWorkers(Caller::Admin())) {
     EXPECT_EQ(w.slots_used(), 0) << w.name();
   }
 }
@@ -304,7 +304,7 @@ TEST_F(RobustnessTest, ResultReportedWhileWritesFailIsSucceededOnceTheyDo) {
   auto unacked = Beat("a", e, {Exited(launch->launch(0), 0)});
   ASSERT_TRUE(unacked.ok());
   EXPECT_EQ(unacked->acknowledged_exits_size(), 0);
-  EXPECT_FALSE(manager_->StoreHealthy());
+  EXPECT_FALSE(manager_->view().StoreHealthy());
   auto stored = store_->GetJob(id);
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->state, v1::JOB_STATE_RUNNING);
@@ -314,12 +314,12 @@ TEST_F(RobustnessTest, ResultReportedWhileWritesFailIsSucceededOnceTheyDo) {
   v1::Job shown = Get(id);
   EXPECT_EQ(shown.state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_TRUE(shown.not_stored());
-  auto listed = manager_->ListJobs(Caller::Admin());
+  auto listed = manager_->jobs().ListJobs(Caller::Admin());
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_THAT(listed->jobs, SizeIs(1));
   EXPECT_EQ(listed->jobs[0].state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_TRUE(listed->jobs[0].not_stored());
-  EXPECT_EQ(manager_->GetStoreMode(), JobManager::StoreMode::kNotServing);
+  EXPECT_EQ(manager_->view().GetStoreMode(), ClusterView::StoreMode::kNotServing);
 
   // Space again: the kept writes land, in order.
   flaky_->fail_state = false;
@@ -335,7 +335,7 @@ TEST_F(RobustnessTest, ResultReportedWhileWritesFailIsSucceededOnceTheyDo) {
   shown = Get(id);
   EXPECT_EQ(shown.state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_FALSE(shown.not_stored());
-  EXPECT_EQ(manager_->GetStoreMode(), JobManager::StoreMode::kServing);
+  EXPECT_EQ(manager_->view().GetStoreMode(), ClusterView::StoreMode::kServing);
   EXPECT_EQ(Beat("a", e, {Exited(launch->launch(0), 0)})->acknowledged_exits_size(), 1);
 }
 
@@ -364,13 +364,13 @@ TEST_F(RobustnessTest, ResultLostWithTheCoordinatorRestartsTheJobFromItsCheckpoi
   beat.set_name("a");
   beat.set_epoch(e);
   *beat.add_ranks() = Exited(launch->launch(0), 0);
-  auto acked = manager2.Heartbeat(beat);
+  auto acked = manager2.workers().Heartbeat(beat);
   ASSERT_TRUE(acked.ok()) << acked.status();
   EXPECT_EQ(acked->acknowledged_exits_size(), 1);
 
   // Neither SUCCEEDED without the result nor FAILED: attempt 2 resumes from
   // the checkpoint, not counted as a restart.
-  auto job = manager2.GetJob(Caller::Admin(), id);
+  auto job = manager2.jobs().GetJob(Caller::Admin(), id);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->attempt(), 2);
   EXPECT_TRUE(job->state() == v1::JOB_STATE_SCHEDULED ||
@@ -384,12 +384,12 @@ TEST_F(RobustnessTest, ResultLostWithTheCoordinatorRestartsTheJobFromItsCheckpoi
   }
   EXPECT_TRUE(named) << job->DebugString();
   ASSERT_TRUE(writer2.Flush());
-  auto again = manager2.Heartbeat(beat);
+  auto again = manager2.workers().Heartbeat(beat);
   ASSERT_TRUE(again.ok());
   v1::HeartbeatRequest next;
   next.set_name("a");
   next.set_epoch(e);
-  auto orders = manager2.Heartbeat(next);
+  auto orders = manager2.workers().Heartbeat(next);
   ASSERT_TRUE(orders.ok());
   ASSERT_EQ(orders->launch_size(), 1);
   EXPECT_EQ(orders->launch(0).attempt(), 2);
@@ -407,13 +407,15 @@ TEST_F(RobustnessTest, DrainPreemptsTheRankAndRequeuesElsewhereWithoutCountingAR
   const int64_t eb = Register("b", 1);
 
   EXPECT_TRUE(absl::IsPermissionDenied(
-      manager_->DrainWorker(Caller::User("bob"), "a", absl::ZeroDuration(), false)
+      manager_->workers()
+          .DrainWorker(Caller::User("bob"), "a", absl::ZeroDuration(), false)
           .status()));
   EXPECT_TRUE(absl::IsNotFound(
-      manager_->DrainWorker(Caller::Admin("root"), "zz", absl::ZeroDuration(), false)
+      manager_->workers()
+          .DrainWorker(Caller::Admin("root"), "zz", absl::ZeroDuration(), false)
           .status()));
-  auto drained =
-      manager_->DrainWorker(Caller::Admin("root"), "a", absl::ZeroDuration(), false);
+  auto drained = manager_->workers().DrainWorker(Caller::Admin("root"), "a",
+                                                 absl::ZeroDuration(), false);
   ASSERT_TRUE(drained.ok()) << drained.status();
   EXPECT_TRUE(drained->draining());
   EXPECT_FALSE(drained->drained());
@@ -449,8 +451,9 @@ TEST_F(RobustnessTest, DrainPreemptsTheRankAndRequeuesElsewhereWithoutCountingAR
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
 
   // Undrained, a takes ranks again.
-  ASSERT_TRUE(
-      manager_->DrainWorker(Caller::Admin("root"), "a", absl::ZeroDuration(), true).ok());
+  ASSERT_TRUE(manager_->workers()
+                  .DrainWorker(Caller::Admin("root"), "a", absl::ZeroDuration(), true)
+                  .ok());
   Submit(1);
   EXPECT_EQ(Beat("a", ea)->launch_size(), 1);
 }
@@ -460,8 +463,9 @@ TEST_F(RobustnessTest, RanksThatDoNotLeaveWithinTheDrainTimeoutAreStopped) {
   const int64_t id = Submit(1, /*max_restarts=*/0);
   auto la = Beat("a", ea);
   ASSERT_TRUE(Beat("a", ea, {Running(la->launch(0))}).ok());
-  ASSERT_TRUE(
-      manager_->DrainWorker(Caller::Admin("root"), "a", absl::Seconds(10), false).ok());
+  ASSERT_TRUE(manager_->workers()
+                  .DrainWorker(Caller::Admin("root"), "a", absl::Seconds(10), false)
+                  .ok());
   clock_.Advance(absl::Seconds(9));
   manager_->Tick();
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED);
@@ -553,7 +557,7 @@ TEST_F(RobustnessTest, JobSpecCanTurnTheWatchdogOff) {
   spec.mutable_trainer()->set_batch_size(8);
   spec.mutable_trainer()->set_epochs(1);
   spec.mutable_watchdog()->set_enabled(false);
-  auto id = manager_->Submit(spec, "", "");
+  auto id = manager_->jobs().Submit(spec, "", "");
   ASSERT_TRUE(id.ok());
   auto la = Beat("a", ea);
   JoinAll(*id, 1, 1);

@@ -40,7 +40,7 @@ class JobManagerTest : public ::testing::Test {
     v1::RegisterWorkerRequest req;
     req.set_name(name);
     req.set_slots(slots);
-    auto resp = manager_->RegisterWorker(req);
+    auto resp = manager_->workers().RegisterWorker(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp->epoch();
   }
@@ -51,7 +51,7 @@ class JobManagerTest : public ::testing::Test {
     req.set_name(name);
     req.set_epoch(epoch);
     for (auto& r : ranks) *req.add_ranks() = r;
-    return manager_->Heartbeat(req);
+    return manager_->workers().Heartbeat(req);
   }
 
   int64_t Submit(int world, int max_restarts = 0,
@@ -65,13 +65,13 @@ class JobManagerTest : public ::testing::Test {
     spec.mutable_trainer()->set_batch_size(8);
     spec.mutable_trainer()->set_epochs(1);
     spec.mutable_trainer()->set_checkpoint_dir(checkpoint_dir);
-    auto id = manager_->Submit(spec, "", "");
+    auto id = manager_->jobs().Submit(spec, "", "");
     EXPECT_TRUE(id.ok()) << id.status();
     return *id;
   }
 
   v1::Job Get(int64_t id) {
-    auto job = manager_->GetJob(Caller::Admin(), id);
+    auto job = manager_->jobs().GetJob(Caller::Admin(), id);
     EXPECT_TRUE(job.ok()) << job.status();
     return *job;
   }
@@ -150,7 +150,7 @@ TEST_F(JobManagerTest, RendezvousTimeoutFailsAttemptNamingMissingRankAndReleases
   req.set_attempt(1);
   req.set_rank(0);
   req.set_bootstrap("127.0.0.1:1234");
-  manager_->Rendezvous(req, [&answer](absl::StatusOr<v1::RendezvousResponse> r) {
+  manager_->ranks().Rendezvous(req, [&answer](absl::StatusOr<v1::RendezvousResponse> r) {
     answer = std::move(r);
   });
   EXPECT_FALSE(answer.has_value());
@@ -244,7 +244,7 @@ TEST_F(JobManagerTest, CancelStopsRunningRanksAndRecordsCancelled) {
   const int64_t id = Submit(2);
   auto launch = Beat("a", ea);
   ASSERT_EQ(launch->launch_size(), 2);
-  auto state = manager_->CancelJob(Caller::Admin(), id);
+  auto state = manager_->jobs().CancelJob(Caller::Admin(), id);
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(*state, v1::JOB_STATE_CANCELLED);
   auto orders = Beat("a", ea, {Running(launch->launch(0)), Running(launch->launch(1))});
@@ -252,8 +252,9 @@ TEST_F(JobManagerTest, CancelStopsRunningRanksAndRecordsCancelled) {
   EXPECT_EQ(orders->launch_size(), 0);
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_CANCELLED);
   // Cancelling again is harmless; cancelling a finished job is refused.
-  EXPECT_TRUE(manager_->CancelJob(Caller::Admin(), id).ok());
-  EXPECT_TRUE(absl::IsNotFound(manager_->CancelJob(Caller::Admin(), 999).status()));
+  EXPECT_TRUE(manager_->jobs().CancelJob(Caller::Admin(), id).ok());
+  EXPECT_TRUE(
+      absl::IsNotFound(manager_->jobs().CancelJob(Caller::Admin(), 999).status()));
 }
 
 TEST_F(JobManagerTest, CancelOfSucceededJobIsFailedPrecondition) {
@@ -262,8 +263,8 @@ TEST_F(JobManagerTest, CancelOfSucceededJobIsFailedPrecondition) {
   auto launch = Beat("a", ea);
   ASSERT_TRUE(Beat("a", ea, {Exited(launch->launch(0), 0)}).ok());
   ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_TRUE(
-      absl::IsFailedPrecondition(manager_->CancelJob(Caller::Admin(), id).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      manager_->jobs().CancelJob(Caller::Admin(), id).status()));
 }
 
 TEST_F(JobManagerTest, ShippedLogsAreReadBackAndCompleteAfterEof) {
@@ -277,13 +278,13 @@ TEST_F(JobManagerTest, ShippedLogsAreReadBackAndCompleteAfterEof) {
   ship.set_attempt(1);
   ship.set_rank(0);
   ship.set_data("step 10 loss 1.0\n");
-  auto shipped = manager_->ShipLogs(ship);
+  auto shipped = manager_->workers().ShipLogs(ship);
   ASSERT_TRUE(shipped.ok()) << shipped.status();
   EXPECT_EQ(shipped->next_offset(), 17);
 
   v1::GetLogsRequest get;
   get.set_job_id(id);
-  auto logs = manager_->GetLogs(Caller::Admin(), get);
+  auto logs = manager_->jobs().GetLogs(Caller::Admin(), get);
   ASSERT_TRUE(logs.ok());
   EXPECT_EQ(logs->data(), "step 10 loss 1.0\n");
   EXPECT_FALSE(logs->complete());
@@ -292,17 +293,17 @@ TEST_F(JobManagerTest, ShippedLogsAreReadBackAndCompleteAfterEof) {
   ship.set_offset(17);
   ship.set_data("done\n");
   ship.set_eof(true);
-  ASSERT_TRUE(manager_->ShipLogs(ship).ok());
+  ASSERT_TRUE(manager_->workers().ShipLogs(ship).ok());
   get.set_offset(17);
-  logs = manager_->GetLogs(Caller::Admin(), get);
+  logs = manager_->jobs().GetLogs(Caller::Admin(), get);
   EXPECT_EQ(logs->data(), "done\n");
   get.set_offset(22);
-  logs = manager_->GetLogs(Caller::Admin(), get);
+  logs = manager_->jobs().GetLogs(Caller::Admin(), get);
   EXPECT_TRUE(logs->complete());
 
   // A stale session cannot write logs.
   ship.set_epoch(ea + 7);
-  EXPECT_TRUE(absl::IsAborted(manager_->ShipLogs(ship).status()));
+  EXPECT_TRUE(absl::IsAborted(manager_->workers().ShipLogs(ship).status()));
 }
 
 // The Slurm pools read the queue through the JobManager's snapshot and keep
@@ -332,7 +333,7 @@ TEST_F(JobManagerTest, JobLackingWorkersGetsASlurmAllocationAndRunsOnItsWorker) 
   req.set_slots(2);
   req.set_pool("cpu");
   req.set_slurm_job_id("100");
-  ASSERT_TRUE(manager_->RegisterWorker(req).ok());
+  ASSERT_TRUE(manager_->workers().RegisterWorker(req).ok());
   const v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_STATE_SCHEDULED) << job.pending_reason();
   ASSERT_EQ(job.ranks_size(), 2);

@@ -38,7 +38,7 @@ class OwnershipTest : public ::testing::Test {
     options_.job_limits.max_log_bytes = 10;
     manager_ =
         std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_, options_);
-    sweeps_ = std::make_unique<SweepManager>(store_.get(), manager_.get(), &clock_,
+    sweeps_ = std::make_unique<SweepManager>(store_.get(), &manager_->jobs(), &clock_,
                                              SpecLimits());
   }
 
@@ -59,8 +59,8 @@ class OwnershipTest : public ::testing::Test {
     JobOrigin origin;
     origin.owner = who.name;
     origin.admin = who.admin;
-    return manager_->Submit(spec, "env: {HF_TOKEN: hf_secret_value}\n", request_id,
-                            origin);
+    return manager_->jobs().Submit(spec, "env: {HF_TOKEN: hf_secret_value}\n", request_id,
+                                   origin);
   }
 
   FakeClock clock_;
@@ -74,40 +74,40 @@ class OwnershipTest : public ::testing::Test {
 TEST_F(OwnershipTest, OthersJobsAreNotFoundForReadsAndCancel) {
   absl::StatusOr<int64_t> id = SubmitAs(kAlice);
   ASSERT_TRUE(id.ok()) << id.status();
-  EXPECT_TRUE(manager_->GetJob(kAlice, *id).ok());
-  absl::Status get = manager_->GetJob(kBob, *id).status();
+  EXPECT_TRUE(manager_->jobs().GetJob(kAlice, *id).ok());
+  absl::Status get = manager_->jobs().GetJob(kBob, *id).status();
   EXPECT_TRUE(absl::IsNotFound(get)) << get;
   // The same answer as for an id that was never used: ids do not leak.
   EXPECT_EQ(get.message(), absl::StrCat("job ", *id, " not found"));
-  EXPECT_EQ(manager_->GetJob(kBob, 999).status().message(), "job 999 not found");
+  EXPECT_EQ(manager_->jobs().GetJob(kBob, 999).status().message(), "job 999 not found");
   v1::GetMetricsRequest metrics;
   metrics.set_job_id(*id);
-  EXPECT_TRUE(absl::IsNotFound(manager_->GetMetrics(kBob, metrics).status()));
+  EXPECT_TRUE(absl::IsNotFound(manager_->jobs().GetMetrics(kBob, metrics).status()));
   v1::GetLogsRequest logs;
   logs.set_job_id(*id);
-  EXPECT_TRUE(absl::IsNotFound(manager_->GetLogs(kBob, logs).status()));
-  EXPECT_TRUE(absl::IsNotFound(manager_->CheckVisible(kBob, *id)));
-  EXPECT_TRUE(absl::IsNotFound(manager_->CancelJob(kBob, *id).status()));
-  EXPECT_EQ(manager_->GetJob(kAlice, *id)->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_TRUE(absl::IsNotFound(manager_->jobs().GetLogs(kBob, logs).status()));
+  EXPECT_TRUE(absl::IsNotFound(manager_->jobs().CheckVisible(kBob, *id)));
+  EXPECT_TRUE(absl::IsNotFound(manager_->jobs().CancelJob(kBob, *id).status()));
+  EXPECT_EQ(manager_->jobs().GetJob(kAlice, *id)->state(), v1::JOB_STATE_QUEUED);
 }
 
 TEST_F(OwnershipTest, AdminSeesAndCancelsAnyonesJob) {
   absl::StatusOr<int64_t> id = SubmitAs(kAlice);
   ASSERT_TRUE(id.ok());
-  absl::StatusOr<v1::Job> job = manager_->GetJob(kAdmin, *id);
+  absl::StatusOr<v1::Job> job = manager_->jobs().GetJob(kAdmin, *id);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->spec().env().at("HF_TOKEN"), "hf_secret_value");
-  absl::StatusOr<v1::JobState> state = manager_->CancelJob(kAdmin, *id);
+  absl::StatusOr<v1::JobState> state = manager_->jobs().CancelJob(kAdmin, *id);
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(*state, v1::JOB_STATE_CANCELLED);
-  EXPECT_THAT(manager_->GetJob(kAlice, *id)->reason(),
+  EXPECT_THAT(manager_->jobs().GetJob(kAlice, *id)->reason(),
               HasSubstr("cancelled by lab-admin"));
 }
 
 TEST_F(OwnershipTest, ListShowsOnlyOwnJobsWithoutSpecTextOrEnvValues) {
   ASSERT_TRUE(SubmitAs(kAlice).ok());
   ASSERT_TRUE(SubmitAs(kBob).ok());
-  absl::StatusOr<JobList> bobs = manager_->ListJobs(kBob);
+  absl::StatusOr<JobList> bobs = manager_->jobs().ListJobs(kBob);
   ASSERT_TRUE(bobs.ok());
   ASSERT_EQ(bobs->jobs.size(), 1u);
   EXPECT_EQ(bobs->jobs[0].owner(), "bob");
@@ -116,23 +116,23 @@ TEST_F(OwnershipTest, ListShowsOnlyOwnJobsWithoutSpecTextOrEnvValues) {
   // Asking for someone else's jobs gives nothing to a non-admin.
   JobFilter alices;
   alices.owner = "alice";
-  EXPECT_TRUE(manager_->ListJobs(kBob, alices)->jobs.empty());
-  EXPECT_EQ(manager_->ListJobs(kAdmin, alices)->jobs.size(), 1u);
-  EXPECT_EQ(manager_->ListJobs(kAdmin)->jobs.size(), 2u);
+  EXPECT_TRUE(manager_->jobs().ListJobs(kBob, alices)->jobs.empty());
+  EXPECT_EQ(manager_->jobs().ListJobs(kAdmin, alices)->jobs.size(), 1u);
+  EXPECT_EQ(manager_->jobs().ListJobs(kAdmin)->jobs.size(), 2u);
 }
 
 TEST_F(OwnershipTest, ListPagesByBeforeId) {
   options_.default_list_limit = 2;
   manager_ = std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_, options_);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(SubmitAs(kAdmin).ok());
-  absl::StatusOr<JobList> first = manager_->ListJobs(kAdmin);
+  absl::StatusOr<JobList> first = manager_->jobs().ListJobs(kAdmin);
   ASSERT_TRUE(first.ok());
   ASSERT_EQ(first->jobs.size(), 2u);
   EXPECT_EQ(first->jobs[0].id(), 3);
   EXPECT_EQ(first->next_before_id, 2);
   JobFilter next;
   next.before_id = first->next_before_id;
-  absl::StatusOr<JobList> second = manager_->ListJobs(kAdmin, next);
+  absl::StatusOr<JobList> second = manager_->jobs().ListJobs(kAdmin, next);
   ASSERT_EQ(second->jobs.size(), 1u);
   EXPECT_EQ(second->jobs[0].id(), 1);
   EXPECT_EQ(second->next_before_id, 0);
@@ -142,13 +142,13 @@ TEST_F(OwnershipTest, WorkersShowOthersSlotsAsACountOnly) {
   v1::RegisterWorkerRequest reg;
   reg.set_name("w1");
   reg.set_slots(2);
-  ASSERT_TRUE(manager_->RegisterWorker(reg).ok());
+  ASSERT_TRUE(manager_->workers().RegisterWorker(reg).ok());
   ASSERT_TRUE(SubmitAs(kAlice).ok());
-  std::vector<v1::Worker> for_bob = manager_->ListWorkers(kBob);
+  std::vector<v1::Worker> for_bob = manager_->workers().ListWorkers(kBob);
   ASSERT_EQ(for_bob.size(), 1u);
   EXPECT_EQ(for_bob[0].slots_used(), 1);
   EXPECT_EQ(for_bob[0].slots_used_by_others(), 1);
-  EXPECT_EQ(manager_->ListWorkers(kAlice)[0].slots_used_by_others(), 0);
+  EXPECT_EQ(manager_->workers().ListWorkers(kAlice)[0].slots_used_by_others(), 0);
 }
 
 TEST_F(OwnershipTest, QueuedJobsLimitIsResourceExhaustedNamingTheFlag) {
@@ -184,7 +184,7 @@ TEST_F(OwnershipTest, RequestIdsAreDeduplicatedPerOwner) {
   ASSERT_TRUE(a1.ok() && a2.ok() && b1.ok());
   EXPECT_EQ(*a1, *a2);
   EXPECT_NE(*a1, *b1);
-  EXPECT_EQ(manager_->GetJob(kBob, *b1)->owner(), "bob");
+  EXPECT_EQ(manager_->jobs().GetJob(kBob, *b1)->owner(), "bob");
 }
 
 class OwnershipRunningTest : public OwnershipTest {
@@ -194,7 +194,7 @@ class OwnershipRunningTest : public OwnershipTest {
     v1::RegisterWorkerRequest reg;
     reg.set_name("w1");
     reg.set_slots(1);
-    auto registered = manager_->RegisterWorker(reg);
+    auto registered = manager_->workers().RegisterWorker(reg);
     EXPECT_TRUE(registered.ok());
     epoch_ = registered->epoch();
     absl::StatusOr<int64_t> submitted = SubmitAs(kAlice);
@@ -203,7 +203,7 @@ class OwnershipRunningTest : public OwnershipTest {
     v1::HeartbeatRequest beat;
     beat.set_name("w1");
     beat.set_epoch(epoch_);
-    auto response = manager_->Heartbeat(beat);
+    auto response = manager_->workers().Heartbeat(beat);
     EXPECT_TRUE(response.ok());
     EXPECT_EQ(response->launch_size(), 1);
     return response->launch(0);
@@ -222,7 +222,7 @@ class OwnershipRunningTest : public OwnershipTest {
       p->set_value(1);
     }
     absl::Status result;
-    manager_->ReportMetrics(req, [&result](absl::Status s) { result = s; });
+    manager_->ranks().ReportMetrics(req, [&result](absl::Status s) { result = s; });
     writer_->Flush();
     return result;
   }
@@ -261,10 +261,10 @@ TEST_F(OwnershipRunningTest, LogBytesLimitNamesItsFlag) {
   ship.set_attempt(order.attempt());
   ship.set_rank(0);
   ship.set_data("0123456789");
-  ASSERT_TRUE(manager_->ShipLogs(ship).ok());
+  ASSERT_TRUE(manager_->workers().ShipLogs(ship).ok());
   ship.set_offset(10);
   ship.set_data("x");
-  absl::StatusOr<v1::ShipLogsResponse> over = manager_->ShipLogs(ship);
+  absl::StatusOr<v1::ShipLogsResponse> over = manager_->workers().ShipLogs(ship);
   EXPECT_TRUE(absl::IsResourceExhausted(over.status())) << over.status();
   EXPECT_THAT(over.status().message(), HasSubstr("--max-log-bytes"));
 }
@@ -290,11 +290,11 @@ TEST_F(OwnershipTest, OthersSweepsAreNotFoundAndNotListed) {
 TEST_F(OwnershipTest, ShareShowsOwnLineToUsersAndEveryoneToAdmins) {
   ASSERT_TRUE(SubmitAs(kAlice).ok());
   ASSERT_TRUE(SubmitAs(kBob).ok());
-  std::vector<UserShare> mine = manager_->GetShare(kBob);
+  std::vector<UserShare> mine = manager_->quotas().GetShare(kBob);
   ASSERT_EQ(mine.size(), 1u);
   EXPECT_EQ(mine[0].user, "bob");
   EXPECT_EQ(mine[0].queued_jobs, 1);
-  EXPECT_EQ(manager_->GetShare(kAdmin).size(), 2u);
+  EXPECT_EQ(manager_->quotas().GetShare(kAdmin).size(), 2u);
 }
 
 }  // namespace

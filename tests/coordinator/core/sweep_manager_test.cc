@@ -6,6 +6,7 @@
 
 #include "common/metric_names.h"
 #include "common/sweep_spec.h"
+#include "coordinator/core/job_manager.h"
 #include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -39,13 +40,13 @@ class SweepManagerTest : public ::testing::Test {
     jobs_ = std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_,
                                          JobManagerOptions());
     ASSERT_TRUE(jobs_->Recover().ok());
-    sweeps_ =
-        std::make_unique<SweepManager>(store_.get(), jobs_.get(), &clock_, SpecLimits());
+    sweeps_ = std::make_unique<SweepManager>(store_.get(), &jobs_->jobs(), &clock_,
+                                             SpecLimits());
     ASSERT_TRUE(sweeps_->Recover().ok());
     v1::RegisterWorkerRequest req;
     req.set_name("w");
     req.set_slots(4);
-    auto resp = jobs_->RegisterWorker(req);
+    auto resp = jobs_->workers().RegisterWorker(req);
     ASSERT_TRUE(resp.ok()) << resp.status();
     epoch_ = resp->epoch();
   }
@@ -76,7 +77,7 @@ class SweepManagerTest : public ::testing::Test {
       p->set_value(value);
     }
     std::promise<absl::Status> done;
-    jobs_->ReportMetrics(req, [&done](absl::Status s) { done.set_value(s); });
+    jobs_->ranks().ReportMetrics(req, [&done](absl::Status s) { done.set_value(s); });
     ASSERT_TRUE(done.get_future().get().ok());
   }
 
@@ -89,7 +90,7 @@ class SweepManagerTest : public ::testing::Test {
     v1::HeartbeatRequest beat;
     beat.set_name("w");
     beat.set_epoch(epoch_);
-    auto orders = jobs_->Heartbeat(beat);
+    auto orders = jobs_->workers().Heartbeat(beat);
     EXPECT_TRUE(orders.ok()) << orders.status();
     std::set<int64_t> finished;
     for (const v1::LaunchOrder& o : orders->launch()) {
@@ -108,7 +109,7 @@ class SweepManagerTest : public ::testing::Test {
       r->set_exited(true);
       finished.insert(o.job_id());
     }
-    EXPECT_TRUE(jobs_->Heartbeat(beat).ok());
+    EXPECT_TRUE(jobs_->workers().Heartbeat(beat).ok());
     return static_cast<int>(finished.size());
   }
 
@@ -142,7 +143,7 @@ TEST_F(SweepManagerTest, PointsRunOneAtATimeAndReportComputesSpeedupFromStoredTi
   EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_SUCCEEDED);
   for (const auto& p : sweep->points()) {
     EXPECT_EQ(p.state(), v1::JOB_STATE_SUCCEEDED);
-    auto job = jobs_->GetJob(Caller::Admin(), p.job_id());
+    auto job = jobs_->jobs().GetJob(Caller::Admin(), p.job_id());
     ASSERT_TRUE(job.ok());
     EXPECT_EQ(job->sweep_id(), id);
     EXPECT_EQ(job->sweep_point(), p.index());
@@ -194,11 +195,11 @@ TEST_F(SweepManagerTest, AnEvalJobsTopOneTakesThePlaceOfItsPointsLastEpoch) {
   spec.mutable_trainer()->set_eval_only(true);
   spec.mutable_trainer()->set_resume(true);
   spec.mutable_trainer()->set_checkpoint_dir("/ckpt/study");
-  ASSERT_TRUE(jobs_->Submit(spec, "", "eval-1").ok());
+  ASSERT_TRUE(jobs_->jobs().Submit(spec, "", "eval-1").ok());
   v1::HeartbeatRequest beat;
   beat.set_name("w");
   beat.set_epoch(epoch_);
-  auto orders = jobs_->Heartbeat(beat);
+  auto orders = jobs_->workers().Heartbeat(beat);
   ASSERT_TRUE(orders.ok());
   ASSERT_EQ(orders->launch_size(), 1);
   const v1::LaunchOrder& o = orders->launch(0);
@@ -208,14 +209,14 @@ TEST_F(SweepManagerTest, AnEvalJobsTopOneTakesThePlaceOfItsPointsLastEpoch) {
   result.set_test_accuracy(0.9);
   result.mutable_eval()->set_top1(0.9);
   result.mutable_eval()->set_samples(100);
-  ASSERT_TRUE(jobs_->ReportResult(result).ok());
+  ASSERT_TRUE(jobs_->ranks().ReportResult(result).ok());
   v1::LocalRank* r = beat.add_ranks();
   r->set_job_id(o.job_id());
   r->set_attempt(o.attempt());
   r->set_pid(200);
   r->set_exited(true);
-  ASSERT_TRUE(jobs_->Heartbeat(beat).ok());
-  auto eval_job = jobs_->GetJob(Caller::Admin(), o.job_id());
+  ASSERT_TRUE(jobs_->workers().Heartbeat(beat).ok());
+  auto eval_job = jobs_->jobs().GetJob(Caller::Admin(), o.job_id());
   ASSERT_TRUE(eval_job.ok());
   ASSERT_EQ(eval_job->state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_DOUBLE_EQ(eval_job->ranks(0).eval().top1(), 0.9);
@@ -289,7 +290,7 @@ TEST_F(SweepManagerTest, ReportGivesEachZeroStagesBytesPerRankAndItsOwnBaseline)
   ASSERT_TRUE(sweep.ok());
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(sweep->points(i).zero_stage(), expected[i][0]);
-    auto job = jobs_->GetJob(Caller::Admin(), sweep->points(i).job_id());
+    auto job = jobs_->jobs().GetJob(Caller::Admin(), sweep->points(i).job_id());
     ASSERT_TRUE(job.ok());
     EXPECT_EQ(job->spec().trainer().zero_stage(), expected[i][0]);
   }
@@ -317,7 +318,7 @@ TEST_F(SweepManagerTest, SweepCarriesOnAfterCoordinatorRestartWithoutDuplicatePo
   EXPECT_EQ(sweep->state(), v1::SWEEP_STATE_RUNNING);
   JobFilter filter;
   filter.sweep_id = id;
-  auto jobs = jobs_->ListJobs(Caller::Admin(), filter);
+  auto jobs = jobs_->jobs().ListJobs(Caller::Admin(), filter);
   ASSERT_TRUE(jobs.ok());
   EXPECT_EQ(jobs->jobs.size(), 2u)
       << "the restart must not submit the first points again";
@@ -330,7 +331,7 @@ TEST_F(SweepManagerTest, SweepCarriesOnAfterCoordinatorRestartWithoutDuplicatePo
     sweeps_->Tick();
   }
   EXPECT_EQ(sweeps_->Get(Caller::Admin(), id)->state(), v1::SWEEP_STATE_SUCCEEDED);
-  jobs = jobs_->ListJobs(Caller::Admin(), filter);
+  jobs = jobs_->jobs().ListJobs(Caller::Admin(), filter);
   EXPECT_EQ(jobs->jobs.size(), 4u);
 }
 
@@ -348,7 +349,7 @@ TEST_F(SweepManagerTest, EveryPointBelongsToTheSweepsOwnerAcrossARestart) {
   }
   JobFilter filter;
   filter.sweep_id = id;
-  auto jobs = jobs_->ListJobs(Caller::Admin(), filter);
+  auto jobs = jobs_->jobs().ListJobs(Caller::Admin(), filter);
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->jobs.size(), 4u);
   for (const auto& job : jobs->jobs)
@@ -382,7 +383,7 @@ TEST_F(SweepManagerTest, FailedPointMakesTheSweepFailWithCount) {
   const int64_t id = submitted->sweep_id();
   auto sweep = sweeps_->Get(Caller::Admin(), id);
   ASSERT_TRUE(sweep.ok());
-  ASSERT_TRUE(jobs_->CancelJob(Caller::Admin(), sweep->points(0).job_id()).ok());
+  ASSERT_TRUE(jobs_->jobs().CancelJob(Caller::Admin(), sweep->points(0).job_id()).ok());
   // Four slots cannot hold every point at once: run them in rounds.
   for (int round = 0; round < 4; ++round) {
     RunLaunched([](int) { return 1.0; });

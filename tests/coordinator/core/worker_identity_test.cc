@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/core/job_manager.h"
 #include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -39,7 +40,7 @@ class WorkerIdentityTest : public ::testing::Test {
 
   std::unique_ptr<WorkerIdentity> NewIdentity() {
     auto identity = std::make_unique<WorkerIdentity>(
-        store_.get(), &clock_, manager_.get(), WorkerIdentity::Options());
+        store_.get(), &clock_, &manager_->workers(), WorkerIdentity::Options());
     EXPECT_TRUE(identity->Recover().ok());
     return identity;
   }
@@ -72,7 +73,7 @@ class WorkerIdentityTest : public ::testing::Test {
     spec.mutable_trainer()->set_dataset("synthetic");
     spec.mutable_trainer()->set_batch_size(8);
     spec.mutable_trainer()->set_epochs(1);
-    auto id = manager_->Submit(spec, "", "");
+    auto id = manager_->jobs().Submit(spec, "", "");
     EXPECT_TRUE(id.ok()) << id.status();
     return *id;
   }

@@ -1,11 +1,10 @@
-// JobManager::ReadClusterMetrics: the cluster as the /metrics page shows it
-// (cluster_metrics.h). Apart from job_manager.cc, which runs the state machine.
+#include "coordinator/core/cluster_view.h"
+
 #include <algorithm>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "common/job_state.h"
-#include "coordinator/core/job_manager.h"
 
 namespace tessera {
 namespace {
@@ -34,53 +33,59 @@ const char* WorkerState(const v1::Worker& w, bool live) {
 
 }  // namespace
 
-ClusterMetrics JobManager::ReadClusterMetrics() {
+ClusterMetrics ClusterView::ReadClusterMetrics() {
   ClusterMetrics out;
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     AddWorkerMetricsLocked(out);
     AddJobMetricsLocked(out);
   }
   AddSlurmMetrics(out);
-  out.metric_rows_written = metric_rows_written_.load();
-  out.metric_rows_refused = metric_rows_refused_.load();
-  out.rendezvous = rendezvous_latency_.Read();
-  out.scheduling = scheduling_latency_.Read();
-  out.heartbeat = heartbeat_latency_.Read();
+  out.metric_rows_written = state_.metric_rows_written.load();
+  out.metric_rows_refused = state_.metric_rows_refused.load();
+  out.rendezvous = state_.rendezvous_latency.Read();
+  out.scheduling = state_.scheduling_latency.Read();
+  out.heartbeat = state_.heartbeat_latency.Read();
   return out;
 }
 
-void JobManager::AddWorkerMetricsLocked(ClusterMetrics& out) {
+ClusterView::StoreMode ClusterView::GetStoreMode() const {
+  if (!state_.writer->healthy()) return StoreMode::kNotServing;
+  return state_.writer->shedding() ? StoreMode::kDegraded : StoreMode::kServing;
+}
+
+void ClusterView::AddWorkerMetricsLocked(ClusterMetrics& out) {
   for (const char* state :
        {kWorkerAlive, kWorkerSuspect, kWorkerDead, kWorkerDraining, kWorkerDrained}) {
     out.workers_by_state[state] = 0;
   }
   out.slots["cpu"] = {};
   out.slots["gpu"] = {};
-  for (const v1::Worker& w : workers_.List(UsedSlotsLocked())) {
-    const bool live = workers_.Live(w.name());
+  for (const v1::Worker& w : state_.workers.List(state_.UsedSlotsLocked())) {
+    const bool live = state_.workers.Live(w.name());
     ++out.workers_by_state[WorkerState(w, live)];
     if (!live) continue;
     ClusterMetrics::Slots& slots = out.slots[w.device_kind() == "cuda" ? "gpu" : "cpu"];
     slots.total += w.slots();
     slots.used += w.slots_used();
-    std::vector<GpuReading> gpus = workers_.Gpus(w.name());
+    std::vector<GpuReading> gpus = state_.workers.Gpus(w.name());
     if (!gpus.empty()) out.worker_gpus[w.name()] = std::move(gpus);
   }
 }
 
-void JobManager::AddJobMetricsLocked(ClusterMetrics& out) {
+void ClusterView::AddJobMetricsLocked(ClusterMetrics& out) {
   for (v1::JobState state :
        {v1::JOB_STATE_QUEUED, v1::JOB_STATE_SCHEDULED, v1::JOB_STATE_RUNNING}) {
     out.jobs_by_state[LowerStateName(state)] = 0;
   }
   for (v1::JobState state :
        {v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED, v1::JOB_STATE_CANCELLED}) {
-    auto it = jobs_ended_.find(state);
-    out.jobs_ended[LowerStateName(state)] = it == jobs_ended_.end() ? 0 : it->second;
+    auto it = state_.jobs_ended.find(state);
+    out.jobs_ended[LowerStateName(state)] =
+        it == state_.jobs_ended.end() ? 0 : it->second;
   }
-  const absl::Time now = clock_->Now();
-  for (const auto& [id, job] : jobs_) {
+  const absl::Time now = state_.clock->Now();
+  for (const auto& [id, job] : state_.jobs) {
     const v1::JobState state = job.record.state;
     if (IsTerminal(state)) continue;  // ended, its ranks still being stopped
     ++out.jobs_by_state[LowerStateName(state)];
@@ -95,14 +100,14 @@ void JobManager::AddJobMetricsLocked(ClusterMetrics& out) {
     running.owner = job.record.owner;
     running.ranks = static_cast<int32_t>(job.ranks.size());
     running.restarts = std::max(0, job.record.attempt - 1 - job.record.preemptions);
-    running.figures = figures_.Of(id);
+    running.figures = state_.figures.Of(id);
     for (const RankRecord& rank : job.ranks) running.rank_workers.push_back(rank.worker);
     out.running.push_back(std::move(running));
   }
 }
 
-void JobManager::AddSlurmMetrics(ClusterMetrics& out) {
-  SlurmPoolManager* const slurm = slurm_.load();
+void ClusterView::AddSlurmMetrics(ClusterMetrics& out) {
+  SlurmPoolManager* const slurm = state_.slurm.load();
   if (slurm == nullptr) return;
   for (const SlurmAllocation& a : slurm->Allocations()) {
     ++out.slurm_allocations[{a.pool, SlurmStateName(a.state)}];
