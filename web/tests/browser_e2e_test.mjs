@@ -9,6 +9,7 @@
 // point the API has; the other charts, the log tail, ranks and events fill
 // in; cancel works (page and API agree on CANCELLED); a job named
 // <img src=x onerror=alert(1)> shows as text; the workers page; a sweep page
+// (world size x ZeRO stage: its figures, memory per rank one line per stage)
 // when tessctl can submit sweeps; no console errors, CSP violations or
 // dialogs anywhere. Screenshots go to OUT/screenshots/.
 //
@@ -407,7 +408,7 @@ try {
     const file = join(work, 'sweep.yaml');
     writeFileSync(file, [
       'name: browser-e2e sweep', 'repeats: 1', 'max_parallel: 1',
-      'grid:', '  world_size: [1, 2]', '  batch_size: [16]',
+      'grid:', '  world_size: [1, 2]', '  batch_size: [16]', '  zero_stage: [0, 1]',
       'base:', '  trainer:',
       ...Object.entries({ ...SHORT, epochs: 1, train_subset: 1024 }).map(([k, v]) => `    ${k}: ${v}`), ''].join('\n'));
     const r = await run(bin('tessctl'), ['--coordinator', grpc, ...tokenArgs(), 'sweep', file]);
@@ -437,7 +438,20 @@ try {
     }
     assert(await page.locator('#report-table tbody tr').count() === report.rows.length,
       `report table should have ${report.rows.length} rows`);
-    assert(await page.locator('#points-table tbody tr').count() === 2, 'points table should have 2 rows');
+    assert(await page.locator('#points-table tbody tr').count() === 4, 'points table should have 4 rows');
+    // Memory per rank: one line per ZeRO stage of the rows whose ranks
+    // reported their optimizer state and gradient bytes (the API leaves
+    // unreported figures out), one point per such row.
+    const withMemory = report.rows.filter((r) => r.runs > 0 &&
+      r.optimizer_state_bytes_per_rank != null && r.gradient_bytes_per_rank != null);
+    const stages = new Set(withMemory.map((r) => Number(r.zero_stage || 0)));
+    assert(state !== 'SUCCEEDED' || stages.size === 2,
+      `the rows of a successful sweep should carry both stages' bytes, got stages [${[...stages]}]`);
+    const memory = '[data-chart="memory-per-rank"]';
+    await waitFor(`memory-per-rank figure with ${stages.size} series`,
+      async () => (await page.getAttribute(memory, 'data-series')) === String(stages.size), { timeoutMs: 20000 });
+    assert(await points(memory) === withMemory.length,
+      `memory-per-rank figure should have ${withMemory.length} points`);
     await page.screenshot({ path: join(shots, 'sweep.png'), fullPage: true });
   });
 
