@@ -125,6 +125,14 @@ function memorySeries(rows) {
     });
 }
 
+// A y-axis step for the memory figure in whole powers of two bytes (256 KiB,
+// 1 GiB, ...), about five steps up to the largest value; undefined for an
+// empty figure. Decimal steps would label the ticks 976.6 KiB and the like.
+export function memoryTickStep(memory) {
+  const max = Math.max(0, ...(memory || []).flatMap((s) => s.points.map((p) => p.y)));
+  return max > 0 ? 2 ** Math.max(0, Math.ceil(Math.log2(max / 5))) : undefined;
+}
+
 // Returns {epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy,
 // memory, worldSizes} where each figure is a list of {label, points: [{x, y,
 // lo?, hi?}]}.

@@ -12,7 +12,7 @@ import {
 } from '../lib/format.js';
 import { LiveSource } from '../lib/live.js';
 import { getToken } from '../lib/settings.js';
-import { bytesOf, sweepFigures } from '../lib/sweep.js';
+import { bytesOf, memoryTickStep, sweepFigures } from '../lib/sweep.js';
 import { ChartPanel, color, lineDatasets, lineOptions } from '../charts.js';
 import { confirmAction, errorBox, facts, meter, panel, stateBadge } from '../ui.js';
 
@@ -186,6 +186,7 @@ export function mountSweep(root, { id }, ctx) {
     const f = sweepFigures(report);
     const mark = (list) => list.map((s, i) => ({ ...s, color: color(i), markers: true }));
     setLines(timePanel, mark(f.epochTime).map((s) => ({ ...s, band: s.points.some((p) => p.hi > p.lo) })));
+    memoryPanel.chart.options.scales.y.ticks.stepSize = memoryTickStep(f.memory);
     // A stage keeps its colour whichever stages the sweep has.
     setLines(memoryPanel, f.memory.map((s) => ({ ...s, color: color(s.stage), markers: true })));
     const ideal = f.idealSpeedup.map((s) => ({ ...s, ideal: true, dash: [5, 4], color: '#888888', width: 1.2 }));

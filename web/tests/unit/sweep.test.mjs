@@ -1,7 +1,9 @@
 // sweepFigures: SweepReport rows -> the series of the paper-style figures.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { memoryPerRank, shapeKind, stageLabel, sweepFigures } from '../../src/lib/sweep.js';
+import {
+  memoryPerRank, memoryTickStep, shapeKind, stageLabel, sweepFigures,
+} from '../../src/lib/sweep.js';
 
 const row = (world_size, batch_size, extra = {}) => ({
   world_size, batch_size, scaling: 'strong', shape: '', runs: 1,
@@ -84,4 +86,13 @@ test('memory per rank leaves out rows and stages without both byte figures', () 
   assert.equal(memoryPerRank({ gradient_bytes_per_rank: 10 }), null);
   assert.equal(stageLabel(3), 'ZeRO 3');
   assert.deepEqual(sweepFigures({ rows: [row(1, 32)] }).memory, []);
+});
+
+test('the memory axis steps in powers of two bytes, about five up to the largest value', () => {
+  const at = (...ys) => [{ points: ys.map((y, i) => ({ x: i + 1, y })) }];
+  assert.equal(memoryTickStep(at(3 * 2 ** 30, 2 ** 30)), 2 ** 30);
+  assert.equal(memoryTickStep(at(1.1 * 2 ** 20)), 256 * 1024);
+  assert.equal(memoryTickStep(at(3)), 1);
+  assert.equal(memoryTickStep([]), undefined);
+  assert.equal(memoryTickStep(undefined), undefined);
 });
