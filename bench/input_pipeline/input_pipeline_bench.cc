@@ -12,6 +12,9 @@
 //       RandomResizedCrop + flip into a uint8 batch tensor); prints images/s
 //       and images per CPU-second of the process, timed from the first batch
 //       to the last (worker start-up excluded, as on the torchvision side).
+//       glibc's allocator is set up as tessera-train sets it at start-up
+//       (ConfigureHostAllocator: freed batches stay in the heap);
+//       --default-malloc leaves glibc's defaults.
 //   input_pipeline_bench rss DIR --workers W
 //       one epoch, then prints the process's peak resident set (VmHWM).
 #include <sys/resource.h>
@@ -35,9 +38,11 @@
 #include "absl/strings/str_format.h"
 #include "worker/trainer/data/batch_loader.h"
 #include "worker/trainer/data/batch_prefetcher.h"
-#include "worker/trainer/data/image_encoder.h"
+#include "worker/trainer/data/distributed_sampler.h"
 #include "worker/trainer/data/image_data.h"
+#include "worker/trainer/data/image_encoder.h"
 #include "worker/trainer/data/training_data.h"
+#include "worker/trainer/run/trainer.h"
 
 namespace tessera::bench {
 namespace {
@@ -148,9 +153,8 @@ Rate Epoch(const std::string& dir, int workers, int batch, int size, int64_t epo
   const std::unique_ptr<tt::SampleLoader> loader =
       (*data)->MakeLoader(tt::Split::kTrain, loading);
   // The epoch's order, shuffled as the trainer's sampler shuffles.
-  std::vector<int64_t> ids((*data)->shape().train_size);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(static_cast<uint64_t>(epoch) + 1));
+  const std::vector<int64_t> ids = tt::SeededPermutation(
+      (*data)->shape().train_size, static_cast<uint64_t>(epoch) + 1);
   const int64_t batches = static_cast<int64_t>(ids.size()) / batch;
   tt::BatchPrefetcherOptions prefetching;
   prefetching.workers = workers;
@@ -199,6 +203,7 @@ int main(int argc, char** argv) {
   std::string dir;
   int images = 2000, classes = 10, threads = 2, workers = 1, batch = 64, size = 224;
   int64_t epoch = 0;
+  bool default_malloc = false;
   auto* gen = app.add_subcommand("generate", "write the JPEG folder");
   gen->add_option("dir", dir)->required();
   gen->add_option("--images", images);
@@ -212,9 +217,12 @@ int main(int argc, char** argv) {
     sub->add_option("--batch", batch);
     sub->add_option("--size", size);
     sub->add_option("--epoch", epoch);
+    sub->add_flag("--default-malloc", default_malloc,
+                  "keep glibc's allocator defaults (tessera-train changes them)");
   }
   CLI11_PARSE(app, argc, argv);
   if (gen->parsed()) return Generate(dir, images, classes, threads);
+  if (!default_malloc) tessera::trainer::ConfigureHostAllocator();
   const Rate rate = Epoch(dir, workers, batch, size, epoch);
   if (rate.wall < 0) return 1;
   if (run->parsed()) {

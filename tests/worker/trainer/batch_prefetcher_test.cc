@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdint>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -158,12 +157,12 @@ TEST(BatchPrefetcherTest, DestructorWaitsForABatchInPreparation) {
 
 class FailingProducerTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(FailingProducerTest, ProducerExceptionBecomesInternalStatusAtItsPosition) {
+TEST_P(FailingProducerTest, ProducerErrorBecomesNextsStatusAtItsPosition) {
   BatchPrefetcherOptions options;
   options.workers = GetParam();
   BatchPrefetcher prefetcher(
-      [](int64_t position) {
-        if (position == 7) throw std::runtime_error("disk fell off");
+      [](int64_t position) -> absl::StatusOr<Batch> {
+        if (position == 7) return absl::DataLossError("disk fell off");
         return Tagged(position);
       },
       0, 20, options);
@@ -174,10 +173,26 @@ TEST_P(FailingProducerTest, ProducerExceptionBecomesInternalStatusAtItsPosition)
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
     const absl::Status status = prefetcher.Next().status();
-    EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
     EXPECT_THAT(status.message(),
                 AllOf(HasSubstr("batch 7"), HasSubstr("disk fell off")));
   }
+}
+
+TEST(BatchPrefetcherTest, ALibTorchErrorOnAWorkerBecomesInternal) {
+  BatchPrefetcherOptions options;
+  options.workers = 2;
+  BatchPrefetcher prefetcher(
+      [](int64_t position) -> absl::StatusOr<Batch> {
+        // An allocation LibTorch refuses throws c10::Error on the worker.
+        if (position == 1) return Batch{torch::empty({-1}), torch::empty({0})};
+        return Tagged(position);
+      },
+      0, 4, options);
+  ASSERT_TRUE(prefetcher.Next().ok());
+  const absl::Status status = prefetcher.Next().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(status.message(), HasSubstr("batch 1"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, FailingProducerTest, ::testing::Values(0, 1, 3));
@@ -217,8 +232,8 @@ TEST(EpochBatchProducerTest, PositionsWalkEachEpochsShardBatchByBatch) {
     const int64_t epoch = position / 3;
     const int64_t b = position % 3;
     const Batch expected =
-        loader.Load(sampler->EpochIndices(epoch), 2 * b, 2 * b + 2, epoch);
-    const Batch got = produce(position);
+        loader.Load(sampler->EpochIndices(epoch), 2 * b, 2 * b + 2, epoch).value();
+    const Batch got = produce(position).value();
     EXPECT_TRUE(torch::equal(got.labels, expected.labels)) << "position " << position;
     EXPECT_TRUE(torch::equal(got.images, expected.images)) << "position " << position;
   }

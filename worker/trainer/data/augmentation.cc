@@ -4,40 +4,25 @@
 #include <cstdint>
 #include <cstring>
 
+#include "worker/trainer/data/sample_rng.h"
+
 namespace tessera::trainer {
-namespace {
-
-// SplitMix64's finaliser: a fixed, well-mixed hash, so draws are the same on
-// every platform and standard library.
-uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [0, bound) from the high 32 bits of `bits` (bias below 2^-24 for the
-// small bounds used here).
-int Below(uint64_t bits, int bound) {
-  return static_cast<int>(((bits >> 32) * static_cast<uint64_t>(bound)) >> 32);
-}
-
-}  // namespace
 
 ImageTransform DrawImageTransform(const AugmentationOptions& options, uint64_t seed,
                                   int64_t epoch, int64_t index) {
-  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-  uint64_t state = Mix64(seed ^ 0x61756720ULL);  // "aug ": apart from other seed uses
-  state = Mix64(state + kGolden * (static_cast<uint64_t>(epoch) + 1));
-  state = Mix64(state + kGolden * (static_cast<uint64_t>(index) + 1));
-  ImageTransform transform;
+  // Three draws in a fixed order whichever parts are on, so that turning one
+  // part off leaves the others' draws as they were.
+  data::SampleRng rng(seed, epoch, index);
   const int pad = std::max(0, options.crop_padding);
+  const auto shift_y = static_cast<int>(rng.UniformInt(-pad, pad));
+  const auto shift_x = static_cast<int>(rng.UniformInt(-pad, pad));
+  const bool flip = (rng.Next() >> 63) != 0;
+  ImageTransform transform;
   if (pad > 0) {
-    transform.shift_y = Below(Mix64(state + 1 * kGolden), 2 * pad + 1) - pad;
-    transform.shift_x = Below(Mix64(state + 2 * kGolden), 2 * pad + 1) - pad;
+    transform.shift_y = shift_y;
+    transform.shift_x = shift_x;
   }
-  if (options.horizontal_flip) {
-    transform.flip = (Mix64(state + 3 * kGolden) >> 63) != 0;
-  }
+  transform.flip = options.horizontal_flip && flip;
   return transform;
 }
 

@@ -4,11 +4,11 @@
 // RandomCrop(size, padding) followed by RandomHorizontalFlip.
 //
 // Reproducibility: the transform of an image is a pure function of (seed, epoch,
-// dataset index). Nothing else feeds it (no generator state, no rank, world size,
-// batch position or worker thread), so a run resumed at any epoch and step
-// reproduces the augmentation of an uninterrupted run exactly, given only the
-// epoch; and the same sample is augmented alike whichever rank draws it. Pure
-// functions: thread-safe.
+// dataset index), drawn from the data's one seeded generator (sample_rng.h). Nothing else
+// feeds it (no generator state, no rank, world size, batch position or worker thread), so
+// a run resumed at any epoch and step reproduces the augmentation of an uninterrupted run
+// exactly, given only the epoch; and the same sample is augmented alike whichever rank
+// draws it. Pure functions: thread-safe.
 #ifndef TESSERA_WORKER_TRAINER_DATA_AUGMENTATION_H_
 #define TESSERA_WORKER_TRAINER_DATA_AUGMENTATION_H_
 

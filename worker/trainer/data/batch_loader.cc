@@ -5,6 +5,9 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
 namespace tessera::trainer {
 namespace {
 
@@ -24,11 +27,13 @@ BatchLoader::BatchLoader(const ImageDataset& dataset, const ChannelStats& stats,
                          const BatchLoaderOptions& options)
     : dataset_(dataset), options_(options), finish_(stats, options.image_size) {}
 
-Batch BatchLoader::Load(const std::vector<int64_t>& indices, int64_t begin, int64_t end,
-                        int64_t epoch) const {
-  TORCH_CHECK(0 <= begin && begin <= end && end <= static_cast<int64_t>(indices.size()),
-              "batch range [", begin, ", ", end, ") is outside the ", indices.size(),
-              " indices");
+absl::StatusOr<Batch> BatchLoader::Load(const std::vector<int64_t>& indices,
+                                        int64_t begin, int64_t end, int64_t epoch) const {
+  if (begin < 0 || begin > end || end > static_cast<int64_t>(indices.size())) {
+    return absl::OutOfRangeError(absl::StrCat("batch range [", begin, ", ", end,
+                                              ") is outside the ", indices.size(),
+                                              " indices"));
+  }
   const int64_t count = end - begin;
   const int64_t image_bytes = dataset_.image_bytes();
   const bool raw = options_.stage == BatchStage::kDevice;
@@ -43,8 +48,10 @@ Batch BatchLoader::Load(const std::vector<int64_t>& indices, int64_t begin, int6
   int64_t* label_out = labels.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) {
     const int64_t index = indices[static_cast<size_t>(begin + i)];
-    TORCH_CHECK(index >= 0 && index < dataset_.size(), "sample index ", index,
-                " is outside the dataset of ", dataset_.size());
+    if (index < 0 || index >= dataset_.size()) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "sample index ", index, " is outside the dataset of ", dataset_.size()));
+    }
     const uint8_t* image = &dataset_.pixels[static_cast<size_t>(index * image_bytes)];
     uint8_t* slot = out + i * image_bytes;
     label_out[i] = dataset_.labels[static_cast<size_t>(index)];

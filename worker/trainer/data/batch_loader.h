@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "worker/trainer/data/augmentation.h"
 #include "worker/trainer/data/image_dataset.h"
 #include "worker/trainer/data/image_preprocessor.h"
@@ -66,10 +67,12 @@ class SampleLoader {
  public:
   virtual ~SampleLoader() = default;
   // The batch of ids[begin, end), augmented as in `epoch` when augmentation is
-  // on. Thread-safe. Throws (c10::Error or std::runtime_error) on failure; the
-  // prefetcher turns that into the run's status.
-  virtual Batch Load(const std::vector<int64_t>& ids, int64_t begin, int64_t end,
-                     int64_t epoch) const = 0;
+  // on. Thread-safe. OutOfRange for a range outside `ids` or an id outside
+  // the split; DataLoss when the data cannot be read (image_data.h). LibTorch
+  // allocates the batch and may throw c10::Error (out of memory); the
+  // prefetcher, the edge of its threads, turns that into a status too.
+  virtual absl::StatusOr<Batch> Load(const std::vector<int64_t>& ids, int64_t begin,
+                                     int64_t end, int64_t epoch) const = 0;
 };
 
 class BatchLoader final : public SampleLoader {
@@ -80,11 +83,12 @@ class BatchLoader final : public SampleLoader {
               const BatchLoaderOptions& options);
 
   // The batch of `indices[begin, end)`, augmented (when on) as in `epoch`:
-  // finished or raw as the stage says. Every index must be in
-  // [0, dataset.size()); a LibTorch error (c10::Error) is thrown otherwise.
-  Batch Load(const std::vector<int64_t>& indices, int64_t begin, int64_t end,
-             int64_t epoch) const override;
-  Batch Load(const std::vector<int64_t>& indices, int64_t begin, int64_t end) const {
+  // finished or raw as the stage says. OutOfRange unless every index is in
+  // [0, dataset.size()).
+  absl::StatusOr<Batch> Load(const std::vector<int64_t>& indices, int64_t begin,
+                             int64_t end, int64_t epoch) const override;
+  absl::StatusOr<Batch> Load(const std::vector<int64_t>& indices, int64_t begin,
+                             int64_t end) const {
     return Load(indices, begin, end, 0);
   }
 

@@ -15,9 +15,9 @@
 namespace tessera::trainer {
 namespace {
 
-absl::Status ProducerFailure(int64_t position, const char* what) {
-  return absl::InternalError(
-      absl::StrCat("preparing batch ", position, " failed: ", what));
+absl::Status ProducerFailure(int64_t position, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("preparing batch ", position,
+                                                  " failed: ", status.message()));
 }
 
 // Each epoch's shard indices, computed once and shared by the workers. Keeps the
@@ -112,13 +112,16 @@ void BatchPrefetcher::WorkerLoop() {
 }
 
 absl::StatusOr<Batch> BatchPrefetcher::ProduceHere(int64_t position) {
+  absl::StatusOr<Batch> batch = absl::UnknownError("not produced");
   try {
-    return produce_(position);
-  } catch (const std::exception& e) {
-    return ProducerFailure(position, e.what());
-  } catch (...) {
-    return ProducerFailure(position, "unknown exception");
+    batch = produce_(position);
+  } catch (const c10::Error& e) {
+    batch = absl::InternalError(e.what_without_backtrace());
+  } catch (const std::exception& e) {  // std::bad_alloc from LibTorch's allocations
+    batch = absl::InternalError(e.what());
   }
+  if (!batch.ok()) return ProducerFailure(position, batch.status());
+  return batch;
 }
 
 absl::StatusOr<Batch> BatchPrefetcher::Next() {
@@ -162,9 +165,13 @@ BatchPrefetcher::Producer EpochBatchProducer(const BatchLoader& loader,
                                              int64_t batch_size,
                                              int64_t batches_per_epoch) {
   auto cache = std::make_shared<EpochIndexCache>(sampler);
-  return [&loader, cache, batch_size, batches_per_epoch](int64_t position) {
-    TORCH_CHECK(batches_per_epoch > 0 && position >= 0, "batch position ", position,
-                " of an epoch of ", batches_per_epoch, " batches");
+  return [&loader, cache, batch_size,
+          batches_per_epoch](int64_t position) -> absl::StatusOr<Batch> {
+    if (batches_per_epoch <= 0 || position < 0) {
+      return absl::OutOfRangeError(absl::StrCat("batch position ", position,
+                                                " of an epoch of ", batches_per_epoch,
+                                                " batches"));
+    }
     const int64_t epoch = position / batches_per_epoch;
     const int64_t b = position % batches_per_epoch;
     const std::shared_ptr<const std::vector<int64_t>> indices = cache->Get(epoch);

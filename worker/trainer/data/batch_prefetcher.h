@@ -45,8 +45,10 @@ struct BatchPrefetcherOptions {
 class BatchPrefetcher {
  public:
   // Prepares the batch at `position`. Called concurrently from the workers, so it
-  // must be thread-safe; an exception it throws becomes Next()'s status.
-  using Producer = std::function<Batch(int64_t position)>;
+  // must be thread-safe. Its error becomes Next()'s status at that position; a
+  // LibTorch error it throws (c10::Error: the workers are the edge between
+  // LibTorch and the trainer's statuses) becomes Internal.
+  using Producer = std::function<absl::StatusOr<Batch>(int64_t position)>;
 
   // Delivers produce(first), produce(first + 1), ..., produce(first + count - 1).
   // Workers start at once.
@@ -58,8 +60,9 @@ class BatchPrefetcher {
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
 
   // The batch at the next position; blocks only while it is not ready.
-  // OutOfRange after the last position; Internal, with the producer's message,
-  // when preparing this position failed (then every later call fails alike).
+  // OutOfRange after the last position; the producer's error, its message
+  // prefixed with the position, when preparing this position failed (then
+  // every later call fails alike).
   absl::StatusOr<Batch> Next();
 
   // The position the next call to Next() delivers.

@@ -6,12 +6,12 @@
 #include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/trainer/data/data_source.h"
-#include "worker/trainer/data/image_decoder.h"
+#include "worker/trainer/data/image_split.h"
 
 namespace tessera::trainer::data {
 namespace {
@@ -25,20 +25,16 @@ struct SampleResult {
   std::string error;
 };
 
-SampleResult CheckSample(const absl::StatusOr<StreamSample>& sample) {
+SampleResult CheckSample(const ImageSplit& split, int64_t id) {
   SampleResult r;
-  if (!sample.ok()) {
-    r.error = std::string(sample.status().message());
-    return r;
-  }
-  absl::StatusOr<DecodedRegion> image = DecodeImage(sample->sample.bytes);
+  absl::StatusOr<SampleImage> image = split.DecodeWhole(id);
   if (!image.ok()) {
-    r.error = absl::StrCat(sample->sample.name, ": ", image.status().message());
+    r.error = std::string(image.status().message());
     return r;
   }
-  r.label = sample->sample.label;
-  r.width = image->source_width;
-  r.height = image->source_height;
+  r.label = image->label;
+  r.width = image->width;
+  r.height = image->height;
   return r;
 }
 
@@ -71,60 +67,36 @@ void Summarise(const std::vector<SampleResult>& results, size_t num_classes,
   }
 }
 
-// Decodes every sample of the split's streams (one per stream, on `workers`
-// threads); streams are sequential, so each is read by one thread.
-absl::StatusOr<SplitCheck> CheckSplit(const DataSource& source, const std::string& split,
-                                      const CheckOptions& options) {
-  // One stream per worker over a world of `workers` ranks, unshuffled and with
-  // every sample kept: each rank's results land at its own positions.
+// Decodes every sample of the split on `workers` threads, thread t taking
+// ids t, t + workers, ...; each result lands at its sample's own slot.
+SplitCheck CheckSplit(const ImageSplit& source, const std::string& split,
+                      const CheckOptions& options) {
   const int workers = std::max(1, options.workers);
-  const bool folder = source.kind() == "imagefolder";
-  const int ranks = folder ? workers : 1;  // shards: one stream, all samples
-  std::vector<std::vector<SampleResult>> per_rank(static_cast<size_t>(ranks));
-  std::vector<std::unique_ptr<SampleStream>> streams;
-  for (int r = 0; r < ranks; ++r) {
-    EpochRequest e{
-        .rank = r, .world_size = ranks, .shuffle = false, .drop_remainder = false};
-    absl::StatusOr<std::unique_ptr<SampleStream>> s = source.OpenEpoch(e);
-    if (!s.ok()) return s.status();
-    streams.push_back(*std::move(s));
-  }
+  const int64_t total = source.size();
+  std::vector<SampleResult> results(static_cast<size_t>(total));
   std::atomic<int64_t> done{0};
   absl::Mutex mu;
   int finished = 0;  // threads done, guarded by mu
   std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      for (int64_t k = 0; k < streams[r]->size(); ++k) {
-        per_rank[r].push_back(CheckSample(streams[r]->Read(k)));
+  for (int t = 0; t < workers; ++t) {
+    threads.emplace_back([&, t] {
+      for (int64_t id = t; id < total; id += workers) {
+        results[static_cast<size_t>(id)] = CheckSample(source, id);
         done.fetch_add(1, std::memory_order_relaxed);
       }
       absl::MutexLock lock(&mu);
       ++finished;
     });
   }
-  const int64_t total = source.size();
   {
     absl::MutexLock lock(&mu);
-    auto all_finished = [&] { return finished == ranks; };
+    auto all_finished = [&] { return finished == workers; };
     while (
         !mu.AwaitWithTimeout(absl::Condition(&all_finished), absl::Milliseconds(500))) {
       if (options.progress) options.progress(split, done.load(), total);
     }
   }
   for (std::thread& t : threads) t.join();
-  // Interleave back to sample order: rank r held positions r, r + ranks, ...
-  std::vector<SampleResult> results;
-  for (size_t j = 0;; ++j) {
-    bool any = false;
-    for (auto& list : per_rank) {
-      if (j < list.size()) {
-        results.push_back(std::move(list[j]));
-        any = true;
-      }
-    }
-    if (!any) break;
-  }
   SplitCheck check;
   check.split = split;
   Summarise(results, source.class_names().size(), check);
@@ -144,18 +116,16 @@ absl::StatusOr<CheckReport> CheckDataset(const CheckOptions& options) {
   CheckReport report;
   report.root = options.root;
   for (const std::string split : {"train", "val"}) {
-    DataSourceOptions o;
+    ImageSplitOptions o;
     o.kind = options.kind;
     o.root = options.root;
     o.split = split;
-    absl::StatusOr<std::unique_ptr<DataSource>> source = DataSource::Open(o);
+    absl::StatusOr<std::unique_ptr<ImageSplit>> source = ImageSplit::Open(o);
     if (split == "val" && absl::IsNotFound(source.status())) continue;  // no val split
     if (!source.ok()) return source.status();
     report.kind = (*source)->kind();
     if (report.classes.empty()) report.classes = (*source)->class_names();
-    absl::StatusOr<SplitCheck> check = CheckSplit(**source, split, options);
-    if (!check.ok()) return check.status();
-    report.splits.push_back(*std::move(check));
+    report.splits.push_back(CheckSplit(**source, split, options));
   }
   return report;
 }

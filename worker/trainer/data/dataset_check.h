@@ -1,7 +1,8 @@
 // A dataset's health report before a job spends GPU hours on it: for each
-// split of an image folder or a shard dataset (data_source.h), the images per
-// class, the image sizes (min, max, a histogram of the shorter side) and every
-// sample that cannot be read or fully decoded.
+// split of an image folder or a shard dataset, opened as tessera-train opens
+// it (image_split.h), the images per class, the image sizes (min, max, a
+// histogram of the shorter side) and every sample that cannot be read or
+// fully decoded: the samples a training run would skip.
 //
 //   CheckOptions o;  o.root = "/data/pets";  o.workers = 4;
 //   ASSIGN_OR_RETURN(CheckReport report, CheckDataset(o));
@@ -9,7 +10,7 @@
 //   return report.unreadable() == 0 ? 0 : 1;
 //
 // Every image is decoded whole (a region decode would miss damage below the
-// crop), on `workers` threads. Errors: those of DataSource::Open (a missing
+// crop), on `workers` threads. Errors: those of ImageSplit::Open (a missing
 // directory, a class missing from a split, a malformed index). Unreadable
 // samples are results, not errors. Not thread-safe; `progress` is called from
 // the calling thread only.
@@ -28,7 +29,7 @@ namespace tessera::trainer::data {
 
 struct CheckOptions {
   std::string root;
-  std::string kind = "auto";  // as DataSourceOptions::kind
+  std::string kind = "auto";  // as ImageSplitOptions::kind
   int workers = 2;
   ProgressFn progress;  // may be empty
 };

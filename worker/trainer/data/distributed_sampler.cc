@@ -4,44 +4,18 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
-#include <random>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/trainer/data/sample_rng.h"
 
 namespace tessera::trainer {
-namespace {
-
-constexpr uint64_t kSubsetSeedKey = 0x5375627365740000ULL;  // "Subset"
-
-// Uniform in [0, bound) by rejection (Lemire's method), bound > 0. Unlike
-// std::uniform_int_distribution its output is specified, hence portable.
-uint64_t Below(std::mt19937_64& rng, uint64_t bound) {
-  unsigned __int128 product = static_cast<unsigned __int128>(rng()) * bound;
-  uint64_t low = static_cast<uint64_t>(product);
-  if (low < bound) {
-    const uint64_t threshold = (0 - bound) % bound;
-    while (low < threshold) {
-      product = static_cast<unsigned __int128>(rng()) * bound;
-      low = static_cast<uint64_t>(product);
-    }
-  }
-  return static_cast<uint64_t>(product >> 64);
-}
-
-}  // namespace
 
 std::vector<int64_t> SeededPermutation(int64_t n, uint64_t seed) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::mt19937_64 rng(seed);
-  for (int64_t i = n - 1; i > 0; --i) {
-    const auto j = static_cast<int64_t>(Below(rng, static_cast<uint64_t>(i) + 1));
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
-  }
-  return order;
+  data::SampleRng rng(seed, /*epoch=*/0, data::kSamplePermutationStream);
+  return data::SeededShuffle(n, rng);
 }
 
 int64_t WeakScalingSubsetSize(int64_t dataset_size, double weak_fraction,
@@ -77,9 +51,11 @@ DistributedSampler::DistributedSampler(const DistributedSamplerOptions& options)
     : options_(options) {
   int64_t n = options.dataset_size;
   if (options.subset_size.has_value()) {
-    // Seeded apart from the per-epoch orders (seed + epoch) so that the subset is
-    // not simply the head of epoch 0.
-    subset_ = SeededPermutation(n, static_cast<uint64_t>(options.seed) ^ kSubsetSeedKey);
+    // A stream apart from the per-epoch orders (seed + epoch) so that the subset
+    // is not simply the head of epoch 0.
+    data::SampleRng rng(static_cast<uint64_t>(options.seed), /*epoch=*/0,
+                        data::kSubsetStream);
+    subset_ = data::SeededShuffle(n, rng);
     subset_.resize(static_cast<size_t>(*options.subset_size));
     n = *options.subset_size;
   }

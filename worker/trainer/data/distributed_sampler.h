@@ -82,8 +82,8 @@ class DistributedSampler {
 int64_t WeakScalingSubsetSize(int64_t dataset_size, double weak_fraction, int world_size);
 
 // The permutation of [0, n) used for `seed` (the sampler passes seed + epoch).
-// Fisher-Yates driven by std::mt19937_64 with an unbiased bounded draw, both
-// fully specified, so every platform produces the same order.
+// Fisher-Yates driven by the data's one seeded generator (sample_rng.h), fully
+// specified, so every platform produces the same order.
 std::vector<int64_t> SeededPermutation(int64_t n, uint64_t seed);
 
 }  // namespace tessera::trainer

@@ -7,7 +7,7 @@
 //   ASSIGN_OR_RETURN(std::unique_ptr<TrainingData> data, OpenImageData(o));
 //   Trainer trainer(options, *data, communicator, reporter, loop);
 //
-// Kinds (data/data_source.h has the layouts): "imagefolder" reads
+// Kinds (image_split.h opens each split): "imagefolder" reads
 // ROOT/train/CLASS/*.{jpg,jpeg,png} and ROOT/val/...; "shards" reads
 // ROOT/train-NNNNNN.tar and ROOT/val-NNNNNN.tar with ROOT/index.json and
 // ROOT/classes.txt (tessera-data pack writes them). Both are random access by
@@ -23,12 +23,13 @@
 // mean and deviation given here (ImageNet's by default), not scanned from the
 // data.
 //
-// Bad samples: a file that cannot be read or decoded (unreadable, truncated,
-// zero bytes, not an image) is skipped: the next sample id in order takes its
-// place in the batch, so every rank keeps its batch count; it is counted
-// (skipped(), reported as the data_skipped metric) and named once in the log.
-// When more than max_skipped_fraction of a split's samples have been skipped,
-// loading fails with a reason that names the first few.
+// Bad samples (image_split.h, skipped_samples.h): a file that cannot be read or
+// decoded (unreadable, truncated, zero bytes, not an image) is skipped: the
+// next sample id in order takes its place in the batch, so every rank keeps
+// its batch count; it is counted (skipped(), reported as the data_skipped
+// metric) and named once in the log. When more than max_skipped_fraction of a
+// split's samples have been skipped, Load returns DataLoss naming the first
+// few, which ends the run with that status.
 //
 // Immutable after opening but for the skip tally (under a mutex): thread-safe.
 #ifndef TESSERA_WORKER_TRAINER_DATA_IMAGE_DATA_H_

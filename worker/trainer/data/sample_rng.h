@@ -1,8 +1,9 @@
-// A small counter-based random generator keyed by (seed, epoch, stream id):
-// SplitMix64 over a mixed key, fully specified, so every platform, rank and
-// thread draws the same numbers for the same key. The data layer keys a
-// sample's augmentation by its sample id (>= 0) and its epoch-level shuffles by
-// the negative stream ids below, so no two uses share a sequence.
+// The one seeded random generator of the data layer: counter-based, keyed by
+// (seed, epoch, stream id), SplitMix64 over a mixed key, fully specified, so
+// every platform, rank and thread draws the same numbers for the same key. A
+// sample's augmentation (transforms.h, augmentation.h) is keyed by its sample
+// id (>= 0); the sampler's permutations (distributed_sampler.h) by the
+// negative stream ids below, so no two uses share a sequence.
 //
 // A value type; one instance is used by one thread at a time.
 #ifndef TESSERA_WORKER_TRAINER_DATA_SAMPLE_RNG_H_
@@ -13,10 +14,9 @@
 
 namespace tessera::trainer::data {
 
-// Stream ids of the epoch-level draws.
-inline constexpr int64_t kSamplePermutationStream = -1;
-inline constexpr int64_t kShardOrderStream = -2;
-inline constexpr int64_t kShuffleBufferStream = -3;
+// Stream ids of the sampler's draws.
+inline constexpr int64_t kSamplePermutationStream = -1;  // an epoch's order
+inline constexpr int64_t kSubsetStream = -4;             // the weak-scaling subset
 
 // A counter-based generator keyed by (seed, epoch, sample id): SplitMix64 over
 // a mixed key, fully specified so every platform draws the same numbers.

@@ -225,7 +225,8 @@ absl::StatusOr<std::vector<double>> EvaluationRun::CountSplit() {
   const auto n = static_cast<int64_t>(indices.size());
   for (int64_t begin = 0; begin < n; begin += loop_.eval_batch_size) {
     const int64_t end = std::min(n, begin + loop_.eval_batch_size);
-    const Batch batch = feed.ToDevice(loader->Load(indices, begin, end, 0));
+    ASSIGN_OR_RETURN(const Batch loaded, loader->Load(indices, begin, end, 0));
+    const Batch batch = feed.ToDevice(loaded);
     const torch::Tensor logits = (*model_)->forward(batch.images).to(torch::kFloat);
     const torch::Tensor cells = batch.labels * k + logits.argmax(1);
     counts.narrow(0, 0, k * k)

@@ -974,7 +974,8 @@ absl::StatusOr<Evaluation> TrainingRun::Evaluate() {
   const auto n = static_cast<int64_t>(indices.size());
   for (int64_t begin = 0; begin < n; begin += loop_.eval_batch_size) {
     const int64_t end = std::min(n, begin + loop_.eval_batch_size);
-    const Batch batch = test_feed_->ToDevice(test_loader_->Load(indices, begin, end, 0));
+    ASSIGN_OR_RETURN(const Batch loaded, test_loader_->Load(indices, begin, end, 0));
+    const Batch batch = test_feed_->ToDevice(loaded);
     torch::Tensor logits;
     {
       AutocastScope mixed(autocast_, autocast_dtype_);

@@ -1,13 +1,14 @@
 #include "worker/trainer/data/image_folder.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/data/data_test_util.h"
-#include "worker/trainer/data/data_source.h"
 #include "worker/trainer/data/image_decoder.h"
+#include "worker/trainer/data/image_split.h"
 
 namespace tessera::trainer::data {
 namespace {
@@ -15,6 +16,7 @@ namespace {
 using testing::MakeImageFolder;
 using testing::MakeJpeg;
 using testing::MakePng;
+using testing::ReadFile;
 using testing::ScratchDir;
 using testing::WriteFile;
 
@@ -107,17 +109,62 @@ TEST(ImageFolderTest, ZeroByteFileReadsButDoesNotDecode) {
   EXPECT_TRUE(absl::IsNotFound((*folder)->Read(0).status()));
 }
 
-TEST(DataSourceTest, AutoKindOpensAnImageFolderAndRejectsUnknownKinds) {
+TEST(ImageSplitTest, AutoKindOpensAnImageFolderAndRejectsUnknownKinds) {
   ScratchDir dir;
   MakeImageFolder(dir.path(), {"a", "b"}, {{"train", 3}, {"val", 1}});
-  DataSourceOptions o;
+  ImageSplitOptions o;
   o.root = dir.path();
-  auto source = DataSource::Open(o);
-  ASSERT_TRUE(source.ok()) << source.status();
-  EXPECT_EQ((*source)->kind(), "imagefolder");
-  EXPECT_EQ((*source)->size(), 6);
+  auto split = ImageSplit::Open(o);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ((*split)->kind(), "imagefolder");
+  EXPECT_EQ((*split)->size(), 6);
   o.kind = "lmdb";
-  EXPECT_TRUE(absl::IsInvalidArgument(DataSource::Open(o).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ImageSplit::Open(o).status()));
+}
+
+// The one bad-sample policy: the next readable id takes a bad sample's place,
+// each bad file is counted and named once, and past the split's share the
+// decode fails naming the first.
+TEST(ImageSplitTest, BadSamplesAreReplacedByTheNextCountedNamedOnceAndBounded) {
+  ScratchDir dir;
+  const auto files = MakeImageFolder(dir.path(), {"a", "b"}, {{"train", 4}}, 24);
+  const std::vector<std::string>& train = files.at("train");
+  WriteFile(train[1], "");                                 // a/img001.jpg
+  WriteFile(train[2], ReadFile(train[2]).substr(0, 100));  // a/img002.jpg
+  std::vector<std::string> log;
+  ImageSplitOptions o;
+  o.root = dir.path();
+  o.max_skipped_fraction = 0.25;  // 2 of 8
+  o.log = [&log](const std::string& line) { log.push_back(line); };
+  auto split = ImageSplit::Open(o);
+  ASSERT_TRUE(split.ok()) << split.status();
+  TransformOptions t;
+  t.train = false;
+  t.size = 16;
+  std::vector<uint8_t> got(3 * 16 * 16), want(3 * 16 * 16);
+  const absl::StatusOr<int64_t> replaced =
+      (*split)->DecodeInto(1, t, 0, got.data(), nullptr);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  ASSERT_TRUE((*split)->DecodeInto(3, t, 0, want.data(), nullptr).ok());
+  EXPECT_EQ(got, want) << "ids 1 and 2 are bad: id 3 takes their place";
+  EXPECT_EQ(*replaced, 0);
+  EXPECT_EQ((*split)->skipped(), 2);
+  ASSERT_TRUE((*split)->DecodeInto(2, t, 1, got.data(), nullptr).ok());
+  EXPECT_EQ((*split)->skipped(), 2) << "a file skipped again is not counted again";
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_NE(log[0].find(train[1]), std::string::npos) << log[0];
+  EXPECT_NE(log[1].find(train[2]), std::string::npos) << log[1];
+  // The check's whole decode fails on exactly these files, naming them.
+  EXPECT_NE((*split)->DecodeWhole(1).status().message().find(train[1]),
+            absl::string_view::npos);
+  EXPECT_TRUE((*split)->DecodeWhole(3).ok());
+
+  WriteFile(train[5], "not an image");  // b/img001.jpg: the third, over the limit
+  const absl::Status over = (*split)->DecodeInto(5, t, 0, got.data(), nullptr).status();
+  EXPECT_TRUE(absl::IsDataLoss(over)) << over;
+  EXPECT_NE(over.message().find("more than the 2 allowed"), absl::string_view::npos)
+      << over;
+  EXPECT_NE(over.message().find(train[1]), absl::string_view::npos) << over;
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -10,11 +9,11 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/data/data_test_util.h"
-#include "worker/trainer/data/batch_pipeline.h"
-#include "worker/trainer/data/data_source.h"
 #include "worker/trainer/data/image_folder.h"
+#include "worker/trainer/data/image_split.h"
 #include "worker/trainer/data/shard_index.h"
 #include "worker/trainer/data/shard_packer.h"
+#include "worker/trainer/data/shard_source.h"
 #include "worker/trainer/data/tar_reader.h"
 #include "worker/trainer/data/tar_writer.h"
 
@@ -45,26 +44,14 @@ class ShardsTest : public ::testing::Test {
     EXPECT_TRUE(report->left_out.empty());
   }
 
-  std::unique_ptr<DataSource> Open(const std::string& split = "train",
-                                   size_t shuffle_buffer = 5) {
-    DataSourceOptions o;
+  // The split as the trainer opens it ("auto" finds the index).
+  std::unique_ptr<ImageSplit> Open(const std::string& split = "train") {
+    ImageSplitOptions o;
     o.root = shards_;
     o.split = split;
-    o.shuffle_buffer = shuffle_buffer;
-    auto source = DataSource::Open(o);
-    EXPECT_TRUE(source.ok()) << source.status();
-    return source.ok() ? *std::move(source) : nullptr;
-  }
-
-  // Every sample of the rank's stream: id -> label, in stream order.
-  static std::vector<std::pair<int64_t, int64_t>> Drain(SampleStream& stream) {
-    std::vector<std::pair<int64_t, int64_t>> out;
-    for (int64_t k = 0; k < stream.size(); ++k) {
-      auto s = stream.Read(k);
-      EXPECT_TRUE(s.ok()) << s.status();
-      if (s.ok()) out.emplace_back(s->id, s->sample.label);
-    }
-    return out;
+    auto opened = ImageSplit::Open(o);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    return opened.ok() ? *std::move(opened) : nullptr;
   }
 
   ScratchDir dir_;
@@ -133,136 +120,99 @@ TEST_F(ShardsTest, PythonTarfileReadsTheShards) {
   EXPECT_EQ(std::string(line), "21 21\n");  // 7 per class, labels 0 + 1 + 2
 }
 
-TEST_F(ShardsTest, OneRankStreamsEverySampleOnceShuffledAndReproducibly) {
-  auto source = Open();
-  ASSERT_NE(source, nullptr);
-  EXPECT_EQ(source->kind(), "shards");
-  EXPECT_EQ(source->size(), 21);
-  EpochRequest e{.seed = 3, .epoch = 1};
-  auto stream = source->OpenEpoch(e);
-  ASSERT_TRUE(stream.ok());
-  const auto samples = Drain(**stream);
-  ASSERT_EQ(samples.size(), 21u);
-  std::set<int64_t> ids;
-  for (const auto& [id, label] : samples) {
-    ids.insert(id);
-    EXPECT_EQ(label, id / 7);
-  }
-  EXPECT_EQ(ids.size(), 21u);
-  EXPECT_EQ(samples, Drain(**source->OpenEpoch(e)));
-  e.epoch = 2;
-  EXPECT_NE(samples, Drain(**source->OpenEpoch(e)));
-}
-
-TEST_F(ShardsTest, RanksGetEqualCountsAndResumeAtTheSameWorldSizeIsExact) {
-  auto source = Open();
-  std::set<int64_t> seen;
-  int64_t count = -1;
-  for (int r = 0; r < 2; ++r) {
-    EpochRequest e{.seed = 3, .epoch = 4, .rank = r, .world_size = 2};
-    auto full = Drain(**source->OpenEpoch(e));
-    if (count < 0) count = static_cast<int64_t>(full.size());
-    EXPECT_EQ(static_cast<int64_t>(full.size()), count);
-    for (const auto& s : full) EXPECT_TRUE(seen.insert(s.first).second);
-    // Stopped after 3 samples per rank: global position 6.
-    e.start_position = GlobalPosition(e, 3);
-    auto rest = Drain(**source->OpenEpoch(e));
-    const std::vector<std::pair<int64_t, int64_t>> tail(full.begin() + 3, full.end());
-    EXPECT_EQ(rest, tail);
+TEST_F(ShardsTest, AShardSplitHoldsEverySampleOnceInThePackersOrder) {
+  auto split = Open();
+  ASSERT_NE(split, nullptr);
+  EXPECT_EQ(split->kind(), "shards");
+  EXPECT_EQ(split->class_names(), (std::vector<std::string>{"ant", "bee", "cat"}));
+  ASSERT_EQ(split->size(), 21);
+  for (int64_t id = 0; id < 21; ++id) {
+    absl::StatusOr<SampleImage> image = split->DecodeWhole(id);
+    ASSERT_TRUE(image.ok()) << image.status();
+    EXPECT_EQ(image->label, id / 7) << id;
+    const bool png = id == 7 + 3;  // bee/img003.jpg
+    EXPECT_EQ(image->width, png ? 30 : 47) << id;
   }
 }
 
-TEST_F(ShardsTest, PipelineMakesEqualBatchCountsOnTwoRanks) {
-  auto source = Open();
-  std::set<int64_t> labels;
-  for (int r = 0; r < 2; ++r) {
-    auto stream = source->OpenEpoch(
-        EpochRequest{.seed = 1, .epoch = 0, .rank = r, .world_size = 2});
-    ASSERT_TRUE(stream.ok());
-    const int64_t samples = (*stream)->size();
-    BatchPipelineOptions o;
-    o.batch_size = 3;
-    o.workers = 2;
-    o.transform.size = 24;
-    auto pipeline = BatchPipeline::Start(*std::move(stream), o);
-    ASSERT_TRUE(pipeline.ok());
-    int64_t images = 0;
-    for (;;) {
-      auto batch = (*pipeline)->Next();
-      if (absl::IsOutOfRange(batch.status())) break;
-      ASSERT_TRUE(batch.ok()) << batch.status();
-      images += batch->size;
-      labels.insert(batch->labels.begin(), batch->labels.end());
-    }
-    EXPECT_EQ(images, samples);
-    EXPECT_EQ((*pipeline)->skipped(), 0);
+TEST_F(ShardsTest, TrainingDecodesAShardSampleLikeTheFolderSample) {
+  auto shards = Open();
+  ImageSplitOptions o;
+  o.root = folder_;
+  auto folder = ImageSplit::Open(o);
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  EXPECT_EQ((*folder)->kind(), "imagefolder");
+  TransformOptions t;
+  t.size = 16;
+  t.seed = 3;
+  std::vector<uint8_t> a(3 * 16 * 16), b(3 * 16 * 16);
+  for (int64_t id : {0, 10, 20}) {
+    auto from_shard = shards->DecodeInto(id, t, /*epoch=*/2, a.data(), nullptr);
+    auto from_folder = (*folder)->DecodeInto(id, t, /*epoch=*/2, b.data(), nullptr);
+    ASSERT_TRUE(from_shard.ok() && from_folder.ok());
+    EXPECT_EQ(*from_shard, *from_folder);
+    EXPECT_EQ(a, b) << id;
   }
-  EXPECT_EQ(labels, (std::set<int64_t>{0, 1, 2}));
 }
 
-TEST_F(ShardsTest, DamagedShardYieldsItsMissingSamplesAsNamedErrors) {
+TEST_F(ShardsTest, ADamagedShardIsNamedAtOpenOrByItsUnreadableSamples) {
   auto index = ReadShardIndex(shards_);
-  const std::string victim = shards_ + "/" + index->splits.at("train")[0].file;
+  const std::string file = index->splits.at("train")[0].file;
+  const std::string victim = shards_ + "/" + file;
   int64_t second_image = 0;  // the offset of the second sample's image member
   {
     auto reader = TarReader::OpenFile(victim);
     for (int m = 0; m < 3; ++m) second_image = (*(*reader)->Next())->header_offset;
   }
   std::filesystem::resize_file(victim, second_image + 512 + 100);  // inside its data
-  auto source = Open("train", 0);
-  auto stream = source->OpenEpoch(EpochRequest{.shuffle = false});
-  ASSERT_EQ((*stream)->size(), 21);
-  int good = 0;
-  int bad = 0;
-  for (int64_t k = 0; k < 21; ++k) {
-    auto s = (*stream)->Read(k);
-    if (s.ok()) {
-      ++good;
-    } else {
-      ++bad;
-      EXPECT_TRUE(absl::IsDataLoss(s.status()));
-      EXPECT_NE(s.status().message().find(index->splits.at("train")[0].file),
-                absl::string_view::npos)
-          << s.status();
-    }
+  ImageSplitOptions o;
+  o.root = shards_;
+  auto split = ImageSplit::Open(o);
+  if (!split.ok()) {
+    EXPECT_NE(split.status().message().find(file), absl::string_view::npos)
+        << split.status();
+    return;
   }
-  EXPECT_EQ(good, 21 - 4 + 1);  // the first sample of the damaged shard survives
-  EXPECT_EQ(bad, 3);
+  ASSERT_TRUE((*split)->DecodeWhole(0).ok()) << "the first sample is whole";
+  const absl::Status second = (*split)->DecodeWhole(1).status();
+  EXPECT_TRUE(absl::IsDataLoss(second)) << second;
+  EXPECT_NE(second.message().find(file), absl::string_view::npos) << second;
 }
 
-TEST_F(ShardsTest, SampleWithoutClassIsDataLossNamingIt) {
+TEST_F(ShardsTest, AnImageWithoutItsClassOrWithABadClassIsRefusedNamingIt) {
   ScratchDir dir;
   ShardIndex index;
   index.classes = {"a"};
-  index.splits["train"] = {{"train-000000.tar", 2}};
+  index.splits["train"] = {{"train-000000.tar", 1}};
   ASSERT_TRUE(WriteShardIndex(dir.path(), index).ok());
-  auto tar = TarWriter::Create(dir.File("train-000000.tar"));
-  ASSERT_TRUE((*tar)->Add("x.jpg", testing::MakeJpeg(8, 8, 1)).ok());
-  ASSERT_TRUE((*tar)->Add("y.jpg", testing::MakeJpeg(8, 8, 1)).ok());
-  ASSERT_TRUE((*tar)->Add("y.cls", "7").ok());
-  ASSERT_TRUE((*tar)->Finish().ok());
-  DataSourceOptions o;
-  o.root = dir.path();
-  auto source = DataSource::Open(o);
-  ASSERT_TRUE(source.ok()) << source.status();
-  auto stream = (*source)->OpenEpoch(EpochRequest{.shuffle = false});
-  auto x = (*stream)->Read(0);
-  EXPECT_TRUE(absl::IsDataLoss(x.status()));
-  EXPECT_NE(x.status().message().find("train-000000.tar:x"), absl::string_view::npos);
-  auto y = (*stream)->Read(1);
-  EXPECT_NE(y.status().message().find("class 7 is not in [0, 1)"),
+  const auto write = [&](bool with_class, const std::string& label) {
+    auto tar = TarWriter::Create(dir.File("train-000000.tar"));
+    ASSERT_TRUE((*tar)->Add("x.jpg", testing::MakeJpeg(8, 8, 1)).ok());
+    if (with_class) ASSERT_TRUE((*tar)->Add("x.cls", label).ok());
+    ASSERT_TRUE((*tar)->Finish().ok());
+  };
+  write(false, "");
+  absl::Status opened = ShardSource::Open(dir.path(), "train").status();
+  EXPECT_TRUE(absl::IsInvalidArgument(opened)) << opened;
+  EXPECT_NE(opened.message().find("x.jpg has no x.cls"), absl::string_view::npos)
+      << opened;
+  write(true, "7");
+  opened = ShardSource::Open(dir.path(), "train").status();
+  EXPECT_NE(opened.message().find("x.cls: not a class index in [0, 1)"),
             absl::string_view::npos)
-      << y.status();
+      << opened;
+  write(true, "0");
+  EXPECT_TRUE(ShardSource::Open(dir.path(), "train").ok());
 }
 
 TEST_F(ShardsTest, MissingIndexOrSplitIsNotFound) {
-  DataSourceOptions o;
+  ImageSplitOptions o;
   o.kind = "shards";
   o.root = folder_;
-  EXPECT_TRUE(absl::IsNotFound(DataSource::Open(o).status()));
+  EXPECT_TRUE(absl::IsNotFound(ImageSplit::Open(o).status()));
   o.root = shards_;
   o.split = "test";
-  EXPECT_TRUE(absl::IsNotFound(DataSource::Open(o).status()));
+  EXPECT_TRUE(absl::IsNotFound(ImageSplit::Open(o).status()));
 }
 
 }  // namespace
