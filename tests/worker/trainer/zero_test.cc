@@ -127,8 +127,10 @@ double RelativeDifference(const torch::Tensor& a, const torch::Tensor& b) {
 
 // Trains 30 steps at `stage` with a final checkpoint and returns its parameters.
 torch::Tensor FinalParameters(const std::string& optimizer, int stage,
-                              const ImageDataset& train, const ImageDataset& test) {
+                              const ImageDataset& train, const ImageDataset& test,
+                              double layer_decay = 1.0) {
   TrainerOptions options = ZeroRun(optimizer, stage);
+  options.layer_decay = layer_decay;
   options.checkpoint_dir = FreshDirectory(absl::StrCat("zero-", optimizer, stage));
   const std::vector<RankRun> runs = Train(2, options, train, test);
   EXPECT_EQ(runs[0].outcome.param_hash, runs[1].outcome.param_hash);
@@ -155,6 +157,15 @@ TEST(ZeroTest, SgdWithMomentumReachesStageZerosParameters) {
   const ImageDataset test = Synthetic(64, Split::kTest);
   const torch::Tensor ddp = FinalParameters("sgd", 0, train, test);
   const torch::Tensor zero = FinalParameters("sgd", 2, train, test);
+  EXPECT_LE(RelativeDifference(zero, ddp), 1e-5);
+}
+
+// The fine-tuning optimizer: a group per layer at its own learning rate.
+TEST(ZeroTest, LayerWiseDecayGroupsReachStageZerosParameters) {
+  const ImageDataset train = Synthetic(1024, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  const torch::Tensor ddp = FinalParameters("adamw", 0, train, test, 0.75);
+  const torch::Tensor zero = FinalParameters("adamw", 1, train, test, 0.75);
   EXPECT_LE(RelativeDifference(zero, ddp), 1e-5);
 }
 
