@@ -1471,7 +1471,9 @@ TEST_F(TessctlTest, SweepReportCsvAndJsonCarryTheCoordinatorsFigures) {
             "20 21,1,1610612736,536870912");
   // Byte figures no rank reported are empty fields, not zeros.
   EXPECT_EQ(lines[3], "4,32,weak,pack,0,0,0,0,0,0,0,1,0,0,,0,,");
-  EXPECT_EQ(lines[4], "8,64,strong,2x4,1,3.25,0,6.5,1260.3076923076924,4,0.5,1,0.25,0.79,80,0,3000,");
+  EXPECT_EQ(
+      lines[4],
+      "8,64,strong,2x4,1,3.25,0,6.5,1260.3076923076924,4,0.5,1,0.25,0.79,80,0,3000,");
 
   out_.str("");
   ASSERT_EQ(Cli({"sweep", "report", "1", "-o", "json"}), kExitOk);

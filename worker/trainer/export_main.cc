@@ -17,9 +17,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/model/vit_config.h"
 #include "worker/trainer/model/vit_weights.h"
+#include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/run/checkpoint_model.h"
 
 namespace {

@@ -19,14 +19,14 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/worker/trainer/torchvision_reference.h"
-#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/data/image_data.h"
-#include "worker/trainer/run/metrics_reporter.h"
 #include "worker/trainer/data/synthetic_dataset.h"
-#include "worker/trainer/run/trainer.h"
+#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/model/vit.h"
 #include "worker/trainer/model/vit_config.h"
 #include "worker/trainer/model/vit_weights.h"
+#include "worker/trainer/run/metrics_reporter.h"
+#include "worker/trainer/run/trainer.h"
 
 namespace tessera::trainer {
 namespace {

@@ -10,16 +10,16 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/trainer/run/checkpoint.h"
-#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/data/idx_reader.h"
 #include "worker/trainer/data/image_dataset.h"
-#include "worker/trainer/run/metrics_reporter.h"
+#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/model/safetensors.h"
-#include "worker/trainer/run/trainer.h"
 #include "worker/trainer/model/vit_config.h"
 #include "worker/trainer/model/vit_weights.h"
+#include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/run/checkpoint_model.h"
+#include "worker/trainer/run/metrics_reporter.h"
+#include "worker/trainer/run/trainer.h"
 
 namespace tessera::trainer {
 namespace {

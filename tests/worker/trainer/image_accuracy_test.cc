@@ -17,11 +17,11 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/data/data_test_util.h"
-#include "worker/trainer/dist/communicator.h"
-#include "worker/trainer/data/image_encoder.h"
 #include "worker/trainer/data/idx_reader.h"
 #include "worker/trainer/data/image_data.h"
 #include "worker/trainer/data/image_dataset.h"
+#include "worker/trainer/data/image_encoder.h"
+#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/run/metrics_reporter.h"
 #include "worker/trainer/run/trainer.h"
 

@@ -17,10 +17,10 @@
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/data/data_test_util.h"
 #include "tests/worker/trainer/fake_coordinator_client.h"
-#include "worker/trainer/run/checkpoint.h"
-#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/data/shard_packer.h"
+#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/dist/gloo_communicator.h"
+#include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/run/metrics_reporter.h"
 #include "worker/trainer/run/trainer.h"
 

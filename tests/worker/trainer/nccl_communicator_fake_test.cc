@@ -19,8 +19,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/gpu/gpu_api.h"
 #include "worker/trainer/dist/nccl_communicator.h"
+#include "worker/trainer/gpu/gpu_api.h"
 
 namespace tessera::trainer {
 namespace {

@@ -23,12 +23,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/gloo_group.h"
-#include "worker/trainer/run/checkpoint.h"
+#include "worker/trainer/data/synthetic_dataset.h"
 #include "worker/trainer/dist/communicator.h"
+#include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/run/fault_injector.h"
 #include "worker/trainer/run/metrics_reporter.h"
 #include "worker/trainer/run/progress.h"
-#include "worker/trainer/data/synthetic_dataset.h"
 #include "worker/trainer/run/trainer.h"
 
 namespace tessera::trainer {

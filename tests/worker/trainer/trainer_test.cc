@@ -21,12 +21,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/fake_coordinator_client.h"
-#include "worker/trainer/run/checkpoint.h"
+#include "worker/trainer/data/synthetic_dataset.h"
 #include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/dist/gloo_communicator.h"
+#include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/run/metrics_reporter.h"
 #include "worker/trainer/run/progress.h"
-#include "worker/trainer/data/synthetic_dataset.h"
 
 namespace tessera::trainer {
 namespace {

@@ -1,5 +1,4 @@
 #include "worker/trainer/model/vit_weights.h"
-#include "worker/trainer/run/checkpoint_model.h"
 
 #include <torch/torch.h>
 #include <unistd.h>
@@ -22,10 +21,11 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/worker/trainer/torchvision_reference.h"
-#include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/vit.h"
 #include "worker/trainer/model/vit_config.h"
+#include "worker/trainer/run/checkpoint.h"
+#include "worker/trainer/run/checkpoint_model.h"
 
 namespace tessera::trainer {
 namespace {

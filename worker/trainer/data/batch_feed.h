@@ -78,10 +78,10 @@ class BatchFeed {
 
   BatchPrefetcher* const source_;  // Not owned; may be null.
   const BatchFeedOptions options_;
-  const ImagePreprocessor finish_;  // on options_.device
+  const ImagePreprocessor finish_;          // on options_.device
   std::unique_ptr<DeviceCopyStream> side_;  // null: copies on the current stream
-  std::unique_ptr<Staged> ahead_;  // the next batch, already on its way
-  absl::Status deferred_;          // the source's status after ahead_
+  std::unique_ptr<Staged> ahead_;           // the next batch, already on its way
+  absl::Status deferred_;                   // the source's status after ahead_
 };
 
 }  // namespace tessera::trainer

@@ -19,8 +19,8 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "worker/trainer/dist/collective_timeout.h"
-#include "worker/trainer/gpu/gpu_api.h"
 #include "worker/trainer/dist/pending_collective_tracker.h"
+#include "worker/trainer/gpu/gpu_api.h"
 
 namespace tessera::trainer {
 namespace {

@@ -56,8 +56,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/trainer/gpu/gpu_api.h"
 #include "worker/trainer/dist/pending_collective_tracker.h"
+#include "worker/trainer/gpu/gpu_api.h"
 
 namespace tessera::trainer {
 

@@ -28,8 +28,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/trainer/dist/communicator.h"
-#include "worker/trainer/dist/rendezvous_client.h"
 #include "worker/trainer/dist/launch_options.h"
+#include "worker/trainer/dist/rendezvous_client.h"
 
 namespace tessera::trainer {
 

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "worker/trainer/model/fused_optimizer.h"
 #include "worker/trainer/gpu/torch_version.h"
+#include "worker/trainer/model/fused_optimizer.h"
 
 namespace tessera::trainer {
 namespace {

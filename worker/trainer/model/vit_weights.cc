@@ -639,7 +639,6 @@ absl::Status ExportSafetensors(const VisionTransformerImpl& model, WeightLayout 
   }
 }
 
-
 int ParameterLayerId(absl::string_view name, int depth) {
   if (absl::StartsWith(name, "patch_embedding.") || name == "class_token" ||
       name == "position_embedding") {

@@ -28,7 +28,6 @@
 #include "nlohmann/json.hpp"
 #include "worker/trainer/gpu/device.h"
 
-
 namespace tessera::trainer {
 namespace {
 

@@ -74,12 +74,11 @@ absl::StatusOr<std::vector<std::string>> LoadCheckpointModel(
   for (const auto& item : model.named_parameters()) {
     const std::vector<int64_t>& expected = shapes[item.key()];
     if (item.value().sizes().vec() != expected) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(model_path, ": ", item.key(), " has shape ",
-                       ShapeString(item.value().sizes()),
-                       "; the model (from the job's "
-                       "configuration) needs ",
-                       ShapeString(expected)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          model_path, ": ", item.key(), " has shape ", ShapeString(item.value().sizes()),
+          "; the model (from the job's "
+          "configuration) needs ",
+          ShapeString(expected)));
     }
   }
   return class_names;

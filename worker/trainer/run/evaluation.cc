@@ -19,14 +19,14 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/trainer/data/batch_feed.h"
-#include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/data/distributed_sampler.h"
-#include "worker/trainer/run/progress.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/vit.h"
 #include "worker/trainer/model/vit_config.h"
 #include "worker/trainer/model/vit_weights.h"
+#include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/run/checkpoint_model.h"
+#include "worker/trainer/run/progress.h"
 
 namespace tessera::trainer {
 namespace {

@@ -27,13 +27,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/trainer/data/image_dataset.h"
+#include "worker/trainer/data/training_data.h"
 #include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/run/eval_report.h"
-#include "worker/trainer/data/image_dataset.h"
 #include "worker/trainer/run/metrics_reporter.h"
 #include "worker/trainer/run/trainer.h"
 #include "worker/trainer/run/trainer_options.h"
-#include "worker/trainer/data/training_data.h"
 
 namespace tessera::trainer {
 

@@ -45,8 +45,8 @@ namespace tessera::trainer {
 
 // The fields of tessera.v1.RankProgress, without protobuf.
 struct ProgressReport {
-  int64_t step = 0;        // optimizer steps completed, from the job's start
-  std::string phase;       // RankPhaseName of the current phase
+  int64_t step = 0;   // optimizer steps completed, from the job's start
+  std::string phase;  // RankPhaseName of the current phase
   // In "collective" and "device": the oldest unfinished collective, e.g.
   // "allreduce #412 (bucket 3)"; empty when none is pending.
   std::string collective;

@@ -32,34 +32,33 @@
 #include "worker/trainer/data/batch_feed.h"
 #include "worker/trainer/data/batch_loader.h"
 #include "worker/trainer/data/batch_prefetcher.h"
+#include "worker/trainer/data/data_position.h"
+#include "worker/trainer/data/distributed_sampler.h"
+#include "worker/trainer/data/training_data.h"
+#include "worker/trainer/dist/reducer.h"
+#include "worker/trainer/dist/stop_agreement.h"
+#include "worker/trainer/dist/zero_optimizer.h"
 #include "worker/trainer/gpu/captured_step.h"
-#include "worker/trainer/run/checkpoint.h"
-#include "worker/trainer/run/checkpoint_writer.h"
 #include "worker/trainer/gpu/cuda_graph.h"
 #include "worker/trainer/gpu/device.h"
-#include "worker/trainer/data/data_position.h"
 #include "worker/trainer/gpu/device_memory.h"
-#include "worker/trainer/data/distributed_sampler.h"
-#include "worker/trainer/run/fault_injector.h"
+#include "worker/trainer/gpu/step_timer.h"
 #include "worker/trainer/model/fused_adamw.h"
 #include "worker/trainer/model/fused_lamb.h"
 #include "worker/trainer/model/fused_layers.h"
-#include "worker/trainer/model/optimizer_state.h"
 #include "worker/trainer/model/loss_scaler.h"
+#include "worker/trainer/model/optimizer_state.h"
 #include "worker/trainer/model/param_hash.h"
-#include "worker/trainer/run/progress.h"
-#include "worker/trainer/dist/reducer.h"
-#include "worker/trainer/dist/zero_optimizer.h"
-#include "worker/trainer/run/zero_checkpoint.h"
 #include "worker/trainer/model/safetensors.h"
-#include "worker/trainer/run/step_profiler.h"
-#include "worker/trainer/gpu/step_timer.h"
-#include "worker/trainer/dist/stop_agreement.h"
-#include "worker/trainer/data/training_data.h"
 #include "worker/trainer/model/vit.h"
 #include "worker/trainer/model/vit_config.h"
 #include "worker/trainer/model/vit_weights.h"
-
+#include "worker/trainer/run/checkpoint.h"
+#include "worker/trainer/run/checkpoint_writer.h"
+#include "worker/trainer/run/fault_injector.h"
+#include "worker/trainer/run/progress.h"
+#include "worker/trainer/run/step_profiler.h"
+#include "worker/trainer/run/zero_checkpoint.h"
 
 namespace tessera::trainer {
 namespace {
@@ -682,8 +681,8 @@ absl::Status TrainingRun::BuildModel() {
   torch::manual_seed(static_cast<uint64_t>(options_.seed) + 7919u * (rank_ + 1u));
   OptimizedTensor optimized = Itself;
   if (zero_stage_ > 0) {
-    ASSIGN_OR_RETURN(zero_, ZeroOptimizer::Create(zero_stage_, parameters_, *reducer_,
-                                                  communicator_));
+    ASSIGN_OR_RETURN(
+        zero_, ZeroOptimizer::Create(zero_stage_, parameters_, *reducer_, communicator_));
     std::map<const void*, int> index;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       index[parameters_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
@@ -714,16 +713,14 @@ std::unique_ptr<torch::optim::Optimizer> TrainingRun::MakeOptimizerFor(
   return optimizer;
 }
 
-absl::Status TrainingRun::RestoreOptimizerState(const RankCheckpoint& state,
-                                                int64_t step,
+absl::Status TrainingRun::RestoreOptimizerState(const RankCheckpoint& state, int64_t step,
                                                 torch::optim::Optimizer& whole) {
   if (state.zero_stage == 0 && zero_ == nullptr) return absl::OkStatus();
   std::vector<std::optional<FlatParamState>> flat(parameters_.size());
   if (state.zero_stage > 0) {
     std::vector<int64_t> numels;
     for (const torch::Tensor& p : parameters_) numels.push_back(p.numel());
-    ASSIGN_OR_RETURN(flat,
-                     LoadZeroShards(*checkpoints_, step, state.world_size, numels));
+    ASSIGN_OR_RETURN(flat, LoadZeroShards(*checkpoints_, step, state.world_size, numels));
   }
   try {
     if (state.zero_stage == 0) {
@@ -739,8 +736,8 @@ absl::Status TrainingRun::RestoreOptimizerState(const RankCheckpoint& state,
       }
     }
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("checkpoint at step ", step,
-                                            ": the optimizer state: ", e.what()));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint at step ", step, ": the optimizer state: ", e.what()));
   }
   return absl::OkStatus();
 }
@@ -789,9 +786,9 @@ absl::Status TrainingRun::Resume() {
         whole = MakeOptimizerFor(Itself, scales, heads);
       }
       torch::optim::Optimizer& loaded = whole != nullptr ? *whole : *optimizer_;
-      ASSIGN_OR_RETURN(const RankCheckpoint state,
-                       LoadCheckpointFiles(*checkpoints_, *latest, rank_, world_,
-                                           **model_, loaded));
+      ASSIGN_OR_RETURN(
+          const RankCheckpoint state,
+          LoadCheckpointFiles(*checkpoints_, *latest, rank_, world_, **model_, loaded));
       RETURN_IF_ERROR(RestoreOptimizerState(state, *latest, loaded));
       RETURN_IF_ERROR(CheckClassNames(state.class_names, data_.shape().class_names));
       writer_world = state.world_size;

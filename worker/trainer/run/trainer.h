@@ -56,8 +56,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/data/image_dataset.h"
+#include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/run/metrics_reporter.h"
 #include "worker/trainer/run/trainer_options.h"
 
