@@ -68,7 +68,8 @@ lane_expect_configured '^-- tessera-train: LibTorch has CUDA 12; CUDA tensor glu
 
 # Every file with a CUDA guard was compiled with that guard's macro set.
 commands="$LANE_DIR/build/compile_commands.json"
-# compile_line NAME: the compile command of worker/trainer/NAME, or of the
+# compile_line NAME: the compile command of worker/trainer/NAME (NAME with its
+# folder, e.g. gpu/device.cc), or of the
 # unity batch that includes it (TESSERA_TRAINER_UNITY); empty if none.
 compile_line() {
   local line unity
@@ -82,8 +83,8 @@ compile_line() {
   echo "$line"
 }
 guarded=0
-for source in "$LANE_REPO"/worker/trainer/*.cc; do
-  name="$(basename "$source")"
+for source in "$LANE_REPO"/worker/trainer/*.cc "$LANE_REPO"/worker/trainer/*/*.cc; do
+  name="${source#"$LANE_REPO"/worker/trainer/}"
   macros="$(grep -Eo '^#if.*TESSERA_(TORCH_CUDA|HAVE_CUDA_RUNTIME|HAVE_NCCL|NCCL_TENSORS)' \
     "$source" | grep -Eo 'TESSERA_[A-Z_]+' | sort -u || true)"
   [ -n "$macros" ] || continue
@@ -94,7 +95,7 @@ for source in "$LANE_REPO"/worker/trainer/*.cc; do
   done
   guarded=$((guarded + 1))
 done
-for name in cuda_step_timer.cc nccl_communicator.cc nccl_tensor_communicator.cc; do
+for name in gpu/cuda_step_timer.cc dist/nccl_communicator.cc dist/nccl_tensor_communicator.cc; do
   [ -n "$(compile_line "$name")" ] || lane_die "$name (CUDA only) was not compiled"
 done
 lane_log "$guarded CUDA-guarded files and the 3 CUDA-only files compiled with CUDA on"
