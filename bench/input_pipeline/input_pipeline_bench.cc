@@ -17,6 +17,13 @@
 //       --default-malloc leaves glibc's defaults.
 //   input_pipeline_bench rss DIR --workers W
 //       one epoch, then prints the process's peak resident set (VmHWM).
+//   input_pipeline_bench decode DIR [--size 224] [--epoch E]
+//       the floor under the loader's per-CPU figure: the same epoch's samples
+//       and crops (same order, seed and draws), read into memory first, then
+//       on one thread, best of 3 alternating passes, (1) only decoded, the crop's region
+//       through libjpeg-turbo as the loader decodes it, and (2) decoded and resized into
+//       the CHW image (the loader's whole per-sample work, without file reads, threads or
+//       batches); prints images per CPU-second of each.
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -40,8 +47,11 @@
 #include "worker/trainer/data/batch_prefetcher.h"
 #include "worker/trainer/data/distributed_sampler.h"
 #include "worker/trainer/data/image_data.h"
+#include "worker/trainer/data/image_decoder.h"
 #include "worker/trainer/data/image_encoder.h"
+#include "worker/trainer/data/image_folder.h"
 #include "worker/trainer/data/training_data.h"
+#include "worker/trainer/data/transforms.h"
 #include "worker/trainer/run/trainer.h"
 
 namespace tessera::bench {
@@ -182,6 +192,74 @@ Rate Epoch(const std::string& dir, int workers, int batch, int size, int64_t epo
   return Rate{images / secs, images / (CpuSeconds() - cpu_start)};
 }
 
+// Images per CPU-second of decoding alone, and of decoding and resizing, for
+// the samples and crops one epoch of Epoch() draws (its order and seed).
+struct Floor {
+  double decode = -1;
+  double decode_resize = -1;
+};
+
+Floor DecodeFloor(const std::string& dir, int size, int64_t epoch) {
+  auto folder = td::ImageFolder::Open(dir, "train");
+  if (!folder.ok()) {
+    std::cerr << folder.status() << "\n";
+    return {};
+  }
+  const std::vector<int64_t> ids =
+      tt::SeededPermutation((*folder)->size(), static_cast<uint64_t>(epoch) + 1);
+  std::vector<std::string> bytes;
+  bytes.reserve(ids.size());
+  for (int64_t id : ids) {
+    auto sample = (*folder)->Read(id);
+    if (!sample.ok()) {
+      std::cerr << sample.status() << "\n";
+      return {};
+    }
+    bytes.push_back(std::move(sample->bytes));
+  }
+  td::TransformOptions transform;  // as Epoch()'s loader: training, seed 1
+  transform.train = true;
+  transform.size = size;
+  transform.seed = 1;
+  td::DecodeScratch scratch;
+  std::vector<uint8_t> out(size_t{3} * size * size);
+  // The two alternate, best of kPasses each: a shared machine's noise moves
+  // both alike.
+  constexpr int kPasses = 3;
+  Floor floor;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    double start = CpuSeconds();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      td::RegionRequest request;
+      request.out_width = size;
+      request.out_height = size;
+      request.choose_crop = [&](int width, int height) {
+        return td::DrawSampleTransform(transform, epoch, ids[i], width, height).crop;
+      };
+      const absl::Status status = td::DecodeImageRegionInto(
+          bytes[i], request, td::DecodeLimits{}, scratch.region());
+      if (!status.ok()) {
+        std::cerr << status << "\n";
+        return {};
+      }
+    }
+    floor.decode =
+        std::max(floor.decode, static_cast<double>(ids.size()) / (CpuSeconds() - start));
+    start = CpuSeconds();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const absl::Status status =
+          td::DecodeTransformed(bytes[i], transform, epoch, ids[i], out.data(), &scratch);
+      if (!status.ok()) {
+        std::cerr << status << "\n";
+        return {};
+      }
+    }
+    floor.decode_resize = std::max(
+        floor.decode_resize, static_cast<double>(ids.size()) / (CpuSeconds() - start));
+  }
+  return floor;
+}
+
 int64_t PeakRssKb() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -211,6 +289,11 @@ int main(int argc, char** argv) {
   gen->add_option("--threads", threads);
   auto* run = app.add_subcommand("run", "images/s of one epoch");
   auto* rss = app.add_subcommand("rss", "peak RSS of one epoch");
+  auto* decode = app.add_subcommand(
+      "decode", "images per CPU-second of decoding alone, and with the resize");
+  decode->add_option("dir", dir)->required();
+  decode->add_option("--size", size);
+  decode->add_option("--epoch", epoch);
   for (auto* sub : {run, rss}) {
     sub->add_option("dir", dir)->required();
     sub->add_option("--workers", workers);
@@ -222,6 +305,12 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   if (gen->parsed()) return Generate(dir, images, classes, threads);
+  if (decode->parsed()) {
+    const Floor floor = DecodeFloor(dir, size, epoch);
+    if (floor.decode < 0) return 1;
+    std::printf("%.1f %.1f\n", floor.decode, floor.decode_resize);
+    return 0;
+  }
   if (!default_malloc) tessera::trainer::ConfigureHostAllocator();
   const Rate rate = Epoch(dir, workers, batch, size, epoch);
   if (rate.wall < 0) return 1;

@@ -7,6 +7,13 @@
 # sides alternate, best of ROUNDS; then the pipeline's peak RSS on a 2,000- and
 # a 20,000-image folder, each in its own process.
 #
+# The floor under the per-CPU figures: on one thread, with the epoch's JPEGs
+# already in memory, the same samples and crops only decoded (libjpeg-turbo,
+# as the loader calls it), and decoded and resized (the loader's whole
+# per-sample work, without file reads, threads or batches). The loader's share
+# of the second is what its reads, threads and batches cost; the first is what
+# the CPU's JPEG entropy decoding allows at all.
+#
 # The machine's own scaling, as a reference for the per-CPU figures at W > 1
 # workers: W separate single-worker processes run at once, sharing nothing but
 # the machine; their mean images per CPU-second ("solo x W") is what W workers
@@ -30,7 +37,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD="$2"; shift 2 ;;
     --images) IMAGES="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -72,11 +79,17 @@ solo_cpu() {
 }
 printf '\n%-8s %12s %12s %7s %12s %12s %12s %12s %7s %12s\n' workers tessera tv ratio \
   tessera/wkr tv/wkr tessera/cpu tv/cpu ratio 'solo x W/cpu'
+best_d=0; best_dr=0; loader_1=0
 for w in 1 2; do
   best_t=0; best_v=0; best_tc=0; best_vc=0; best_s=0
   for r in $(seq "$ROUNDS"); do
     read -r t tc < <("$BENCH" run "$small" --workers "$w" --epoch "$r")
     best_t=$(python3 -c "print(max($best_t, $t))"); best_tc=$(python3 -c "print(max($best_tc, $tc))")
+    if [ "$w" = 1 ]; then
+      read -r d dr < <("$BENCH" decode "$small" --epoch "$r")
+      best_d=$(python3 -c "print(max($best_d, $d))"); best_dr=$(python3 -c "print(max($best_dr, $dr))")
+      loader_1=$best_tc
+    fi
     if [ "$w" -gt 1 ]; then best_s=$(python3 -c "print(max($best_s, $(solo_cpu "$w" "$r")))"); fi
     if [ $have_tv = 1 ]; then
       read -r v vc < <(/usr/bin/python3 "$ROOT/bench/input_pipeline/torchvision_loader.py" "$small" "$w" 2>/dev/null)
@@ -91,6 +104,10 @@ print('%-8d %12.1f %12.1f %7s %12.1f %12.1f %12.1f %12.1f %7s %12s' % (w, t, v, 
 done
 echo "(images/s; /wkr: images/s per worker; /cpu: images per CPU-second, all threads or processes;"
 echo " solo x W/cpu: W single-worker tessera processes at once, mean images per CPU-second each)"
+python3 -c "
+d, dr, l = $best_d, $best_dr, $loader_1
+print('floor, one thread, JPEGs in memory, the same crops: decode only %.1f, decode + resize %.1f images per CPU-second;' % (d, dr))
+print('the loader at 1 worker reaches %.0f%% of decode + resize (%.1f images per CPU-second)' % (100 * l / dr, l))"
 
 echo
 kb_small=$("$BENCH" rss "$DATA/images-2000" --workers 2)
