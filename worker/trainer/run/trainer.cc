@@ -233,13 +233,21 @@ absl::StatusOr<std::unique_ptr<StepTimer>> MakeStepTimer(const DevicePlacement& 
 }
 
 // Multiplies the gradients (bucket buffers) by min(1, max_norm / global norm),
-// without a host sync.
+// without a host sync. The squares are summed in double and the factor is
+// rounded once to the buffers' type, as ZeroOptimizer::ClipGradients does over
+// its shards: a float sum's rounding depends on LibTorch's reduction order, and
+// 30 AdamW steps grow that difference past 1e-5 of the parameters.
 void ClipGradientNorm(const std::vector<torch::Tensor>& buffers, double max_norm) {
   if (buffers.empty()) return;
   torch::NoGradGuard no_grad;
-  torch::Tensor squares = torch::zeros({}, buffers.front().options());
-  for (const torch::Tensor& buffer : buffers) squares.add_(buffer.square().sum());
-  const torch::Tensor factor = (max_norm / (squares.sqrt() + 1e-6)).clamp_max(1.0);
+  torch::Tensor squares =
+      torch::zeros({}, buffers.front().options().dtype(torch::kDouble));
+  for (const torch::Tensor& buffer : buffers) {
+    squares.add_(buffer.square().sum(torch::kDouble));
+  }
+  const torch::Tensor factor = (max_norm / (squares.sqrt() + 1e-6))
+                                   .clamp_max(1.0)
+                                   .to(buffers.front().scalar_type());
   for (const torch::Tensor& buffer : buffers) buffer.mul_(factor);
 }
 
