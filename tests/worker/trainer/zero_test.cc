@@ -147,8 +147,8 @@ TEST_P(ZeroOptimizerTest, StagesOneAndTwoReachStageZerosParameters) {
   for (const int stage : {1, 2}) {
     const torch::Tensor zero = FinalParameters(GetParam(), stage, train, test);
     const double difference = RelativeDifference(zero, ddp);
-    std::cout << GetParam() << " stage " << stage << ": relative difference " << difference
-              << " from stage 0\n";
+    std::cout << GetParam() << " stage " << stage << ": relative difference "
+              << difference << " from stage 0\n";
     EXPECT_LE(difference, 1e-5) << "stage " << stage;
   }
 }
