@@ -7,15 +7,7 @@ start=$(date +%s)
 scripts/setup.sh
 scripts/build.sh
 log_dir="$(mktemp -d "${TMPDIR:-/tmp}/tessera-test.XXXXXX")"
-# The fuzz targets' clang build runs beside ctest at the lowest CPU priority:
-# the end-to-end tests wait on timers and processes much of the time, and the
-# build takes the idle CPU (about 6 minutes of a cold run otherwise).
-# tests/fuzz/run_short.sh builds again below (a no-op when this one finished)
-# and reports any failure.
-# It runs in its own process group, which an early exit stops whole.
-setsid nice -n 19 tests/fuzz/build.sh build-fuzz >"$log_dir/fuzz-build.log" 2>&1 &
-fuzz_build_pid=$!
-trap 'kill -- "-$fuzz_build_pid" 2>/dev/null || true; wait "$fuzz_build_pid" 2>/dev/null || true; rm -rf "$log_dir"' EXIT
+trap 'rm -rf "$log_dir"' EXIT
 cd build
 set +e
 ctest --output-on-failure --timeout 600 -j 2 "$@" 2>&1 | tee "$log_dir/ctest.log"
@@ -29,7 +21,6 @@ if [ "$ctest_rc" -ne 0 ]; then
 fi
 # libFuzzer targets built with clang in build-fuzz/: saved regressions, then
 # 30 s of fuzzing per target (scripts/fuzz.sh runs the long campaign).
-wait "$fuzz_build_pid" || echo "fuzz: the build beside ctest failed; building again" >&2
 tests/fuzz/run_short.sh 2>&1 | tee "$log_dir/fuzz.log"
 fuzz_rc=${PIPESTATUS[0]}
 fuzz_summary=$(grep -E "^fuzz: (passed|FAILED)" "$log_dir/fuzz.log" | tail -1)
