@@ -20,10 +20,11 @@
 //   input_pipeline_bench decode DIR [--size 224] [--epoch E]
 //       the floor under the loader's per-CPU figure: the same epoch's samples
 //       and crops (same order, seed and draws), read into memory first, then
-//       on one thread, best of 3 alternating passes, (1) only decoded, the crop's region
-//       through libjpeg-turbo as the loader decodes it, and (2) decoded and resized into
-//       the CHW image (the loader's whole per-sample work, without file reads, threads or
-//       batches); prints images per CPU-second of each.
+//       on one thread, best of 3 alternating passes, (1) only decoded, the
+//       crop's region through libjpeg-turbo as the loader decodes it, and (2)
+//       decoded and resized into the CHW image (the loader's whole per-sample
+//       work, without file reads, threads or batches); prints images per
+//       CPU-second of each.
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -62,6 +63,8 @@ namespace tt = ::tessera::trainer;
 
 constexpr int kWidth = 500;
 constexpr int kHeight = 375;
+// The augmentation seed of the loader's epoch and of the decode floor's draws.
+constexpr uint64_t kSeed = 1;
 
 // A photo-like test image: two low-frequency colour fields, a few filled
 // ellipses and rectangles, fine stripes on some, and per-pixel noise.
@@ -158,7 +161,7 @@ Rate Epoch(const std::string& dir, int workers, int batch, int size, int64_t epo
   tt::BatchLoaderOptions loading;
   loading.image_size = size;
   loading.augment = true;
-  loading.seed = 1;
+  loading.seed = kSeed;
   loading.stage = tt::BatchStage::kDevice;  // raw uint8 batches, as on a GPU rank
   const std::unique_ptr<tt::SampleLoader> loader =
       (*data)->MakeLoader(tt::Split::kTrain, loading);
@@ -217,10 +220,10 @@ Floor DecodeFloor(const std::string& dir, int size, int64_t epoch) {
     }
     bytes.push_back(std::move(sample->bytes));
   }
-  td::TransformOptions transform;  // as Epoch()'s loader: training, seed 1
+  td::TransformOptions transform;  // as Epoch()'s loader draws
   transform.train = true;
   transform.size = size;
-  transform.seed = 1;
+  transform.seed = kSeed;
   td::DecodeScratch scratch;
   std::vector<uint8_t> out(size_t{3} * size * size);
   // The two alternate, best of kPasses each: a shared machine's noise moves
