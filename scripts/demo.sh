@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# README command 1: installs what is needed, builds, then runs the main job on this
-# machine: one tessera-coordinator, two tessera-worker daemons (one CPU slot each)
-# and a 2-rank data-parallel ViT training job on Fashion-MNIST. Progress (step,
-# loss, images/s) is printed from the stored metrics while it runs; the test
-# accuracy is printed at the end. Everything started here is stopped on exit.
+# README command 1: installs what the demo needs (scripts/setup.sh demo), builds,
+# then runs the main job on this machine: one tessera-coordinator, two
+# tessera-worker daemons (one CPU slot each) and a 2-rank data-parallel ViT
+# training job on Fashion-MNIST. Progress (step, loss, images/s) is printed from
+# the stored metrics while it runs; the test accuracy is printed at the end.
+# Everything started here is stopped on exit.
 #
 # Usage: scripts/demo.sh [--set key=value]...   (overrides for examples/fmnist-2rank.yaml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-scripts/setup.sh
+scripts/setup.sh demo
 # Only what the demo runs: the four binaries (the coordinator embeds the web
 # dashboard), and tessera-data (check and pack a dataset), which README's
 # "Training on your own images" uses next. README command 2 (scripts/test.sh)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# README command 2: installs what is needed, builds everything and runs the whole
-# test suite (unit, in-process gRPC and end-to-end tests).
+# README command 2: installs what is needed (scripts/setup.sh test: everything),
+# builds everything and runs the whole test suite (unit, in-process gRPC and
+# end-to-end tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-scripts/setup.sh
+scripts/setup.sh test
 scripts/build.sh
 log_dir="$(mktemp -d "${TMPDIR:-/tmp}/tessera-test.XXXXXX")"
 trap 'rm -rf "$log_dir"' EXIT
