@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/gloo_group.h"
+#include "worker/trainer/dist/bucket_plan.h"
 #include "worker/trainer/dist/pending_collective_tracker.h"
 
 namespace tessera::trainer {
@@ -264,6 +265,124 @@ TEST(GlooCommunicatorTest, TracksNothingPendingOnceCollectivesAreWaitedFor) {
   });
 }
 
+// Rank r's contribution to a collective over `n` elements: distinct values,
+// so that a chunk sent to the wrong rank or summed twice shows.
+torch::Tensor Contribution(int rank, int64_t n) {
+  return torch::arange(n, torch::kFloat) * 0.5f + static_cast<float>(rank * 1000);
+}
+
+// Reduce-scatter and all-gather at 1 to 4 ranks, over sizes that divide by
+// the world size and sizes that do not (a rank's part may be short or empty),
+// against the all-reduce: the reduce-scatter's own shard equals the
+// all-reduce's there, and the all-gather puts every rank's shard in place.
+// The bytes each rank sends are (N-1)/N of the buffer per collective.
+TEST(GlooCommunicatorTest, ReduceScatterAndAllGatherMatchTheAllReduceAtOneToFourRanks) {
+  for (const int world : {1, 2, 3, 4}) {
+    RunGroup(world, [world](int rank, Communicator& communicator) {
+      for (const int64_t n : {int64_t{12}, int64_t{13}, int64_t{2}, int64_t{1001}}) {
+        torch::Tensor reference = Contribution(rank, n);
+        ASSERT_TRUE(communicator.AllReduceSum(reference).ok());
+        const ShardRange own = ShardOf(n, world, rank);
+
+        const int64_t sent_before = communicator.bytes_sent();
+        torch::Tensor scattered = Contribution(rank, n);
+        std::unique_ptr<PendingCollective> pending =
+            communicator.ReduceScatterSumAsync(scattered, 7);
+        ASSERT_TRUE(pending->Wait().ok()) << world << " ranks, " << n << " elements";
+        EXPECT_TRUE(torch::equal(scattered.narrow(0, own.begin, own.size()),
+                                 reference.narrow(0, own.begin, own.size())))
+            << world << " ranks, rank " << rank << ", " << n << " elements";
+        int64_t others = 0;  // elements of the parts this rank passes on
+        for (int step = 0; step + 1 < world; ++step) {
+          others += ShardOf(n, world, ((rank - step - 1) % world + world) % world).size();
+        }
+        EXPECT_EQ(communicator.bytes_sent() - sent_before,
+                  others * static_cast<int64_t>(sizeof(float)))
+            << world << " ranks, " << n << " elements";
+
+        // Each rank holds only its own part of the sum; the gather fills in
+        // the rest.
+        torch::Tensor gathered = torch::full({n}, -1.0f);
+        gathered.narrow(0, own.begin, own.size())
+            .copy_(reference.narrow(0, own.begin, own.size()));
+        ASSERT_TRUE(communicator.AllGatherAsync(gathered, 8)->Wait().ok());
+        EXPECT_TRUE(torch::equal(gathered, reference))
+            << world << " ranks, rank " << rank << ", " << n << " elements";
+      }
+      EXPECT_EQ(communicator.collectives()->Oldest(), std::nullopt);
+    });
+  }
+}
+
+// Several rings in flight at once finish in issue order with their own data.
+TEST(GlooCommunicatorTest, RingsLaunchedTogetherEachReduceTheirOwnBuffer) {
+  RunGroup(3, [](int rank, Communicator& communicator) {
+    std::vector<torch::Tensor> buffers;
+    std::vector<std::unique_ptr<PendingCollective>> pending;
+    for (int b = 0; b < 5; ++b) {
+      buffers.push_back(Contribution(rank, 100 + b) * static_cast<float>(b + 1));
+      pending.push_back(communicator.ReduceScatterSumAsync(buffers.back(), b));
+    }
+    for (int b = 0; b < 5; ++b) {
+      ASSERT_TRUE(pending[static_cast<size_t>(b)]->Wait().ok());
+      torch::Tensor expected = (Contribution(0, 100 + b) + Contribution(1, 100 + b) +
+                                Contribution(2, 100 + b)) *
+                               static_cast<float>(b + 1);
+      const ShardRange own = ShardOf(100 + b, 3, rank);
+      EXPECT_TRUE(torch::allclose(
+          buffers[static_cast<size_t>(b)].narrow(0, own.begin, own.size()),
+          expected.narrow(0, own.begin, own.size())))
+          << "bucket " << b;
+    }
+  });
+}
+
+TEST(GlooCommunicatorTest, ReduceScatterRejectsABufferThatIsNotFlat) {
+  RunGroup(2, [](int /*rank*/, Communicator& communicator) {
+    torch::Tensor square = torch::zeros({4, 4});
+    EXPECT_EQ(communicator.ReduceScatterSum(square).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(communicator.AllGather(square).code(), absl::StatusCode::kInvalidArgument);
+    torch::Tensor fine = torch::ones({3});
+    EXPECT_TRUE(communicator.ReduceScatterSum(fine).ok());
+  });
+}
+
+// Rank 2 of 3 stops taking part: the reduce-scatter of bucket 4 that rank 0
+// waits for is aborted at the collective timeout with a reason naming it.
+TEST(GlooCommunicatorTest, AReduceScatterThatNeverFinishesIsNamedAndAborted) {
+  using ::testing::StartsWith;
+  constexpr absl::Duration kCollectiveTimeout = absl::Seconds(1);
+  absl::Mutex mu;
+  std::vector<std::string> fired;  // guarded by mu
+  absl::Notification done;
+  GlooOptions options;
+  options.timeout = kCollectiveTimeout;
+  options.timeout_poll_interval = absl::Milliseconds(10);
+  options.on_collective_failure = [&](const std::string& reason) {
+    absl::MutexLock lock(&mu);
+    fired.push_back(reason);
+  };
+  testing::RunGlooGroup(3, options, [&](int rank, Communicator& communicator) {
+    if (rank == 2) {
+      done.WaitForNotification();
+      return;
+    }
+    torch::Tensor buffer = torch::ones({30});
+    const absl::Status status = communicator.ReduceScatterSumAsync(buffer, 4)->Wait();
+    if (rank == 0) {
+      EXPECT_THAT(
+          std::string(status.message()),
+          StartsWith("collective timeout: reducescatter #1 (bucket 4) pending for"));
+      done.Notify();
+    }
+    EXPECT_FALSE(status.ok());
+  });
+  absl::MutexLock lock(&mu);
+  ASSERT_GE(fired.size(), 1u);
+  EXPECT_THAT(fired[0], StartsWith("collective timeout: reducescatter #1 (bucket 4)"));
+}
+
 TEST(LocalCommunicatorTest, IsAWorldOfOneThatLeavesDataAlone) {
   LocalCommunicator communicator;
   torch::Tensor values = torch::tensor({1.0f, 2.0f});
@@ -272,6 +391,10 @@ TEST(LocalCommunicatorTest, IsAWorldOfOneThatLeavesDataAlone) {
   EXPECT_TRUE(torch::equal(values, torch::tensor({1.0f, 2.0f})));
   EXPECT_EQ(communicator.world_size(), 1);
   EXPECT_EQ(communicator.Broadcast(values, 1).code(), absl::StatusCode::kInvalidArgument);
+  // The world of one owns every shard: both leave the buffer as it is.
+  ASSERT_TRUE(communicator.ReduceScatterSum(values).ok());
+  ASSERT_TRUE(communicator.AllGather(values).ok());
+  EXPECT_TRUE(torch::equal(values, torch::tensor({1.0f, 2.0f})));
 }
 
 }  // namespace

@@ -172,6 +172,14 @@ class FakeGpuApi final : public GpuApi {
                     NcclHandle /*comm*/, GpuStream stream) override {
     return Enqueue(absl::StrCat("broadcast from ", root), stream);
   }
+  int NcclReduceScatterSum(void* /*buffer*/, size_t /*count*/, NcclDataType /*type*/,
+                           int /*rank*/, NcclHandle /*comm*/, GpuStream stream) override {
+    return Enqueue("reducescatter", stream);
+  }
+  int NcclAllGather(void* /*buffer*/, size_t /*count*/, NcclDataType /*type*/,
+                    int /*rank*/, NcclHandle /*comm*/, GpuStream stream) override {
+    return Enqueue("allgather", stream);
+  }
   std::string NcclErrorText(int code) override {
     return code == kNcclRemoteError ? "remote process exited or there was a network error"
                                     : absl::StrCat("ncclResult ", code);

@@ -199,10 +199,11 @@ TEST(ReducerTest, TheControlWordIsSummedWithTheGradientsAtNoExtraCollective) {
   EXPECT_EQ(collectives, std::vector<uint64_t>({0, 0}));  // one per bucket, no more
 }
 
-// ZeRO stage 2: after backward each rank keeps only its shard of each bucket's
-// averaged gradients, the bucket buffers are gone (the parameters have no
-// .grad until the next backward), and the control word is still summed.
-TEST(ReducerTest, ShardedGradientsKeepOnlyTheRanksShardOfTheAverage) {
+// ZeRO stages 1 and 2: after backward each rank holds its shard of each
+// bucket's averaged gradients (reduce-scattered), and the control word is
+// still summed. At stage 2 the bucket buffers are gone (the parameters have
+// no .grad until the next backward); at stage 1 they stay.
+void ExpectShardsOfTheAverage(int stage) {
   std::vector<torch::nn::Sequential> models = {MakeModel(1), MakeModel(1)};
   const std::vector<torch::Tensor> g0 = Gradients(models[0], Input(0));
   const std::vector<torch::Tensor> g1 = Gradients(models[0], Input(1));
@@ -210,7 +211,7 @@ TEST(ReducerTest, ShardedGradientsKeepOnlyTheRanksShardOfTheAverage) {
   RunGroup(2, [&](int rank, Communicator& communicator) {
     torch::nn::Sequential& model = models[static_cast<size_t>(rank)];
     ReducerOptions options = SmallBuckets();
-    options.shard_gradients = true;
+    options.zero_stage = stage;
     auto reducer = Reducer::Create(model->parameters(), communicator, options);
     ASSERT_TRUE(reducer.ok()) << reducer.status();
     (*reducer)->ZeroGradients();
@@ -236,9 +237,19 @@ TEST(ReducerTest, ShardedGradientsKeepOnlyTheRanksShardOfTheAverage) {
           torch::allclose(kept, whole.narrow(0, shard.begin, shard.size()), 1e-5, 1e-6))
           << "rank " << rank << " bucket " << b;
     }
-    for (const torch::Tensor& p : parameters) EXPECT_FALSE(p.grad().defined());
+    for (const torch::Tensor& p : parameters) {
+      EXPECT_EQ(p.grad().defined(), stage == 1) << "stage " << stage;
+    }
   });
   EXPECT_EQ(sums, std::vector<float>({1.0f, 1.0f}));
+}
+
+TEST(ReducerTest, StageOneReduceScattersAndKeepsTheBuckets) {
+  ExpectShardsOfTheAverage(1);
+}
+
+TEST(ReducerTest, StageTwoKeepsOnlyTheRanksShardOfTheAverage) {
+  ExpectShardsOfTheAverage(2);
 }
 
 TEST(ReducerTest, WithoutOverlapAllBucketsGoOutAfterBackwardWithTheSameResult) {

@@ -1,6 +1,7 @@
 // Collective operations among the ranks of one job attempt, as the training loop
 // needs them: in-place sum all-reduce (blocking, or launched and waited for later
-// so gradient buckets overlap backward), broadcast from a root, barrier.
+// so gradient buckets overlap backward), in-place reduce-scatter and all-gather
+// over ZeRO's shards (bucket_plan.h's ShardOf), broadcast from a root, barrier.
 //
 // Backends implement this interface: LocalCommunicator (below) for a single
 // process, GlooCommunicator (gloo_communicator.h) over TCP for CPU tensors, and
@@ -20,6 +21,7 @@
 #ifndef TESSERA_WORKER_TRAINER_DIST_COMMUNICATOR_H_
 #define TESSERA_WORKER_TRAINER_DIST_COMMUNICATOR_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -70,6 +72,32 @@ class Communicator {
   // AllReduceSumAsync, then Wait.
   virtual absl::Status AllReduceSum(at::Tensor& tensor);
 
+  // Starts the in-place reduce-scatter of `buffer` (dense, contiguous, 1-D,
+  // of the same element count n and dtype on every rank): once waited for,
+  // this rank's shard of it, ShardOf(n, world size, rank), holds that range's
+  // element-wise sum over the ranks; the rest of the buffer is left undefined.
+  // n need not divide by the world size (a backend that needs equal parts
+  // pads inside). Each rank sends (N-1)/N of the buffer. Lifetime and naming
+  // as AllReduceSumAsync.
+  std::unique_ptr<PendingCollective> ReduceScatterSumAsync(at::Tensor& buffer,
+                                                           int bucket = kNoBucket) {
+    return StartReduceScatterSum(buffer, bucket);
+  }
+  absl::Status ReduceScatterSum(at::Tensor& buffer);
+
+  // Starts the in-place all-gather of `buffer` (as above): each rank's shard,
+  // ShardOf(n, world size, rank), is copied from that rank into every other
+  // rank's buffer. Each rank sends (N-1)/N of the buffer.
+  std::unique_ptr<PendingCollective> AllGatherAsync(at::Tensor& buffer,
+                                                    int bucket = kNoBucket) {
+    return StartAllGather(buffer, bucket);
+  }
+  absl::Status AllGather(at::Tensor& buffer);
+
+  // Bytes this rank has sent to its peers through its collectives so far, as
+  // the backend counts what it hands to the transport (for benchmarks).
+  virtual int64_t bytes_sent() const { return 0; }
+
   // Copies `tensor` from rank `root` into `tensor` on every other rank.
   virtual absl::Status Broadcast(at::Tensor& tensor, int root) = 0;
 
@@ -87,9 +115,14 @@ class Communicator {
   virtual const PendingCollectiveTracker* collectives() const { return nullptr; }
 
  protected:
-  // AllReduceSumAsync's implementation.
+  // The implementations of AllReduceSumAsync, ReduceScatterSumAsync and
+  // AllGatherAsync.
   virtual std::unique_ptr<PendingCollective> StartAllReduceSum(at::Tensor& tensor,
                                                                int bucket) = 0;
+  virtual std::unique_ptr<PendingCollective> StartReduceScatterSum(at::Tensor& buffer,
+                                                                   int bucket) = 0;
+  virtual std::unique_ptr<PendingCollective> StartAllGather(at::Tensor& buffer,
+                                                            int bucket) = 0;
 };
 
 // The world of one: every collective leaves the data as it is.
@@ -104,6 +137,10 @@ class LocalCommunicator final : public Communicator {
  private:
   std::unique_ptr<PendingCollective> StartAllReduceSum(at::Tensor& tensor,
                                                        int bucket) override;
+  std::unique_ptr<PendingCollective> StartReduceScatterSum(at::Tensor& buffer,
+                                                           int bucket) override;
+  std::unique_ptr<PendingCollective> StartAllGather(at::Tensor& buffer,
+                                                    int bucket) override;
 };
 
 }  // namespace tessera::trainer

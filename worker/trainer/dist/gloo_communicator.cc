@@ -3,14 +3,17 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <utility>
 #include <vector>
@@ -22,6 +25,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/status_macros.h"
+#include "worker/trainer/dist/bucket_plan.h"
 #include "worker/trainer/dist/collective_timeout.h"
 #include "worker/trainer/dist/net_util.h"
 #include "worker/trainer/dist/pending_collective_tracker.h"
@@ -168,14 +173,103 @@ class TrackedCollective {
 
 }  // namespace
 
+// Runs the ring collectives (reduce-scatter, all-gather) one after another on
+// a thread of its own, in the order they were issued, so that they overlap
+// the issuing thread's work as the process group's own collectives do. Each
+// ring step hands the next a chunk it has just received, so a ring is a chain
+// of dependent sends and receives that no c10d call runs by itself.
+// Thread-safe. The state is shared with the thread, which an aborted
+// communicator leaves behind (detached) rather than wait on a peer that is gone.
+class RingExecutor {
+ public:
+  // The outcome of one submitted ring, set once by the thread.
+  class Job {
+   public:
+    absl::Status Await() {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&done_));
+      return status_;
+    }
+    void Finish(absl::Status status) {
+      absl::MutexLock lock(&mu_);
+      status_ = std::move(status);
+      done_ = true;
+    }
+
+   private:
+    absl::Mutex mu_;
+    bool done_ ABSL_GUARDED_BY(mu_) = false;
+    absl::Status status_ ABSL_GUARDED_BY(mu_);
+  };
+
+  RingExecutor() : state_(std::make_shared<State>()) {}
+  RingExecutor(const RingExecutor&) = delete;
+  RingExecutor& operator=(const RingExecutor&) = delete;
+
+  // Stops after the queued rings; `abandon`: leaves them to the thread, detached.
+  void Stop(bool abandon) {
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->stopping = true;
+    }
+    if (!thread_.joinable()) return;
+    if (abandon) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
+  ~RingExecutor() { Stop(/*abandon=*/false); }
+
+  std::shared_ptr<Job> Submit(std::function<absl::Status()> ring) {
+    auto job = std::make_shared<Job>();
+    absl::MutexLock lock(&state_->mu);
+    state_->queue.emplace_back(job, std::move(ring));
+    if (!thread_.joinable()) thread_ = std::thread([state = state_] { Loop(*state); });
+    return job;
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    std::deque<std::pair<std::shared_ptr<Job>, std::function<absl::Status()>>> queue
+        ABSL_GUARDED_BY(mu);
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+    bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return stopping || !queue.empty();
+    }
+  };
+
+  static void Loop(State& state) {
+    while (true) {
+      std::pair<std::shared_ptr<Job>, std::function<absl::Status()>> next;
+      {
+        absl::MutexLock lock(&state.mu);
+        state.mu.Await(absl::Condition(&state, &State::Ready));
+        if (state.queue.empty()) return;
+        next = std::move(state.queue.front());
+        state.queue.pop_front();
+      }
+      next.first->Finish(next.second());
+    }
+  }
+
+  const std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
 struct GlooCommunicator::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   bool pairwise_exchange = false;
-  // Send/receive tag of the next exchange. Every rank issues collectives in the
-  // same order, so the counters agree.
+  // Send/receive tag of the next exchange (a ring takes one per step). Every
+  // rank issues collectives in the same order, so the counters agree.
   uint32_t next_tag = 0;
   std::shared_ptr<ScratchPool> scratch = std::make_shared<ScratchPool>();
   std::shared_ptr<GlooCollectives> collectives;
+  // Bytes handed to the transport, shared with the ring thread.
+  std::shared_ptr<std::atomic<int64_t>> bytes_sent =
+      std::make_shared<std::atomic<int64_t>>(0);
+  RingExecutor rings;
   // Last: its thread ages `collectives` and is joined first.
   std::unique_ptr<CollectiveTimeout> collective_timeout;
 };
@@ -210,7 +304,10 @@ GlooCommunicator::GlooCommunicator(int rank, int world_size,
 
 GlooCommunicator::~GlooCommunicator() {
   impl_->collective_timeout.reset();
-  if (impl_->collectives->abort_reason().has_value()) {
+  const bool aborted = impl_->collectives->abort_reason().has_value();
+  // A ring waiting on a peer that is gone is left to Gloo's own timeout.
+  impl_->rings.Stop(/*abandon=*/aborted);
+  if (aborted) {
     // ~ProcessGroupGloo waits for the queued work, which may wait on a peer
     // that is gone until Gloo's timeout; an aborted group is left to the
     // process's exit instead.
@@ -371,6 +468,7 @@ std::unique_ptr<PendingCollective> GlooCommunicator::StartAllReduceSum(at::Tenso
       // Receive first: the peer's send can land as soon as it is posted.
       c10::intrusive_ptr<c10d::Work> recv = impl_->group->recv(incoming, peer, tag);
       c10::intrusive_ptr<c10d::Work> send = impl_->group->send(outgoing, peer, tag);
+      *impl_->bytes_sent += static_cast<int64_t>(tensor.nbytes());
       return std::make_unique<PendingExchange>(tensor, std::move(received),
                                                std::move(send), std::move(recv),
                                                impl_->scratch, std::move(tracked));
@@ -383,12 +481,154 @@ std::unique_ptr<PendingCollective> GlooCommunicator::StartAllReduceSum(at::Tenso
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
+    // Gloo's ring: a reduce-scatter and an all-gather, (N-1)/N each.
+    *impl_->bytes_sent +=
+        2 * (world_size_ - 1) * static_cast<int64_t>(tensor.nbytes()) / world_size_;
     return std::make_unique<PendingGlooWork>(impl_->group->allreduce(tensors, options),
                                              std::move(tracked));
   } catch (const std::exception& e) {
     return FinishedCollective(tracked->Finish(C10dErrorToStatus(e, "Gloo all-reduce")));
   }
 }
+
+namespace {
+
+// A ring collective on the executor's thread: Wait waits for it, then ends
+// its tracking with its outcome.
+class PendingRing final : public PendingCollective {
+ public:
+  PendingRing(std::shared_ptr<RingExecutor::Job> job,
+              std::unique_ptr<TrackedCollective> tracked)
+      : job_(std::move(job)), tracked_(std::move(tracked)) {}
+
+  absl::Status Wait() override {
+    if (!waited_) {
+      waited_ = true;
+      status_ = tracked_->Finish(job_->Await());
+    }
+    return status_;
+  }
+
+ private:
+  const std::shared_ptr<RingExecutor::Job> job_;
+  const std::unique_ptr<TrackedCollective> tracked_;
+  bool waited_ = false;
+  absl::Status status_;
+};
+
+// What one ring needs, held by its job until it ran: the tensor stays alive
+// and the process group too.
+struct Ring {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  std::shared_ptr<GlooCollectives> collectives;
+  std::shared_ptr<std::atomic<int64_t>> bytes_sent;
+  at::Tensor buffer;
+  int rank = 0;
+  int world = 1;
+  uint32_t first_tag = 0;  // step s uses first_tag + s
+
+  int Mod(int i) const { return ((i % world) + world) % world; }
+  at::Tensor Chunk(int owner) const {
+    const ShardRange range = ShardOf(buffer.numel(), world, owner);
+    return buffer.narrow(0, range.begin, range.size());
+  }
+  int Tag(int step) const {
+    return static_cast<int>((first_tag + static_cast<uint32_t>(step)) & 0x7fffffffu);
+  }
+
+  // One step: `outgoing` to the next rank, `incoming` from the previous one
+  // (either may be empty: nothing moves), both finished on return.
+  absl::Status Exchange(at::Tensor outgoing, at::Tensor incoming, int step) const {
+    RETURN_IF_ERROR(collectives->CheckUsable());
+    c10::intrusive_ptr<c10d::Work> recv;
+    c10::intrusive_ptr<c10d::Work> send;
+    if (incoming.numel() > 0) {
+      std::vector<at::Tensor> tensors{incoming};
+      recv = group->recv(tensors, Mod(rank - 1), Tag(step));
+    }
+    if (outgoing.numel() > 0) {
+      std::vector<at::Tensor> tensors{outgoing};
+      send = group->send(tensors, Mod(rank + 1), Tag(step));
+      *bytes_sent += static_cast<int64_t>(outgoing.nbytes());
+    }
+    // False: the transfer was aborted and the buffer holds nothing.
+    const bool received = recv == nullptr || recv->wait();
+    const bool sent = send == nullptr || send->wait();
+    if (!received || !sent) return absl::AbortedError("a ring transfer was aborted");
+    return absl::OkStatus();
+  }
+
+  // Step s sends the partial sum of chunk rank-s-1 and adds the one of chunk
+  // rank-s-2 that arrives into its own copy, so after N-1 steps chunk `rank`
+  // holds every rank's contribution.
+  absl::Status ReduceScatter() const {
+    // Not pooled: a pool would keep a part of every bucket size alive.
+    at::Tensor received = at::empty({ShardSize(buffer.numel(), world)}, buffer.options());
+    for (int step = 0; step + 1 < world; ++step) {
+      at::Tensor into = Chunk(Mod(rank - step - 2));
+      at::Tensor arriving = received.narrow(0, 0, into.numel());
+      RETURN_IF_ERROR(Exchange(Chunk(Mod(rank - step - 1)), arriving, step));
+      into.add_(arriving);
+    }
+    return absl::OkStatus();
+  }
+
+  // Step s passes on chunk rank-s (its own first, then the one just
+  // received), straight from and into the buffer.
+  absl::Status AllGather() const {
+    for (int step = 0; step + 1 < world; ++step) {
+      RETURN_IF_ERROR(
+          Exchange(Chunk(Mod(rank - step)), Chunk(Mod(rank - step - 1)), step));
+    }
+    return absl::OkStatus();
+  }
+};
+
+absl::Status CheckRingBuffer(const at::Tensor& buffer) {
+  RETURN_IF_ERROR(CheckCollectiveTensor(buffer));
+  if (buffer.dim() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a reduce-scatter or all-gather takes a 1-D buffer, got ",
+                     buffer.dim(), " dimensions"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> GlooCommunicator::StartRing(at::Tensor& buffer,
+                                                               int bucket,
+                                                               bool reduce_scatter) {
+  absl::Status valid = CheckRingBuffer(buffer);
+  if (valid.ok()) valid = impl_->collectives->CheckUsable();
+  if (!valid.ok()) return FinishedCollective(std::move(valid));
+  const char* const name = reduce_scatter ? "reducescatter" : "allgather";
+  auto tracked = std::make_unique<TrackedCollective>(impl_->collectives, name, bucket);
+  Ring ring{impl_->group, impl_->collectives, impl_->bytes_sent, buffer,
+            rank_,        world_size_,        impl_->next_tag};
+  impl_->next_tag += static_cast<uint32_t>(world_size_);
+  std::shared_ptr<RingExecutor::Job> job =
+      impl_->rings.Submit([ring = std::move(ring), reduce_scatter, name]() {
+        try {
+          return reduce_scatter ? ring.ReduceScatter() : ring.AllGather();
+        } catch (const std::exception& e) {
+          return C10dErrorToStatus(e, absl::StrCat("Gloo ring ", name));
+        }
+      });
+  return std::make_unique<PendingRing>(std::move(job), std::move(tracked));
+}
+
+std::unique_ptr<PendingCollective> GlooCommunicator::StartReduceScatterSum(
+    at::Tensor& buffer, int bucket) {
+  return StartRing(buffer, bucket, /*reduce_scatter=*/true);
+}
+
+std::unique_ptr<PendingCollective> GlooCommunicator::StartAllGather(at::Tensor& buffer,
+                                                                    int bucket) {
+  return StartRing(buffer, bucket, /*reduce_scatter=*/false);
+}
+
+int64_t GlooCommunicator::bytes_sent() const { return impl_->bytes_sent->load(); }
 
 std::string GlooCommunicator::allreduce_algorithm() const {
   return impl_->pairwise_exchange ? "pairwise-exchange" : "ring";

@@ -21,6 +21,11 @@
 // aborts the communicator the same way, with a reason naming the collective.
 // Either way on_collective_failure is called once.
 //
+// Reduce-scatter and all-gather are rings over the group's point-to-point
+// sends and receives (LibTorch's Gloo group has neither collective): N-1 steps
+// on a thread of the communicator's, each rank sending (N-1)/N of the buffer,
+// as NCCL's ring does. They are tracked and timed out like the all-reduce.
+//
 // Only in builds whose LibTorch has Gloo's headers (TESSERA_HAVE_GLOO; pip's
 // wheels ship none): process_group.cc asks GlooBackendAvailable() first.
 //
@@ -28,6 +33,7 @@
 #ifndef TESSERA_WORKER_TRAINER_DIST_GLOO_COMMUNICATOR_H_
 #define TESSERA_WORKER_TRAINER_DIST_GLOO_COMMUNICATOR_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -97,6 +103,7 @@ class GlooCommunicator final : public Communicator {
 
   // Why the communicator was aborted (the collective timeout's reason); nullopt if not.
   std::optional<std::string> abort_reason() const;
+  int64_t bytes_sent() const override;
 
  private:
   struct Impl;  // Holds the process group; defined in the .cc.
@@ -104,6 +111,14 @@ class GlooCommunicator final : public Communicator {
   // Queued on the group's worker threads; several may be in flight at once.
   std::unique_ptr<PendingCollective> StartAllReduceSum(at::Tensor& tensor,
                                                        int bucket) override;
+  // Rings over the group's sends and receives (c10d's Gloo group has neither
+  // collective), run in issue order on a thread of the communicator's.
+  std::unique_ptr<PendingCollective> StartReduceScatterSum(at::Tensor& buffer,
+                                                           int bucket) override;
+  std::unique_ptr<PendingCollective> StartAllGather(at::Tensor& buffer,
+                                                    int bucket) override;
+  std::unique_ptr<PendingCollective> StartRing(at::Tensor& buffer, int bucket,
+                                               bool reduce_scatter);
   GlooCommunicator(int rank, int world_size, std::unique_ptr<RendezvousStore> store,
                    std::unique_ptr<Impl> impl);
 

@@ -546,6 +546,30 @@ absl::StatusOr<std::unique_ptr<NcclPending>> NcclComm::AllReduceSumAsync(
       });
 }
 
+absl::StatusOr<std::unique_ptr<NcclPending>> NcclComm::ReduceScatterSumAsync(
+    void* buffer, size_t count_per_rank, NcclDataType type, GpuStream stream,
+    int bucket) {
+  NcclCommState* const state = state_.get();
+  const int rank = rank_;
+  return LaunchAfter(state_, stream, "reducescatter", bucket, "ncclReduceScatter",
+                     [=](NcclHandle comm) {
+                       return state->api.NcclReduceScatterSum(
+                           buffer, count_per_rank, type, rank, comm, state->stream);
+                     });
+}
+
+absl::StatusOr<std::unique_ptr<NcclPending>> NcclComm::AllGatherAsync(
+    void* buffer, size_t count_per_rank, NcclDataType type, GpuStream stream,
+    int bucket) {
+  NcclCommState* const state = state_.get();
+  const int rank = rank_;
+  return LaunchAfter(state_, stream, "allgather", bucket, "ncclAllGather",
+                     [=](NcclHandle comm) {
+                       return state->api.NcclAllGather(buffer, count_per_rank, type, rank,
+                                                       comm, state->stream);
+                     });
+}
+
 absl::Status NcclComm::AllReduceSum(void* buffer, size_t count, NcclDataType type,
                                     GpuStream stream) {
   absl::StatusOr<std::unique_ptr<NcclPending>> pending =

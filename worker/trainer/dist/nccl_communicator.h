@@ -157,6 +157,20 @@ class NcclComm {
                                                                  GpuStream stream,
                                                                  int bucket = kNoBucket);
 
+  // In place over `count_per_rank` x world size elements at `buffer`, after
+  // the work queued on `stream`, like AllReduceSumAsync: ReduceScatterSumAsync
+  // leaves this rank's part (elements rank x count_per_rank ...) holding the
+  // part's sum over the ranks; AllGatherAsync copies every rank's part from
+  // its owner into every rank's buffer.
+  absl::StatusOr<std::unique_ptr<NcclPending>> ReduceScatterSumAsync(
+      void* buffer, size_t count_per_rank, NcclDataType type, GpuStream stream,
+      int bucket = kNoBucket);
+  absl::StatusOr<std::unique_ptr<NcclPending>> AllGatherAsync(void* buffer,
+                                                              size_t count_per_rank,
+                                                              NcclDataType type,
+                                                              GpuStream stream,
+                                                              int bucket = kNoBucket);
+
   // AllReduceSumAsync, then `stream` waits for it (the host does not).
   absl::Status AllReduceSum(void* buffer, size_t count, NcclDataType type,
                             GpuStream stream);

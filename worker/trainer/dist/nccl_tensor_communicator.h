@@ -4,6 +4,8 @@
 //
 // Built only when LibTorch has CUDA and NCCL is found (TESSERA_NCCL_TENSORS);
 // Debian's CPU-only LibTorch leaves it out while nccl_communicator still builds.
+// Reduce-scatter and all-gather are NCCL's, in place; a buffer that does not
+// divide into world size equal parts goes through a zero-padded copy.
 // Collectives are stream-ordered: AllReduceSumAsync starts after the work queued
 // so far on the tensor device's current stream, and Wait makes the then-current
 // stream wait for the result without blocking the host (a later .item() or copy
@@ -41,6 +43,12 @@ class NcclCommunicator final : public Communicator {
   // `tensor` must live on the communicator's CUDA device.
   std::unique_ptr<PendingCollective> StartAllReduceSum(at::Tensor& tensor,
                                                        int bucket) override;
+  std::unique_ptr<PendingCollective> StartReduceScatterSum(at::Tensor& buffer,
+                                                           int bucket) override;
+  std::unique_ptr<PendingCollective> StartAllGather(at::Tensor& buffer,
+                                                    int bucket) override;
+  std::unique_ptr<PendingCollective> StartSharded(at::Tensor& buffer, int bucket,
+                                                  bool reduce_scatter);
 
   const std::unique_ptr<NcclComm> comm_;
 };

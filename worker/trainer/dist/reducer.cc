@@ -65,13 +65,14 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, Communicator& communicator,
                                   .device(parameters_.empty() ? torch::Device(torch::kCPU)
                                                               : parameters_[0].device());
   if (!options_.gradient_views) return;  // no buffers, views or hooks
-  if (options_.shard_gradients) {
+  if (options_.zero_stage > 0) control_word_ = torch::zeros({1}, tensor_options);
+  if (options_.zero_stage == 2) {
+    buffers_.resize(plan_.buckets.size());
     for (const Bucket& bucket : plan_.buckets) {
       const ShardRange shard =
           ShardOf(bucket.numel, communicator_.world_size(), communicator_.rank());
       gradients_.push_back(torch::zeros({shard.size()}, tensor_options));
     }
-    control_word_ = torch::zeros({1}, tensor_options);
   } else {
     EnsureBucketBuffers();
   }
@@ -103,19 +104,31 @@ Reducer::~Reducer() {
   }
 }
 
+int64_t Reducer::BufferElements(size_t b) const {
+  const int64_t numel = plan_.buckets[b].numel;
+  if (options_.zero_stage > 0) {
+    return ShardSize(numel, communicator_.world_size()) * communicator_.world_size();
+  }
+  return b == 0 ? numel + 1 : numel;  // bucket 0 carries the control word
+}
+
+at::Tensor Reducer::ShardView(size_t b) const {
+  const ShardRange shard =
+      ShardOf(plan_.buckets[b].numel, communicator_.world_size(), communicator_.rank());
+  return buffers_[b].narrow(0, shard.begin, shard.size());
+}
+
 void Reducer::EnsureBucketBuffers() {
   if (!buffers_.empty() || plan_.buckets.empty()) return;
   const auto tensor_options =
       torch::TensorOptions().dtype(torch::kFloat).device(parameters_[0].device());
-  for (const Bucket& bucket : plan_.buckets) {
-    // Bucket 0 carries the control word after its gradients (unless sharded).
-    const int64_t extra = buffers_.empty() && !options_.shard_gradients ? 1 : 0;
-    buffers_.push_back(torch::zeros({bucket.numel + extra}, tensor_options));
-    if (!options_.shard_gradients) {
-      gradients_.push_back(buffers_.back().narrow(0, 0, bucket.numel));
-    }
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    buffers_.push_back(torch::zeros({BufferElements(b)}, tensor_options));
+    gradients_.push_back(options_.zero_stage == 1
+                             ? ShardView(b)
+                             : buffers_.back().narrow(0, 0, plan_.buckets[b].numel));
   }
-  if (!options_.shard_gradients) {
+  if (options_.zero_stage == 0) {
     control_word_ = buffers_.front().narrow(0, plan_.buckets.front().numel, 1);
   }
   views_.resize(parameters_.size());
@@ -128,25 +141,6 @@ void Reducer::EnsureBucketBuffers() {
                     .view(parameters_[i].sizes());
   }
   BindGradientViews();
-}
-
-void Reducer::ReleaseBucketBuffers() {
-  for (const at::Tensor& p : parameters_) {
-    const_cast<at::Tensor&>(p).mutable_grad().reset();
-  }
-  views_.clear();
-  buffers_.clear();
-}
-
-void Reducer::KeepShards(double factor) {
-  torch::NoGradGuard no_grad;
-  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
-    const ShardRange shard =
-        ShardOf(plan_.buckets[b].numel, communicator_.world_size(), communicator_.rank());
-    at::Tensor part = buffers_[b].narrow(0, shard.begin, shard.size());
-    gradients_[b].copy_(part);
-    if (factor != 1.0) gradients_[b].mul_(factor);
-  }
 }
 
 void Reducer::BindGradientViews() {
@@ -171,18 +165,20 @@ absl::Status Reducer::BroadcastParameters(int root) {
   }
   try {
     torch::NoGradGuard no_grad;
-    EnsureBucketBuffers();
     for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+      // One bucket at a time, through a buffer of its own.
+      torch::Tensor flat = torch::empty(
+          {plan_.buckets[b].numel},
+          torch::TensorOptions().dtype(torch::kFloat).device(parameters_[0].device()));
       for (const BucketSlot& slot : plan_.buckets[b].slots) {
-        buffers_[b]
-            .narrow(0, slot.offset, slot.numel)
+        flat.narrow(0, slot.offset, slot.numel)
             .copy_(parameters_[static_cast<size_t>(slot.param)].detach().reshape({-1}));
       }
-      absl::Status status = communicator_.Broadcast(buffers_[b], root);
+      absl::Status status = communicator_.Broadcast(flat, root);
       if (!status.ok()) return status;
       for (const BucketSlot& slot : plan_.buckets[b].slots) {
         at::Tensor param = parameters_[static_cast<size_t>(slot.param)].detach();
-        param.copy_(buffers_[b].narrow(0, slot.offset, slot.numel).view_as(param));
+        param.copy_(flat.narrow(0, slot.offset, slot.numel).view_as(param));
       }
     }
     ZeroGradients();
@@ -200,14 +196,17 @@ void Reducer::ZeroGradients() {
     }
     return;
   }
-  if (options_.shard_gradients) {
-    // The shards are overwritten by the next FinishBackward; the buckets
-    // come back zeroed with the next backward pass.
-    ReleaseBucketBuffers();
-    control_word_.zero_();
+  if (options_.zero_stage > 0) control_word_.zero_();
+  if (options_.zero_stage == 2) {
+    // The shards are overwritten by the next FinishBackward; the buckets are
+    // taken zeroed in the next synchronizing backward pass.
+    for (const at::Tensor& p : parameters_) {
+      const_cast<at::Tensor&>(p).mutable_grad().reset();
+    }
     return;
   }
   BindGradientViews();
+  // A reduce-scatter leaves the other ranks' parts of its bucket undefined.
   for (at::Tensor& buffer : buffers_) buffer.zero_();
 }
 
@@ -216,17 +215,87 @@ void Reducer::SetControlWord(float value) {
 }
 
 void Reducer::PrepareForBackward(bool synchronize) {
-  if (options_.shard_gradients) EnsureBucketBuffers();
   BindGradientViews();
   absl::MutexLock lock(&mu_);
   synchronize_ = synchronize;
   sequencer_.Reset();
   launched_in_backward_ = 0;
+  collective_error_ = absl::OkStatus();
+}
+
+at::Tensor& Reducer::StageTwoBufferLocked(size_t b) {
+  at::Tensor& buffer = buffers_[b];
+  if (buffer.defined()) return buffer;
+  const int64_t elements = BufferElements(b);
+  // The smallest freed buffer that holds the bucket (spares are whole).
+  auto best = spare_.end();
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->numel() >= elements &&
+        (best == spare_.end() || it->numel() < best->numel())) {
+      best = it;
+    }
+  }
+  if (best != spare_.end()) {
+    buffer = best->narrow(0, 0, elements);
+    spare_.erase(best);
+    buffer.zero_();
+    return buffer;
+  }
+  buffer = torch::zeros(
+      {elements},
+      torch::TensorOptions().dtype(torch::kFloat).device(parameters_[0].device()));
+  return buffer;
+}
+
+void Reducer::MoveGradientIntoBucketLocked(int param) {
+  const auto i = static_cast<size_t>(param);
+  at::Tensor& grad = const_cast<at::Tensor&>(parameters_[i]).mutable_grad();
+  if (!grad.defined()) return;
+  const int b = plan_.bucket_of[i];
+  const BucketSlot& slot =
+      plan_.buckets[static_cast<size_t>(b)].slots[static_cast<size_t>(plan_.slot_of[i])];
+  torch::NoGradGuard no_grad;
+  StageTwoBufferLocked(static_cast<size_t>(b))
+      .narrow(0, slot.offset, slot.numel)
+      .copy_(grad.reshape({-1}));
+  grad.reset();
+}
+
+void Reducer::RetireOldestLocked() {
+  const auto b = static_cast<size_t>(in_flight_.front());
+  in_flight_.erase(in_flight_.begin());
+  absl::Status waited = pending_[b]->Wait();
+  pending_[b].reset();
+  if (waited.ok()) {
+    torch::NoGradGuard no_grad;
+    gradients_[b].copy_(ShardView(b));
+  } else if (collective_error_.ok()) {
+    collective_error_ = std::move(waited);
+  }
+  // The whole buffer, which a smaller bucket may have used a part of.
+  const at::Tensor& buffer = buffers_[b];
+  spare_.push_back(buffer.storage_offset() == 0 &&
+                           buffer.numel() * buffer.element_size() ==
+                               static_cast<int64_t>(buffer.storage().nbytes())
+                       ? buffer
+                       : at::empty({0}, buffer.options()).set_(buffer.storage()));
+  buffers_[b] = at::Tensor();
+  // As many as can be under way at once are kept; the smallest beyond that
+  // is freed.
+  if (spare_.size() > static_cast<size_t>(kBucketsInFlight) + 1) {
+    auto smallest = spare_.begin();
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->numel() < smallest->numel()) smallest = it;
+    }
+    spare_.erase(smallest);
+  }
 }
 
 void Reducer::OnGradientReady(int param) {
   absl::MutexLock lock(&mu_);
-  if (!synchronize_ || !options_.overlap) return;
+  if (!synchronize_) return;
+  if (options_.zero_stage == 2) MoveGradientIntoBucketLocked(param);
+  if (!options_.overlap) return;
   const std::vector<int> launch = sequencer_.MarkReady(param);
   launched_in_backward_ += static_cast<int>(launch.size());
   LaunchLocked(launch);
@@ -234,45 +303,56 @@ void Reducer::OnGradientReady(int param) {
 
 void Reducer::LaunchLocked(const std::vector<int>& buckets) {
   for (const int b : buckets) {
-    pending_[static_cast<size_t>(b)] =
-        communicator_.AllReduceSumAsync(buffers_[static_cast<size_t>(b)], b);
+    const auto i = static_cast<size_t>(b);
+    if (options_.zero_stage == 0) {
+      pending_[i] = communicator_.AllReduceSumAsync(buffers_[i], b);
+      continue;
+    }
+    at::Tensor& buffer = options_.zero_stage == 2 ? StageTwoBufferLocked(i) : buffers_[i];
+    pending_[i] = communicator_.ReduceScatterSumAsync(buffer, b);
+    if (options_.zero_stage != 2) continue;
+    in_flight_.push_back(b);
+    while (in_flight_.size() > static_cast<size_t>(kBucketsInFlight))
+      RetireOldestLocked();
   }
 }
 
 absl::Status Reducer::FinishBackward(double grad_scale) {
   std::vector<std::unique_ptr<PendingCollective>> pending;
   bool synchronized = false;
+  absl::Status status;
   {
     absl::MutexLock lock(&mu_);
     synchronized = synchronize_;
     if (synchronized) {
-      LaunchLocked(sequencer_.LaunchRemaining());
-      pending = std::move(pending_);
-      pending_.clear();
+      if (options_.zero_stage == 2) {
+        // Gradients whose hooks did not run since the last release: none.
+        LaunchLocked(sequencer_.LaunchRemaining());
+        while (!in_flight_.empty()) RetireOldestLocked();
+        status = collective_error_;
+        spare_.clear();
+      } else {
+        LaunchLocked(sequencer_.LaunchRemaining());
+        pending = std::move(pending_);
+        pending_.clear();
+      }
       pending_.resize(plan_.buckets.size());
     }
   }
-  absl::Status status;
   for (std::unique_ptr<PendingCollective>& collective : pending) {
     if (collective == nullptr) continue;
     absl::Status waited = collective->Wait();
     if (status.ok()) status = std::move(waited);
   }
   if (!status.ok()) return status;
+  if (options_.zero_stage > 0 && !synchronized) {
+    return absl::FailedPreconditionError(
+        "ZeRO reduce-scatters the gradients: the last backward pass must synchronize");
+  }
   const double factor = synchronized
                             ? grad_scale / static_cast<double>(communicator_.world_size())
                             : grad_scale;
-  if (options_.shard_gradients) {
-    if (synchronized) RETURN_IF_ERROR(communicator_.AllReduceSum(control_word_));
-    if (buffers_.empty()) {
-      // No backward pass since the last release: no gradient at all.
-      for (at::Tensor& shard : gradients_) shard.zero_();
-    } else {
-      KeepShards(factor);
-    }
-    ReleaseBucketBuffers();
-    return absl::OkStatus();
-  }
+  if (options_.zero_stage > 0) RETURN_IF_ERROR(communicator_.AllReduceSum(control_word_));
   if (!options_.gradient_views) {
     gradients_.clear();
     for (const at::Tensor& p : parameters_) {

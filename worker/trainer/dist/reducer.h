@@ -28,15 +28,24 @@
 // decision each step (the trainer's preemption stop: any rank votes 1, all
 // see a sum > 0 after the same step).
 //
-// ZeRO stage 2 (shard_gradients): FinishBackward keeps only this rank's shard
-// of each bucket (bucket_plan.h's ShardOf), summed over the ranks, in a
-// buffer of the shard's size; gradient_buffers() are then those shards. The
-// bucket buffers exist only from PrepareForBackward to FinishBackward (the
-// parameters' .grad views with them), so between backward passes a rank holds
-// 1/N of the gradients. The reduction is an all-reduce of each bucket of
-// which each rank keeps its part (the sums are exactly stage 0's), and the
-// control word is a tensor of its own, all-reduced after the buckets.
-//
+// ZeRO (zero_stage 1 or 2): each bucket is reduce-scattered instead of
+// all-reduced (communicator.h), so this rank gets the sum of only its shard
+// of it (bucket_plan.h's ShardOf) at half an all-reduce's traffic, and
+// gradient_buffers() are those shards after FinishBackward. The bucket
+// buffers are padded to world size equal parts, and the control word is a
+// tensor of its own, all-reduced after the buckets.
+//   Stage 1: the bucket buffers stay, as at stage 0; each shard is a view of
+//     its bucket.
+//   Stage 2: a rank holds its shards, 1/N of the gradients, and at most a few
+//     whole buckets. No bucket buffer exists outside the synchronizing
+//     backward pass: there, each parameter's gradient (LibTorch's own tensor)
+//     is copied into its bucket, whose buffer is taken when its first
+//     gradient arrives, and dropped; a full bucket is reduce-scattered at
+//     once, and once more than kBucketsInFlight are under way the oldest is
+//     waited for, its shard copied out and its buffer reused by a later
+//     bucket. Accumulation micro-batches keep LibTorch's gradients until
+//     the last one, whose hooks add them into the buckets.
+
 // Thread-safety: one training loop drives a Reducer; the gradient hooks may run on
 // LibTorch's autograd threads (CUDA), so the launch state is guarded by a mutex.
 // The Reducer must outlive every backward pass over its parameters (its hooks are
@@ -71,10 +80,13 @@ struct ReducerOptions {
   // ZeroGradients drops them, as zero_grad(set_to_none=True) does. The plan is
   // still made (for the logs); BroadcastParameters needs a world of one.
   bool gradient_views = true;
-  // ZeRO stage 2: after backward keep only this rank's shard of the summed
-  // gradients (see above). Needs gradient views.
-  bool shard_gradients = false;
+  // ZeRO stage 0, 1 or 2 (see above). 1 and 2 need gradient views.
+  int zero_stage = 0;
 };
+
+// Stage 2: whole buckets a rank holds at most while their reduce-scatters
+// are under way, besides the one being filled.
+inline constexpr int kBucketsInFlight = 2;
 
 class Reducer {
  public:
@@ -90,6 +102,7 @@ class Reducer {
   Reducer& operator=(const Reducer&) = delete;
 
   const BucketPlan& plan() const { return plan_; }
+  int zero_stage() const { return options_.zero_stage; }
 
   // Makes rank `root`'s parameter values every rank's (one broadcast per bucket).
   // Leaves the gradients zero.
@@ -117,8 +130,8 @@ class Reducer {
   // The gradients as a whole, to read or scale: the flat gradient buffer of
   // each bucket (the gradients are views into them), without the control
   // word; without gradient views, each parameter's gradient that the last
-  // FinishBackward found set (none after ZeroGradients); with sharded
-  // gradients, this rank's shard of each bucket (ShardOf, unpadded).
+  // FinishBackward found set (none after ZeroGradients); at ZeRO stages,
+  // this rank's shard of each bucket (ShardOf, unpadded).
   const std::vector<at::Tensor>& gradient_buffers() const { return gradients_; }
 
   // Sets this rank's control word for the next synchronized all-reduce. Call
@@ -138,36 +151,52 @@ class Reducer {
   // Points every parameter's .grad at its slot of the bucket buffers, carrying
   // over the value of a gradient that something replaced.
   void BindGradientViews();
-  // Sharded gradients: allocates the zeroed bucket buffers and the
-  // parameters' views into them, unless they are there; and releases them.
+  // Allocates the zeroed bucket buffers and the parameters' views into them,
+  // unless they are there (stages 0 and 1).
   void EnsureBucketBuffers();
-  void ReleaseBucketBuffers();
-  // Sharded gradients: this rank's part of each summed bucket into
-  // gradients_, times `factor`.
-  void KeepShards(double factor);
+  // Elements of bucket `b`'s buffer: its gradients, plus the control word
+  // (stage 0, bucket 0) or the padding to equal shards (ZeRO).
+  int64_t BufferElements(size_t b) const;
   // Called by the hook of parameter `param` once its gradient is accumulated.
   void OnGradientReady(int param);
   void LaunchLocked(const std::vector<int>& buckets) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stage 2: bucket `b`'s buffer, taken (zeroed) if it has none yet; the
+  // gradient of `param` copied into it and dropped.
+  at::Tensor& StageTwoBufferLocked(size_t b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MoveGradientIntoBucketLocked(int param) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stage 2: waits for the oldest bucket under way, keeps its shard and
+  // frees its buffer for reuse; the first error is kept in collective_error_.
+  void RetireOldestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ZeRO: this rank's part of bucket `b`'s buffer.
+  at::Tensor ShardView(size_t b) const;
 
   // Constant after construction.
   const ReducerOptions options_;
   Communicator& communicator_;  // Not owned.
   const std::vector<at::Tensor> parameters_;
   const BucketPlan plan_;
-  std::vector<at::Tensor> buffers_;  // one flat float32 buffer per bucket
-  // Per bucket: its gradients' part of buffers_; without gradient views, the
-  // parameters' own gradients as of the last FinishBackward.
+  // Per bucket: its gradients' part of buffers_ (stage 0); its shard (ZeRO);
+  // without gradient views, the parameters' own gradients as of the last
+  // FinishBackward.
   std::vector<at::Tensor> gradients_;
   at::Tensor control_word_;        // the element after bucket 0's gradients (or its own)
-  std::vector<at::Tensor> views_;  // per parameter: its slot, shaped
+  std::vector<at::Tensor> views_;  // per parameter: its slot, shaped (stages 0, 1)
   std::unique_ptr<Hooks> hooks_;
 
   mutable absl::Mutex mu_;
+  // One flat float32 buffer per bucket; at stage 2 undefined outside the
+  // synchronizing backward pass (written by the hooks, hence guarded).
+  std::vector<at::Tensor> buffers_;
   BucketLaunchSequencer sequencer_ ABSL_GUARDED_BY(mu_);
   bool synchronize_ ABSL_GUARDED_BY(mu_) = false;
   int launched_in_backward_ ABSL_GUARDED_BY(mu_) = 0;
-  // Per bucket: its launched all-reduce, until waited for.
+  // Per bucket: its launched collective, until waited for.
   std::vector<std::unique_ptr<PendingCollective>> pending_ ABSL_GUARDED_BY(mu_);
+  // Stage 2: buckets launched and not yet retired, oldest first; freed
+  // buffers for the next buckets; the first collective error of the pass.
+  std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::vector<at::Tensor> spare_ ABSL_GUARDED_BY(mu_);
+  absl::Status collective_error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::trainer

@@ -25,9 +25,10 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("ZeRO stage ", stage, ": the sharded stages are 1 and 2"));
   }
-  if (reducer.gradient_buffers().size() != reducer.plan().buckets.size()) {
-    return absl::InvalidArgumentError(
-        "ZeRO needs the reducer's bucket buffers (gradient views)");
+  if (reducer.gradient_buffers().size() != reducer.plan().buckets.size() ||
+      reducer.zero_stage() != stage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ZeRO stage ", stage, " needs a reducer of the same stage with gradient views"));
   }
   try {
     return std::unique_ptr<ZeroOptimizer>(
@@ -45,19 +46,26 @@ ZeroOptimizer::ZeroOptimizer(int stage, std::vector<at::Tensor> parameters,
       communicator_(communicator),
       pieces_(AssignShardPieces(reducer.plan(), communicator.world_size(),
                                 communicator.rank())) {
-  const auto options = torch::TensorOptions()
-                           .dtype(torch::kFloat)
-                           .device(parameters_.empty() ? torch::Device(torch::kCPU)
-                                                       : parameters_[0].device());
-  for (const Bucket& bucket : reducer_.plan().buckets) {
-    shards_.push_back(
-        ShardOf(bucket.numel, communicator_.world_size(), communicator_.rank()));
-    values_.push_back(torch::zeros({bucket.numel}, options));
+  const int world = communicator_.world_size();
+  const BucketPlan& plan = reducer_.plan();
+  slots_.resize(parameters_.size());
+  torch::NoGradGuard no_grad;
+  // Bucket by bucket, so that at most one bucket's parameters exist twice.
+  for (const Bucket& bucket : plan.buckets) {
+    shards_.push_back(ShardOf(bucket.numel, world, communicator_.rank()));
+    flat_.push_back(torch::zeros({ShardSize(bucket.numel, world) * world},
+                                 parameters_[0].options().requires_grad(false)));
+    for (const BucketSlot& slot : bucket.slots) {
+      const auto i = static_cast<size_t>(slot.param);
+      slots_[i] =
+          flat_.back().narrow(0, slot.offset, slot.numel).view(parameters_[i].sizes());
+    }
+    BindParameters();
   }
   piece_of_param_.assign(parameters_.size(), -1);
   for (size_t j = 0; j < pieces_.size(); ++j) {
     const ShardPiece& piece = pieces_[j];
-    piece_values_.push_back(values_[static_cast<size_t>(piece.bucket)].narrow(
+    piece_values_.push_back(flat_[static_cast<size_t>(piece.bucket)].narrow(
         0, piece.bucket_offset, piece.numel));
     piece_of_param_[static_cast<size_t>(piece.param)] = static_cast<int>(j);
   }
@@ -81,9 +89,22 @@ void ZeroOptimizer::Attach(torch::optim::Optimizer& optimizer) {
 }
 
 at::Tensor ZeroOptimizer::GradientShard(size_t b) const {
-  const at::Tensor& gradients = reducer_.gradient_buffers()[b];
-  if (stage_ == 2) return gradients;  // the reducer keeps only the shard
-  return gradients.narrow(0, shards_[b].begin, shards_[b].size());
+  return reducer_.gradient_buffers()[b];  // the reducer's shard of bucket b
+}
+
+void ZeroOptimizer::BindParameters() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const at::Tensor& slot = slots_[i];
+    if (!slot.defined()) continue;  // a later bucket's, not made yet
+    at::Tensor& param = const_cast<at::Tensor&>(parameters_[i]);
+    if (param.data_ptr() == slot.data_ptr() &&
+        param.storage().is_alias_of(slot.storage())) {
+      continue;
+    }
+    slot.copy_(param.detach());
+    param.set_data(slot);
+  }
 }
 
 void ZeroOptimizer::BindPieces() {
@@ -91,11 +112,6 @@ void ZeroOptimizer::BindPieces() {
   for (size_t j = 0; j < pieces_.size(); ++j) {
     const ShardPiece& piece = pieces_[j];
     const auto b = static_cast<size_t>(piece.bucket);
-    // From the parameters every step: whatever set them (a checkpoint, the
-    // initial broadcast) is what the step starts from.
-    piece_values_[j].copy_(
-        parameters_[static_cast<size_t>(piece.param)].detach().reshape({-1}).narrow(
-            0, piece.param_offset, piece.numel));
     piece_values_[j].mutable_grad() =
         GradientShard(b).narrow(0, piece.bucket_offset - shards_[b].begin, piece.numel);
   }
@@ -106,7 +122,7 @@ absl::StatusOr<bool> ZeroOptimizer::AnyNonFinite() {
   torch::Tensor total =
       torch::zeros({1}, torch::TensorOptions()
                             .dtype(torch::kDouble)
-                            .device(values_.empty() ? torch::kCPU : values_[0].device()));
+                            .device(flat_.empty() ? torch::kCPU : flat_[0].device()));
   for (size_t b = 0; b < shards_.size(); ++b) {
     total.add_(GradientShard(b).sum(torch::kDouble));
   }
@@ -116,9 +132,9 @@ absl::StatusOr<bool> ZeroOptimizer::AnyNonFinite() {
 
 absl::Status ZeroOptimizer::ClipGradients(double max_norm) {
   torch::NoGradGuard no_grad;
-  if (values_.empty()) return absl::OkStatus();
+  if (flat_.empty()) return absl::OkStatus();
   torch::Tensor squares = torch::zeros(
-      {1}, torch::TensorOptions().dtype(torch::kDouble).device(values_[0].device()));
+      {1}, torch::TensorOptions().dtype(torch::kDouble).device(flat_[0].device()));
   for (size_t b = 0; b < shards_.size(); ++b) {
     squares.add_(GradientShard(b).square().sum(torch::kDouble));
   }
@@ -134,6 +150,7 @@ absl::Status ZeroOptimizer::Step(double clip_grad_norm) {
     return absl::FailedPreconditionError("ZeRO step without an attached optimizer");
   }
   try {
+    BindParameters();
     BindPieces();
     if (clip_grad_norm > 0) RETURN_IF_ERROR(ClipGradients(clip_grad_norm));
     norm_status_ = absl::OkStatus();
@@ -147,29 +164,24 @@ absl::Status ZeroOptimizer::Step(double clip_grad_norm) {
 
 absl::Status ZeroOptimizer::AllGatherParameters() {
   torch::NoGradGuard no_grad;
-  const BucketPlan& plan = reducer_.plan();
-  for (size_t b = 0; b < values_.size(); ++b) {
-    at::Tensor& values = values_[b];
-    const int64_t n = values.numel();
-    if (n == 0) continue;
-    // Every rank contributes its shard and zeros elsewhere: the sum is the
-    // shards side by side, exactly.
-    values.narrow(0, 0, shards_[b].begin).zero_();
-    values.narrow(0, shards_[b].end, n - shards_[b].end).zero_();
-    RETURN_IF_ERROR(communicator_.AllReduceSum(values));
-    for (const BucketSlot& slot : plan.buckets[b].slots) {
-      at::Tensor param = parameters_[static_cast<size_t>(slot.param)].detach();
-      param.copy_(values.narrow(0, slot.offset, slot.numel).view_as(param));
-    }
+  // Every bucket at once: the transfers of one overlap the others'.
+  std::vector<std::unique_ptr<PendingCollective>> pending;
+  for (size_t b = 0; b < flat_.size(); ++b) {
+    pending.push_back(communicator_.AllGatherAsync(flat_[b], static_cast<int>(b)));
   }
-  return absl::OkStatus();
+  absl::Status status;
+  for (std::unique_ptr<PendingCollective>& collective : pending) {
+    absl::Status waited = collective->Wait();
+    if (status.ok()) status = std::move(waited);
+  }
+  return status;
 }
 
 void ZeroOptimizer::ReduceSquaredNorms(const std::vector<at::Tensor>& pieces,
                                        at::Tensor& squared) {
   torch::NoGradGuard no_grad;
   const torch::Device device =
-      values_.empty() ? torch::Device(torch::kCPU) : values_[0].device();
+      flat_.empty() ? torch::Device(torch::kCPU) : flat_[0].device();
   torch::Tensor whole =
       torch::zeros({static_cast<int64_t>(parameters_.size()), 2},
                    torch::TensorOptions().dtype(torch::kDouble).device(device));
@@ -203,7 +215,7 @@ int64_t ZeroOptimizer::state_elements() const {
 int64_t ZeroOptimizer::gradient_bytes() const {
   int64_t elements = 0;
   for (size_t b = 0; b < shards_.size(); ++b) {
-    elements += stage_ == 2 ? shards_[b].size() : reducer_.plan().buckets[b].numel;
+    elements += stage_ == 2 ? shards_[b].size() : flat_[b].numel();
   }
   return elements * static_cast<int64_t>(sizeof(float));
 }

@@ -1,24 +1,32 @@
 // ZeRO stages 1 and 2 (DeepSpeed's "zero redundancy optimizer") over the
 // Reducer's buckets: the optimizer state is divided among the ranks.
 //
-// Each bucket's flat buffer is cut into world-size shards (bucket_plan.h's
-// ShardOf), so a parameter may be split across ranks. A rank's optimizer is
-// built over its pieces (PieceOf: a flat view of this rank's part of a
-// parameter, in a buffer of its own) and keeps state only for them. Per step:
-//   stage 1: the Reducer all-reduces the gradients as at stage 0;
-//   stage 2: the Reducer keeps only this rank's shard of them (reducer.h);
-// then Step clips by the global norm (each rank's shard's squared norm, summed
-// by an all-reduce), steps the optimizer over the pieces (LAMB reduces its
-// per-parameter norms across the ranks through FusedLamb's norm reduction)
-// and all-gathers the updated values into every rank's parameters.
+// Flat parameters: each bucket's parameters are views into one flat buffer,
+// laid out as the bucket's gradients are and padded to world-size equal
+// shards (bucket_plan.h's ShardOf), as FSDP's FlatParameter and DeepSpeed's
+// flat groups are. A parameter may be split across ranks. A rank's optimizer
+// is built over its pieces (PieceOf: a flat view of this rank's part of a
+// parameter, inside that buffer) and keeps state only for them. No second
+// copy of the parameters exists. Per step:
+//   the Reducer reduce-scatters each bucket's gradients, so this rank holds
+//   the summed gradients of its shard (stage 2: and of nothing else between
+//   backward passes; reducer.h);
+// then Step clips by the global norm (each rank's shard's squared norm,
+// summed by an all-reduce), steps the optimizer over the pieces, which
+// updates this rank's shard of the parameters in place (LAMB reduces its
+// per-parameter norms across the ranks through FusedLamb's norm reduction),
+// and all-gathers every bucket's buffer in place, so each rank's updated
+// shard reaches every rank's parameters. Traffic per step: a reduce-scatter
+// and an all-gather, as much as stage 0's all-reduce.
 //
-// The all-gather is an all-reduce of each bucket's values in which every rank
-// contributes its shard and zeros elsewhere: exact, at twice a native
-// all-gather's traffic, and over any Communicator.
+// Something that replaces a parameter's storage (loading a checkpoint sets
+// it to the loaded tensor) is undone before the next step: the values are
+// copied back into the flat buffer and the parameter made its view again.
 //
-// Usage: Create, build the optimizer over PieceOf(i) (in place of parameter
-// i, skipping undefined pieces), Attach it, then per step FinishBackward on the
-// reducer and Step here (AnyNonFinite first with fp16 loss scaling).
+// Usage: Create (after the parameters hold their initial values), build the
+// optimizer over PieceOf(i) (in place of parameter i, skipping undefined
+// pieces), Attach it, then per step FinishBackward on the reducer and Step
+// here (AnyNonFinite first with fp16 loss scaling).
 //
 // Thread-safety: the training loop's thread only. The reducer, the
 // communicator and the attached optimizer must outlive it.
@@ -55,7 +63,8 @@ struct ZeroPieceState {
 class ZeroOptimizer {
  public:
   // `stage` 1 or 2; `parameters` in registration order, as the reducer got
-  // them (stage 2: a reducer with shard_gradients). InvalidArgument otherwise.
+  // them (a reducer of the same ZeRO stage). InvalidArgument otherwise.
+  // Makes the parameters views into the flat buffers.
   static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(
       int stage, const std::vector<at::Tensor>& parameters, Reducer& reducer,
       Communicator& communicator);
@@ -83,7 +92,8 @@ class ZeroOptimizer {
   absl::Status Step(double clip_grad_norm);
 
   // Elements of the parameters this rank holds optimizer state for, and the
-  // bytes of gradients it holds between backward passes.
+  // bytes of gradients it holds between backward passes (stage 1: the whole
+  // padded buckets; stage 2: its shards).
   int64_t state_elements() const;
   int64_t gradient_bytes() const;
 
@@ -100,7 +110,10 @@ class ZeroOptimizer {
 
   // This rank's gradient shard of bucket `b` (a view).
   at::Tensor GradientShard(size_t b) const;
-  // The parameters' values into the pieces, the shards' gradients onto them.
+  // Makes every parameter a view of its slot in the flat buffers again,
+  // keeping its value, where something replaced its storage.
+  void BindParameters();
+  // The shards' gradients onto the pieces.
   void BindPieces();
   absl::Status ClipGradients(double max_norm);
   absl::Status AllGatherParameters();
@@ -113,9 +126,10 @@ class ZeroOptimizer {
   Reducer& reducer_;            // Not owned.
   Communicator& communicator_;  // Not owned.
   const std::vector<ShardPiece> pieces_;
-  std::vector<ShardRange> shards_;  // per bucket: this rank's range
-  std::vector<at::Tensor> values_;  // per bucket: the flat values for the all-gather
-  std::vector<at::Tensor> piece_values_;  // per piece: its view of values_
+  std::vector<ShardRange> shards_;        // per bucket: this rank's range
+  std::vector<at::Tensor> flat_;          // per bucket: the parameters' flat buffer
+  std::vector<at::Tensor> slots_;         // per parameter: its view of flat_, shaped
+  std::vector<at::Tensor> piece_values_;  // per piece: its view of flat_
   std::vector<int> piece_of_param_;       // per parameter: its piece, or -1
 
   torch::optim::Optimizer* optimizer_ = nullptr;  // Not owned.

@@ -90,6 +90,14 @@ class GpuApi {
                                NcclHandle comm, GpuStream stream) = 0;
   virtual int NcclBroadcast(void* buffer, size_t count, NcclDataType type, int root,
                             NcclHandle comm, GpuStream stream) = 0;
+  // In place over a buffer of world size x `count` elements: rank r's part
+  // (elements r*count ...) ends up holding that part's sum over the ranks
+  // (ncclReduceScatter), or every rank's part is gathered from its owner
+  // (ncclAllGather). Enqueued on `stream`.
+  virtual int NcclReduceScatterSum(void* buffer, size_t count, NcclDataType type,
+                                   int rank, NcclHandle comm, GpuStream stream) = 0;
+  virtual int NcclAllGather(void* buffer, size_t count, NcclDataType type, int rank,
+                            NcclHandle comm, GpuStream stream) = 0;
   // "remote process exited or there was a network error".
   virtual std::string NcclErrorText(int code) = 0;
 };

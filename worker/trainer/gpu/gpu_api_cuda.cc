@@ -30,6 +30,25 @@ static_assert(kNcclRemoteError == ncclRemoteError);
 static_assert(kNcclInProgress == ncclInProgress);
 static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes);
 
+size_t BytesPerElement(NcclDataType type) {
+  switch (type) {
+    case NcclDataType::kFloat64:
+    case NcclDataType::kInt64:
+      return 8;
+    case NcclDataType::kFloat16:
+    case NcclDataType::kBFloat16:
+      return 2;
+    case NcclDataType::kFloat32:
+      break;
+  }
+  return 4;
+}
+
+// The address of element `index` of a buffer of `type`.
+void* ElementAt(void* buffer, size_t index, NcclDataType type) {
+  return static_cast<char*>(buffer) + index * BytesPerElement(type);
+}
+
 ncclDataType_t ToNccl(NcclDataType type) {
   switch (type) {
     case NcclDataType::kFloat32:
@@ -171,6 +190,18 @@ class RealGpuApi final : public GpuApi {
                     NcclHandle comm, GpuStream stream) override {
     return ncclBroadcast(buffer, buffer, count, ToNccl(type), root,
                          static_cast<ncclComm_t>(comm),
+                         static_cast<cudaStream_t>(stream));
+  }
+  int NcclReduceScatterSum(void* buffer, size_t count, NcclDataType type, int rank,
+                           NcclHandle comm, GpuStream stream) override {
+    return ncclReduceScatter(buffer, ElementAt(buffer, count * rank, type), count,
+                             ToNccl(type), ncclSum, static_cast<ncclComm_t>(comm),
+                             static_cast<cudaStream_t>(stream));
+  }
+  int NcclAllGather(void* buffer, size_t count, NcclDataType type, int rank,
+                    NcclHandle comm, GpuStream stream) override {
+    return ncclAllGather(ElementAt(buffer, count * rank, type), buffer, count,
+                         ToNccl(type), static_cast<ncclComm_t>(comm),
                          static_cast<cudaStream_t>(stream));
   }
   std::string NcclErrorText(int code) override {

@@ -516,6 +516,7 @@ class TrainingRun {
   std::optional<CollectivesInProgress> named_collectives_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int zero_stage_ = 0;                   // in effect (0 at a world of one)
+  int64_t bytes_sent_reported_ = 0;      // communicator_.bytes_sent() at the last report
   std::unique_ptr<ZeroOptimizer> zero_;  // null at stage 0
   // Per optimizer group: its learning-rate scale (layer-wise decay) and
   // whether it holds the head (trained alone during a head-only warm-up).
@@ -672,7 +673,7 @@ absl::Status TrainingRun::BuildModel() {
   // ZeRO has nothing to shard.
   reducing.gradient_views = world_ > 1;
   zero_stage_ = world_ > 1 ? options_.zero_stage : 0;
-  reducing.shard_gradients = zero_stage_ == 2;
+  reducing.zero_stage = zero_stage_;
   if (options_.zero_stage > 0 && world_ == 1 && loop_.log != nullptr) {
     *loop_.log << "[rank 0] ZeRO stage " << options_.zero_stage
                << " has nothing to shard in a world of one: the rank keeps the whole "
@@ -961,8 +962,8 @@ void TrainingRun::LogSetUp() const {
              << " bytes of optimizer state and " << GradientBytes()
              << " bytes of gradients"
              << (zero_stage_ == 2
-                     ? absl::StrCat(" (plus ", parameter_count_ * sizeof(float),
-                                    " bytes of gradient buckets during backward)")
+                     ? absl::StrCat(" (plus at most ", kBucketsInFlight + 1,
+                                    " whole gradient buckets during backward)")
                      : "")
              << std::endl;
 }
@@ -1345,6 +1346,13 @@ void TrainingRun::ReportInterval(double lr) {
       {"lr", lr},
       {"epoch", epoch}};
   if (fp16_) values.emplace_back("loss_scale", scaler_.scale());
+  if (world_ > 1) {
+    // What this rank's collectives handed to the transport, per step.
+    const int64_t sent = communicator_.bytes_sent();
+    values.emplace_back("comm_bytes_per_step",
+                        static_cast<double>(sent - bytes_sent_reported_) / steps);
+    bytes_sent_reported_ = sent;
+  }
   if (const int64_t skipped = data_.skipped(); skipped > 0) {
     values.emplace_back("data_skipped", static_cast<double>(skipped));
   }

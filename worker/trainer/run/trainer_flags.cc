@@ -169,9 +169,11 @@ void DeclareImageAndFineTuningFlags(ConfigFlags& config, TrainerOptions& t) {
                       "on fails if it cannot"));
   config("zero-stage", t.zero_stage,
          absl::StrCat("ZeRO stage, one of ", ZeroStageChoicesText(),
-                      ": 0 keeps the whole optimizer state on every rank, 1 shards it "
-                      "over the ranks (each updates its shard, then all-gathers), 2 "
-                      "also reduce-scatters the gradients"));
+                      ": 0 keeps the whole optimizer state on every rank; 1 "
+                      "reduce-scatters the gradients, each rank updates its shard of "
+                      "the parameters with its shard of the optimizer state, then "
+                      "all-gathers them; 2 also keeps only its shard of the gradients "
+                      "between backward passes (e.g. --zero-stage 2)"));
 }
 
 // Evaluation only (evaluation.h): no training, one split evaluated.
