@@ -21,7 +21,7 @@ namespace v1 = ::tessera::v1;
 constexpr size_t kMaxNameBytes = 128;
 constexpr int kMaxRepeats = 100;
 // ZeRO stages the trainer has (TrainerConfig.zero_stage).
-constexpr int kMaxZeroStage = 2;
+constexpr int kMaxZeroStage = 3;
 
 // A parsed "shape" grid value.
 struct Shape {

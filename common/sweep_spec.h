@@ -12,7 +12,7 @@
 //     batch_size: [32, 64]        # per rank
 //     scaling: [strong, weak]
 //     shape: [pack]               # pack | spread | NxM (then no world_size list)
-//     zero_stage: [0, 1, 2]       # ZeRO stage (trainer.zero_stage)
+//     zero_stage: [0, 1, 2, 3]    # ZeRO stage (trainer.zero_stage)
 //   base:                 # a job spec; name and world_size may be left out
 //     trainer: {model: vit-micro, dataset: synthetic, epochs: 1, ...}
 //

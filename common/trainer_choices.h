@@ -28,8 +28,9 @@ inline constexpr std::array<const char*, 5> kInitNamesChoices = {
 inline constexpr std::array<const char*, 3> kCudaGraphChoices = {"off", "auto", "on"};
 
 // trainer.zero_stage (an int32 field, so not in kTrainerChoiceFields): 0
-// replicates the optimizer state (DDP), 1 shards it, 2 shards the gradients too.
-inline constexpr std::array<int, 3> kZeroStageChoices = {0, 1, 2};
+// replicates the optimizer state (DDP), 1 shards it, 2 shards the gradients
+// too, 3 the parameters as well (FSDP's full sharding).
+inline constexpr std::array<int, 4> kZeroStageChoices = {0, 1, 2, 3};
 
 inline bool IsZeroStage(int stage) {
   for (const int s : kZeroStageChoices) {

@@ -477,12 +477,12 @@ trainer:
   dataset: synthetic
   batch_size: 8
   epochs: 1
-  zero_stage: 3
+  zero_stage: 4
 )",
                                                    SpecLimits{})
                                .status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(bad.message(), HasSubstr("trainer.zero_stage: must be one of 0, 1, 2"));
+  EXPECT_THAT(bad.message(), HasSubstr("trainer.zero_stage: must be one of 0, 1, 2, 3"));
 
   absl::StatusOr<v1::JobSpec> good = ParseAndValidateJobSpec(R"(name: zero
 world_size: 2
@@ -491,12 +491,12 @@ trainer:
   dataset: synthetic
   batch_size: 8
   epochs: 1
-  zero_stage: 2
+  zero_stage: 3
 )",
                                                              SpecLimits{});
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_THAT(TrainerConfigToFlags(good->trainer()),
-              ::testing::Contains("--zero-stage=2"));
+              ::testing::Contains("--zero-stage=3"));
 }
 
 TEST(JobSpecTest, EnvNamesThatLoadCodeAreRefusedNamingTheVariableAndWhy) {

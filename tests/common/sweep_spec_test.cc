@@ -106,15 +106,15 @@ TEST(SweepSpecTest, WithoutAZeroStageAxisPointsTakeTheBasesStageAndKeepTheirName
   EXPECT_EQ((*points)[0].job.name(), "s/n2-b8-strong-pack-r0");
 }
 
-TEST(SweepSpecTest, ZeroStageOutsideZeroToTwoIsRejected) {
-  auto three = Expand(std::string("name: s\ngrid:\n  zero_stage: [0, 3]\n") + kBase);
-  EXPECT_TRUE(absl::IsInvalidArgument(three.status()));
-  EXPECT_THAT(three.status().message(),
-              HasSubstr("grid.zero_stage[1]: must be between 0 and 2, got 3"));
+TEST(SweepSpecTest, ZeroStageOutsideZeroToThreeIsRejected) {
+  auto four = Expand(std::string("name: s\ngrid:\n  zero_stage: [0, 4]\n") + kBase);
+  EXPECT_TRUE(absl::IsInvalidArgument(four.status()));
+  EXPECT_THAT(four.status().message(),
+              HasSubstr("grid.zero_stage[1]: must be between 0 and 3, got 4"));
 
   auto negative = Expand(std::string("name: s\ngrid:\n  zero_stage: [-1]\n") + kBase);
   EXPECT_THAT(negative.status().message(),
-              HasSubstr("grid.zero_stage[0]: must be between 0 and 2, got -1"));
+              HasSubstr("grid.zero_stage[0]: must be between 0 and 3, got -1"));
 
   auto twice = Expand(std::string("name: s\ngrid:\n  zero_stage: [1, 1]\n") + kBase);
   EXPECT_THAT(twice.status().message(),
@@ -123,7 +123,7 @@ TEST(SweepSpecTest, ZeroStageOutsideZeroToTwoIsRejected) {
   auto base = Expand(std::string("name: s\ngrid:\n  world_size: [1]\n") + kBase +
                      "    zero_stage: 5\n");
   EXPECT_THAT(base.status().message(),
-              HasSubstr("base.trainer.zero_stage: must be between 0 and 2, got 5"));
+              HasSubstr("base.trainer.zero_stage: must be between 0 and 3, got 5"));
 
   auto text = ParseSweepSpec("name: s\ngrid:\n  zero_stage: [one]\n");
   EXPECT_TRUE(absl::IsInvalidArgument(text.status()));

@@ -122,9 +122,10 @@ TEST(GlooCommunicatorTest, TwoRanksCanUseGloosRingInstead) {
 
 TEST(GlooCommunicatorTest, FourRanksSumFloat64AndInt64) {
   RunGroup(4, [](int rank, Communicator& communicator) {
-    // Pairwise exchange is for two ranks only; four use Gloo's ring.
+    // Pairwise exchange is for two ranks only; four use the reduce-scatter and
+    // all-gather ring.
     EXPECT_EQ(dynamic_cast<GlooCommunicator&>(communicator).allreduce_algorithm(),
-              "ring");
+              "reduce-scatter-all-gather");
     torch::Tensor counts = torch::tensor({static_cast<int64_t>(rank), int64_t{1}});
     torch::Tensor sums = torch::tensor({0.5 * rank, 1.0}, torch::kDouble);
     ASSERT_TRUE(communicator.AllReduceSum(counts).ok());
@@ -312,6 +313,21 @@ TEST(GlooCommunicatorTest, ReduceScatterAndAllGatherMatchTheAllReduceAtOneToFour
       EXPECT_EQ(communicator.collectives()->Oldest(), std::nullopt);
     });
   }
+}
+
+// From three ranks the all-reduce is the reduce-scatter and all-gather of
+// the ZeRO stages: the same sums, bit for bit, as a shard's.
+TEST(GlooCommunicatorTest, FromThreeRanksTheAllReduceSumsAsTheReduceScatterDoes) {
+  RunGroup(3, [](int rank, Communicator& communicator) {
+    const int64_t n = 1001;
+    torch::Tensor summed = torch::randn({n}, torch::TensorOptions().dtype(torch::kFloat))
+                               .mul_(static_cast<float>(rank + 1));
+    torch::Tensor scattered = summed.clone();
+    ASSERT_TRUE(communicator.AllReduceSum(summed).ok());
+    ASSERT_TRUE(communicator.ReduceScatterSum(scattered).ok());
+    ASSERT_TRUE(communicator.AllGather(scattered).ok());
+    EXPECT_TRUE(torch::equal(summed, scattered)) << "rank " << rank;
+  });
 }
 
 // Several rings in flight at once finish in issue order with their own data.

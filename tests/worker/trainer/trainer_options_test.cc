@@ -58,14 +58,14 @@ TEST(TrainerOptionsTest, AMalformedFaultHookIsAUsageErrorNamingTheFlag) {
 }
 
 TEST(TrainerOptionsTest, ZeroStageOutsideTheChoicesIsRefusedNamingThem) {
-  for (const int stage : {-1, 3}) {
+  for (const int stage : {-1, 4}) {
     TrainerOptions options;
     options.zero_stage = stage;
     const absl::Status status = ValidateTrainerOptions(options);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << stage;
-    EXPECT_THAT(status.message(), HasSubstr("--zero-stage must be one of 0, 1, 2"));
+    EXPECT_THAT(status.message(), HasSubstr("--zero-stage must be one of 0, 1, 2, 3"));
   }
-  for (const int stage : {0, 1, 2}) {
+  for (const int stage : {0, 1, 2, 3}) {
     TrainerOptions options;
     options.zero_stage = stage;
     EXPECT_TRUE(ValidateTrainerOptions(options).ok()) << stage;

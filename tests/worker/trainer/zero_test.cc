@@ -1,7 +1,8 @@
-// ZeRO stages 1 and 2 (dist/zero_optimizer.h) in whole training runs of two
-// Gloo ranks on the CPU: the same parameters as stage 0 (DDP), the optimizer
-// state (and at stage 2 the gradients) divided between the ranks, and sharded
-// checkpoints that resume at another world size and at stage 0.
+// ZeRO stages 1, 2 and 3 (dist/zero_optimizer.h) in whole training runs of
+// two and three Gloo ranks on the CPU: the same parameters as stage 0 (DDP),
+// the optimizer state (and from stage 2 the gradients) divided between the
+// ranks, and sharded checkpoints that resume at another world size and at
+// other stages.
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -126,25 +127,30 @@ double RelativeDifference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).norm().item<double>() / b.norm().item<double>();
 }
 
-// Trains 30 steps at `stage` with a final checkpoint and returns its parameters.
+// Trains 30 steps at `stage` on `world` ranks (the same global batch) with a
+// final checkpoint and returns its parameters.
 torch::Tensor FinalParameters(const std::string& optimizer, int stage,
                               const ImageDataset& train, const ImageDataset& test,
-                              double layer_decay = 1.0) {
+                              double layer_decay = 1.0, int world = 2) {
   TrainerOptions options = ZeroRun(optimizer, stage);
   options.layer_decay = layer_decay;
-  options.checkpoint_dir = FreshDirectory(absl::StrCat("zero-", optimizer, stage));
-  const std::vector<RankRun> runs = Train(2, options, train, test);
-  EXPECT_EQ(runs[0].outcome.param_hash, runs[1].outcome.param_hash);
+  options.batch_size = 24 / (world * options.grad_accum);
+  options.checkpoint_dir =
+      FreshDirectory(absl::StrCat("zero-", optimizer, stage, "-", world));
+  const std::vector<RankRun> runs = Train(world, options, train, test);
+  for (const RankRun& run : runs) {
+    EXPECT_EQ(run.outcome.param_hash, runs[0].outcome.param_hash);
+  }
   return CheckpointParameters(options.checkpoint_dir, 30, train);
 }
 
 class ZeroOptimizerTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ZeroOptimizerTest, StagesOneAndTwoReachStageZerosParameters) {
+TEST_P(ZeroOptimizerTest, StagesOneTwoAndThreeReachStageZerosParameters) {
   const ImageDataset train = Synthetic(1024, Split::kTrain);
   const ImageDataset test = Synthetic(64, Split::kTest);
   const torch::Tensor ddp = FinalParameters(GetParam(), 0, train, test);
-  for (const int stage : {1, 2}) {
+  for (const int stage : {1, 2, 3}) {
     const torch::Tensor zero = FinalParameters(GetParam(), stage, train, test);
     const double difference = RelativeDifference(zero, ddp);
     std::cout << GetParam() << " stage " << stage << ": relative difference "
@@ -156,12 +162,28 @@ TEST_P(ZeroOptimizerTest, StagesOneAndTwoReachStageZerosParameters) {
 INSTANTIATE_TEST_SUITE_P(AdamWAndLamb, ZeroOptimizerTest,
                          ::testing::Values("adamw", "lamb"));
 
+// Three ranks cut every bucket and unit into three uneven shards.
+TEST(ZeroTest, ThreeRanksAtEachStageReachStageZerosParameters) {
+  const ImageDataset train = Synthetic(1024, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  const torch::Tensor ddp = FinalParameters("adamw", 0, train, test, 1.0, 3);
+  for (const int stage : {1, 2, 3}) {
+    const torch::Tensor zero = FinalParameters("adamw", stage, train, test, 1.0, 3);
+    const double difference = RelativeDifference(zero, ddp);
+    std::cout << "3 ranks, stage " << stage << ": relative difference " << difference
+              << " from stage 0\n";
+    EXPECT_LE(difference, 1e-5) << "stage " << stage;
+  }
+}
+
 TEST(ZeroTest, SgdWithMomentumReachesStageZerosParameters) {
   const ImageDataset train = Synthetic(1024, Split::kTrain);
   const ImageDataset test = Synthetic(64, Split::kTest);
   const torch::Tensor ddp = FinalParameters("sgd", 0, train, test);
-  const torch::Tensor zero = FinalParameters("sgd", 2, train, test);
-  EXPECT_LE(RelativeDifference(zero, ddp), 1e-5);
+  for (const int stage : {2, 3}) {
+    const torch::Tensor zero = FinalParameters("sgd", stage, train, test);
+    EXPECT_LE(RelativeDifference(zero, ddp), 1e-5) << "stage " << stage;
+  }
 }
 
 // The fine-tuning optimizer: a group per layer at its own learning rate.
@@ -169,8 +191,10 @@ TEST(ZeroTest, LayerWiseDecayGroupsReachStageZerosParameters) {
   const ImageDataset train = Synthetic(1024, Split::kTrain);
   const ImageDataset test = Synthetic(64, Split::kTest);
   const torch::Tensor ddp = FinalParameters("adamw", 0, train, test, 0.75);
-  const torch::Tensor zero = FinalParameters("adamw", 1, train, test, 0.75);
-  EXPECT_LE(RelativeDifference(zero, ddp), 1e-5);
+  for (const int stage : {1, 3}) {
+    const torch::Tensor zero = FinalParameters("adamw", stage, train, test, 0.75);
+    EXPECT_LE(RelativeDifference(zero, ddp), 1e-5) << "stage " << stage;
+  }
 }
 
 TEST(ZeroTest, TheRanksDivideTheOptimizerStateAndAtStageTwoTheGradients) {
@@ -244,6 +268,61 @@ TEST(ZeroTest, AStageTwoCheckpointResumesAtOneRankAndAtOtherStages) {
               r.tolerance)
         << r.world << " ranks at stage " << r.stage;
   }
+}
+
+// A checkpoint of `stage` on two ranks at step 4 of 8, resumed by `resumes`
+// (world size, stage, tolerance) with the same global batch: each ends where
+// the uninterrupted run ends.
+struct Resume {
+  int world;
+  int stage;
+  double tolerance;  // another world size sums in another order
+};
+
+void ExpectResumesEndWhereTheRunEnds(int stage, const std::vector<Resume>& resumes) {
+  const ImageDataset train = Synthetic(1024, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = ZeroRun("lamb", stage);
+  options.max_steps = 8;
+  options.checkpoint_every = 4;
+  options.checkpoint_dir = FreshDirectory(absl::StrCat("zero-reshard-from-", stage));
+  Train(2, options, train, test);
+  const torch::Tensor uninterrupted =
+      CheckpointParameters(options.checkpoint_dir, 8, train);
+  for (const Resume& r : resumes) {
+    const std::string dir = FreshDirectory(
+        absl::StrCat("zero-resume-", stage, "-to-", r.world, "-", r.stage));
+    std::filesystem::copy(options.checkpoint_dir, dir,
+                          std::filesystem::copy_options::recursive);
+    ASSERT_TRUE(CheckpointDirectory(dir).PublishLatest(4).ok());
+    TrainerOptions resumed = options;
+    resumed.checkpoint_dir = dir;
+    resumed.resume = true;
+    resumed.zero_stage = r.stage;
+    resumed.batch_size = options.batch_size * 2 / r.world;
+    const std::vector<RankRun> runs = Train(r.world, resumed, train, test);
+    ASSERT_EQ(runs.size(), static_cast<size_t>(r.world));
+    EXPECT_EQ(runs[0].outcome.resumed_from, 4);
+    const double difference =
+        RelativeDifference(CheckpointParameters(dir, 8, train), uninterrupted);
+    std::cout << "stage " << stage << " on 2 ranks resumed on " << r.world << " at stage "
+              << r.stage << ": relative difference " << difference << "\n";
+    EXPECT_LE(difference, r.tolerance) << r.world << " ranks at stage " << r.stage;
+  }
+}
+
+TEST(ZeroTest, AStageThreeCheckpointResumesAtOtherWorldSizesAndStages) {
+  ExpectResumesEndWhereTheRunEnds(3, {Resume{4, 3, 1e-4}, Resume{1, 0, 1e-4},
+                                      Resume{2, 0, 1e-5}, Resume{2, 2, 1e-5}});
+}
+
+TEST(ZeroTest, AStageZeroCheckpointResumesAtEachShardedStage) {
+  ExpectResumesEndWhereTheRunEnds(
+      0, {Resume{2, 1, 1e-5}, Resume{2, 2, 1e-5}, Resume{2, 3, 1e-5}});
+}
+
+TEST(ZeroTest, AStageTwoCheckpointResumesAtStageThreeOnFourRanks) {
+  ExpectResumesEndWhereTheRunEnds(2, {Resume{4, 3, 1e-4}});
 }
 
 }  // namespace

@@ -50,6 +50,26 @@ BucketPlan AssignBuckets(const std::vector<int64_t>& numels, int64_t element_siz
   return plan;
 }
 
+BucketPlan AssignUnitBuckets(const std::vector<int64_t>& numels,
+                             const std::vector<int>& unit_of) {
+  BucketPlan plan;
+  plan.bucket_of.assign(numels.size(), -1);
+  plan.slot_of.assign(numels.size(), -1);
+  if (numels.empty()) return plan;
+  const int units = *std::max_element(unit_of.begin(), unit_of.end()) + 1;
+  plan.buckets.resize(static_cast<size_t>(units));
+  for (int param = static_cast<int>(numels.size()) - 1; param >= 0; --param) {
+    const auto i = static_cast<size_t>(param);
+    const int b = units - 1 - unit_of[i];  // the highest unit first
+    Bucket& bucket = plan.buckets[static_cast<size_t>(b)];
+    plan.bucket_of[i] = b;
+    plan.slot_of[i] = static_cast<int>(bucket.slots.size());
+    bucket.slots.push_back(BucketSlot{param, bucket.numel, numels[i]});
+    bucket.numel += numels[i];
+  }
+  return plan;
+}
+
 void FlattenBucket(const Bucket& bucket, const std::vector<const float*>& params,
                    float* flat) {
   for (const BucketSlot& slot : bucket.slots) {

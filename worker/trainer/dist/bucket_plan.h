@@ -64,6 +64,14 @@ struct BucketPlan {
 BucketPlan AssignBuckets(const std::vector<int64_t>& numels, int64_t element_size,
                          const BucketOptions& options);
 
+// ZeRO stage 3's plan: one bucket per unit (a group of parameters gathered
+// and freed together, e.g. a transformer block), `unit_of` giving each
+// parameter's unit (0, 1, ... every one used). The highest unit is bucket 0,
+// so units whose backward ends first go out first; slots in reverse
+// registration order, as AssignBuckets lays them.
+BucketPlan AssignUnitBuckets(const std::vector<int64_t>& numels,
+                             const std::vector<int>& unit_of);
+
 // Copies `count` values per parameter between per-parameter arrays and a bucket's
 // flat buffer, following the plan's offsets. The torch-free reference of what the
 // Reducer does with tensors; sources and destinations must not overlap.

@@ -261,6 +261,7 @@ class RingExecutor {
 struct GlooCommunicator::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   bool pairwise_exchange = false;
+  bool sharded_ring = false;
   // Send/receive tag of the next exchange (a ring takes one per step). Every
   // rank issues collectives in the same order, so the counters agree.
   uint32_t next_tag = 0;
@@ -347,6 +348,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     group_options->threads = options.threads;
     auto impl = std::make_unique<Impl>();
     impl->pairwise_exchange = options.pairwise_exchange && world_size == 2;
+    impl->sharded_ring = options.sharded_ring && world_size >= 3;
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store->impl_->store, rank,
                                                               world_size, group_options);
     impl->collectives = std::make_shared<GlooCollectives>(options.on_collective_failure);
@@ -456,6 +458,7 @@ std::unique_ptr<PendingCollective> GlooCommunicator::StartAllReduceSum(at::Tenso
   absl::Status valid = CheckCollectiveTensor(tensor);
   if (valid.ok()) valid = impl_->collectives->CheckUsable();
   if (!valid.ok()) return FinishedCollective(std::move(valid));
+  if (impl_->sharded_ring) return StartRing(tensor, bucket, RingKind::kAllReduce);
   auto tracked =
       std::make_unique<TrackedCollective>(impl_->collectives, "allreduce", bucket);
   if (impl_->pairwise_exchange) {
@@ -532,6 +535,8 @@ struct Ring {
     const ShardRange range = ShardOf(buffer.numel(), world, owner);
     return buffer.narrow(0, range.begin, range.size());
   }
+  // A ring takes 2 x world tags: its reduce-scatter's steps, then its
+  // all-gather's.
   int Tag(int step) const {
     return static_cast<int>((first_tag + static_cast<uint32_t>(step)) & 0x7fffffffu);
   }
@@ -584,33 +589,32 @@ struct Ring {
   }
 };
 
-absl::Status CheckRingBuffer(const at::Tensor& buffer) {
-  RETURN_IF_ERROR(CheckCollectiveTensor(buffer));
-  if (buffer.dim() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a reduce-scatter or all-gather takes a 1-D buffer, got ",
-                     buffer.dim(), " dimensions"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 std::unique_ptr<PendingCollective> GlooCommunicator::StartRing(at::Tensor& buffer,
                                                                int bucket,
-                                                               bool reduce_scatter) {
-  absl::Status valid = CheckRingBuffer(buffer);
+                                                               RingKind kind) {
+  absl::Status valid = CheckCollectiveTensor(buffer);
+  if (valid.ok() && kind != RingKind::kAllReduce && buffer.dim() != 1) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat("a reduce-scatter or all-gather takes a 1-D buffer, got ",
+                     buffer.dim(), " dimensions"));
+  }
   if (valid.ok()) valid = impl_->collectives->CheckUsable();
   if (!valid.ok()) return FinishedCollective(std::move(valid));
-  const char* const name = reduce_scatter ? "reducescatter" : "allgather";
+  const char* const name = kind == RingKind::kReduceScatter ? "reducescatter"
+                           : kind == RingKind::kAllGather   ? "allgather"
+                                                            : "allreduce";
   auto tracked = std::make_unique<TrackedCollective>(impl_->collectives, name, bucket);
-  Ring ring{impl_->group, impl_->collectives, impl_->bytes_sent, buffer,
+  Ring ring{impl_->group, impl_->collectives, impl_->bytes_sent, buffer.view({-1}),
             rank_,        world_size_,        impl_->next_tag};
-  impl_->next_tag += static_cast<uint32_t>(world_size_);
+  impl_->next_tag += 2 * static_cast<uint32_t>(world_size_);
   std::shared_ptr<RingExecutor::Job> job =
-      impl_->rings.Submit([ring = std::move(ring), reduce_scatter, name]() {
+      impl_->rings.Submit([ring = std::move(ring), kind, name]() -> absl::Status {
         try {
-          return reduce_scatter ? ring.ReduceScatter() : ring.AllGather();
+          if (kind != RingKind::kAllGather) RETURN_IF_ERROR(ring.ReduceScatter());
+          if (kind != RingKind::kReduceScatter) RETURN_IF_ERROR(ring.AllGather());
+          return absl::OkStatus();
         } catch (const std::exception& e) {
           return C10dErrorToStatus(e, absl::StrCat("Gloo ring ", name));
         }
@@ -620,17 +624,18 @@ std::unique_ptr<PendingCollective> GlooCommunicator::StartRing(at::Tensor& buffe
 
 std::unique_ptr<PendingCollective> GlooCommunicator::StartReduceScatterSum(
     at::Tensor& buffer, int bucket) {
-  return StartRing(buffer, bucket, /*reduce_scatter=*/true);
+  return StartRing(buffer, bucket, RingKind::kReduceScatter);
 }
 
 std::unique_ptr<PendingCollective> GlooCommunicator::StartAllGather(at::Tensor& buffer,
                                                                     int bucket) {
-  return StartRing(buffer, bucket, /*reduce_scatter=*/false);
+  return StartRing(buffer, bucket, RingKind::kAllGather);
 }
 
 int64_t GlooCommunicator::bytes_sent() const { return impl_->bytes_sent->load(); }
 
 std::string GlooCommunicator::allreduce_algorithm() const {
+  if (impl_->sharded_ring) return "reduce-scatter-all-gather";
   return impl_->pairwise_exchange ? "pairwise-exchange" : "ring";
 }
 

@@ -70,6 +70,11 @@ struct GlooOptions {
   // latency that a small last bucket leaves exposed after backward. Off: Gloo's
   // allreduce at every world size.
   bool pairwise_exchange = true;
+  // With three ranks or more an all-reduce is the communicator's own ring:
+  // its reduce-scatter, then its all-gather (below), so that every ZeRO
+  // stage sums a gradient in the same order as stage 0. Off: Gloo's
+  // allreduce.
+  bool sharded_ring = true;
 };
 
 // Gloo's own limit for one operation (and for connecting the mesh): `timeout`
@@ -91,7 +96,8 @@ class GlooCommunicator final : public Communicator {
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "gloo"; }
   // How AllReduceSumAsync combines: "pairwise-exchange" (two ranks, see
-  // GlooOptions::pairwise_exchange) or "ring" (Gloo's allreduce).
+  // GlooOptions::pairwise_exchange), "reduce-scatter-all-gather" (three or
+  // more, GlooOptions::sharded_ring) or "ring" (Gloo's allreduce).
   std::string allreduce_algorithm() const;
   absl::Status Broadcast(at::Tensor& tensor, int root) override;
   absl::Status Barrier() override;
@@ -117,8 +123,9 @@ class GlooCommunicator final : public Communicator {
                                                            int bucket) override;
   std::unique_ptr<PendingCollective> StartAllGather(at::Tensor& buffer,
                                                     int bucket) override;
+  enum class RingKind { kReduceScatter, kAllGather, kAllReduce };
   std::unique_ptr<PendingCollective> StartRing(at::Tensor& buffer, int bucket,
-                                               bool reduce_scatter);
+                                               RingKind kind);
   GlooCommunicator(int rank, int world_size, std::unique_ptr<RendezvousStore> store,
                    std::unique_ptr<Impl> impl);
 

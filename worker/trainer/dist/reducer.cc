@@ -43,7 +43,15 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
   buckets.bucket_cap_bytes = MebibytesToBytes(options.bucket_cap_mb);
   buckets.first_bucket_cap_bytes = MebibytesToBytes(options.first_bucket_mb);
   buckets.min_buckets = options.min_buckets;
-  BucketPlan plan = AssignBuckets(numels, sizeof(float), buckets);
+  if (options.zero_stage == 3 && (options.units.size() != parameters.size() ||
+                                  !options.unit_buffer || !options.on_bucket_reduced)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ZeRO stage 3 needs a unit for each of the ", parameters.size(),
+                     " parameters, and the units' buffers"));
+  }
+  BucketPlan plan = options.zero_stage == 3
+                        ? AssignUnitBuckets(numels, options.units)
+                        : AssignBuckets(numels, sizeof(float), buckets);
   try {
     return std::unique_ptr<Reducer>(
         new Reducer(parameters, communicator, options, std::move(plan)));
@@ -66,8 +74,12 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, Communicator& communicator,
                                                               : parameters_[0].device());
   if (!options_.gradient_views) return;  // no buffers, views or hooks
   if (options_.zero_stage > 0) control_word_ = torch::zeros({1}, tensor_options);
-  if (options_.zero_stage == 2) {
+  if (options_.zero_stage >= 2) {
     buffers_.resize(plan_.buckets.size());
+    {
+      absl::MutexLock lock(&mu_);
+      moved_.assign(parameters_.size(), false);
+    }
     for (const Bucket& bucket : plan_.buckets) {
       const ShardRange shard =
           ShardOf(bucket.numel, communicator_.world_size(), communicator_.rank());
@@ -79,23 +91,37 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, Communicator& communicator,
   pending_.resize(plan_.buckets.size());
 
   for (size_t i = 0; i < parameters_.size(); ++i) {
+    hooks_->accumulators.emplace_back();
+    hooks_->keys.push_back(0);
+  }
+  HookAccumulators();
+}
+
+void Reducer::HookAccumulators() {
+  for (size_t i = 0; i < parameters_.size(); ++i) {
     std::shared_ptr<torch::autograd::Node> accumulator =
         torch::autograd::impl::grad_accumulator(parameters_[i]);
+    if (accumulator == hooks_->accumulators[i]) continue;
+    if (hooks_->accumulators[i] != nullptr) {
+      hooks_->accumulators[i]->del_post_hook(hooks_->keys[i]);
+    }
     const int param = static_cast<int>(i);
-    hooks_->keys.push_back(accumulator->add_post_hook(
+    hooks_->keys[i] = accumulator->add_post_hook(
         std::make_unique<torch::autograd::utils::LambdaPostHook>(
             [this, param](const torch::autograd::variable_list& outputs,
                           const torch::autograd::variable_list& /*inputs*/) {
               OnGradientReady(param);
               return outputs;
-            })));
-    hooks_->accumulators.push_back(std::move(accumulator));
+            }));
+    hooks_->accumulators[i] = std::move(accumulator);
   }
 }
 
 Reducer::~Reducer() {
   for (size_t i = 0; i < hooks_->accumulators.size(); ++i) {
-    hooks_->accumulators[i]->del_post_hook(hooks_->keys[i]);
+    if (hooks_->accumulators[i] != nullptr) {
+      hooks_->accumulators[i]->del_post_hook(hooks_->keys[i]);
+    }
   }
   // Launched collectives write into buffers_; let them finish first.
   absl::MutexLock lock(&mu_);
@@ -197,9 +223,12 @@ void Reducer::ZeroGradients() {
     return;
   }
   if (options_.zero_stage > 0) control_word_.zero_();
-  if (options_.zero_stage == 2) {
-    // The shards are overwritten by the next FinishBackward; the buckets are
-    // taken zeroed in the next synchronizing backward pass.
+  if (options_.zero_stage >= 2) {
+    // The shards are overwritten by the next FinishBackward (stage 3: added
+    // to, from zero); the buckets are taken in the next synchronizing pass.
+    if (options_.zero_stage == 3) {
+      for (at::Tensor& shard : gradients_) shard.zero_();
+    }
     for (const at::Tensor& p : parameters_) {
       const_cast<at::Tensor&>(p).mutable_grad().reset();
     }
@@ -215,9 +244,14 @@ void Reducer::SetControlWord(float value) {
 }
 
 void Reducer::PrepareForBackward(bool synchronize) {
+  if (options_.gradient_views) HookAccumulators();
   BindGradientViews();
   absl::MutexLock lock(&mu_);
+  // Stage 3 reduce-scatters every pass; the last one's rest goes out in
+  // FinishBackward, an earlier one's here.
+  if (pass_open_) FlushPassLocked();
   synchronize_ = synchronize;
+  pass_open_ = options_.zero_stage == 3;
   sequencer_.Reset();
   launched_in_backward_ = 0;
   collective_error_ = absl::OkStatus();
@@ -226,6 +260,10 @@ void Reducer::PrepareForBackward(bool synchronize) {
 at::Tensor& Reducer::StageTwoBufferLocked(size_t b) {
   at::Tensor& buffer = buffers_[b];
   if (buffer.defined()) return buffer;
+  if (options_.zero_stage == 3) {
+    buffer = options_.unit_buffer(static_cast<int>(b));
+    return buffer;
+  }
   const int64_t elements = BufferElements(b);
   // The smallest freed buffer that holds the bucket (spares are whole).
   auto best = spare_.end();
@@ -259,6 +297,7 @@ void Reducer::MoveGradientIntoBucketLocked(int param) {
       .narrow(0, slot.offset, slot.numel)
       .copy_(grad.reshape({-1}));
   grad.reset();
+  if (options_.zero_stage == 3) moved_[i] = true;
 }
 
 void Reducer::RetireOldestLocked() {
@@ -268,9 +307,18 @@ void Reducer::RetireOldestLocked() {
   pending_[b].reset();
   if (waited.ok()) {
     torch::NoGradGuard no_grad;
-    gradients_[b].copy_(ShardView(b));
+    if (options_.zero_stage == 3) {
+      gradients_[b].add_(ShardView(b));
+    } else {
+      gradients_[b].copy_(ShardView(b));
+    }
   } else if (collective_error_.ok()) {
     collective_error_ = std::move(waited);
+  }
+  if (options_.zero_stage == 3) {
+    buffers_[b] = at::Tensor();
+    options_.on_bucket_reduced(static_cast<int>(b));
+    return;
   }
   // The whole buffer, which a smaller bucket may have used a part of.
   const at::Tensor& buffer = buffers_[b];
@@ -282,7 +330,7 @@ void Reducer::RetireOldestLocked() {
   buffers_[b] = at::Tensor();
   // As many as can be under way at once are kept; the smallest beyond that
   // is freed.
-  if (spare_.size() > static_cast<size_t>(kBucketsInFlight) + 1) {
+  if (spare_.size() > static_cast<size_t>(buckets_in_flight()) + 1) {
     auto smallest = spare_.begin();
     for (auto it = spare_.begin(); it != spare_.end(); ++it) {
       if (it->numel() < smallest->numel()) smallest = it;
@@ -291,10 +339,30 @@ void Reducer::RetireOldestLocked() {
   }
 }
 
+void Reducer::FlushPassLocked() {
+  // Buckets whose hooks did not all run (parameters that got no gradient).
+  const std::vector<int> remaining = sequencer_.LaunchRemaining();
+  if (synchronize_) {
+    LaunchLocked(remaining);
+    while (!in_flight_.empty()) RetireOldestLocked();
+  } else {
+    for (const int b : remaining) options_.on_bucket_reduced(b);
+  }
+  sequencer_.Reset();
+  pass_open_ = false;
+}
+
 void Reducer::OnGradientReady(int param) {
   absl::MutexLock lock(&mu_);
+  if (options_.zero_stage == 3 && !synchronize_) {
+    // An accumulation pass keeps its gradients (LibTorch's, whole, so that
+    // they add up as stage 0's do); a unit whose gradients are all in is
+    // done with its parameters.
+    for (const int b : sequencer_.MarkReady(param)) options_.on_bucket_reduced(b);
+    return;
+  }
   if (!synchronize_) return;
-  if (options_.zero_stage == 2) MoveGradientIntoBucketLocked(param);
+  if (options_.zero_stage >= 2) MoveGradientIntoBucketLocked(param);
   if (!options_.overlap) return;
   const std::vector<int> launch = sequencer_.MarkReady(param);
   launched_in_backward_ += static_cast<int>(launch.size());
@@ -308,12 +376,27 @@ void Reducer::LaunchLocked(const std::vector<int>& buckets) {
       pending_[i] = communicator_.AllReduceSumAsync(buffers_[i], b);
       continue;
     }
-    at::Tensor& buffer = options_.zero_stage == 2 ? StageTwoBufferLocked(i) : buffers_[i];
+    at::Tensor& buffer = options_.zero_stage >= 2 ? StageTwoBufferLocked(i) : buffers_[i];
+    if (options_.zero_stage == 3) {
+      // Slots of parameters that got no gradient still hold their values.
+      torch::NoGradGuard no_grad;
+      for (const BucketSlot& slot : plan_.buckets[i].slots) {
+        const auto param = static_cast<size_t>(slot.param);
+        if (!moved_[param]) buffer.narrow(0, slot.offset, slot.numel).zero_();
+        moved_[param] = false;
+      }
+    }
     pending_[i] = communicator_.ReduceScatterSumAsync(buffer, b);
-    if (options_.zero_stage != 2) continue;
+    if (options_.zero_stage < 2) continue;
     in_flight_.push_back(b);
-    while (in_flight_.size() > static_cast<size_t>(kBucketsInFlight))
+    while (in_flight_.size() > static_cast<size_t>(buckets_in_flight()))
       RetireOldestLocked();
+  }
+  // Stage 3's pass ends with its last bucket: every unit is the model's
+  // again before anything runs forward.
+  if (options_.zero_stage == 3 && !buckets.empty() &&
+      sequencer_.launched() == static_cast<int>(plan_.buckets.size())) {
+    while (!in_flight_.empty()) RetireOldestLocked();
   }
 }
 
@@ -325,12 +408,9 @@ absl::Status Reducer::FinishBackward(double grad_scale) {
     absl::MutexLock lock(&mu_);
     synchronized = synchronize_;
     if (synchronized) {
-      if (options_.zero_stage == 2) {
-        // Gradients whose hooks did not run since the last release: none.
-        LaunchLocked(sequencer_.LaunchRemaining());
-        while (!in_flight_.empty()) RetireOldestLocked();
+      if (options_.zero_stage >= 2) {
+        FlushPassLocked();
         status = collective_error_;
-        spare_.clear();
       } else {
         LaunchLocked(sequencer_.LaunchRemaining());
         pending = std::move(pending_);

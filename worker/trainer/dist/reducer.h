@@ -45,6 +45,13 @@
 //     waited for, its shard copied out and its buffer reused by a later
 //     bucket. Accumulation micro-batches keep LibTorch's gradients until
 //     the last one, whose hooks add them into the buckets.
+//   Stage 3: as stage 2, with a bucket per unit of the model (a block,
+//     whose parameters are gathered and freed together; zero_optimizer.h)
+//     whose buffer is the unit's gathered parameters (unit_buffer). As at
+//     stage 2, accumulation micro-batches keep LibTorch's gradients until
+//     the last one (FSDP's no_sync: the sums are stage 0's, at the memory
+//     of whole gradients while accumulating); in those passes
+//     on_bucket_reduced says when a unit's gradients are all in.
 
 // Thread-safety: one training loop drives a Reducer; the gradient hooks may run on
 // LibTorch's autograd threads (CUDA), so the launch state is guarded by a mutex.
@@ -57,6 +64,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -80,13 +88,26 @@ struct ReducerOptions {
   // ZeroGradients drops them, as zero_grad(set_to_none=True) does. The plan is
   // still made (for the logs); BroadcastParameters needs a world of one.
   bool gradient_views = true;
-  // ZeRO stage 0, 1 or 2 (see above). 1 and 2 need gradient views.
+  // ZeRO stage 0, 1, 2 or 3 (see above). 1 to 3 need gradient views.
   int zero_stage = 0;
+  // Stage 3: each parameter's unit (AssignUnitBuckets: a bucket per unit);
+  // the memory bucket b's gradients are gathered in: the unit's gathered
+  // parameters, whose slots the gradients replace one by one (a weight's
+  // slot is no longer read once its gradient is computed); and a call once
+  // the bucket's shard is taken (in an accumulation pass: once its
+  // gradients are all in), after which that memory is the caller's again.
+  // Both are called under the reducer's lock, from backward's hooks.
+  std::vector<int> units;
+  std::function<at::Tensor(int bucket)> unit_buffer;
+  std::function<void(int bucket)> on_bucket_reduced;
 };
 
-// Stage 2: whole buckets a rank holds at most while their reduce-scatters
-// are under way, besides the one being filled.
+// Whole buckets a rank holds at most while their reduce-scatters are under
+// way, besides the one being filled: stage 2's (capped by bucket_cap_mb),
+// and stage 3's, whose buckets are whole units (a transformer block's
+// gradients) and go out one at a time.
 inline constexpr int kBucketsInFlight = 2;
+inline constexpr int kUnitsInFlight = 1;
 
 class Reducer {
  public:
@@ -103,6 +124,10 @@ class Reducer {
 
   const BucketPlan& plan() const { return plan_; }
   int zero_stage() const { return options_.zero_stage; }
+  // Stages 2 and 3: kBucketsInFlight or kUnitsInFlight.
+  int buckets_in_flight() const {
+    return options_.zero_stage == 3 ? kUnitsInFlight : kBucketsInFlight;
+  }
 
   // Makes rank `root`'s parameter values every rank's (one broadcast per bucket).
   // Leaves the gradients zero.
@@ -148,6 +173,10 @@ class Reducer {
   Reducer(std::vector<at::Tensor> parameters, Communicator& communicator,
           const ReducerOptions& options, BucketPlan plan);
 
+  // Hooks each parameter's gradient accumulator, unless hooked already: a
+  // parameter whose tensor was replaced in place (set_, as loading a
+  // checkpoint does) gets a new accumulator, without the hook.
+  void HookAccumulators();
   // Points every parameter's .grad at its slot of the bucket buffers, carrying
   // over the value of a gradient that something replaced.
   void BindGradientViews();
@@ -167,6 +196,8 @@ class Reducer {
   // Stage 2: waits for the oldest bucket under way, keeps its shard and
   // frees its buffer for reuse; the first error is kept in collective_error_.
   void RetireOldestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stages 2 and 3: launches what this pass has not, and retires it all.
+  void FlushPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ZeRO: this rank's part of bucket `b`'s buffer.
   at::Tensor ShardView(size_t b) const;
 
@@ -189,6 +220,7 @@ class Reducer {
   std::vector<at::Tensor> buffers_;
   BucketLaunchSequencer sequencer_ ABSL_GUARDED_BY(mu_);
   bool synchronize_ ABSL_GUARDED_BY(mu_) = false;
+  bool pass_open_ ABSL_GUARDED_BY(mu_) = false;  // stage 3: a pass not flushed yet
   int launched_in_backward_ ABSL_GUARDED_BY(mu_) = 0;
   // Per bucket: its launched collective, until waited for.
   std::vector<std::unique_ptr<PendingCollective>> pending_ ABSL_GUARDED_BY(mu_);
@@ -196,6 +228,7 @@ class Reducer {
   // buffers for the next buckets; the first collective error of the pass.
   std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);
   std::vector<at::Tensor> spare_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> moved_ ABSL_GUARDED_BY(mu_);  // stage 3, per parameter: in its bucket
   absl::Status collective_error_ ABSL_GUARDED_BY(mu_);
 };
 

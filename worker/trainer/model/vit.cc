@@ -141,13 +141,24 @@ VisionTransformerImpl::VisionTransformerImpl(const ViTConfig& config) : config_(
 
 torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
   const int64_t batch = images.size(0);
+  if (hooks_ != nullptr) hooks_->BeforeForward();
   // [batch, dim, grid, grid] -> [batch, patches, dim]
   torch::Tensor x = patch_embedding_->forward(images).flatten(2).transpose(1, 2);
   x = torch::cat({class_token_.expand({batch, -1, -1}), x}, 1) + position_embedding_;
   x = dropout_->forward(x);
-  x = blocks_->forward(x);
+  if (hooks_ == nullptr) {
+    x = blocks_->forward(x);
+  } else {
+    for (size_t i = 0; i < blocks_->size(); ++i) {
+      const int block = static_cast<int>(i);
+      hooks_->BeforeBlock(block);
+      x = hooks_->AfterBlock(block, blocks_[i]->as<EncoderBlockImpl>()->forward(x));
+    }
+  }
   x = ApplyLayerNorm(norm_, x, config_.cpu_kernels);
-  return ApplyLinear(head_, x.select(1, 0), config_.cpu_kernels);
+  torch::Tensor logits = ApplyLinear(head_, x.select(1, 0), config_.cpu_kernels);
+  if (hooks_ != nullptr) hooks_->AfterForward();
+  return logits;
 }
 
 }  // namespace tessera::trainer

@@ -19,6 +19,7 @@
 
 #include <torch/torch.h>
 
+#include "worker/trainer/model/block_hooks.h"
 #include "worker/trainer/model/vit_config.h"
 
 namespace tessera::trainer {
@@ -67,8 +68,13 @@ class VisionTransformerImpl : public torch::nn::Module {
 
   const ViTConfig& config() const { return config_; }
 
+  // Hooks called by every forward from now on (null: none); not owned, and
+  // must outlive their use.
+  void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
+
  private:
   ViTConfig config_;
+  BlockHooks* hooks_ = nullptr;
   torch::nn::Conv2d patch_embedding_{nullptr};
   torch::Tensor class_token_;
   torch::Tensor position_embedding_;

@@ -17,10 +17,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -674,6 +676,20 @@ absl::Status TrainingRun::BuildModel() {
   reducing.gradient_views = world_ > 1;
   zero_stage_ = world_ > 1 ? options_.zero_stage : 0;
   reducing.zero_stage = zero_stage_;
+  if (zero_stage_ == 3) {
+    // The units stage 3 gathers and frees together: each encoder block's
+    // parameters (1 + its index), and the rest of the model (0).
+    for (const auto& item : model->named_parameters()) {
+      int unit = 0;
+      if (absl::StartsWith(item.key(), "blocks.")) {
+        const std::string_view rest = std::string_view(item.key()).substr(7);
+        unit = 1 + std::stoi(std::string(rest.substr(0, rest.find('.'))));
+      }
+      reducing.units.push_back(unit);
+    }
+    reducing.unit_buffer = [this](int bucket) { return zero_->UnitBuffer(bucket); };
+    reducing.on_bucket_reduced = [this](int bucket) { zero_->OnBucketReduced(bucket); };
+  }
   if (options_.zero_stage > 0 && world_ == 1 && loop_.log != nullptr) {
     *loop_.log << "[rank 0] ZeRO stage " << options_.zero_stage
                << " has nothing to shard in a world of one: the rank keeps the whole "
@@ -702,6 +718,7 @@ absl::Status TrainingRun::BuildModel() {
   }
   optimizer_ = MakeOptimizerFor(optimized, group_scales_, group_heads_);
   if (zero_ != nullptr) zero_->Attach(*optimizer_);
+  if (zero_stage_ == 3) model->set_block_hooks(zero_.get());
   if (!options_.checkpoint_dir.empty()) checkpoints_.emplace(options_.checkpoint_dir);
   return absl::OkStatus();
 }
@@ -961,8 +978,8 @@ void TrainingRun::LogSetUp() const {
              << ": this rank holds " << OptimizerStateBytes()
              << " bytes of optimizer state and " << GradientBytes()
              << " bytes of gradients"
-             << (zero_stage_ == 2
-                     ? absl::StrCat(" (plus at most ", kBucketsInFlight + 1,
+             << (zero_stage_ >= 2
+                     ? absl::StrCat(" (plus at most ", reducer_->buckets_in_flight() + 1,
                                     " whole gradient buckets during backward)")
                      : "")
              << std::endl;
@@ -1034,8 +1051,12 @@ absl::Status TrainingRun::SaveCheckpoint(bool wait) {
   // The snapshot: the state as bytes in host memory, taken before the next
   // step changes it.
   const absl::Time snapshot_start = absl::Now();
-  ASSIGN_OR_RETURN(CheckpointFiles files,
-                   SerializeCheckpoint(*checkpoints_, state, **model_, *optimizer_));
+  // Stage 3: the whole model for the snapshot, freed again after it.
+  if (zero_ != nullptr) RETURN_IF_ERROR(zero_->GatherAll());
+  absl::StatusOr<CheckpointFiles> serialized =
+      SerializeCheckpoint(*checkpoints_, state, **model_, *optimizer_);
+  if (zero_ != nullptr) zero_->ReleaseAll();
+  ASSIGN_OR_RETURN(CheckpointFiles files, std::move(serialized));
   if (zero_ != nullptr) {
     ASSIGN_OR_RETURN(auto shard, SerializeZeroShard(*checkpoints_, step_, rank_, world_,
                                                     zero_->ExportState()));
@@ -1228,6 +1249,11 @@ absl::Status TrainingRun::EagerStepBody(bool* stop) {
     ++outcome_.skipped_steps;
   }
   reducer_->ZeroGradients();
+  // A CPU rank's heap keeps the pages of what the step freed (activations,
+  // gathered units, gradient buckets) between what it still holds; they go
+  // back to the system here, so that its resident memory, and a memory
+  // limit on it, follow what the step holds.
+  if (!placement_.cuda) malloc_trim(0);
   timer_->Mark(StepPhase::kOptimizer);
   return absl::OkStatus();
 }
@@ -1399,6 +1425,8 @@ absl::Status TrainingRun::TrainLoop() {
                    {{"total_steps", static_cast<double>(total_steps_)},
                     {"steps_per_epoch", static_cast<double>(plan_->steps_per_epoch())}});
   (*model_)->train();
+  // What setting up freed (ZeRO: the parameters before they were flattened).
+  if (!placement_.cuda) malloc_trim(0);
   while (step_ < total_steps_) {
     bool stop = false;
     if (profiler_ != nullptr) RETURN_IF_ERROR(profiler_->BeforeStep(step_ + 1));
@@ -1442,10 +1470,13 @@ absl::StatusOr<TrainingOutcome> TrainingRun::Finish() {
         step_, {{"test_accuracy", last_eval_.accuracy}, {"test_loss", last_eval_.loss}});
   }
   Fnv1a64 hash;
-  for (const torch::Tensor& p : parameters_) {
-    const torch::Tensor values = p.detach().to(torch::kCPU).contiguous();
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    // Stage 3: a unit's memory at a time.
+    if (zero_ != nullptr) RETURN_IF_ERROR(zero_->GatherOnlyUnitOf(static_cast<int>(i)));
+    const torch::Tensor values = parameters_[i].detach().to(torch::kCPU).contiguous();
     hash.Update(values.data_ptr(), values.numel() * values.element_size());
   }
+  if (zero_ != nullptr) zero_->ReleaseAll();
   outcome_.steps = step_;
   outcome_.train_seconds = train_seconds_;
   outcome_.test_accuracy = last_eval_.accuracy;

@@ -173,7 +173,9 @@ void DeclareImageAndFineTuningFlags(ConfigFlags& config, TrainerOptions& t) {
                       "reduce-scatters the gradients, each rank updates its shard of "
                       "the parameters with its shard of the optimizer state, then "
                       "all-gathers them; 2 also keeps only its shard of the gradients "
-                      "between backward passes (e.g. --zero-stage 2)"));
+                      "between backward passes; 3 also keeps only its shard of the "
+                      "parameters, gathering each transformer block's just before "
+                      "its forward and backward (FSDP) (e.g. --zero-stage 3)"));
 }
 
 // Evaluation only (evaluation.h): no training, one split evaluated.
