@@ -1,155 +1,137 @@
 #!/usr/bin/env bash
-# ZeRO stages on CPU: tessera-train with 2 Gloo ranks over loopback (ViT-CIFAR-tiny
-# on synthetic data, AdamW) at --zero-stage 0, 1 and 2, the same seed, batch and
-# steps each time. Prints, per stage and rank, the bytes of optimizer state and of
-# gradients the rank holds (the optimizer_state_bytes and gradient_bytes metrics
-# every rank reports with its first metrics), the rank's peak RSS (peak_rss_bytes)
-# and the mean step time after the warmup interval (time_step_ms), then the
-# targets of issue 34:
-#   - sharded bytes at 1/N of stage 0's, within 2%: the optimizer state at
-#     stages 1 and 2, the gradients at stage 2 (stage 1 keeps them whole);
-#   - step time within 10% of stage 0's (not slower than 1.10x).
-# Each stage runs REPEATS times and the fastest run counts (the box may be
-# shared); the bytes do not change between runs.
+# ZeRO stages on CPU (issue 41's benchmark): tessera-train ranks over Gloo on
+# loopback, joined through --rendezvous-store (no coordinator), ViT-B/16 at
+# 32 px on synthetic data, AdamW in fp32, one intra-op thread per rank, at each
+# world size of WORLDS and each ZeRO stage of STAGES, the same seed, batch and
+# steps each time. Per world size it prints a table of the stages:
+#   - peak RSS per rank, measured by the OS: GNU time's %M around each rank
+#     (/usr/bin/time), or, without GNU time, the ranks' peak_rss_bytes metric
+#     (VmHWM); the header says which;
+#   - model-state bytes: the optimizer state and gradients the code counts
+#     (optimizer_state_bytes, gradient_bytes, first report);
+#   - bytes sent per rank per step: comm_bytes_per_step of the last interval
+#     (the first includes the initial parameter broadcast);
+#   - step time: time_step_ms, mean over the steps after the warmup;
+# each the maximum over the ranks. Then issue 41's targets, PASS or MISS each,
+# for every stage against stage 0 at the same world size:
+#   - memory: peak RSS per rank below stage 0's by at least 85% of what the
+#     stage shards: (1 - 1/N) of stage 0's optimizer state at stage 1, of its
+#     optimizer state and gradients at stage 2, and of those and the parameters
+#     at stage 3 (bench/zero/report.py computes it from stage 0's counted bytes);
+#   - traffic: stages 1 and 2 send no more than stage 0, stage 3 at most 1.5x;
+#   - time: stages 1 and 2 within 1.10x of stage 0's step time, stage 3 1.35x.
+# A stage that tessera-train's --help does not list is skipped with a message.
 #
 # Usage: bench/zero/run.sh                 (BUILD=build dir, default build)
-#   MODEL=vit-cifar-tiny BATCH=32 WARMUP=5 STEPS=20 THREADS=1 REPEATS=2 STAGES="0 1 2"
-#   TESSERA_ARGS="..." adds tessera-train flags (e.g. --optimizer lamb)
-# Exits 1 when a target is missed, 2 when it cannot run.
+#   MODEL=vit-b16 IMAGE_SIZE=32 BATCH=2 WARMUP=2 STEPS=4 WORLDS="2 4"
+#   STAGES="0 1 2 3" THREADS=1 REPEATS=1 TRAIN_SUBSET=1024 TEST_SUBSET=64
+#   TESSERA_ARGS="..." adds tessera-train flags; TIME_BIN=/usr/bin/time (GNU time)
+# With REPEATS > 1 the repeat with the shortest step time counts.
+# RESULTS=FILE appends each run's figures to FILE (JSON lines, see report.py)
+# and REPORT=0 leaves out the tables and targets: run_torch26.sh uses both.
+# Exits 1 when a target is missed, 2 when it cannot run or cannot check one.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BENCH=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$BENCH/../.." && pwd)
+# shellcheck source=bench/zero/lib.sh
+source "$BENCH/lib.sh"
 BUILD=${BUILD:-$ROOT/build}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 TRAIN=${TESSERA_TRAIN:-$BUILD/bin/tessera-train}
-MODEL=${MODEL:-vit-cifar-tiny}
-BATCH=${BATCH:-32}
-WARMUP=${WARMUP:-5}
-STEPS=${STEPS:-20}
+MODEL=${MODEL:-vit-b16}
+IMAGE_SIZE=${IMAGE_SIZE:-32}
+BATCH=${BATCH:-2}
+WARMUP=${WARMUP:-2}
+STEPS=${STEPS:-4}
+WORLDS=${WORLDS:-"2 4"}
+STAGES=${STAGES:-"0 1 2 3"}
 THREADS=${THREADS:-1}
-REPEATS=${REPEATS:-2}
-STAGES=${STAGES:-"0 1 2"}
-WORLD=2
+REPEATS=${REPEATS:-1}
+TRAIN_SUBSET=${TRAIN_SUBSET:-1024}
+TEST_SUBSET=${TEST_SUBSET:-64}
+REPORT=${REPORT:-1}
 read -r -a EXTRA <<< "${TESSERA_ARGS:-}"
 CORES=$(nproc)  # before OMP_NUM_THREADS is set: nproc honours it
 
-[ -x "$TRAIN" ] || { echo "no tessera-train at $TRAIN (set BUILD=...)" >&2; exit 2; }
-"$TRAIN" --help 2>&1 | grep -q -- '--zero-stage' ||
-  { echo "$TRAIN has no --zero-stage flag: build a trainer with ZeRO" >&2; exit 2; }
+cannot() { echo "bench/zero/run.sh: $*" >&2; exit 2; }
+
+[ -x "$TRAIN" ] || cannot "no tessera-train at $TRAIN (set BUILD=...)"
+for n in BATCH WARMUP STEPS THREADS REPEATS; do
+  [[ ${!n} =~ ^[1-9][0-9]*$ ]] || cannot "$n must be a positive integer, not '${!n}'"
+done
+for world in $WORLDS; do
+  if ! [[ $world =~ ^[1-9][0-9]*$ ]] || [ "$world" -lt 2 ]; then
+    cannot "WORLDS holds world sizes of 2 or more, not '$world'"
+  fi
+done
+
+KNOWN=$(zero_listed_stages "$TRAIN")
+[ -n "$KNOWN" ] || cannot "$TRAIN --help lists no ZeRO stages (no --zero-stage flag?)"
+RUN_STAGES=()
+for stage in $STAGES; do
+  if [[ " $KNOWN " == *" $stage "* ]]; then
+    RUN_STAGES+=("$stage")
+  else
+    echo "stage $stage: skipped, $TRAIN --help lists stages $KNOWN only"
+  fi
+done
+[ ${#RUN_STAGES[@]} -gt 0 ] || cannot "none of the stages \"$STAGES\" is listed by $TRAIN --help"
+
+# Peak RSS from GNU time where it is installed (Debian package `time`).
+TIME_BIN=${TIME_BIN:-/usr/bin/time}
+if [ -x "$TIME_BIN" ] && "$TIME_BIN" --version 2>&1 | grep -q GNU; then
+  RSS_SOURCE=gnu-time
+else
+  RSS_SOURCE=metric
+  echo "no GNU time at $TIME_BIN (apt-get install time): peak RSS from the ranks'" \
+    "peak_rss_bytes metric (VmHWM) instead"
+fi
+
+# Metrics every gcd(WARMUP, STEPS) steps: equal intervals, the warmup's apart.
+gcd() { local a=$1 b=$2; while [ "$b" -ne 0 ]; do set -- "$b" $((a % b)); a=$1 b=$2; done; echo "$a"; }
+EVERY=$(gcd "$WARMUP" "$STEPS")
 
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS GLOO_SOCKET_IFNAME=lo
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+RESULTS=${RESULTS:-$WORK/results.jsonl}
+trap 'zero_stop_all; rm -rf "$WORK"' EXIT
 
-free_port() { echo $((20000 + RANDOM % 20000)); }
-
-# One run of both ranks at one stage; metrics in $WORK/z<stage>-r<run>-<rank>.jsonl.
-run_stage() {
-  local stage=$1 run=$2 port pids=() rank
-  port=$(free_port)
-  for ((rank = 0; rank < WORLD; rank++)); do
-    local prefix="$WORK/z$stage-r$run-$rank"
-    local args=(--model "$MODEL" --dataset synthetic --train-subset 20000 --test-subset 256
-                --batch-size "$BATCH" --max-steps $((WARMUP + STEPS)) --metrics-every "$WARMUP"
-                --threads "$THREADS" --data-workers 0 --seed 1 --zero-stage "$stage"
-                --world-size "$WORLD" --rank "$rank" --local-rank "$rank"
-                --rendezvous-store "127.0.0.1:$port" --metrics-file "$prefix.jsonl"
-                ${EXTRA[@]+"${EXTRA[@]}"})
-    [ "$rank" -eq 0 ] && echo "$TRAIN ${args[*]}" > "$WORK/command-z$stage"
-    "$TRAIN" "${args[@]}" > "$prefix.log" 2>&1 &
-    pids+=($!)
+# run_once WORLD STAGE REPEAT: every rank of one run, then its line in $RESULTS.
+run_once() {
+  local world=$1 stage=$2 repeat=$3 port rank dir="$WORK/w$1-z$2-r$3" command=""
+  mkdir -p "$dir"
+  port=$(zero_free_port)
+  for ((rank = 0; rank < world; rank++)); do
+    local args=(--model "$MODEL" --image-size "$IMAGE_SIZE" --dataset synthetic
+                --train-subset "$TRAIN_SUBSET" --test-subset "$TEST_SUBSET"
+                --batch-size "$BATCH" --max-steps $((WARMUP + STEPS)) --metrics-every "$EVERY"
+                --optimizer adamw --precision fp32 --threads "$THREADS" --data-workers 0
+                --seed 1 --zero-stage "$stage" --world-size "$world" --rank "$rank"
+                --local-rank "$rank" --rendezvous-store "127.0.0.1:$port"
+                --metrics-file "$dir/r$rank.jsonl" ${EXTRA[@]+"${EXTRA[@]}"})
+    local runner=()
+    [ "$RSS_SOURCE" = gnu-time ] && runner=("$TIME_BIN" -f %M -o "$dir/r$rank.maxrss")
+    [ "$rank" -eq 0 ] && command="${runner[*]} $TRAIN ${args[*]}"
+    zero_start ${runner[@]+"${runner[@]}"} "$TRAIN" "${args[@]}" >"$dir/r$rank.log" 2>&1
   done
-  for pid in "${pids[@]}"; do
-    wait "$pid" || { tail -n 20 "$WORK"/z"$stage"-r"$run"-*.log >&2; exit 1; }
-  done
+  if ! zero_wait_all; then
+    tail -n 20 "$dir"/r*.log >&2
+    cannot "world size $world, stage $stage: a rank failed (logs above)"
+  fi
+  python3 "$BENCH/report.py" collect-tessera --dir "$dir" --world "$world" --stage "$stage" \
+    --repeat "$repeat" --warmup "$WARMUP" --rss-source "$RSS_SOURCE" --command "$command" \
+    >>"$RESULTS"
 }
 
-echo "ZeRO stages on CPU: $MODEL, $WORLD Gloo ranks on loopback, batch $BATCH per rank," \
-     "$WARMUP warmup + $STEPS timed steps, $THREADS thread(s) per rank, best of $REPEATS," \
-     "$CORES of $(nproc --all) cores usable"
-for stage in $STAGES; do
-  for ((r = 0; r < REPEATS; r++)); do run_stage "$stage" "$r"; done
-  echo "  stage $stage: $(cat "$WORK/command-z$stage")"
+echo "ZeRO stages on CPU: tessera-train $MODEL at $IMAGE_SIZE px, world sizes $WORLDS," \
+     "Gloo on loopback, AdamW fp32, batch $BATCH per rank, $WARMUP warmup + $STEPS timed" \
+     "steps, $THREADS thread(s) per rank, $CORES of $(nproc --all) cores usable;" \
+     "peak RSS from $RSS_SOURCE; stages ${RUN_STAGES[*]}; best of $REPEATS"
+for world in $WORLDS; do
+  for stage in "${RUN_STAGES[@]}"; do
+    for ((r = 0; r < REPEATS; r++)); do run_once "$world" "$stage" "$r"; done
+  done
 done
-echo
-
-python3 - "$WORK" "$WORLD" "$WARMUP" "$REPEATS" $STAGES <<'PY'
-import json, sys
-
-work, world, warmup, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-stages = [int(s) for s in sys.argv[5:]]
-
-def mib(b):
-    return "-" if b is None else f"{b / 2**20:.2f} MiB"
-
-def read(stage, run, rank):
-    """The rank's figures of one run: first bytes reported, peak RSS, mean step ms."""
-    fig = {"optimizer_state_bytes": None, "gradient_bytes": None, "peak_rss_bytes": None}
-    steps = []
-    for line in open(f"{work}/z{stage}-r{run}-{rank}.jsonl"):
-        p = json.loads(line)
-        name, value = p["name"], p["value"]
-        if name in ("optimizer_state_bytes", "gradient_bytes") and fig[name] is None:
-            fig[name] = value
-        elif name == "peak_rss_bytes":
-            fig[name] = max(value, fig[name] or 0)
-        elif name == "time_step_ms" and p["step"] > warmup:
-            steps.append(value)
-    fig["step_ms"] = sum(steps) / len(steps) if steps else None
-    return fig
-
-results = {}  # stage -> (per-rank figures of the fastest run, its step ms)
-for stage in stages:
-    best = None
-    for run in range(repeats):
-        ranks = [read(stage, run, rank) for rank in range(world)]
-        times = [f["step_ms"] for f in ranks if f["step_ms"] is not None]
-        step = max(times) if len(times) == world else None  # the slowest rank paces the step
-        if best is None or (step is not None and (best[1] is None or step < best[1])):
-            best = (ranks, step)
-    results[stage] = best
-
-print(f"{'stage':>5} {'rank':>4} {'optimizer_bytes':>16} {'gradient_bytes':>15} "
-      f"{'peak_rss':>12} {'step_ms':>8}")
-for stage in stages:
-    ranks, step = results[stage]
-    for rank, f in enumerate(ranks):
-        print(f"{stage:>5} {rank:>4} {mib(f['optimizer_state_bytes']):>16} "
-              f"{mib(f['gradient_bytes']):>15} {mib(f['peak_rss_bytes']):>12} "
-              f"{'-' if f['step_ms'] is None else format(f['step_ms'], '.1f'):>8}")
-
-def mean(stage, name):
-    values = [f[name] for f in results[stage][0]]
-    return None if any(v is None for v in values) else sum(values) / len(values)
-
-print()
-failed = False
-if 0 not in results:
-    print("no stage 0 run: nothing to check against")
-    sys.exit(0)
-base_step = results[0][1]
-for stage in [s for s in stages if s != 0]:
-    checks = []
-    for name, sharded in (("optimizer_state_bytes", stage >= 1), ("gradient_bytes", stage >= 2)):
-        ours, base = mean(stage, name), mean(0, name)
-        label = name.replace("_bytes", "")
-        if ours is None or base is None or base <= 0:
-            checks.append((False, f"{label}: not reported"))
-            continue
-        ratio = ours / base
-        target = 1 / world if sharded else 1.0
-        ok = abs(ratio / target - 1) <= 0.02
-        checks.append((ok, f"{label} {ratio:.3f} of stage 0 (target {target:.3f} ± 2%)"))
-    step = results[stage][1]
-    if step is None or base_step is None:
-        checks.append((False, "step time: not reported"))
-    else:
-        ratio = step / base_step
-        checks.append((ratio <= 1.10, f"step time {ratio:.2f}x stage 0 (target ≤ 1.10x)"))
-    for ok, text in checks:
-        failed |= not ok
-        print(f"stage {stage}: {'ok  ' if ok else 'MISS'} {text}")
-print()
-print("targets met" if not failed else "targets missed")
-sys.exit(1 if failed else 0)
-PY
+[ "$REPORT" = 0 ] && exit 0
+python3 "$BENCH/report.py" tessera "$RESULTS"

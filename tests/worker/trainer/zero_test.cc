@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/metric_names.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/fake_coordinator_client.h"
 #include "tests/worker/trainer/gloo_group.h"
@@ -323,6 +325,65 @@ TEST(ZeroTest, AStageZeroCheckpointResumesAtEachShardedStage) {
 
 TEST(ZeroTest, AStageTwoCheckpointResumesAtStageThreeOnFourRanks) {
   ExpectResumesEndWhereTheRunEnds(2, {Resume{4, 3, 1e-4}});
+}
+
+// A sharded checkpoint with a shard file missing, or another rank's in its
+// place, is refused before the first step at any stage, naming the file.
+TEST(ZeroTest, AResumeFromBrokenShardsFailsNamingTheCause) {
+  const ImageDataset train = Synthetic(256, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = ZeroRun("adamw", 2);
+  options.max_steps = 2;
+  options.checkpoint_every = 2;
+  options.checkpoint_dir = FreshDirectory("zero-broken");
+  Train(2, options, train, test);
+  ASSERT_TRUE(std::filesystem::exists(
+      ZeroShardPath(CheckpointDirectory(options.checkpoint_dir), 2, 1)));
+
+  struct Case {
+    std::string name;
+    std::string cause;  // what the error names
+  };
+  for (const Case& c : {Case{"missing", "optimizer-rank-00001"},
+                        Case{"another rank's", "written as another rank"}}) {
+    // A copy of the checkpoint, broken: rank 1's shard gone, or rank 0's in
+    // its place (its pieces would cover half of every bucket twice).
+    const std::string dir = FreshDirectory("zero-broken-" + c.name.substr(0, 7));
+    std::filesystem::copy(options.checkpoint_dir, dir,
+                          std::filesystem::copy_options::recursive);
+    const CheckpointDirectory copy(dir);
+    if (c.name == "missing") {
+      std::filesystem::remove(ZeroShardPath(copy, 2, 1));
+    } else {
+      std::filesystem::copy_file(ZeroShardPath(copy, 2, 0), ZeroShardPath(copy, 2, 1),
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+    TrainerOptions resumed = options;
+    resumed.checkpoint_dir = dir;
+    resumed.resume = true;
+    resumed.max_steps = 4;
+    for (const int stage : {0, 3}) {
+      resumed.zero_stage = stage;
+      std::vector<absl::Status> statuses(2);
+      RunGlooGroup(
+          2,
+          [&](int rank, Communicator& communicator) {
+            FakeCoordinatorClient coordinator;
+            MetricsReporterOptions reporting;
+            reporting.flush_interval = absl::InfiniteDuration();
+            auto reporter = MetricsReporter::Create(reporting, &coordinator);
+            ASSERT_TRUE(reporter.ok());
+            Trainer trainer(resumed, train, test, communicator, **reporter);
+            statuses[static_cast<size_t>(rank)] = trainer.Run().status();
+          },
+          absl::Seconds(60));
+      for (const absl::Status& status : statuses) {
+        EXPECT_FALSE(status.ok()) << c.name << " at stage " << stage;
+        EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr(c.cause))
+            << c.name << " at stage " << stage << ": " << status;
+      }
+    }
+  }
 }
 
 }  // namespace
