@@ -16,12 +16,16 @@ namespace tessera {
 inline constexpr char kTestAccuracyMetricName[] = "test_accuracy";
 inline constexpr char kTestLossMetricName[] = "test_loss";
 
-// Bytes of optimizer state (AdamW/LAMB moments, SGD momentum) and of gradient
-// buffers this rank holds; with ZeRO (trainer.zero_stage) they shrink with the
-// world size. Reported by every rank with its first metrics and read by the
-// sweep report and the dashboard's memory-per-rank chart.
+// Bytes of optimizer state (AdamW/LAMB moments, SGD momentum), of gradient
+// buffers and of parameters this rank holds, as the trainer counts them; with
+// ZeRO (trainer.zero_stage) they shrink with the world size. Parameters at
+// stage 3: the rank's shards plus the most memory its gathered blocks held at
+// once (the full-parameter buffers in flight). Reported by every rank with
+// its first metrics: the breakdown beside the measured peak (peak_rss_bytes,
+// device_figures.h) in the sweep report and the dashboard.
 inline constexpr char kOptimizerStateBytesMetricName[] = "optimizer_state_bytes";
 inline constexpr char kGradientBytesMetricName[] = "gradient_bytes";
+inline constexpr char kParameterBytesMetricName[] = "parameter_bytes";
 
 // Whether `name` is an evaluation result ("test_*", "eval_*" or "val_*"):
 // sparse points that a job's history is judged by, which database retention

@@ -36,6 +36,7 @@ TEST(CudaGraphTest, AutoNamesEveryReasonThatRulesCaptureOut) {
   c.grad_accum = 2;
   c.precision = "fp16";
   c.optimizer = "sgd";
+  c.optimizer_capturable = false;
   c.fault_hook = true;
   absl::StatusOr<CaptureDecision> decision = DecideCapture("auto", c);
   ASSERT_TRUE(decision.ok()) << decision.status();

@@ -6,7 +6,9 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -199,11 +201,11 @@ TEST(ZeroTest, LayerWiseDecayGroupsReachStageZerosParameters) {
   }
 }
 
-TEST(ZeroTest, TheRanksDivideTheOptimizerStateAndAtStageTwoTheGradients) {
+TEST(ZeroTest, TheRanksDivideTheOptimizerStateTheGradientsAndAtStageThreeTheParameters) {
   const ImageDataset train = Synthetic(256, Split::kTrain);
   const ImageDataset test = Synthetic(64, Split::kTest);
   std::map<int, std::vector<RankRun>> by_stage;
-  for (const int stage : {0, 1, 2}) {
+  for (const int stage : {0, 1, 2, 3}) {
     TrainerOptions options = ZeroRun("adamw", stage);
     options.max_steps = 2;
     options.metrics_every = 1;
@@ -229,6 +231,22 @@ TEST(ZeroTest, TheRanksDivideTheOptimizerStateAndAtStageTwoTheGradients) {
           << "stage " << stage;
     }
     EXPECT_EQ(total, state0) << "stage " << stage;
+  }
+  // The parameters: whole at stages 1 and 2 (their flat buffers, padded);
+  // at stage 3 half of them at rest plus the gathered blocks in flight (for a
+  // model of few blocks, such as this one, those are not small).
+  const double parameters0 = by_stage[0][0].first_values.at(kParameterBytesMetricName);
+  for (const int stage : {1, 2}) {
+    for (const RankRun& rank : by_stage[stage]) {
+      EXPECT_NEAR(rank.first_values.at(kParameterBytesMetricName), parameters0, slack)
+          << "stage " << stage;
+    }
+  }
+  for (const RankRun& rank : by_stage[3]) {
+    const double parameters = rank.first_values.at(kParameterBytesMetricName);
+    std::cout << "FIGURE zero_stage3_parameter_bytes=" << parameters
+              << " (stage 0: " << parameters0 << ")\n";
+    EXPECT_GT(parameters, parameters0 / 2 + slack);
   }
 }
 
@@ -316,15 +334,24 @@ TEST(ZeroTest, AResumeFromBrokenShardsFailsNamingTheCause) {
     std::string cause;  // what the error names
   };
   for (const Case& c : {Case{"missing", "optimizer-rank-00001"},
-                        Case{"another rank's", "written as another rank"}}) {
-    // A copy of the checkpoint, broken: rank 1's shard gone, or rank 0's in
-    // its place (its pieces would cover half of every bucket twice).
-    const std::string dir = FreshDirectory("zero-broken-" + c.name.substr(0, 7));
+                        Case{"another rank's", "written as another rank"},
+                        Case{"another model's", "another model"}}) {
+    // A copy of the checkpoint, broken: rank 1's shard gone, rank 0's in its
+    // place (its pieces would cover half of every bucket twice), or one
+    // written for a model of other parameters.
+    std::string tag = c.name;
+    std::replace(tag.begin(), tag.end(), ' ', '-');
+    tag.erase(std::remove(tag.begin(), tag.end(), '\''), tag.end());
+    const std::string dir = FreshDirectory("zero-broken-" + tag);
     std::filesystem::copy(options.checkpoint_dir, dir,
                           std::filesystem::copy_options::recursive);
     const CheckpointDirectory copy(dir);
     if (c.name == "missing") {
       std::filesystem::remove(ZeroShardPath(copy, 2, 1));
+    } else if (c.name == "another model's") {
+      auto foreign = SerializeZeroShard(copy, 2, 1, 2, {}, {768, 10, 3072});
+      ASSERT_TRUE(foreign.ok());
+      std::ofstream(foreign->first, std::ios::binary | std::ios::trunc) << foreign->second;
     } else {
       std::filesystem::copy_file(ZeroShardPath(copy, 2, 0), ZeroShardPath(copy, 2, 1),
                                  std::filesystem::copy_options::overwrite_existing);

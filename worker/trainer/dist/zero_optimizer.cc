@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -15,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/trainer/model/fused_lamb.h"
+#include "worker/trainer/model/optimizers.h"
 
 namespace tessera::trainer {
 
@@ -69,9 +70,18 @@ class UnitMemory : public std::enable_shared_from_this<UnitMemory> {
     if (lease->block.memory.get() == nullptr) {
       lease->block.memory = allocator_->allocate(bytes);
       lease->block.bytes = bytes;
+      std::lock_guard<std::mutex> lock(mu_);
+      held_ += bytes;
+      peak_ = std::max(peak_, held_);
     }
     void* data = lease->block.memory.get();
     return at::DataPtr(data, lease.release(), &GiveBack, device);
+  }
+
+  // The most bytes its blocks (in use and kept) held at once.
+  size_t peak_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
   }
 
  private:
@@ -91,12 +101,18 @@ class UnitMemory : public std::enable_shared_from_this<UnitMemory> {
     std::unique_ptr<Lease> lease(static_cast<Lease*>(context));
     UnitMemory& pool = *lease->pool;
     std::lock_guard<std::mutex> lock(pool.mu_);
-    if (pool.free_.size() < kKept) pool.free_.push_back(std::move(lease->block));
+    if (pool.free_.size() < kKept) {
+      pool.free_.push_back(std::move(lease->block));
+    } else {
+      pool.held_ -= lease->block.bytes;  // freed with the lease
+    }
   }
 
   at::Allocator* const allocator_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<Block> free_;
+  size_t held_ = 0;
+  size_t peak_ = 0;
 };
 
 namespace {
@@ -179,9 +195,10 @@ at::Tensor ZeroOptimizer::PieceOf(int param) const {
 
 void ZeroOptimizer::Attach(torch::optim::Optimizer& optimizer) {
   optimizer_ = &optimizer;
-  if (auto* lamb = dynamic_cast<FusedLamb*>(&optimizer)) {
-    lamb->SetNormReduction(
-        [this](const std::vector<torch::Tensor>& pieces, torch::Tensor& squared) {
+  const OptimizerKind& kind = KindOf(optimizer);
+  if (kind.set_norm_reduction != nullptr) {
+    kind.set_norm_reduction(
+        optimizer, [this](const std::vector<torch::Tensor>& pieces, torch::Tensor& squared) {
           ReduceSquaredNorms(pieces, squared);
         });
   }
@@ -446,7 +463,7 @@ void ZeroOptimizer::ReduceSquaredNorms(const std::vector<at::Tensor>& pieces,
         param = pieces_[j].param;
       }
     }
-    TORCH_CHECK(param >= 0, "LAMB stepped a tensor that is not a ZeRO piece");
+    TORCH_CHECK(param >= 0, "the optimizer stepped a tensor that is not a ZeRO piece");
     rows.push_back(param);
   }
   torch::Tensor index = torch::tensor(rows, torch::kLong).to(device);
@@ -454,7 +471,7 @@ void ZeroOptimizer::ReduceSquaredNorms(const std::vector<at::Tensor>& pieces,
   absl::Status reduced = communicator_.AllReduceSum(whole);
   if (!reduced.ok()) {
     norm_status_ = reduced;
-    TORCH_CHECK(false, "reducing LAMB's norms: ", std::string(reduced.message()));
+    TORCH_CHECK(false, "reducing the optimizer's norms: ", std::string(reduced.message()));
   }
   if (!rows.empty()) squared = whole.index_select(0, index).to(squared.device());
 }
@@ -473,6 +490,16 @@ int64_t ZeroOptimizer::gradient_bytes() const {
   return elements * static_cast<int64_t>(sizeof(float));
 }
 
+int64_t ZeroOptimizer::parameter_bytes() const {
+  int64_t bytes = 0;
+  for (size_t b = 0; b < flat_.size(); ++b) {
+    const at::Tensor& held = stage_ == 3 ? shard_[b] : flat_[b];
+    bytes += held.numel() * static_cast<int64_t>(held.element_size());
+  }
+  if (unit_memory_ != nullptr) bytes += static_cast<int64_t>(unit_memory_->peak_bytes());
+  return bytes;
+}
+
 std::vector<ZeroPieceState> ZeroOptimizer::ExportState() const {
   std::vector<ZeroPieceState> out;
   if (optimizer_ == nullptr) return out;
@@ -488,18 +515,26 @@ std::vector<ZeroPieceState> ZeroOptimizer::ExportState() const {
   return out;
 }
 
-void ZeroOptimizer::ImportState(const std::vector<std::optional<FlatParamState>>& whole) {
+std::vector<ElementRange> ZeroOptimizer::StateRanges() const {
+  std::vector<ElementRange> ranges(parameters_.size());
+  for (const ShardPiece& piece : pieces_) {
+    ranges[static_cast<size_t>(piece.param)] = {piece.param_offset,
+                                                piece.param_offset + piece.numel};
+  }
+  return ranges;
+}
+
+void ZeroOptimizer::ImportState(const std::vector<std::optional<FlatParamState>>& ranges) {
   TORCH_CHECK(optimizer_ != nullptr, "ZeRO state import without an optimizer");
   for (size_t j = 0; j < pieces_.size(); ++j) {
     const ShardPiece& piece = pieces_[j];
-    const std::optional<FlatParamState>& state = whole[static_cast<size_t>(piece.param)];
+    const std::optional<FlatParamState>& state = ranges[static_cast<size_t>(piece.param)];
     if (!state.has_value()) continue;
-    FlatParamState part;
-    part.step = state->step;
     for (const auto& [name, tensor] : state->tensors) {
-      part.tensors.emplace_back(name, tensor.narrow(0, piece.param_offset, piece.numel));
+      TORCH_CHECK(tensor.numel() == piece.numel, "parameter ", piece.param, "'s ", name,
+                  " holds ", tensor.numel(), " elements for a piece of ", piece.numel);
     }
-    WriteFlatState(*optimizer_, piece_values_[j], part);
+    WriteFlatState(*optimizer_, piece_values_[j], *state);
   }
 }
 

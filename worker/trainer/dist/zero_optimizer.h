@@ -83,6 +83,13 @@ struct ZeroPieceState {
   FlatParamState state;      // tensors of the piece's element count
 };
 
+// A range of one flattened parameter's elements, [begin, end).
+struct ElementRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+
 class UnitMemory;  // stage 3's memory for gathered units; in the .cc
 
 class ZeroOptimizer final : public BlockHooks {
@@ -142,13 +149,20 @@ class ZeroOptimizer final : public BlockHooks {
   // padded buckets; stages 2 and 3: its shards).
   int64_t state_elements() const;
   int64_t gradient_bytes() const;
+  // Bytes of parameters this rank holds: the flat buffers (stages 1 and 2),
+  // or its shards plus the most memory its gathered units have held at once
+  // (stage 3: the full-parameter buffers in flight, known once a step ran).
+  int64_t parameter_bytes() const;
 
   // This rank's optimizer state, copied to the host (pieces with no state yet
   // are left out).
   std::vector<ZeroPieceState> ExportState() const;
-  // Sets the pieces' state from each parameter's whole flattened state
-  // (indexed like the parameters; nullopt: none).
-  void ImportState(const std::vector<std::optional<FlatParamState>>& whole);
+  // The elements of each parameter (indexed like the parameters) that this
+  // rank keeps optimizer state for: its piece, or an empty range.
+  std::vector<ElementRange> StateRanges() const;
+  // Sets the pieces' state from each parameter's state over its StateRanges()
+  // range (indexed like the parameters; nullopt: none).
+  void ImportState(const std::vector<std::optional<FlatParamState>>& ranges);
 
  private:
   ZeroOptimizer(int stage, std::vector<at::Tensor> parameters, Reducer& reducer,

@@ -13,6 +13,25 @@
 // own memory pool and keep their addresses for every replay. Autocast's weight
 // cache is off while capturing, as a graph requires.
 //
+// What changes from step to step, and how a replay follows it (nothing the
+// graph reads may be a value fixed at capture):
+//  - the batch: Replay copies it into the static inputs;
+//  - the learning rate of each optimizer group (schedule, warm-up, layer
+//    decay, head-only warm-up): a device tensor per group, written before
+//    each step (FusedAdamW::WriteLearningRates);
+//  - AdamW's step count per parameter (bias correction): one device tensor,
+//    written before each step from the host counts, which a replay leaves to
+//    FusedAdamW::AdvanceHostSteps (WriteStepCounts); never advanced inside
+//    the graph, so a run resumed at any step replays with its true count;
+//  - dropout's random numbers: LibTorch's CUDA generator hands a captured
+//    kernel its seed and offset through device memory and moves the offset
+//    on at each replay, so every replay draws fresh numbers;
+//  - the loss tally: a device tensor the graph adds to, zeroed in place
+//    after each report.
+// Constant for a run, and so safe to record: weight decay, betas and eps,
+// label smoothing, the clipping norm, the model's shapes and the batch size.
+// capture_schedule.h orders the eager steps, the capture and the replays.
+//
 // Available only in builds with a CUDA LibTorch 2.4 or newer (TESSERA_TORCH_CUDA);
 // elsewhere Capture fails with FailedPrecondition and Available() is false.
 //

@@ -31,7 +31,7 @@ std::vector<std::string> ReasonsAgainst(const CaptureConditions& c) {
     reasons.push_back(
         "fp16: the loss scaler reads the gradients' finiteness on the host");
   }
-  if (c.optimizer != "adamw") {
+  if (!c.optimizer_capturable) {
     reasons.push_back(absl::StrCat("optimizer ", c.optimizer, " has no captured step"));
   }
   if (c.fault_hook) reasons.push_back("the --fault test hook acts between phases");

@@ -11,7 +11,7 @@
 //     the optimizer and is not captured yet);
 //   - gradient accumulation (several backward passes per step);
 //   - fp16 (the loss scaler reads the gradients' finiteness on the host);
-//   - an optimizer other than AdamW (SGD and LAMB have no captured path);
+//   - an optimizer without a captured step (model/optimizers.h: SGD and LAMB);
 //   - the --fault test hook (acts on the host between phases).
 // "auto" captures when nothing rules it out and says why not otherwise; "on"
 // makes any reason an error before training starts; "off" never captures.
@@ -35,6 +35,7 @@ struct CaptureConditions {
   int grad_accum = 1;
   std::string precision = "fp32";
   std::string optimizer = "adamw";
+  bool optimizer_capturable = true;  // its row in model/optimizers.h says so
   bool fault_hook = false;
 };
 

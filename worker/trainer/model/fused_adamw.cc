@@ -3,9 +3,11 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -170,6 +172,13 @@ AdamWPath FusedAdamW::PathFor(const torch::Tensor& p,
 torch::Tensor FusedAdamW::StepTensorFor(const torch::Tensor& p, int64_t step,
                                         std::vector<torch::Tensor>& to_advance) {
   StepTensor& entry = step_tensors_[p.unsafeGetTensorImpl()];
+  if (device_counts_.defined()) {
+    // WriteStepCounts wrote it; a count made here, inside a capture, would
+    // be replayed as a constant.
+    TORCH_CHECK(entry.count.defined(), "a parameter without its device step count");
+    entry.value = step;
+    return entry.count;
+  }
   if (entry.count.defined() && entry.value == step - 1 &&
       entry.count.device() == p.device()) {
     to_advance.push_back(entry.count);
@@ -272,7 +281,63 @@ absl::Status FusedAdamW::EnableCapture() {
         torch::TensorOptions(group.params()[0].device()).dtype(torch::kFloat)));
   }
   lr_tensors_ = std::move(rates);
+  UseDeviceStepCounts();
   return absl::OkStatus();
+}
+
+void FusedAdamW::UseDeviceStepCounts() {
+  int64_t n = 0;
+  for (const auto& group : param_groups_) n += static_cast<int64_t>(group.params().size());
+  if (n == 0) return;
+  const torch::Device device = param_groups_[0].params().empty()
+                                   ? torch::Device(torch::kCPU)
+                                   : param_groups_[0].params()[0].device();
+  device_counts_ = torch::zeros({n}, torch::TensorOptions(device).dtype(torch::kFloat));
+  int64_t i = 0;
+  for (const auto& group : param_groups_) {
+    for (const torch::Tensor& p : group.params()) {
+      StepTensor& entry = step_tensors_[p.unsafeGetTensorImpl()];
+      entry.count = device_counts_.select(0, i++);
+      entry.value = 0;
+    }
+  }
+  WriteStepCounts();
+}
+
+void FusedAdamW::WriteStepCounts() {
+  if (!device_counts_.defined()) return;
+  std::vector<float> next;
+  next.reserve(static_cast<size_t>(device_counts_.numel()));
+  for (const auto& group : param_groups_) {
+    for (const torch::Tensor& p : group.params()) {
+      const auto& states = state_;
+      const auto found =
+          states.find(fused_optimizer::StateKey<std::decay_t<decltype(states)>::key_type>(p));
+      const int64_t step =
+          found == states.end()
+              ? 0
+              : static_cast<const torch::optim::AdamWParamState&>(*found->second).step();
+      next.push_back(static_cast<float>(step + 1));
+    }
+  }
+  // Every parameter steps every step in a captured run: one fill, no copy.
+  if (std::all_of(next.begin(), next.end(), [&](float v) { return v == next[0]; })) {
+    device_counts_.fill_(next[0]);
+    return;
+  }
+  // Pinned where the counts are on a device: the copy does not wait for it,
+  // and LibTorch's host allocator keeps the buffer until the copy has run.
+  torch::Tensor host = torch::empty(
+      {static_cast<int64_t>(next.size())},
+      torch::TensorOptions().dtype(torch::kFloat).pinned_memory(device_counts_.is_cuda()));
+  std::copy(next.begin(), next.end(), host.data_ptr<float>());
+  device_counts_.copy_(host, /*non_blocking=*/true);
+}
+
+torch::Tensor FusedAdamW::device_step_count(const torch::Tensor& p) const {
+  const auto found = step_tensors_.find(p.unsafeGetTensorImpl());
+  if (!device_counts_.defined() || found == step_tensors_.end()) return {};
+  return found->second.count;
 }
 
 void FusedAdamW::WriteLearningRates() {

@@ -20,7 +20,9 @@
 // state is its AdamWParamState (step, exp_avg, exp_avg_sq), so checkpoints are
 // interchangeable with the stock optimizer and across paths. kFused also keeps
 // each parameter's step count as a float32 tensor on its device, as the kernel
-// needs it; it is derived from the state's count, never saved.
+// needs it; it is derived from the state's count, never saved. A captured
+// step reads it from one device tensor written before each step instead
+// (UseDeviceStepCounts), so that replays never freeze it.
 //
 // Thread-safety: as torch::optim::AdamW (one caller at a time).
 #ifndef TESSERA_WORKER_TRAINER_MODEL_FUSED_ADAMW_H_
@@ -60,17 +62,32 @@ class FusedAdamW final : public torch::optim::AdamW {
   // For a step captured in a CUDA graph (captured_step.h): from here on the
   // fused kernel reads each group's learning rate from a float32 tensor on the
   // parameters' device, which WriteLearningRates() fills outside the graph,
-  // instead of a value fixed in the recorded launch; and a step that would take
-  // another path than kFused throws (its host-computed factors would be fixed
-  // in the graph). FailedPrecondition, saying why, unless this LibTorch's fused
-  // kernel takes a tensor learning rate (2.4 and newer) and every parameter is
-  // a contiguous CUDA tensor of a group without amsgrad.
+  // instead of a value fixed in the recorded launch; the step counts come
+  // from UseDeviceStepCounts(); and a step that would take another path than
+  // kFused throws (its host-computed factors would be fixed in the graph).
+  // FailedPrecondition, saying why, unless this LibTorch's fused kernel takes
+  // a tensor learning rate (2.4 and newer) and every parameter is a
+  // contiguous CUDA tensor of a group without amsgrad.
   absl::Status EnableCapture();
   // Copies each group's learning rate (its options' lr) into its device tensor.
   void WriteLearningRates();
-  // A replay of a captured step() advances the step counts on the device;
-  // this does the same to their host copies (the state's step()).
+
+  // The step counts that the fused kernel reads become one float32 tensor on
+  // the parameters' device, a view per parameter, which WriteStepCounts()
+  // fills before each step and which no step writes: a replayed graph then
+  // reads the true count of every step, whatever step the process began at
+  // (a resumed run). EnableCapture calls it; tests call it on CPU tensors.
+  void UseDeviceStepCounts();
+  // Before each step, eager or replayed: every parameter's count as the
+  // coming step uses it (its state's step + 1; 1 before its first step).
+  void WriteStepCounts();
+  // A replay of a captured step() runs none of its host side: this advances
+  // the host counts (the state's step(), which checkpoints save) as the
+  // step() would have, for each parameter with a gradient.
   void AdvanceHostSteps();
+  // The device count `p`'s next fused step reads; undefined before
+  // UseDeviceStepCounts or for a tensor this optimizer does not update.
+  torch::Tensor device_step_count(const torch::Tensor& p) const;
 
   // Parameters updated by `path` in the last step: for tests and logs.
   int last_step_count(AdamWPath path) const {
@@ -98,6 +115,9 @@ class FusedAdamW final : public torch::optim::AdamW {
   std::unordered_map<const void*, StepTensor> step_tensors_;  // by TensorImpl
   // EnableCapture: one learning-rate tensor per group, on its device.
   std::vector<torch::Tensor> lr_tensors_;
+  // UseDeviceStepCounts: every parameter's count, in group order; each
+  // step_tensors_ entry's count is a view of it.
+  torch::Tensor device_counts_;
 };
 
 }  // namespace tessera::trainer

@@ -3,11 +3,10 @@
 // parameters differently (ZeRO's shards, dist/zero_optimizer.h, and the
 // resharding of their checkpoints, run/zero_checkpoint.h).
 //
-// Knows tessera's optimizers: AdamW (FusedAdamW and torch::optim::AdamW:
-// step, exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad), FusedLamb
-// (step, exp_avg, exp_avg_sq) and SGD (momentum_buffer). The tensors are
-// flattened to one dimension, so a piece of a parameter and the whole one
-// have the same form.
+// Each optimizer's own state layout is its row in optimizers.h (AdamW: step,
+// exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad; LAMB: step, exp_avg,
+// exp_avg_sq; SGD: momentum_buffer). The tensors are flattened to one
+// dimension, so a piece of a parameter and the whole one have the same form.
 //
 // Thread-safety: free functions over an optimizer with one caller at a time.
 #ifndef TESSERA_WORKER_TRAINER_MODEL_OPTIMIZER_STATE_H_

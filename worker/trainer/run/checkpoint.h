@@ -5,7 +5,7 @@
 //   step-000000000120/model.pt          rank 0: model, optimizer state, step
 //   step-000000000120/rank-00000.pt     each rank: its RNG states, loader position,
 //   step-000000000120/rank-00001.pt     loss scale, world size
-//   step-000000000120/optimizer-rank-00000.pt  ZeRO runs: each rank's optimizer
+//   step-000000000120/optimizer-rank-00000.shard  ZeRO runs: each rank's optimizer
 //                                       shard (zero_checkpoint.h); model.pt then
 //                                       holds no optimizer state
 //   latest                              "step-000000000120", the newest complete one

@@ -40,16 +40,17 @@
 #include "worker/trainer/dist/reducer.h"
 #include "worker/trainer/dist/stop_agreement.h"
 #include "worker/trainer/dist/zero_optimizer.h"
+#include "worker/trainer/gpu/capture_schedule.h"
 #include "worker/trainer/gpu/captured_step.h"
 #include "worker/trainer/gpu/cuda_graph.h"
 #include "worker/trainer/gpu/device.h"
 #include "worker/trainer/gpu/device_memory.h"
 #include "worker/trainer/gpu/step_timer.h"
 #include "worker/trainer/model/fused_adamw.h"
-#include "worker/trainer/model/fused_lamb.h"
 #include "worker/trainer/model/fused_layers.h"
 #include "worker/trainer/model/loss_scaler.h"
 #include "worker/trainer/model/optimizer_state.h"
+#include "worker/trainer/model/optimizers.h"
 #include "worker/trainer/model/param_hash.h"
 #include "worker/trainer/model/safetensors.h"
 #include "worker/trainer/model/vit.h"
@@ -66,11 +67,6 @@ namespace tessera::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Eager steps before a captured run captures its step: the first makes the
-// optimizer's state and LibTorch's lazily made handles, the second runs with
-// them, so that the capture records a step like every later one.
-constexpr int64_t kEagerStepsBeforeCapture = 2;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -91,57 +87,35 @@ using OptimizedTensor = std::function<torch::Tensor(const torch::Tensor&)>;
 
 torch::Tensor Itself(const torch::Tensor& p) { return p; }
 
-// AdamW, SGD (with momentum) or LAMB in two groups: weight decay on weight
-// matrices only, not on biases, norms and the class/position tokens, which LAMB
-// also leaves out of its trust ratio (so they move as with Adam).
+OptimizerSettings SettingsOf(const TrainerOptions& options) {
+  OptimizerSettings settings;
+  settings.name = options.optimizer;
+  settings.lr = options.lr;
+  settings.weight_decay = options.weight_decay;
+  settings.momentum = options.momentum;
+  return settings;
+}
+
+// The optimizer (optimizers.h) in two groups: weight decay on weight matrices
+// only, not on biases, norms and the class/position tokens, which LAMB also
+// leaves out of its trust ratio (so they move as with Adam).
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& options,
                                                        VisionTransformer& model,
                                                        const OptimizedTensor& optimized) {
-  std::vector<torch::Tensor> decayed;
-  std::vector<torch::Tensor> not_decayed;
+  TensorGroup decayed;
+  TensorGroup not_decayed{.decay = false};
   for (const auto& item : model->named_parameters()) {
     const bool is_token =
         item.key() == "class_token" || item.key() == "position_embedding";
     torch::Tensor tensor = optimized(item.value());
     if (!tensor.defined()) continue;
     // Dimensions of the parameter, not of a (flat) piece.
-    (item.value().dim() <= 1 || is_token ? not_decayed : decayed).push_back(tensor);
+    (item.value().dim() <= 1 || is_token ? not_decayed : decayed).tensors.push_back(tensor);
   }
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (options.optimizer == "sgd") {
-    auto sgd = [&](double decay) {
-      return std::make_unique<torch::optim::SGDOptions>(
-          torch::optim::SGDOptions(options.lr)
-              .momentum(options.momentum)
-              .weight_decay(decay));
-    };
-    groups.emplace_back(decayed, sgd(options.weight_decay));
-    groups.emplace_back(not_decayed, sgd(0.0));
-    return std::make_unique<torch::optim::SGD>(
-        std::move(groups),
-        torch::optim::SGDOptions(options.lr).momentum(options.momentum));
-  }
-  if (options.optimizer == "lamb") {
-    auto lamb = [&](bool with_decay) {
-      return std::make_unique<LambOptions>(
-          LambOptions(options.lr)
-              .weight_decay(with_decay ? options.weight_decay : 0.0)
-              .trust_ratio(with_decay));
-    };
-    groups.emplace_back(decayed, lamb(true));
-    groups.emplace_back(not_decayed, lamb(false));
-    return std::make_unique<FusedLamb>(
-        std::move(groups), LambOptions(options.lr).weight_decay(options.weight_decay));
-  }
-  auto adamw = [&](double decay) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(options.lr).weight_decay(decay));
-  };
-  groups.emplace_back(decayed, adamw(options.weight_decay));
-  groups.emplace_back(not_decayed, adamw(0.0));
-  return std::make_unique<FusedAdamW>(
-      std::move(groups),
-      torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
+  std::vector<TensorGroup> groups;
+  groups.push_back(std::move(decayed));
+  groups.push_back(std::move(not_decayed));
+  return MakeOptimizer(std::move(groups), SettingsOf(options));
 }
 
 // The fine-tuning recipes' optimizer (vit_weights.h): one group per (layer,
@@ -153,45 +127,18 @@ std::unique_ptr<torch::optim::Optimizer> MakeLayerDecayOptimizer(
     std::vector<bool>* heads) {
   std::map<std::string, torch::Tensor> by_name;
   for (const auto& item : model->named_parameters()) by_name[item.key()] = item.value();
-  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::vector<TensorGroup> groups;
   for (const ParameterGroup& g : LayerDecayParameterGroups(*model, options.layer_decay)) {
-    std::vector<torch::Tensor> tensors;
+    TensorGroup group{.lr_scale = g.lr_scale, .decay = g.weight_decay};
     for (const std::string& name : g.names) {
       torch::Tensor tensor = optimized(by_name.at(name));
-      if (tensor.defined()) tensors.push_back(tensor);
+      if (tensor.defined()) group.tensors.push_back(tensor);
     }
-    const double decay = g.weight_decay ? options.weight_decay : 0.0;
-    if (options.optimizer == "sgd") {
-      groups.emplace_back(tensors, std::make_unique<torch::optim::SGDOptions>(
-                                       torch::optim::SGDOptions(options.lr * g.lr_scale)
-                                           .momentum(options.momentum)
-                                           .weight_decay(decay)));
-    } else if (options.optimizer == "lamb") {
-      groups.emplace_back(
-          tensors, std::make_unique<LambOptions>(LambOptions(options.lr * g.lr_scale)
-                                                     .weight_decay(decay)
-                                                     .trust_ratio(g.weight_decay)));
-    } else {
-      groups.emplace_back(
-          tensors,
-          std::make_unique<torch::optim::AdamWOptions>(
-              torch::optim::AdamWOptions(options.lr * g.lr_scale).weight_decay(decay)));
-    }
+    groups.push_back(std::move(group));
     scales->push_back(g.lr_scale);
     heads->push_back(g.head);
   }
-  if (options.optimizer == "sgd") {
-    return std::make_unique<torch::optim::SGD>(
-        std::move(groups),
-        torch::optim::SGDOptions(options.lr).momentum(options.momentum));
-  }
-  if (options.optimizer == "lamb") {
-    return std::make_unique<FusedLamb>(
-        std::move(groups), LambOptions(options.lr).weight_decay(options.weight_decay));
-  }
-  return std::make_unique<FusedAdamW>(
-      std::move(groups),
-      torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
+  return MakeOptimizer(std::move(groups), SettingsOf(options));
 }
 
 // Mixed precision for the forward pass: CUDA autocast to `dtype` for the
@@ -424,6 +371,9 @@ class TrainingRun {
   // Optimizer state and gradient bytes this rank holds (printed at the start,
   // reported with the first metrics).
   int64_t OptimizerStateBytes() const;
+  // The parameters' element counts, in registration order (at stage 3 too,
+  // where their storage is freed between uses).
+  std::vector<int64_t> ParameterNumels() const;
   int64_t GradientBytes() const;
   absl::Status BuildFeeds();
   void LogSetUp() const;
@@ -435,7 +385,8 @@ class TrainingRun {
   // The step between the timer's BeginStep and EndStep: eager (micro-batches,
   // all-reduce, optimizer), or the captured graph's replay (cuda_graph.h).
   absl::Status EagerStepBody(bool* stop);
-  absl::Status CapturedStepBody(bool* stop);
+  // A captured run's step, as capture_schedule_ orders it.
+  absl::Status CapturedRunStep(bool* stop);
   void StepOnStaticInputs(const torch::Tensor& images, const torch::Tensor& labels);
   // The schedule's learning rate for this step into each optimizer group.
   void SetLearningRates();
@@ -547,10 +498,12 @@ class TrainingRun {
   std::unique_ptr<BatchFeed> test_feed_;
   std::unique_ptr<StepTimer> timer_;
   std::unique_ptr<StepProfiler> profiler_;  // null unless profile_steps is set
-  // PlanCapture: whether steps from kEagerStepsBeforeCapture on replay a graph,
-  // the graph (captured at the first such step), and the optimizer it steps.
+  // PlanCapture: whether this run replays a graph once this process has run
+  // its eager steps (capture_schedule.h), the graph, and the optimizer it
+  // steps.
   bool capture_ = false;
   std::unique_ptr<CapturedStep::StreamScope> capture_stream_;
+  CaptureSchedule capture_schedule_;
   std::unique_ptr<CapturedStep> captured_;
   FusedAdamW* fused_adamw_ = nullptr;  // Not owned: optimizer_ when capturing
   // The loop's tallies.
@@ -743,15 +696,29 @@ absl::Status TrainingRun::RestoreOptimizerState(const RankCheckpoint& state, int
                                                 torch::optim::Optimizer& whole) {
   if (state.zero_stage == 0 && zero_ == nullptr) return absl::OkStatus();
   std::vector<std::optional<FlatParamState>> flat(parameters_.size());
+  // The elements of each parameter whose state this rank keeps.
+  std::vector<ElementRange> wanted;
+  if (zero_ != nullptr) {
+    wanted = zero_->StateRanges();
+  } else {
+    for (const int64_t numel : ParameterNumels()) wanted.push_back({0, numel});
+  }
   if (state.zero_stage > 0) {
-    std::vector<int64_t> numels;
-    for (const torch::Tensor& p : parameters_) numels.push_back(p.numel());
-    ASSIGN_OR_RETURN(flat, LoadZeroShards(*checkpoints_, step, state.world_size, numels));
+    ASSIGN_OR_RETURN(flat, LoadZeroShards(*checkpoints_, step, state.world_size,
+                                          ParameterNumels(), wanted));
   }
   try {
     if (state.zero_stage == 0) {
+      // A stage-0 checkpoint's state, whole, cut to this rank's ranges.
       for (size_t i = 0; i < parameters_.size(); ++i) {
         flat[i] = ReadFlatState(whole, parameters_[i]);
+        if (!flat[i].has_value() || wanted[i].size() <= 0) {
+          flat[i].reset();
+          continue;
+        }
+        for (auto& [name, tensor] : flat[i]->tensors) {
+          tensor = tensor.narrow(0, wanted[i].begin, wanted[i].size());
+        }
       }
     }
     if (zero_ != nullptr) {
@@ -766,6 +733,13 @@ absl::Status TrainingRun::RestoreOptimizerState(const RankCheckpoint& state, int
         absl::StrCat("checkpoint at step ", step, ": the optimizer state: ", e.what()));
   }
   return absl::OkStatus();
+}
+
+std::vector<int64_t> TrainingRun::ParameterNumels() const {
+  std::vector<int64_t> numels;
+  numels.reserve(parameters_.size());
+  for (const torch::Tensor& p : parameters_) numels.push_back(p.numel());
+  return numels;
 }
 
 int64_t TrainingRun::OptimizerStateBytes() const {
@@ -1059,7 +1033,7 @@ absl::Status TrainingRun::SaveCheckpoint(bool wait) {
   ASSIGN_OR_RETURN(CheckpointFiles files, std::move(serialized));
   if (zero_ != nullptr) {
     ASSIGN_OR_RETURN(auto shard, SerializeZeroShard(*checkpoints_, step_, rank_, world_,
-                                                    zero_->ExportState()));
+                                                    zero_->ExportState(), ParameterNumels()));
     files.files.push_back(std::move(shard));
   }
   checkpoint_bytes_ = files.total_bytes();
@@ -1169,6 +1143,8 @@ absl::Status TrainingRun::PlanCapture() {
   conditions.grad_accum = options_.grad_accum;
   conditions.precision = options_.precision;
   conditions.optimizer = options_.optimizer;
+  const OptimizerKind* kind = FindOptimizer(options_.optimizer);
+  conditions.optimizer_capturable = kind != nullptr && kind->capturable;
   conditions.fault_hook = fault_ != nullptr;
   ASSIGN_OR_RETURN(CaptureDecision decision,
                    DecideCapture(options_.cuda_graph, conditions));
@@ -1200,8 +1176,8 @@ absl::Status TrainingRun::TrainStep(bool* stop) {
   const Clock::time_point step_start = Clock::now();
   timer_->BeginStep();
   if (loop_.progress != nullptr) loop_.progress->BeginStep();
-  if (capture_ && step_ >= kEagerStepsBeforeCapture) {
-    RETURN_IF_ERROR(CapturedStepBody(stop));
+  if (capture_) {
+    RETURN_IF_ERROR(CapturedRunStep(stop));
   } else {
     RETURN_IF_ERROR(EagerStepBody(stop));
   }
@@ -1268,8 +1244,12 @@ void TrainingRun::SetLearningRates() {
     groups[g].options().set_lr(head_only && !group_heads_[g] ? 0.0
                                                              : lr_ * group_scales_[g]);
   }
-  // A captured run's AdamW reads them from device tensors, in every step.
-  if (fused_adamw_ != nullptr) fused_adamw_->WriteLearningRates();
+  // A captured run's AdamW reads them, and its step counts, from device
+  // tensors, in every step.
+  if (fused_adamw_ != nullptr) {
+    fused_adamw_->WriteLearningRates();
+    fused_adamw_->WriteStepCounts();
+  }
 }
 
 // The step's whole device work (forward, backward, clipping, AdamW, the loss
@@ -1295,46 +1275,66 @@ void TrainingRun::StepOnStaticInputs(const torch::Tensor& images,
   interval_.loss_sum.add_(loss.detach());
 }
 
-absl::Status TrainingRun::CapturedStepBody(bool* stop) {
-  Enter(RankPhase::kData);
-  ASSIGN_OR_RETURN(const Batch batch, train_feed_->Next());
-  timer_->Mark(StepPhase::kData);
-  stop_agreement_->Vote();
-  // The learning rates go to the optimizer's device tensors, which the graph
-  // reads: the schedule moves on without a new capture.
-  SetLearningRates();
-  Enter(RankPhase::kForward);
-  if (captured_ == nullptr) {
-    // Gradients made by the capture live in the graph's pool from here on.
-    reducer_->ZeroGradients();
-    ASSIGN_OR_RETURN(
-        captured_, CapturedStep::Capture(
-                       batch.images, batch.labels,
-                       [this](const torch::Tensor& images, const torch::Tensor& labels) {
-                         StepOnStaticInputs(images, labels);
-                       }));
-    if (loop_.log != nullptr) {
-      *loop_.log << "[rank " << rank_ << "] step " << step_ + 1
-                 << ": training step captured in a CUDA graph; replayed from here on"
-                 << std::endl;
+absl::Status TrainingRun::CapturedRunStep(bool* stop) {
+  // The run's side of the schedule: a batch is fetched for the capture or
+  // the replay that uses it.
+  class RunSteps final : public CaptureSchedule::Steps {
+   public:
+    RunSteps(TrainingRun& run, bool* stop) : run_(run), stop_(stop) {}
+    void WriteStepValues() override { run_.SetLearningRates(); }
+    absl::Status RunEager() override { return run_.EagerStepBody(stop_); }
+    absl::Status Capture() override {
+      RETURN_IF_ERROR(Fetch());
+      // Gradients made by the capture live in the graph's pool from here on.
+      run_.reducer_->ZeroGradients();
+      ASSIGN_OR_RETURN(run_.captured_,
+                       CapturedStep::Capture(batch_.images, batch_.labels,
+                                             [this](const torch::Tensor& images,
+                                                    const torch::Tensor& labels) {
+                                               run_.StepOnStaticInputs(images, labels);
+                                             }));
+      if (run_.loop_.log != nullptr) {
+        *run_.loop_.log << "[rank " << run_.rank_ << "] step " << run_.step_ + 1
+                        << ": training step captured in a CUDA graph; replayed from here on"
+                        << std::endl;
+      }
+      return absl::OkStatus();
     }
-  } else {
-    // The capture ran the optimizer's host side once; each replay after it
-    // moves its step counts on the host as the graph does on the device.
-    fused_adamw_->AdvanceHostSteps();
-  }
-  RETURN_IF_ERROR(captured_->Replay(batch.images, batch.labels));
-  // One graph: the device's time of the whole step is the forward's.
-  for (const StepPhase phase :
-       {StepPhase::kForward, StepPhase::kBackward, StepPhase::kComm}) {
-    timer_->Mark(phase);
-  }
-  ++interval_.micro_batches;
-  interval_.images += batch.labels.size(0);
-  outcome_.train_images += batch.labels.size(0);
-  ASSIGN_OR_RETURN(*stop, stop_agreement_->Decide());
-  timer_->Mark(StepPhase::kOptimizer);
-  return absl::OkStatus();
+    void AdvanceHostCopies() override { run_.fused_adamw_->AdvanceHostSteps(); }
+    absl::Status Replay() override {
+      if (!fetched_) RETURN_IF_ERROR(Fetch());
+      run_.Enter(RankPhase::kForward);
+      RETURN_IF_ERROR(run_.captured_->Replay(batch_.images, batch_.labels));
+      // One graph: the device's time of the whole step is the forward's.
+      for (const StepPhase phase :
+           {StepPhase::kForward, StepPhase::kBackward, StepPhase::kComm}) {
+        run_.timer_->Mark(phase);
+      }
+      ++run_.interval_.micro_batches;
+      run_.interval_.images += batch_.labels.size(0);
+      run_.outcome_.train_images += batch_.labels.size(0);
+      ASSIGN_OR_RETURN(*stop_, run_.stop_agreement_->Decide());
+      run_.timer_->Mark(StepPhase::kOptimizer);
+      return absl::OkStatus();
+    }
+
+   private:
+    absl::Status Fetch() {
+      run_.Enter(RankPhase::kData);
+      ASSIGN_OR_RETURN(batch_, run_.train_feed_->Next());
+      run_.timer_->Mark(StepPhase::kData);
+      run_.stop_agreement_->Vote();
+      fetched_ = true;
+      return absl::OkStatus();
+    }
+
+    TrainingRun& run_;
+    bool* stop_;
+    Batch batch_;
+    bool fetched_ = false;
+  };
+  RunSteps steps(*this, stop);
+  return capture_schedule_.Step(steps).status();
 }
 
 void TrainingRun::ReportInterval(double lr) {
@@ -1387,6 +1387,11 @@ void TrainingRun::ReportInterval(double lr) {
     values.emplace_back(kOptimizerStateBytesMetricName,
                         static_cast<double>(OptimizerStateBytes()));
     values.emplace_back(kGradientBytesMetricName, static_cast<double>(GradientBytes()));
+    values.emplace_back(kParameterBytesMetricName,
+                        static_cast<double>(zero_ != nullptr
+                                                ? zero_->parameter_bytes()
+                                                : parameter_count_ *
+                                                      static_cast<int64_t>(sizeof(float))));
     sizes_reported_ = true;
   }
   reporter_.Report(step_, values);
