@@ -236,6 +236,28 @@ absl::Status SqliteStore::CompactJournal() {
   return absl::OkStatus();
 }
 
+absl::Status SqliteStore::LimitJournal(int64_t bytes) {
+  // SQLite's default: a checkpoint once the WAL holds 1,000 pages.
+  constexpr int64_t kDefaultCheckpointPages = 1000;
+  absl::MutexLock lock(&mu_);
+  if (!is_file_) return absl::OkStatus();
+  sqlite3* db = db_.get();
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &raw, nullptr);
+  StatementHandle page_size(raw);
+  if (rc != SQLITE_OK) return SqliteError(db, rc, "PRAGMA page_size");
+  if (sqlite3_step(raw) != SQLITE_ROW) return absl::InternalError("no page_size row");
+  const int64_t page_bytes = std::max<int64_t>(1, sqlite3_column_int64(raw, 0));
+  const int64_t pages =
+      std::clamp<int64_t>(bytes / page_bytes, 1, kDefaultCheckpointPages);
+  const std::string pragmas =
+      absl::StrCat("PRAGMA wal_autocheckpoint = ", pages,
+                   "; PRAGMA journal_size_limit = ", pages * page_bytes);
+  rc = sqlite3_exec(db, pragmas.c_str(), nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(db, rc, pragmas);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> SqliteStore::JournalMode() {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kJournalMode));

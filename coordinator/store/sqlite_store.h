@@ -130,6 +130,11 @@ class SqliteStore : public Store {
   // PRAGMA wal_checkpoint(TRUNCATE): the WAL's pages go into the database and
   // the WAL file is cut to zero bytes. A no-op for ":memory:".
   absl::Status CompactJournal() override;
+  // PRAGMA wal_autocheckpoint and journal_size_limit: each commit that leaves
+  // the WAL at `bytes` or more checkpoints it, the next write starts it over,
+  // and its file is cut back to `bytes`. Never above SQLite's own 1,000 pages.
+  // A no-op for ":memory:".
+  absl::Status LimitJournal(int64_t bytes) override;
 
   absl::StatusOr<std::vector<FinishedJobOutputs>> ListFinishedJobOutputs() override;
   absl::StatusOr<int64_t> DownsampleMetrics(int64_t job_id, int max_points,

@@ -363,6 +363,10 @@ class Store {
   // Gives back the space the store's journal holds (SQLite: a TRUNCATE
   // checkpoint of the WAL), for a disk below its reserve. The default has none.
   virtual absl::Status CompactJournal() { return absl::OkStatus(); }
+  // Keeps the journal at about `bytes` at most (plus the one transaction being
+  // committed) from every commit on, so that it cannot grow into a small disk's
+  // reserve between two checks of the free space. The default has no journal.
+  virtual absl::Status LimitJournal(int64_t /*bytes*/) { return absl::OkStatus(); }
 
   // Database retention (db_retention.h). Finished jobs (SUCCEEDED, FAILED,
   // CANCELLED) whose metrics or logs are not yet dropped, oldest end first

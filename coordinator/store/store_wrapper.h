@@ -148,6 +148,9 @@ class StoreWrapper : public Store {
   }
   absl::StatusOr<DiskSpace> GetDiskSpace() override { return target_->GetDiskSpace(); }
   absl::Status CompactJournal() override { return target_->CompactJournal(); }
+  absl::Status LimitJournal(int64_t bytes) override {
+    return target_->LimitJournal(bytes);
+  }
   absl::StatusOr<std::vector<FinishedJobOutputs>> ListFinishedJobOutputs() override {
     return target_->ListFinishedJobOutputs();
   }

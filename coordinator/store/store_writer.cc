@@ -12,8 +12,28 @@
 
 namespace tessera {
 
+namespace {
+// Within this many reserves of a full disk, the journal is given back after
+// every round (NearReserve). The journal itself is kept under one such share
+// of the reserve at every commit (LimitJournal).
+constexpr int64_t kJournalHeadroom = 4;
+}  // namespace
+
 StoreWriter::StoreWriter(Store* store, Options options)
-    : store_(store), options_(options), thread_([this] { Run(); }) {}
+    : store_(store), options_(options), thread_([this] { Run(); }) {
+  if (options_.reserve_bytes <= 0) return;
+  // Without a bound, SQLite's WAL grows to 1,000 pages (4 MiB) before it
+  // checkpoints: on a small disk that is more than the room left above the
+  // reserve, and between two checks of the free space (250 ms apart, longer
+  // under load) it grew into the reserve after the disk had room again, so
+  // that metrics were shed with the disk mostly free.
+  if (absl::Status limited =
+          store_->LimitJournal(options_.reserve_bytes / kJournalHeadroom);
+      !limited.ok()) {
+    spdlog::warn("store journal not limited to a share of the reserve: {}",
+                 limited.ToString());
+  }
+}
 
 StoreWriter::~StoreWriter() {
   {
@@ -74,12 +94,6 @@ int64_t StoreWriter::coalesced_writes() const {
   return coalesced_;
 }
 
-namespace {
-// Within this many reserves of a full disk, the journal is given back after
-// every round (NearReserve).
-constexpr int64_t kJournalHeadroom = 4;
-}  // namespace
-
 bool StoreWriter::BelowReserve() {
   if (options_.reserve_bytes <= 0) return false;
   const absl::Time now = absl::Now();
@@ -92,6 +106,8 @@ bool StoreWriter::BelowReserve() {
   const bool below =
       space.ok() && space->free_bytes >= 0 && space->free_bytes < options_.reserve_bytes;
   absl::MutexLock lock(&mu_);
+  // A racing checker that looked later has the fresher answer.
+  if (now < space_checked_) return below_reserve_;
   space_checked_ = now;
   near_reserve_ = space.ok() && space->free_bytes >= 0 &&
                   space->free_bytes < kJournalHeadroom * options_.reserve_bytes;

@@ -51,8 +51,10 @@ class StoreWriter {
     // Queued writes past which metric batches are refused (Unavailable).
     size_t max_backlog = 10000;
     // Bytes kept free on the store's file system for state writes
-    // (--db-reserve); below it metric batches are shed. 0: no reserve, and
-    // on a full disk metric batches fail with Unavailable (senders retry).
+    // (--db-reserve); below it metric batches are shed, and the store's
+    // journal is kept under a quarter of it at every commit (LimitJournal),
+    // so that the journal alone never takes the disk below it. 0: no reserve,
+    // and on a full disk metric batches fail with Unavailable (senders retry).
     int64_t reserve_bytes = 0;
   };
 

@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -931,6 +932,52 @@ TEST_F(SqliteStoreFileTest, FileDatabaseRunsInWalMode) {
   EXPECT_EQ(*mode, "wal");
   // A WAL database writes its commits to the -wal file beside it.
   EXPECT_TRUE(std::filesystem::exists(DbPath() + "-wal"));
+}
+
+// Heartbeats and metric batches, one commit each, as a coordinator writes
+// them; returns the largest size the -wal file reached.
+int64_t LargestJournalOver(SqliteStore& store, const std::string& path, int commits) {
+  absl::StatusOr<int64_t> id = store.CreateJob(MakeJob("journal"));
+  if (!id.ok()) return -1;
+  int64_t largest = 0;
+  for (int i = 0; i < commits; ++i) {
+    WorkerRecord worker;
+    worker.name = absl::StrCat("w", i % 2);
+    worker.last_seen_unix_ms = i;
+    if (!store.UpsertWorker(worker).ok()) return -1;
+    std::vector<MetricRow> rows;
+    for (const char* name : {"loss", "accuracy", "images_per_s", "lr"}) {
+      rows.push_back(MetricRow{*id, 1, i % 2, i, name, 0.5, i});
+    }
+    if (!store.AppendMetrics(rows).ok()) return -1;
+    std::error_code error;
+    const std::uintmax_t size = std::filesystem::file_size(path + "-wal", error);
+    if (!error) largest = std::max<int64_t>(largest, static_cast<int64_t>(size));
+  }
+  return largest;
+}
+
+TEST_F(SqliteStoreFileTest, LimitedJournalStaysWithinItsLimitAtEveryCommit) {
+  // Unlimited, SQLite's WAL grows to 1,000 pages before it checkpoints: more
+  // than a small disk's reserve.
+  const std::string unlimited_path = dir_.path() + "/unlimited.db";
+  absl::StatusOr<std::unique_ptr<SqliteStore>> unlimited =
+      SqliteStore::Open(unlimited_path);
+  ASSERT_THAT(unlimited, IsOk());
+  EXPECT_GT(LargestJournalOver(**unlimited, unlimited_path, 200), 512 * 1024);
+
+  absl::StatusOr<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(DbPath());
+  ASSERT_THAT(store, IsOk());
+  constexpr int64_t kLimit = 16 * 1024;
+  ASSERT_THAT((*store)->LimitJournal(kLimit), IsOk());
+  // At most the limit plus the one transaction that crossed it.
+  const int64_t largest = LargestJournalOver(**store, DbPath(), 200);
+  EXPECT_GT(largest, 0);
+  EXPECT_LE(largest, 2 * kLimit + 4 * 4096);
+  // Nothing written is lost by the checkpoints.
+  absl::StatusOr<std::vector<WorkerRecord>> workers = (*store)->ListWorkers();
+  ASSERT_THAT(workers, IsOk());
+  EXPECT_THAT(*workers, SizeIs(2));
 }
 
 TEST_F(SqliteStoreFileTest, SecondConnectionSeesCommittedWrites) {

@@ -52,8 +52,13 @@ class FullableStore final : public StoreWrapper {
     ++compactions;
     return absl::OkStatus();
   }
+  absl::Status LimitJournal(int64_t bytes) override {
+    journal_limit = bytes;
+    return absl::OkStatus();
+  }
   std::atomic<int64_t> free_bytes{int64_t{1} << 30};
   std::atomic<int> compactions{0};
+  std::atomic<int64_t> journal_limit{-1};  // -1: never limited
 
  private:
   static absl::Status Full() {
@@ -276,6 +281,14 @@ TEST_F(StoreWriterTest, MetricsOnAFullDiskAreShedWhenAReserveIsSet) {
   ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(writer_->TakeShed(id).metric_rows, 1);
+}
+
+TEST_F(StoreWriterTest, AReserveKeepsTheJournalUnderAQuarterOfIt) {
+  MakeWriter();
+  EXPECT_EQ(store_->journal_limit.load(), -1) << "no reserve, SQLite's own journal size";
+  writer_.reset();
+  MakeWriter({.reserve_bytes = 64 * 1024});
+  EXPECT_EQ(store_->journal_limit.load(), 16 * 1024);
 }
 
 TEST_F(StoreWriterTest, JobsWithStateWritesKeptForRetryAreNamedUnstored) {
