@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -46,9 +47,24 @@ std::string BytesCell(bool reported, double bytes) {
   return reported ? HumanBytes(bytes) : "-";
 }
 
+// The measured peak per rank and what measured it: "1.9 GiB (RSS)" or
+// "3.0 GiB (CUDA)"; "-" when no rank reported one.
+std::string PeakMemoryCell(const v1::SweepReportRow& row) {
+  if (!row.has_peak_memory_bytes_per_rank()) return "-";
+  const std::string source = absl::AsciiStrToUpper(row.memory_source());
+  return source.empty() ? HumanBytes(row.peak_memory_bytes_per_rank())
+                        : absl::StrCat(HumanBytes(row.peak_memory_bytes_per_rank()), " (",
+                                       source, ")");
+}
+
 // The exact figure, or an empty field when no rank reported it.
 std::string BytesCsvField(bool reported, double bytes) {
   return reported ? ExactDouble(bytes) : "";
+}
+
+// The figure, or null when no rank reported it.
+json BytesJson(bool reported, double bytes) {
+  return reported ? json(bytes) : json(nullptr);
 }
 
 }  // namespace
@@ -168,8 +184,8 @@ std::string FormatSweepPointsCsv(const v1::Sweep& sweep) {
 
 std::string FormatSweepReportTable(const v1::SweepReport& report) {
   Table table({"WORLD", "BATCH", "SCALING", "SHAPE", "ZERO", "RUNS", "EPOCH_TIME",
-               "SPEEDUP", "EFFICIENCY", "COMM", "ACCURACY", "OPTIMIZER/RANK",
-               "GRADIENTS/RANK"});
+               "SPEEDUP", "EFFICIENCY", "COMM", "ACCURACY", "MEMORY/RANK",
+               "OPTIMIZER/RANK", "GRADIENTS/RANK", "PARAMETERS/RANK"});
   for (const v1::SweepReportRow& row : report.rows()) {
     const bool counted = row.runs() > 0;
     table.AddRow(
@@ -185,9 +201,11 @@ std::string FormatSweepReportTable(const v1::SweepReport& report) {
              ? absl::StrCat(FormatPercent(row.final_accuracy()), " (eval ",
                             row.eval_runs(), "/", row.runs(), ")")
              : FormatPercent(row.final_accuracy()),
+         PeakMemoryCell(row),
          BytesCell(row.has_optimizer_state_bytes_per_rank(),
                    row.optimizer_state_bytes_per_rank()),
-         BytesCell(row.has_gradient_bytes_per_rank(), row.gradient_bytes_per_rank())});
+         BytesCell(row.has_gradient_bytes_per_rank(), row.gradient_bytes_per_rank()),
+         BytesCell(row.has_parameter_bytes_per_rank(), row.parameter_bytes_per_rank())});
   }
   return table.Render();
 }
@@ -197,7 +215,8 @@ std::string FormatSweepReportCsv(const v1::SweepReport& report) {
       "world_size,batch_size,scaling,shape,runs,epoch_time_mean_s,epoch_time_std_s,"
       "total_time_mean_s,images_per_sec,speedup,efficiency,baseline_world_size,"
       "comm_share,final_accuracy,job_ids,zero_stage,optimizer_state_bytes_per_rank,"
-      "gradient_bytes_per_rank\n";
+      "gradient_bytes_per_rank,peak_memory_bytes_per_rank,memory_source,"
+      "parameter_bytes_per_rank\n";
   for (const v1::SweepReportRow& row : report.rows()) {
     absl::StrAppend(
         &out, row.world_size(), ",", row.batch_size(), ",", CsvField(row.scaling()), ",",
@@ -212,6 +231,11 @@ std::string FormatSweepReportCsv(const v1::SweepReport& report) {
                       row.optimizer_state_bytes_per_rank()),
         ",",
         BytesCsvField(row.has_gradient_bytes_per_rank(), row.gradient_bytes_per_rank()),
+        ",",
+        BytesCsvField(row.has_peak_memory_bytes_per_rank(),
+                      row.peak_memory_bytes_per_rank()),
+        ",", CsvField(row.memory_source()), ",",
+        BytesCsvField(row.has_parameter_bytes_per_rank(), row.parameter_bytes_per_rank()),
         "\n");
   }
   return out;
@@ -260,30 +284,35 @@ json SweepReportToJson(const v1::SweepReport& report) {
   for (const v1::SweepReportRow& row : report.rows()) {
     json job_ids = json::array();
     for (int64_t id : row.job_ids()) job_ids.push_back(id);
-    rows.push_back({{"world_size", row.world_size()},
-                    {"batch_size", row.batch_size()},
-                    {"scaling", row.scaling()},
-                    {"shape", row.shape()},
-                    {"runs", row.runs()},
-                    {"epoch_time_mean_s", row.epoch_time_mean_s()},
-                    {"epoch_time_std_s", row.epoch_time_std_s()},
-                    {"total_time_mean_s", row.total_time_mean_s()},
-                    {"images_per_sec", row.images_per_sec()},
-                    {"speedup", row.speedup()},
-                    {"efficiency", row.efficiency()},
-                    {"baseline_world_size", row.baseline_world_size()},
-                    {"comm_share", row.comm_share()},
-                    {"final_accuracy", row.final_accuracy()},
-                    {"eval_runs", row.eval_runs()},
-                    {"job_ids", std::move(job_ids)},
-                    {"zero_stage", row.zero_stage()},
-                    {"optimizer_state_bytes_per_rank",
-                     row.has_optimizer_state_bytes_per_rank()
-                         ? json(row.optimizer_state_bytes_per_rank())
-                         : json(nullptr)},
-                    {"gradient_bytes_per_rank", row.has_gradient_bytes_per_rank()
-                                                    ? json(row.gradient_bytes_per_rank())
-                                                    : json(nullptr)}});
+    rows.push_back(
+        {{"world_size", row.world_size()},
+         {"batch_size", row.batch_size()},
+         {"scaling", row.scaling()},
+         {"shape", row.shape()},
+         {"runs", row.runs()},
+         {"epoch_time_mean_s", row.epoch_time_mean_s()},
+         {"epoch_time_std_s", row.epoch_time_std_s()},
+         {"total_time_mean_s", row.total_time_mean_s()},
+         {"images_per_sec", row.images_per_sec()},
+         {"speedup", row.speedup()},
+         {"efficiency", row.efficiency()},
+         {"baseline_world_size", row.baseline_world_size()},
+         {"comm_share", row.comm_share()},
+         {"final_accuracy", row.final_accuracy()},
+         {"eval_runs", row.eval_runs()},
+         {"job_ids", std::move(job_ids)},
+         {"zero_stage", row.zero_stage()},
+         {"optimizer_state_bytes_per_rank",
+          BytesJson(row.has_optimizer_state_bytes_per_rank(),
+                    row.optimizer_state_bytes_per_rank())},
+         {"gradient_bytes_per_rank",
+          BytesJson(row.has_gradient_bytes_per_rank(), row.gradient_bytes_per_rank())},
+         {"peak_memory_bytes_per_rank", BytesJson(row.has_peak_memory_bytes_per_rank(),
+                                                  row.peak_memory_bytes_per_rank())},
+         {"memory_source",
+          row.memory_source().empty() ? json(nullptr) : json(row.memory_source())},
+         {"parameter_bytes_per_rank", BytesJson(row.has_parameter_bytes_per_rank(),
+                                                row.parameter_bytes_per_rank())}});
   }
   return {{"sweep_id", report.sweep_id()}, {"rows", std::move(rows)}};
 }

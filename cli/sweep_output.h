@@ -49,22 +49,27 @@ std::string FormatSweepStatus(const tessera::v1::Sweep& sweep, const FormatConte
 std::string FormatSweepPointsCsv(const tessera::v1::Sweep& sweep);
 
 // One row per grid point: WORLD BATCH SCALING SHAPE ZERO RUNS EPOCH_TIME (mean ±
-// std) SPEEDUP EFFICIENCY COMM ACCURACY OPTIMIZER/RANK GRADIENTS/RANK (bytes of
-// optimizer state and of gradients one rank holds). Rows without a counted
-// run, and byte figures no rank reported, show "-".
+// std) SPEEDUP EFFICIENCY COMM ACCURACY MEMORY/RANK (the measured peak per
+// rank and its source, "1.9 GiB (RSS)" or "3.0 GiB (CUDA)") OPTIMIZER/RANK
+// GRADIENTS/RANK PARAMETERS/RANK (its breakdown: the bytes of optimizer state,
+// of gradients and of parameters one rank holds, as the code counts them).
+// Rows without a counted run, and byte figures no rank reported, show "-".
 std::string FormatSweepReportTable(const tessera::v1::SweepReport& report);
 // world_size,batch_size,scaling,shape,runs,epoch_time_mean_s,epoch_time_std_s,
 // total_time_mean_s,images_per_sec,speedup,efficiency,baseline_world_size,
 // comm_share,final_accuracy,job_ids (job ids separated by spaces),zero_stage,
-// optimizer_state_bytes_per_rank,gradient_bytes_per_rank (the byte figures
-// empty when no rank reported them)
+// optimizer_state_bytes_per_rank,gradient_bytes_per_rank,
+// peak_memory_bytes_per_rank,memory_source ("rss" or "cuda"),
+// parameter_bytes_per_rank (the byte figures and the source empty when no rank
+// reported them)
 std::string FormatSweepReportCsv(const tessera::v1::SweepReport& report);
 
 // `sweep status -o json` (detailed: with "points" and "spec_yaml") and the
 // elements of `sweep list -o json` (without them).
 nlohmann::ordered_json SweepToJson(const tessera::v1::Sweep& sweep, bool detailed);
 nlohmann::ordered_json SweepPointToJson(const tessera::v1::SweepPoint& point);
-// {"sweep_id": 4, "rows": [...]}; byte figures no rank reported are null.
+// {"sweep_id": 4, "rows": [...]}; byte figures no rank reported, and the
+// memory_source of a row without a measured peak, are null.
 nlohmann::ordered_json SweepReportToJson(const tessera::v1::SweepReport& report);
 
 }  // namespace tessera::cli

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "common/device_figures.h"
 #include "common/metric_names.h"
 #include "common/status_macros.h"
 
@@ -45,7 +47,16 @@ struct RunFigures {
   // Each reporting rank's newest figure; empty when no rank reported it.
   std::vector<double> optimizer_state_bytes;
   std::vector<double> gradient_bytes;
+  std::vector<double> parameter_bytes;
+  // The highest measured peak of any rank (AddMeasuredPeak); unset when no
+  // rank reported one.
+  std::optional<double> peak_memory_bytes;
+  std::string memory_source;  // kMemorySourceCuda or kMemorySourceRss
 };
+
+// SweepReportRow.memory_source: which measured figure a peak comes from.
+constexpr char kMemorySourceCuda[] = "cuda";
+constexpr char kMemorySourceRss[] = "rss";
 
 // Point job -> the top-1 of its newest eval job that succeeded (tessctl eval
 // JOB records JOB as spec.eval_of). Eval jobs are submitted after the jobs
@@ -129,6 +140,38 @@ absl::StatusOr<std::vector<double>> PerRankValues(JobRequests& jobs, const v1::J
   return values;
 }
 
+// The highest value of a peak figure that any rank reported in the job's
+// attempt: each rank's peak is the largest it reported (the figures only grow,
+// so that is its newest), the job's the largest over its ranks.
+absl::StatusOr<std::optional<double>> MaxOverRanks(JobRequests& jobs, const v1::Job& job,
+                                                   const std::string& name) {
+  ASSIGN_OR_RETURN(const std::vector<v1::MetricPoint> points,
+                   AttemptMetric(jobs, job, name));
+  std::optional<double> peak;
+  for (const auto& p : points) peak = std::max(peak.value_or(p.value()), p.value());
+  return peak;
+}
+
+// Sets the run's measured peak memory per rank: the CUDA caching allocator's
+// peak where ranks ran on GPUs (their host RSS is not what the device held),
+// else the CPU ranks' peak RSS.
+absl::Status AddMeasuredPeak(JobRequests& jobs, const v1::Job& job, RunFigures& f) {
+  ASSIGN_OR_RETURN(const std::optional<double> cuda,
+                   MaxOverRanks(jobs, job, kCudaPeakAllocatedFigure));
+  if (cuda.has_value()) {
+    f.peak_memory_bytes = cuda;
+    f.memory_source = kMemorySourceCuda;
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const std::optional<double> rss,
+                   MaxOverRanks(jobs, job, kPeakRssFigure));
+  if (rss.has_value()) {
+    f.peak_memory_bytes = rss;
+    f.memory_source = kMemorySourceRss;
+  }
+  return absl::OkStatus();
+}
+
 // Sets the run's training time and epoch time: the mean measured epoch time,
 // else one derived from the training time and steps.
 absl::Status AddTimes(JobRequests& jobs, const v1::Job& job, RunFigures& f) {
@@ -185,6 +228,9 @@ absl::StatusOr<RunFigures> FiguresOf(JobRequests& jobs, int64_t job_id,
   ASSIGN_OR_RETURN(f.optimizer_state_bytes,
                    PerRankValues(jobs, job, kOptimizerStateBytesMetricName));
   ASSIGN_OR_RETURN(f.gradient_bytes, PerRankValues(jobs, job, kGradientBytesMetricName));
+  ASSIGN_OR_RETURN(f.parameter_bytes,
+                   PerRankValues(jobs, job, kParameterBytesMetricName));
+  RETURN_IF_ERROR(AddMeasuredPeak(jobs, job, f));
   return f;
 }
 
@@ -209,6 +255,23 @@ absl::StatusOr<std::vector<RowRuns>> GroupPoints(const v1::Sweep& sweep,
   return rows;
 }
 
+// The row's measured peak: the highest of its runs' (a rank needs the most
+// that any run needed), from GPU runs where there are any.
+void SetMeasuredPeak(const std::vector<RunFigures>& runs, v1::SweepReportRow& row) {
+  for (const char* source : {kMemorySourceCuda, kMemorySourceRss}) {
+    std::optional<double> peak;
+    for (const RunFigures& f : runs) {
+      if (!f.peak_memory_bytes.has_value() || f.memory_source != source) continue;
+      peak = std::max(peak.value_or(*f.peak_memory_bytes), *f.peak_memory_bytes);
+    }
+    if (peak.has_value()) {
+      row.set_peak_memory_bytes_per_rank(*peak);
+      row.set_memory_source(source);
+      return;
+    }
+  }
+}
+
 void FillRow(const RowRuns& runs, v1::SweepReportRow& row) {
   row.set_world_size(std::get<0>(runs.key));
   row.set_batch_size(std::get<1>(runs.key));
@@ -218,12 +281,15 @@ void FillRow(const RowRuns& runs, v1::SweepReportRow& row) {
   for (int64_t id : runs.job_ids) row.add_job_ids(id);
   row.set_runs(static_cast<int32_t>(runs.runs.size()));
   if (runs.runs.empty()) return;
-  std::vector<double> epoch, total, ips, comm, acc, optimizer_bytes, gradient_bytes;
+  std::vector<double> epoch, total, ips, comm, acc, optimizer_bytes, gradient_bytes,
+      parameter_bytes;
   for (const RunFigures& f : runs.runs) {
     optimizer_bytes.insert(optimizer_bytes.end(), f.optimizer_state_bytes.begin(),
                            f.optimizer_state_bytes.end());
     gradient_bytes.insert(gradient_bytes.end(), f.gradient_bytes.begin(),
                           f.gradient_bytes.end());
+    parameter_bytes.insert(parameter_bytes.end(), f.parameter_bytes.begin(),
+                           f.parameter_bytes.end());
     epoch.push_back(f.epoch_seconds);
     total.push_back(f.train_seconds);
     ips.push_back(f.images_per_sec);
@@ -241,6 +307,8 @@ void FillRow(const RowRuns& runs, v1::SweepReportRow& row) {
   if (!optimizer_bytes.empty())
     row.set_optimizer_state_bytes_per_rank(Mean(optimizer_bytes));
   if (!gradient_bytes.empty()) row.set_gradient_bytes_per_rank(Mean(gradient_bytes));
+  if (!parameter_bytes.empty()) row.set_parameter_bytes_per_rank(Mean(parameter_bytes));
+  SetMeasuredPeak(runs.runs, row);
 }
 
 // Speedup and efficiency against the smallest measured world size of the same

@@ -2,10 +2,12 @@
 // (world size, batch size, scaling, shape, ZeRO stage) among the sweep's
 // points, in grid order, with figures from the stored metrics of the points'
 // jobs that succeeded: epoch time (mean and spread over runs), total training
-// time, throughput, communication share, final accuracy and the optimizer
-// state and gradient bytes per rank, then speedup and efficiency against the
-// smallest measured world size of the same batch size, scaling, shape kind and
-// ZeRO stage. docs/api.md defines each figure.
+// time, throughput, communication share, final accuracy, the peak memory per
+// rank as measured (the ranks' peak RSS, or the CUDA allocator's peak on GPU
+// ranks) with the optimizer state, gradient and parameter bytes per rank that
+// the code counts as its breakdown, then speedup and efficiency against the smallest
+// measured world size of the same batch size, scaling, shape kind and ZeRO
+// stage. docs/api.md defines each figure.
 //
 // Thread-safety: stateless; safe from any thread (it reads through
 // JobRequests' thread-safe methods).

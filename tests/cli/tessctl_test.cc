@@ -1431,29 +1431,42 @@ v1::SweepReport MakeReport() {
   add(2, 32, "strong", "pack", 2, 11.0, 0.5, 1.8636, 0.9318, 0.123, 0.8101);
   add(4, 32, "weak", "pack", 0, 0, 0, 0, 0, 0, 0);
   add(8, 64, "strong", "2x4", 1, 3.25, 0, 4.0, 0.5, 0.25, 0.79);
-  // ZeRO stage 1 at two ranks: both byte figures; the 8-rank row only the
+  // ZeRO stage 1 at two ranks: CPU ranks' measured peak RSS and both counted
+  // byte figures; the 8-rank row GPU ranks' allocator peak and only the
   // optimizer state's.
   report.mutable_rows(1)->set_zero_stage(1);
+  report.mutable_rows(1)->set_peak_memory_bytes_per_rank(2147483648);  // 2 GiB
+  report.mutable_rows(1)->set_memory_source("rss");
   report.mutable_rows(1)->set_optimizer_state_bytes_per_rank(1610612736);  // 1.5 GiB
   report.mutable_rows(1)->set_gradient_bytes_per_rank(536870912);          // 512 MiB
+  report.mutable_rows(1)->set_parameter_bytes_per_rank(268435456);         // 256 MiB
+  report.mutable_rows(3)->set_peak_memory_bytes_per_rank(3221225472);      // 3 GiB
+  report.mutable_rows(3)->set_memory_source("cuda");
   report.mutable_rows(3)->set_optimizer_state_bytes_per_rank(3000);
   return report;
 }
 
-TEST(SweepOutputTest, ReportTableShowsTheFiguresAndBytesPerRankWithDashesForNone) {
+// MEMORY/RANK is the measured peak and its source; OPTIMIZER/RANK,
+// GRADIENTS/RANK and PARAMETERS/RANK, the bytes the code counts, are its
+// breakdown.
+TEST(SweepOutputTest,
+     ReportTableShowsTheMeasuredPeakThenTheCountedBytesWithDashesForNone) {
   EXPECT_THAT(Lines(FormatSweepReportTable(MakeReport())),
               ElementsAre("WORLD  BATCH  SCALING  SHAPE  ZERO  RUNS  EPOCH_TIME      "
-                          "SPEEDUP  EFFICIENCY  COMM   ACCURACY  OPTIMIZER/RANK  "
-                          "GRADIENTS/RANK",
+                          "SPEEDUP  EFFICIENCY  COMM   ACCURACY  MEMORY/RANK     "
+                          "OPTIMIZER/RANK  GRADIENTS/RANK  PARAMETERS/RANK",
                           "1      32     strong   pack   0     2     20.50 ± 0.25 s  "
-                          "1.00x    100.0%      0.0%   81.23%    -               -",
+                          "1.00x    100.0%      0.0%   81.23%    -               "
+                          "-               -               -",
                           "2      32     strong   pack   1     2     11.00 ± 0.50 s  "
-                          "1.86x    93.2%       12.3%  81.01%    1.5 GiB         "
-                          "512.0 MiB",
+                          "1.86x    93.2%       12.3%  81.01%    2.0 GiB (RSS)   "
+                          "1.5 GiB         512.0 MiB       256.0 MiB",
                           "4      32     weak     pack   0     0     -               "
-                          "-        -           -      -         -               -",
+                          "-        -           -      -         -               "
+                          "-               -               -",
                           "8      64     strong   2x4    0     1     3.25 s          "
-                          "4.00x    50.0%       25.0%  79.00%    2.9 KiB         -"));
+                          "4.00x    50.0%       25.0%  79.00%    3.0 GiB (CUDA)  "
+                          "2.9 KiB         -               -"));
 }
 
 TEST_F(TessctlTest, SweepReportCsvAndJsonCarryTheCoordinatorsFigures) {
@@ -1465,15 +1478,17 @@ TEST_F(TessctlTest, SweepReportCsvAndJsonCarryTheCoordinatorsFigures) {
             "world_size,batch_size,scaling,shape,runs,epoch_time_mean_s,epoch_time_std_s,"
             "total_time_mean_s,images_per_sec,speedup,efficiency,baseline_world_size,"
             "comm_share,final_accuracy,job_ids,zero_stage,optimizer_state_bytes_per_rank,"
-            "gradient_bytes_per_rank");
+            "gradient_bytes_per_rank,peak_memory_bytes_per_rank,memory_source,"
+            "parameter_bytes_per_rank");
   EXPECT_EQ(lines[2],
             "2,32,strong,pack,2,11,0.5,22,372.3636363636364,1.8636,0.9318,1,0.123,0.8101,"
-            "20 21,1,1610612736,536870912");
+            "20 21,1,1610612736,536870912,2147483648,rss,268435456");
   // Byte figures no rank reported are empty fields, not zeros.
-  EXPECT_EQ(lines[3], "4,32,weak,pack,0,0,0,0,0,0,0,1,0,0,,0,,");
+  EXPECT_EQ(lines[3], "4,32,weak,pack,0,0,0,0,0,0,0,1,0,0,,0,,,,,");
   EXPECT_EQ(
       lines[4],
-      "8,64,strong,2x4,1,3.25,0,6.5,1260.3076923076924,4,0.5,1,0.25,0.79,80,0,3000,");
+      "8,64,strong,2x4,1,3.25,0,6.5,1260.3076923076924,4,0.5,1,0.25,0.79,80,0,3000,,"
+      "3221225472,cuda,");
 
   out_.str("");
   ASSERT_EQ(Cli({"sweep", "report", "1", "-o", "json"}), kExitOk);
@@ -1491,11 +1506,20 @@ TEST_F(TessctlTest, SweepReportCsvAndJsonCarryTheCoordinatorsFigures) {
   EXPECT_TRUE(j["rows"][0]["optimizer_state_bytes_per_rank"].is_null());
   EXPECT_TRUE(j["rows"][3]["gradient_bytes_per_rank"].is_null());
   EXPECT_DOUBLE_EQ(j["rows"][3]["optimizer_state_bytes_per_rank"].get<double>(), 3000);
+  // The measured peak beside the counted bytes, and what measured it.
+  EXPECT_DOUBLE_EQ(j["rows"][1]["peak_memory_bytes_per_rank"].get<double>(), 2147483648);
+  EXPECT_EQ(j["rows"][1]["memory_source"], "rss");
+  EXPECT_DOUBLE_EQ(j["rows"][3]["peak_memory_bytes_per_rank"].get<double>(), 3221225472);
+  EXPECT_EQ(j["rows"][3]["memory_source"], "cuda");
+  EXPECT_TRUE(j["rows"][0]["peak_memory_bytes_per_rank"].is_null());
+  EXPECT_TRUE(j["rows"][0]["memory_source"].is_null());
+  EXPECT_DOUBLE_EQ(j["rows"][1]["parameter_bytes_per_rank"].get<double>(), 268435456);
+  EXPECT_TRUE(j["rows"][3]["parameter_bytes_per_rank"].is_null());
 
   out_.str("");
   ASSERT_EQ(Cli({"sweep", "report", "1"}), kExitOk);
   EXPECT_THAT(out_.str(), HasSubstr("11.00 ± 0.50 s  1.86x"));
-  EXPECT_THAT(out_.str(), HasSubstr("1.5 GiB         512.0 MiB"));
+  EXPECT_THAT(out_.str(), HasSubstr("2.0 GiB (RSS)   1.5 GiB         512.0 MiB"));
 }
 
 TEST_F(TessctlTest, UnknownSweepExitsThree) {

@@ -291,6 +291,12 @@ TEST_F(SweepTest, TwoByTwoSweepSucceedsWithReportFromStoredTimes) {
     EXPECT_LE(row.final_accuracy(), 1);
     EXPECT_GT(row.total_time_mean_s(), 0);
     EXPECT_GT(row.images_per_sec(), 0);
+    // CPU ranks: the memory per rank is their measured peak RSS, which holds
+    // more than the optimizer state and gradients the trainer counts.
+    ASSERT_TRUE(row.has_peak_memory_bytes_per_rank());
+    EXPECT_EQ(row.memory_source(), "rss");
+    EXPECT_GT(row.peak_memory_bytes_per_rank(),
+              row.optimizer_state_bytes_per_rank() + row.gradient_bytes_per_rank());
   }
 }
 

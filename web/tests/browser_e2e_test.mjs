@@ -440,13 +440,20 @@ try {
       `report table should have ${report.rows.length} rows`);
     assert(await page.locator('#points-table tbody tr').count() === 4, 'points table should have 4 rows');
     // Memory per rank: one line per ZeRO stage of the rows whose ranks
-    // reported their optimizer state and gradient bytes (the API leaves
-    // unreported figures out), one point per such row.
-    const withMemory = report.rows.filter((r) => r.runs > 0 &&
-      r.optimizer_state_bytes_per_rank != null && r.gradient_bytes_per_rank != null);
+    // reported a measured peak (CPU ranks: peak RSS; the API leaves
+    // unreported figures out), one point per such row, beside the counted
+    // optimizer state and gradient bytes.
+    const withMemory = report.rows.filter((r) => r.runs > 0 && r.peak_memory_bytes_per_rank != null);
     const stages = new Set(withMemory.map((r) => Number(r.zero_stage || 0)));
     assert(state !== 'SUCCEEDED' || stages.size === 2,
-      `the rows of a successful sweep should carry both stages' bytes, got stages [${[...stages]}]`);
+      `the rows of a successful sweep should carry both stages' peaks, got stages [${[...stages]}]`);
+    for (const r of withMemory) {
+      assert(r.memory_source === 'rss', `CPU ranks' peak should be their RSS, got ${r.memory_source}`);
+      assert(r.optimizer_state_bytes_per_rank != null && r.gradient_bytes_per_rank != null,
+        `a row with a measured peak keeps its counted bytes: ${JSON.stringify(r)}`);
+      assert(r.peak_memory_bytes_per_rank > r.optimizer_state_bytes_per_rank + r.gradient_bytes_per_rank,
+        `a rank's peak RSS holds more than its optimizer state and gradients: ${JSON.stringify(r)}`);
+    }
     const memory = '[data-chart="memory-per-rank"]';
     await waitFor(`memory-per-rank figure with ${stages.size} series`,
       async () => (await page.getAttribute(memory, 'data-series')) === String(stages.size), { timeoutMs: 20000 });

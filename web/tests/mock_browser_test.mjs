@@ -153,7 +153,7 @@ try {
     await page.screenshot({ path: join(shots, 'mock-sweep.png'), fullPage: true });
   });
 
-  await steps.run('sweep page of a ZeRO study: memory per rank, one line per stage', async () => {
+  await steps.run('sweep page of a ZeRO study: measured memory per rank, one line per stage', async () => {
     await page.goto(`${base}/#/sweeps/2`);
     const chart = '[data-chart="memory-per-rank"]';
     // Three stages over 1-8 ranks; the 8-rank stage-0 point reported no figures.
@@ -161,18 +161,28 @@ try {
     assert(await page.getAttribute(chart, 'data-series') === '3', 'memory chart should draw 3 series');
     const labels = await page.getAttribute(chart, 'data-series-labels');
     assert(labels === 'ZeRO 0 (baseline)|ZeRO 1 (P_os)|ZeRO 2 (P_os+g)', `memory series labels: ${labels}`);
+    const note = await page.textContent(`${chart} .chart-note`);
+    assert(note === 'measured peak (RSS)', `memory note: ${note}`);
     // Beside the epoch time: the same row of the page.
     const [timeBox, memBox] = await Promise.all(['[data-chart="epoch-time"]', chart]
       .map((sel) => page.locator(sel).boundingBox()));
     assert(Math.abs(timeBox.y - memBox.y) < 2 && memBox.x > timeBox.x, 'memory chart is not beside the epoch time');
     assert(await dataPoints(page, 'epoch-time') === 12, 'epoch time should draw all 12 points');
     assert(await page.getAttribute('[data-chart="epoch-time"]', 'data-series') === '3', 'one epoch-time line per stage');
-    const cells = await page.locator('#report-table tbody tr').nth(0).locator('td').allTextContents();
-    assert(cells.includes('2.0 GiB') && cells.includes('1.0 GiB'), `stage 0 row: ${cells.join(' | ')}`);
-    const last0 = await page.locator('#report-table tbody tr').nth(3).locator('td').allTextContents();
-    assert(last0.filter((c) => c === '–').length >= 2, `unreported figures should show –: ${last0.join(' | ')}`);
-    const z2 = await page.locator('#report-table tbody tr').nth(11).locator('td').allTextContents();
-    assert(z2.includes('256.0 MiB') && z2.includes('128.0 MiB'), `stage 2 at 8 ranks: ${z2.join(' | ')}`);
+    // The measured peak with its source, then the counted bytes as its breakdown.
+    const rowCells = (i) => page.locator('#report-table tbody tr').nth(i).locator('td').allTextContents();
+    const peakCell = (i) => page.locator('#report-table tbody tr').nth(i).locator('td[data-key="peak-memory"]');
+    const cells = await rowCells(0);
+    assert(cells.includes('4.0 GiB (RSS)') && cells.includes('2.0 GiB') && cells.includes('1.0 GiB'),
+      `stage 0 row: ${cells.join(' | ')}`);
+    const title0 = await peakCell(0).getAttribute('title');
+    assert(title0 === '4.0 GiB (optimizer 2.0 GiB, gradients 1.0 GiB, parameters 512.0 MiB)',
+      `stage 0 breakdown: ${title0}`);
+    const last0 = await rowCells(3);
+    assert(last0.filter((c) => c === '–').length >= 4, `unreported figures should show –: ${last0.join(' | ')}`);
+    const z2 = await rowCells(11);
+    assert(z2.includes('1.4 GiB (RSS)') && z2.includes('256.0 MiB') && z2.includes('128.0 MiB'),
+      `stage 2 at 8 ranks: ${z2.join(' | ')}`);
     await page.screenshot({ path: join(shots, 'mock-sweep-zero.png'), fullPage: true });
   });
 

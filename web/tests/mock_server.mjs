@@ -106,10 +106,13 @@ function makeWorld(now) {
   };
 }
 
-// Sweep 2: world size x ZeRO stage, each row with the optimizer state and
-// gradient bytes per rank (stage 1 shards the optimizer state, stage 2 the
-// gradients too). The 8-rank stage-0 point did not report them: its row
-// leaves the figures out, as the coordinator's JSON does.
+// Sweep 2: world size x ZeRO stage, each row with the measured peak memory
+// per rank (CPU ranks' peak RSS: 512 MiB of parameters, 512 MiB of the rest,
+// plus what the stage keeps) and its breakdown, the optimizer state, gradient
+// and parameter bytes per rank (stage 1 shards the optimizer state, stage 2
+// the gradients too).
+// The 8-rank stage-0 point did not report them: its row leaves the figures
+// out, as the coordinator's JSON does.
 function zeroStudy(now, trainer) {
   const S = String;
   const opt = 2 * 1024 ** 3;
@@ -127,6 +130,12 @@ function zeroStudy(now, trainer) {
       if (!(stage === 0 && n === 8)) {
         row.optimizer_state_bytes_per_rank = stage >= 1 ? opt / n : opt;
         row.gradient_bytes_per_rank = stage === 2 ? grad / n : grad;
+        row.peak_memory_bytes_per_rank = 1024 ** 3 + row.optimizer_state_bytes_per_rank +
+          row.gradient_bytes_per_rank;
+        row.memory_source = 'rss';
+        row.parameter_bytes_per_rank = 512 * 1024 ** 2;
+      } else {
+        row.memory_source = '';
       }
       rows.push(row);
     }

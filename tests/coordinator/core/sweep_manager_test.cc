@@ -4,6 +4,8 @@
 
 #include <future>
 
+#include "absl/strings/str_cat.h"
+#include "common/device_figures.h"
 #include "common/metric_names.h"
 #include "common/sweep_spec.h"
 #include "coordinator/core/job_manager.h"
@@ -294,6 +296,74 @@ TEST_F(SweepManagerTest, ReportGivesEachZeroStagesBytesPerRankAndItsOwnBaseline)
     ASSERT_TRUE(job.ok());
     EXPECT_EQ(job->spec().trainer().zero_stage(), expected[i][0]);
   }
+}
+
+TEST_F(SweepManagerTest,
+       ReportGivesTheMeasuredPeakOfTheHighestRankBesideTheCountedBytes) {
+  auto submitted = sweeps_->Submit(Spec(/*max_parallel=*/4), "", "req-peak");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  constexpr double kMiB = 1 << 20;
+  // Batch 16: CPU ranks, whose peak RSS grows between reports and is larger on
+  // rank 1. Batch 32 at one rank: a GPU rank, whose allocator peak is the
+  // figure (its host RSS is not what the device held). Batch 32 at two ranks
+  // reports no measured figure, only the counted bytes.
+  auto memory = [this](const v1::LaunchOrder& o) {
+    const int batch = o.trainer().batch_size();
+    Report(o,
+           {{kOptimizerStateBytesMetricName, 8 * kMiB},
+            {kGradientBytesMetricName, 4 * kMiB},
+            {kParameterBytesMetricName, (2 + o.rank()) * kMiB}},
+           0);
+    if (batch == 16) {
+      Report(o, {{kPeakRssFigure, (100 + o.rank()) * kMiB}}, 5);
+      Report(o, {{kPeakRssFigure, (300 + 50 * o.rank()) * kMiB}}, 10);
+    } else if (o.world_size() == 1) {
+      Report(o,
+             {{kPeakRssFigure, 900 * kMiB},
+              {kCudaPeakAllocatedFigure, 700 * kMiB},
+              {kCudaAllocatedFigure, 200 * kMiB}},
+             10);
+    }
+  };
+  int finished = 0;
+  for (int round = 0; round < 4 && finished < 4; ++round) {
+    finished += RunLaunched([](int) { return 10.0; }, memory);
+    sweeps_->Tick();
+  }
+  ASSERT_EQ(finished, 4);
+
+  auto report = sweeps_->Report(Caller::Admin(), submitted->sweep_id());
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->rows_size(), 4);
+  int checked = 0;
+  for (const v1::SweepReportRow& row : report->rows()) {
+    SCOPED_TRACE(absl::StrCat("world ", row.world_size(), " batch ", row.batch_size()));
+    // The counted bytes stay, whatever was measured.
+    EXPECT_NEAR(row.optimizer_state_bytes_per_rank(), 8 * kMiB, 1e-9);
+    EXPECT_NEAR(row.gradient_bytes_per_rank(), 4 * kMiB, 1e-9);
+    // Mean over the ranks, as the other counted bytes.
+    EXPECT_NEAR(row.parameter_bytes_per_rank(), (row.world_size() == 1 ? 2 : 2.5) * kMiB,
+                1e-9);
+    if (row.batch_size() == 16) {
+      ASSERT_TRUE(row.has_peak_memory_bytes_per_rank());
+      EXPECT_EQ(row.memory_source(), "rss");
+      // The highest rank's newest peak: rank 1's 350 MiB at two ranks.
+      EXPECT_NEAR(row.peak_memory_bytes_per_rank(),
+                  (row.world_size() == 1 ? 300 : 350) * kMiB, 1e-9);
+      ++checked;
+    } else if (row.world_size() == 1) {
+      ASSERT_TRUE(row.has_peak_memory_bytes_per_rank());
+      EXPECT_EQ(row.memory_source(), "cuda");
+      EXPECT_NEAR(row.peak_memory_bytes_per_rank(), 700 * kMiB, 1e-9);
+      ++checked;
+    } else {
+      // Not reported is not zero bytes.
+      EXPECT_FALSE(row.has_peak_memory_bytes_per_rank());
+      EXPECT_EQ(row.memory_source(), "");
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4);
 }
 
 TEST_F(SweepManagerTest, RetriedSubmitReturnsTheSameSweep) {

@@ -3,11 +3,12 @@
 // Series of the scaling figures are the rows that share (batch_size, scaling,
 // shape kind, ZeRO stage), drawn against world size; series of the batch-size
 // figures share (world_size, scaling, ZeRO stage). The memory figure has one
-// series per ZeRO stage: optimizer state plus gradient bytes per rank against
-// world size, as the ZeRO paper draws it. Rows without a successful run are
-// left out.
+// series per ZeRO stage (and batch size, where the sweep has several): the
+// measured peak memory per rank against world size, as the ZeRO paper draws
+// it, with the optimizer state, gradient and parameter bytes the code counts
+// as each point's breakdown. Rows without a successful run are left out.
 
-import { num } from './format.js';
+import { fmtBytes, num } from './format.js';
 
 // "pack"/"spread"/"" stay; "2x4" (nodes x ranks per node) becomes "x4/node",
 // so 1x4, 2x4, 4x4 form one series over the number of nodes.
@@ -56,11 +57,49 @@ export function bytesOf(r, key) {
   return Number.isFinite(x) ? x : null;
 }
 
-// Optimizer state plus gradient bytes per rank; null unless both are reported.
+// The measured peak memory per rank: the highest rank's peak RSS (CPU ranks)
+// or CUDA allocator peak (GPU ranks); null when no rank reported one. The
+// counted bytes (optimizer state, gradients, parameters) are its breakdown,
+// not the figure.
 export function memoryPerRank(r) {
-  const opt = bytesOf(r, 'optimizer_state_bytes_per_rank');
-  const grad = bytesOf(r, 'gradient_bytes_per_rank');
-  return opt == null || grad == null ? null : opt + grad;
+  return bytesOf(r, 'peak_memory_bytes_per_rank');
+}
+
+// What measured a row's peak, in words: "RSS", "CUDA", or '' when unknown.
+export function memorySourceLabel(source) {
+  const s = String(source ?? '').toLowerCase();
+  return s === 'rss' ? 'RSS' : s === 'cuda' ? 'CUDA' : s.toUpperCase();
+}
+
+// "1.9 GiB (optimizer 341.0 MiB, gradients 171.0 MiB, parameters 341.0 MiB)":
+// the measured peak and those of the counted bytes that are reported; '–'
+// without a peak.
+export function memoryBreakdown(peak, optimizer, gradients, parameters = null) {
+  if (peak == null) return '–';
+  const parts = [];
+  if (optimizer != null) parts.push(`optimizer ${fmtBytes(optimizer)}`);
+  if (gradients != null) parts.push(`gradients ${fmtBytes(gradients)}`);
+  if (parameters != null) parts.push(`parameters ${fmtBytes(parameters)}`);
+  return parts.length ? `${fmtBytes(peak)} (${parts.join(', ')})` : fmtBytes(peak);
+}
+
+// A row's breakdown: memoryBreakdown of its measured peak and counted bytes.
+export function rowMemoryBreakdown(r) {
+  return memoryBreakdown(memoryPerRank(r), bytesOf(r, 'optimizer_state_bytes_per_rank'),
+    bytesOf(r, 'gradient_bytes_per_rank'), bytesOf(r, 'parameter_bytes_per_rank'));
+}
+
+// A row's measured peak as the report table shows it: "1.9 GiB (RSS)".
+export function peakMemoryCell(r) {
+  const peak = memoryPerRank(r);
+  if (peak == null) return '–';
+  const source = memorySourceLabel(r.memory_source);
+  return source ? `${fmtBytes(peak)} (${source})` : fmtBytes(peak);
+}
+
+function meanOrNull(values) {
+  const xs = values.filter((v) => v != null);
+  return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null;
 }
 
 // Labels say only what differs between series: "bs 64 strong", or "bs 64"
@@ -107,22 +146,45 @@ function batchSeries(rows) {
     .sort((a, b) => a.worldSize - b.worldSize || a.label.localeCompare(b.label));
 }
 
-// One series per ZeRO stage: memory per rank against world size, the mean
-// over the stage's rows at each world size (batch size and scaling do not
-// change what optimizer state and gradients a rank holds). Rows without both
-// byte figures are left out, and so are stages without any.
+// One series per ZeRO stage and batch size (activations grow with the batch;
+// "bs N" is in the label only where the sweep has several): the measured peak
+// per rank against world size, the highest of the series' rows at each world
+// size (scaling and shape do not change what a rank holds), each point with
+// the mean counted optimizer state, gradient and parameter bytes as its
+// breakdown (null where unreported). Rows without a measured peak are left out, and so are
+// series without any.
 function memorySeries(rows) {
   const withMemory = rows.filter((r) => memoryPerRank(r) != null);
-  return [...group(withMemory, stageOf).entries()]
-    .sort(([a], [b]) => a - b)
-    .map(([stage, rs]) => {
+  const batches = [...new Set(withMemory.map((r) => num(r.batch_size)))].sort((a, b) => a - b);
+  return [...group(withMemory, (r) => `${stageOf(r)}|${num(r.batch_size)}`).values()]
+    .map((rs) => {
+      const stage = stageOf(rs[0]);
+      const batchSize = num(rs[0].batch_size);
       const bySize = group(rs, (r) => num(r.world_size));
       const points = [...bySize.entries()].sort(([a], [b]) => a - b).map(([n, at]) => ({
         x: n,
-        y: at.reduce((sum, r) => sum + memoryPerRank(r), 0) / at.length,
+        y: Math.max(...at.map(memoryPerRank)),
+        optimizer: meanOrNull(at.map((r) => bytesOf(r, 'optimizer_state_bytes_per_rank'))),
+        gradients: meanOrNull(at.map((r) => bytesOf(r, 'gradient_bytes_per_rank'))),
+        parameters: meanOrNull(at.map((r) => bytesOf(r, 'parameter_bytes_per_rank'))),
       }));
-      return { label: stageLabel(stage), stage, points };
-    });
+      return {
+        label: batches.length > 1 ? `${stageLabel(stage)} bs ${batchSize}` : stageLabel(stage),
+        stage,
+        batchSize,
+        batchIndex: batches.indexOf(batchSize),
+        points,
+      };
+    })
+    .sort((a, b) => a.stage - b.stage || a.batchSize - b.batchSize);
+}
+
+// What measured the peaks of the memory figure's rows: "RSS", "CUDA" or both
+// ("CUDA, RSS"); '' when none did.
+function memorySources(rows) {
+  const sources = rows.filter((r) => memoryPerRank(r) != null)
+    .map((r) => memorySourceLabel(r.memory_source)).filter(Boolean);
+  return [...new Set(sources)].sort().join(', ');
 }
 
 // A y-axis step for the memory figure in whole powers of two bytes (256 KiB,
@@ -134,8 +196,9 @@ export function memoryTickStep(memory) {
 }
 
 // Returns {epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy,
-// memory, worldSizes} where each figure is a list of {label, points: [{x, y,
-// lo?, hi?}]}.
+// memory, memorySource, worldSizes} where each figure is a list of {label,
+// points: [{x, y, lo?, hi?}]} (memory's points also carry {optimizer,
+// gradients, parameters}) and memorySource says what measured the memory figure.
 export function sweepFigures(report) {
   const rows = usable(report?.rows);
   const scaling = scalingSeries(rows);
@@ -177,5 +240,8 @@ export function sweepFigures(report) {
       .map((r) => ({ x: num(r.batch_size), y: 100 * num(r.final_accuracy) })),
   }));
   const memory = memorySeries(rows);
-  return { epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy, memory, worldSizes };
+  const memorySource = memorySources(rows);
+  return {
+    epochTime, speedup, efficiency, idealSpeedup, commShare, accuracy, memory, memorySource, worldSizes,
+  };
 }

@@ -1,6 +1,7 @@
 // #/sweeps/ID: one sweep. Its points (grid coordinates, job, state), the
-// paper-style figures from its report (epoch time and memory per rank, one
-// line per ZeRO stage, against world size; speedup and efficiency against
+// paper-style figures from its report (epoch time and the measured peak memory
+// per rank, one line per ZeRO stage, against world size, the counted optimizer
+// state, gradient and parameter bytes in the memory figure's tooltips; speedup and efficiency against
 // world size with the ideal lines; communication share and final accuracy
 // against batch size) and the report table. Live from
 // /api/v1/stream/sweeps/ID (events sweep, report).
@@ -12,7 +13,9 @@ import {
 } from '../lib/format.js';
 import { LiveSource } from '../lib/live.js';
 import { getToken } from '../lib/settings.js';
-import { bytesOf, memoryTickStep, sweepFigures } from '../lib/sweep.js';
+import {
+  bytesOf, memoryBreakdown, memoryTickStep, peakMemoryCell, rowMemoryBreakdown, sweepFigures,
+} from '../lib/sweep.js';
 import { ChartPanel, color, lineDatasets, lineOptions } from '../charts.js';
 import { confirmAction, errorBox, facts, meter, panel, stateBadge } from '../ui.js';
 
@@ -49,7 +52,7 @@ export function mountSweep(root, { id }, ctx) {
   const timePanel = new ChartPanel('epoch-time', 'Epoch time vs ranks',
     { note: 'mean ± std over runs', emptyText: 'No finished point yet' });
   const memoryPanel = new ChartPanel('memory-per-rank', 'Memory per rank vs ranks',
-    { note: 'optimizer state + gradients', emptyText: 'No point reported memory figures yet' });
+    { note: 'measured peak', emptyText: 'No point reported memory figures yet' });
   const speedupPanel = new ChartPanel('speedup', 'Speedup vs ranks',
     { note: 'dashed: ideal n/n0', emptyText: 'No finished point yet' });
   const effPanel = new ChartPanel('efficiency', 'Efficiency vs ranks',
@@ -66,8 +69,8 @@ export function mountSweep(root, { id }, ctx) {
   const reportTable = table([['Ranks', 'num'], ['Batch', 'num'], ['ZeRO', 'num'], 'Scaling', 'Shape',
     ['Runs', 'num'], ['Epoch time', 'num'], ['± std', 'num'], ['Train time', 'num'],
     ['Images/s', 'num'], ['Speedup', 'num'], ['Efficiency', 'num'], ['n0', 'num'],
-    ['Comm share', 'num'], ['Final acc.', 'num'], ['Optimizer/rank', 'num'],
-    ['Gradients/rank', 'num'], 'Jobs']);
+    ['Comm share', 'num'], ['Final acc.', 'num'], ['Memory/rank', 'num'], ['Optimizer/rank', 'num'],
+    ['Gradients/rank', 'num'], ['Parameters/rank', 'num'], 'Jobs']);
   reportTable.el.id = 'report-table';
   const specBox = h('pre', { class: 'spec' });
 
@@ -89,8 +92,15 @@ export function mountSweep(root, { id }, ctx) {
   const xBatch = { xTitle: 'batch size per rank', xInteger: true };
   timePanel.init({ type: 'line', data: { datasets: [] },
     options: lineOptions({ ...xRanks, yTitle: 'epoch time (s)', yMin: 0 }) });
-  const memoryOptions = lineOptions({ ...xRanks, yTitle: 'bytes per rank', yMin: 0, yTick: fmtBytes });
-  memoryOptions.plugins.tooltip.callbacks = { label: (c) => `${c.dataset.label}: ${fmtBytes(c.parsed.y)}` };
+  // The memory series drawn, for the tooltips' breakdown (one dataset each).
+  let memorySeries = [];
+  const memoryOptions = lineOptions({ ...xRanks, yTitle: 'peak bytes per rank', yMin: 0, yTick: fmtBytes });
+  memoryOptions.plugins.tooltip.callbacks = {
+    label: (c) => {
+      const p = memorySeries[c.datasetIndex]?.points[c.dataIndex];
+      return `${c.dataset.label}: ${memoryBreakdown(c.parsed.y, p?.optimizer, p?.gradients, p?.parameters)}`;
+    },
+  };
   memoryPanel.init({ type: 'line', data: { datasets: [] }, options: memoryOptions });
   speedupPanel.init({ type: 'line', data: { datasets: [] },
     options: lineOptions({ ...xRanks, yTitle: 'speedup', yMin: 0 }) });
@@ -162,11 +172,19 @@ export function mountSweep(root, { id }, ctx) {
       h('td', { class: 'num' }, num(r.baseline_world_size) ? String(num(r.baseline_world_size)) : ''),
       h('td', { class: 'num' }, num(r.runs) > 0 ? fmtPct(r.comm_share, 1) : '–'),
       h('td', { class: 'num' }, num(r.final_accuracy) > 0 ? fmtPct(r.final_accuracy) : '–'),
-      // fmtBytes shows a figure no rank reported (null) as '–'.
+      // The measured peak, then the counted bytes as its breakdown; fmtBytes
+      // shows a figure no rank reported (null) as '–'.
+      h('td', {
+        class: 'num',
+        dataset: { key: 'peak-memory' },
+        // Hover: the breakdown the code counts.
+        title: bytesOf(r, 'peak_memory_bytes_per_rank') == null ? null : rowMemoryBreakdown(r),
+      }, peakMemoryCell(r)),
       h('td', { class: 'num' }, fmtBytes(bytesOf(r, 'optimizer_state_bytes_per_rank'))),
       h('td', { class: 'num' }, fmtBytes(bytesOf(r, 'gradient_bytes_per_rank'))),
+      h('td', { class: 'num' }, fmtBytes(bytesOf(r, 'parameter_bytes_per_rank'))),
       h('td', { class: 'links' }, (r.job_ids || []).map((j, i) => [i ? ' ' : '', jobLink(j)]))))
-      : h('tr', null, h('td', { colspan: 18, class: 'empty' }, 'No report yet.')));
+      : h('tr', null, h('td', { colspan: 20, class: 'empty' }, 'No report yet.')));
     renderFigures();
   }
 
@@ -187,8 +205,13 @@ export function mountSweep(root, { id }, ctx) {
     const mark = (list) => list.map((s, i) => ({ ...s, color: color(i), markers: true }));
     setLines(timePanel, mark(f.epochTime).map((s) => ({ ...s, band: s.points.some((p) => p.hi > p.lo) })));
     memoryPanel.chart.options.scales.y.ticks.stepSize = memoryTickStep(f.memory);
-    // A stage keeps its colour whichever stages the sweep has.
-    setLines(memoryPanel, f.memory.map((s) => ({ ...s, color: color(s.stage), markers: true })));
+    memoryPanel.setNote(f.memorySource ? `measured peak (${f.memorySource})` : 'measured peak');
+    // A stage keeps its colour whichever stages the sweep has; batch sizes
+    // after the smallest are dashed.
+    memorySeries = f.memory;
+    setLines(memoryPanel, f.memory.map((s) => ({
+      ...s, color: color(s.stage), markers: true, dash: s.batchIndex > 0 ? [6, 3] : undefined,
+    })));
     const ideal = f.idealSpeedup.map((s) => ({ ...s, ideal: true, dash: [5, 4], color: '#888888', width: 1.2 }));
     setLines(speedupPanel, [...mark(f.speedup), ...ideal]);
     const ws = f.worldSizes;
