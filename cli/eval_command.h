@@ -1,5 +1,5 @@
 // `tessctl eval`: submits a job of kind "eval" that evaluates a trained model
-// on one split (tessera-train --eval-only; README, evaluation section). It
+// on one split (tessera-train --eval-only; docs/guide.md, evaluating a model). It
 // runs on a worker like any other job: it has an owner, counts against the
 // quota and takes a GPU where the spec's device asks for one.
 //

@@ -14,6 +14,20 @@
 
 namespace tessera {
 
+// Every exit code of tessera-train, by name (worker/trainer/main.cc and the
+// modules that end the process use these names, never the numbers).
+inline constexpr int kTrainerExitSuccess = 0;
+
+// A runtime failure (the reason on stderr).
+inline constexpr int kTrainerExitFailure = 1;
+
+// Bad flags or options: the usage error is on stderr; rerunning cannot help.
+inline constexpr int kTrainerExitUsage = 2;
+
+// The coordinator's lease ran out (worker/trainer/run/lease.h): the rank
+// fenced itself off at once, so that a replacement can take its place.
+inline constexpr int kTrainerExitLeaseLost = 3;
+
 // A collective failed or timed out: the collective timeout aborted the communicator
 // (worker/trainer/dist/collective_timeout.h).
 inline constexpr int kTrainerExitCollectiveFailure = 4;
@@ -31,12 +45,12 @@ inline constexpr std::string_view kTrainerExitReasonPrefix =
     "tessera-train: exit reason: ";
 
 // What exit code `code` of tessera-train means; empty for codes without a
-// meaning of their own (0, 1 and the rest).
+// meaning of their own (success, a runtime failure and any other).
 constexpr std::string_view TrainerExitMeaning(int code) {
   switch (code) {
-    case 2:
+    case kTrainerExitUsage:
       return "usage error";
-    case 3:
+    case kTrainerExitLeaseLost:
       return "lost the coordinator's lease";
     case kTrainerExitCollectiveFailure:
       return "a collective failed or timed out";

@@ -49,6 +49,13 @@ if [ ! -f build/CMakeCache.txt ]; then
 elif [ ${#cmake_args[@]} -gt 0 ]; then
   cmake -S . -B build "${cmake_args[@]}"
 fi
+# ccache (when installed; CMakeLists.txt) keys its entries by paths relative
+# to the repository and not by the folder it builds in, so a clone at another
+# path (each CI run's fresh clone) reuses what an earlier build on the machine
+# cached. Entries still match only the same sources, flags and compiler, so a
+# cached build is the same build; CCACHE_DISABLE=1 gives a cold one.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 cmake --build build -j "$(nproc)" ${targets[@]+"${targets[@]}"}
 
 times >>"$times_file"

@@ -13,8 +13,8 @@ ROOT=$(pwd)
 
 scripts/setup.sh demo
 # Only what the demo runs: the four binaries (the coordinator embeds the web
-# dashboard), and tessera-data (check and pack a dataset), which README's
-# "Training on your own images" uses next. README command 2 (scripts/test.sh)
+# dashboard), and tessera-data (check and pack a dataset), which the README's tour
+# (step 5, your own images) uses next. README command 2 (scripts/test.sh)
 # builds everything.
 scripts/build.sh --target tessera-coordinator --target tessera-worker --target tessctl \
   --target tessera-train --target tessera-data

@@ -1,6 +1,6 @@
 // Abuse of the coordinator's listeners, against a real tessera-coordinator
 // process on loopback (ctest label `abuse`). Each test prints the figures the
-// README's robustness table quotes, as "FIGURE name=value" lines:
+// docs/performance.md's robustness table quotes, as "FIGURE name=value" lines:
 //
 //  - slowloris: 30 sockets from 127.0.0.2 each sending one header line every
 //    2 s; /healthz probed from 127.0.0.1 meanwhile (healthz_p99_ms_under_slowloris);

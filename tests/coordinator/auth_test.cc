@@ -399,7 +399,7 @@ TEST_F(ClosedCoordinatorTest, EveryRpcAndRouteRefusesEveryKindOfBadCredential) {
     }
   }
   EXPECT_EQ(refused, attempts);
-  // The README's robustness table quotes this line.
+  // docs/performance.md's robustness table quotes this line.
   std::cout << "FIGURE unauthenticated_attempts=" << attempts << " refused=" << refused
             << std::endl;
 }

@@ -5,7 +5,7 @@
 // or SIGTERM to the worker) moves a job elsewhere from a checkpoint taken at
 // the drain. The coordinator runs with short thresholds (3 s silent, 10 s
 // stall, 5 s straggler window); scripts/robustness_campaign.sh measures the
-// defaults. Prints FIGURE lines for the README's robustness table.
+// defaults. Prints FIGURE lines for docs/performance.md's robustness table.
 #include <signal.h>
 
 #include <cstdio>

@@ -3,14 +3,14 @@
 // Wiring only: flags -> options, data, process group (rendezvous through the
 // coordinator, a static TCPStore, or standalone), reporter, progress reports
 // on the lease renewals, training loop, result.
-// Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 lost the
-// coordinator's lease (lease.h), 4 a collective failed or timed out
-// (--collective-timeout; collective_timeout.h), 5 preempted: SIGUSR1 asked
-// the rank to checkpoint and leave, and it did so at the step all ranks agreed
-// on (kTrainerExitPreempted, common/trainer_exit.h; preemption.h); its job
-// resumes from that checkpoint; 6 a CUDA error outside NCCL (a kernel fault,
-// out of device memory; kTrainerExitCudaError). Codes 4 and 6 come with a
-// "tessera-train: exit reason:" line that the worker passes on.
+// Exit codes (named in common/trainer_exit.h): 0 success, 1 runtime failure,
+// 2 usage error, 3 lost the coordinator's lease (lease.h), 4 a collective
+// failed or timed out (--collective-timeout; collective_timeout.h), 5
+// preempted: SIGUSR1 asked the rank to checkpoint and leave, and it did so at
+// the step all ranks agreed on (preemption.h); its job resumes from that
+// checkpoint; 6 a CUDA error outside NCCL (a kernel fault, out of device
+// memory). Codes 4 and 6 come with a "tessera-train: exit reason:" line that
+// the worker passes on.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -62,8 +62,6 @@
 namespace tessera::trainer {
 namespace {
 
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 #if TESSERA_TRAINER_WITH_GRPC
 constexpr bool kCoordinatorSupported = true;
 #else
@@ -79,7 +77,7 @@ constexpr absl::Duration kFinalReportTimeout = absl::Seconds(5);
 
 int Fail(const std::string& context, const absl::Status& status) {
   std::cerr << "tessera-train: " << context << ": " << status << std::endl;
-  return kExitFailure;
+  return kTrainerExitFailure;
 }
 
 absl::StatusOr<ImageDataset> LoadSplit(const TrainerOptions& options, Split split) {
@@ -336,7 +334,7 @@ int EvaluateRank(const TrainerOptions& options, const TrainingData& data,
             << std::endl;
   const absl::Status flushed = reporter.Flush(kFinalFlushTimeout);
   if (!flushed.ok()) std::cerr << "tessera-train: " << flushed << std::endl;
-  if (coordinator == nullptr) return 0;
+  if (coordinator == nullptr) return kTrainerExitSuccess;
   TrainingResult result;
   result.test_accuracy = report->top1;
   result.test_loss = report->loss;
@@ -346,7 +344,7 @@ int EvaluateRank(const TrainerOptions& options, const TrainingData& data,
     group.communicator->Abort();
     return Fail("reporting the result", reported);
   }
-  return 0;
+  return kTrainerExitSuccess;
 }
 
 // The rank on its device: lease, data, process group, reporter, training and
@@ -424,7 +422,7 @@ int TrainRank(const TrainerFlags& flags, const DevicePlacement& placement) {
   const absl::Status reported =
       FlushAndReportResult(*outcome, **reporter, coordinator.get());
   if (!reported.ok()) return fail_and_abort("reporting the result", reported);
-  return 0;
+  return kTrainerExitSuccess;
 }
 
 int Run(int argc, char** argv) {
@@ -439,15 +437,15 @@ int Run(int argc, char** argv) {
   if (!flags.ok()) {
     std::cerr << "tessera-train: " << flags.status().message()
               << "\nRun with --help for usage." << std::endl;
-    return kExitUsage;
+    return kTrainerExitUsage;
   }
   if (!flags->help.empty()) {
     std::cout << flags->help;
-    return 0;
+    return kTrainerExitSuccess;
   }
   if (const absl::Status checked = CompleteAndCheckFlags(*flags); !checked.ok()) {
     std::cerr << "tessera-train: " << checked.message() << std::endl;
-    return kExitUsage;
+    return kTrainerExitUsage;
   }
 
   // The device decides the collective backend; an impossible --device or
@@ -456,8 +454,9 @@ int Run(int argc, char** argv) {
       ResolveDevice(flags->trainer, flags->launch.local_rank);
   if (!placement.ok()) {
     std::cerr << "tessera-train: " << placement.status().message() << std::endl;
-    return placement.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                           : kExitFailure;
+    return placement.status().code() == absl::StatusCode::kInvalidArgument
+               ? kTrainerExitUsage
+               : kTrainerExitFailure;
   }
   // The rank's own device before anything touches CUDA (NCCL, the model), so
   // that no context lands on another rank's GPU.
@@ -479,6 +478,6 @@ int main(int argc, char** argv) {
     // LibTorch (c10::Error) and the standard library signal with exceptions; none
     // may end the process without a message.
     std::cerr << "tessera-train: fatal: " << e.what() << std::endl;
-    return 1;
+    return tessera::kTrainerExitFailure;
   }
 }

@@ -55,9 +55,9 @@ TEST(CaptureScheduleTest, TwoEagerStepsOfThisProcessThenOneCaptureThenReplays) {
                                    Action::kReplay, Action::kReplay));
   // The values are written before every step; the capturing step's host side
   // advanced the counts itself, so only later replays advance them.
-  EXPECT_THAT(steps.calls,
-              ElementsAre("write", "eager", "write", "eager", "write", "capture", "replay",
-                          "write", "advance", "replay", "write", "advance", "replay"));
+  EXPECT_THAT(steps.calls, ElementsAre("write", "eager", "write", "eager", "write",
+                                       "capture", "replay", "write", "advance", "replay",
+                                       "write", "advance", "replay"));
   EXPECT_EQ(schedule.process_steps(), 5);
 }
 
@@ -120,8 +120,7 @@ TEST(CaptureScheduleTest, EveryReplayOfAResumedRunReadsTheTrueStepCount) {
   OptimizerSteps steps(adamw, params);
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(schedule.Step(steps).ok());
   // Steps 101 and 102 eager, 103 captured and replayed, 104-106 replayed.
-  EXPECT_THAT(steps.replayed_counts,
-              ElementsAre(103, 103, 104, 104, 105, 105, 106, 106));
+  EXPECT_THAT(steps.replayed_counts, ElementsAre(103, 103, 104, 104, 105, 105, 106, 106));
   for (const torch::Tensor& p : params) {
     std::optional<FlatParamState> state = ReadFlatState(adamw, p);
     ASSERT_TRUE(state.has_value());

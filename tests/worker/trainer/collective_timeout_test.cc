@@ -245,9 +245,9 @@ TEST(CollectiveTimeoutExitTest, ACudaErrorExitsWithItsOwnCodeAndSaysWhy) {
               ::testing::ExitedWithCode(kTrainerExitCudaError),
               "tessera-train: exit reason: cudaErrorIllegalAddress on CUDA device 0");
   EXPECT_EXIT(ExitOnCollectiveFailure("collective timeout: allreduce #4"),
-              ::testing::ExitedWithCode(kExitCollectiveFailure),
+              ::testing::ExitedWithCode(kTrainerExitCollectiveFailure),
               "tessera-train: exit reason: collective timeout: allreduce #4");
-  EXPECT_NE(kTrainerExitCudaError, kExitCollectiveFailure);
+  EXPECT_NE(kTrainerExitCudaError, kTrainerExitCollectiveFailure);
 }
 
 TEST(CollectiveTimeoutExitTest, TellsLibTorchsCudaErrorsFromOtherFailures) {

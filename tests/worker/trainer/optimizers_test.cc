@@ -63,8 +63,9 @@ TEST(OptimizersTest, EachRowScalesItsGroupsRatesAndDecaysOnlyWhereAsked) {
       const auto& options = optimizer->param_groups()[g].options();
       const double expected = g == 0 ? 0.1 : 0.0;
       if (name == "adamw") {
-        EXPECT_DOUBLE_EQ(static_cast<const torch::optim::AdamWOptions&>(options).weight_decay(),
-                         expected);
+        EXPECT_DOUBLE_EQ(
+            static_cast<const torch::optim::AdamWOptions&>(options).weight_decay(),
+            expected);
       } else if (name == "sgd") {
         const auto& sgd = static_cast<const torch::optim::SGDOptions&>(options);
         EXPECT_DOUBLE_EQ(sgd.weight_decay(), expected);

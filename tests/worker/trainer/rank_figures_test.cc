@@ -1,6 +1,6 @@
 // The rank's device figures without LibTorch: peak RSS on a CPU rank, NVML's
 // figures through a fake NVML library, and none (no error) without NVML.
-#include "worker/trainer/gpu/device_figures.h"
+#include "worker/trainer/gpu/rank_figures.h"
 
 #include <fstream>
 #include <map>

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessera/v1/tessera.pb.h"
+#include "worker/trainer/model/vit_config.h"
 
 namespace tessera::trainer {
 namespace {
@@ -260,6 +261,46 @@ TEST(TrainerFlagsTest, HelpIsReturnedAsTextListingTheFlags) {
   EXPECT_THAT(parsed->help, HasSubstr("--batch-size"));
   EXPECT_THAT(parsed->help, HasSubstr("--coordinator"));
   EXPECT_THAT(parsed->help, HasSubstr("--collective-timeout"));
+}
+
+// A boolean flag alone means true, as everywhere on a command line; the
+// spelled forms the worker writes from a job spec keep working.
+TEST(TrainerFlagsTest, BooleanFlagsTakeTheBareFormAndExplicitValues) {
+  absl::StatusOr<TrainerFlags> bare = ParseTrainerFlags({"--eval-only", "--resume"});
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_TRUE(bare->trainer.eval_only);
+  EXPECT_TRUE(bare->trainer.resume);
+  absl::StatusOr<TrainerFlags> spelled =
+      ParseTrainerFlags({"--allreduce=false", "--resume=true", "--overlap=false"});
+  ASSERT_TRUE(spelled.ok()) << spelled.status();
+  EXPECT_FALSE(spelled->trainer.allreduce);
+  EXPECT_TRUE(spelled->trainer.resume);
+  EXPECT_FALSE(spelled->trainer.overlap);
+  // The flag before another is not mistaken for a value.
+  absl::StatusOr<TrainerFlags> before =
+      ParseTrainerFlags({"--eval-only", "--init-from", "/models/m.safetensors"});
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_TRUE(before->trainer.eval_only);
+  EXPECT_EQ(before->trainer.init_from, "/models/m.safetensors");
+}
+
+// --model's help is the preset table, every entry of which its validation takes.
+TEST(TrainerFlagsTest, TheModelsHelpListsEveryPresetItAccepts) {
+  const absl::StatusOr<TrainerFlags> help = ParseTrainerFlags({"--help"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  const size_t at = help->help.find("\n  --model ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string entry = help->help.substr(at, help->help.find("\n  --", at + 1) - at);
+  for (const ViTPreset& preset : ViTPresets()) {
+    EXPECT_THAT(entry, HasSubstr(preset.name));
+    absl::StatusOr<TrainerFlags> parsed =
+        ParseTrainerFlags({"--model=" + preset.name, "--data-dir=/data"});
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_THAT(
+        std::string(ValidateTrainerOptions(parsed->trainer, OptionLimits{}).message()),
+        ::testing::Not(HasSubstr("--model")))
+        << preset.name;
+  }
 }
 
 // The help of every choice-valued flag lists exactly the table the validation

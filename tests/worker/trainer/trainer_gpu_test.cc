@@ -170,8 +170,9 @@ TEST_F(TrainerGpuTest, ACapturedResumeTrainsLikeAnEagerResume) {
   const RunResult eager =
       Train("eager_resume", "vit-s16", 40, 64, {"--precision=bf16", "--resume=true"});
   ASSERT_EQ(eager.exit_code, 0) << eager.output;
-  const RunResult captured = Train("captured_resume", "vit-s16", 40, 64,
-                                   {"--precision=bf16", "--resume=true", "--cuda-graph=on"});
+  const RunResult captured =
+      Train("captured_resume", "vit-s16", 40, 64,
+            {"--precision=bf16", "--resume=true", "--cuda-graph=on"});
   ASSERT_EQ(captured.exit_code, 0) << captured.output;
   EXPECT_THAT(captured.output, HasSubstr("step 23: training step captured"));
 

@@ -85,7 +85,8 @@ class ZeroCheckpointTest : public ::testing::Test {
   int64_t Write(int world, const std::vector<int64_t>& numels = kNumels) {
     int64_t bytes = 0;
     for (int rank = 0; rank < world; ++rank) {
-      auto shard = SerializeZeroShard(dir(), 7, rank, world, PiecesOf(world, rank, 7), numels);
+      auto shard =
+          SerializeZeroShard(dir(), 7, rank, world, PiecesOf(world, rank, 7), numels);
       EXPECT_TRUE(shard.ok()) << shard.status();
       std::ofstream(shard->first, std::ios::binary) << shard->second;
       bytes += static_cast<int64_t>(shard->second.size());
@@ -103,10 +104,10 @@ class ZeroCheckpointTest : public ::testing::Test {
       for (int name = 0; name < 2; ++name) {
         const torch::Tensor& t = states[p]->tensors[static_cast<size_t>(name)].second;
         ASSERT_EQ(t.numel(), wanted[p].size());
-        torch::Tensor expected = torch::arange(wanted[p].begin, wanted[p].end,
-                                               torch::kDouble)
-                                     .add(static_cast<double>(p) * 1000000 + 0.25 * name)
-                                     .to(torch::kFloat);
+        torch::Tensor expected =
+            torch::arange(wanted[p].begin, wanted[p].end, torch::kDouble)
+                .add(static_cast<double>(p) * 1000000 + 0.25 * name)
+                .to(torch::kFloat);
         EXPECT_TRUE(torch::equal(t, expected)) << "parameter " << p << " tensor " << name;
       }
     }
@@ -175,7 +176,8 @@ TEST_F(ZeroCheckpointTest, MissingTruncatedOrIncompleteShardsAreRefusedNamingThe
   auto incomplete = LoadZeroShards(dir(), 7, 2, kNumels, whole);
   ASSERT_FALSE(incomplete.ok());
   EXPECT_EQ(incomplete.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(incomplete.status().message(), HasSubstr("parameter 0's pieces cover 20000"));
+  EXPECT_THAT(incomplete.status().message(),
+              HasSubstr("parameter 0's pieces cover 20000"));
 }
 
 }  // namespace

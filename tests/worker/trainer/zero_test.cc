@@ -351,7 +351,8 @@ TEST(ZeroTest, AResumeFromBrokenShardsFailsNamingTheCause) {
     } else if (c.name == "another model's") {
       auto foreign = SerializeZeroShard(copy, 2, 1, 2, {}, {768, 10, 3072});
       ASSERT_TRUE(foreign.ok());
-      std::ofstream(foreign->first, std::ios::binary | std::ios::trunc) << foreign->second;
+      std::ofstream(foreign->first, std::ios::binary | std::ios::trunc)
+          << foreign->second;
     } else {
       std::filesystem::copy_file(ZeroShardPath(copy, 2, 0), ZeroShardPath(copy, 2, 1),
                                  std::filesystem::copy_options::overwrite_existing);

@@ -33,7 +33,7 @@ namespace {
 }  // namespace
 
 void ExitOnCollectiveFailure(const std::string& reason) {
-  ExitWithReason(reason, kExitCollectiveFailure);
+  ExitWithReason(reason, kTrainerExitCollectiveFailure);
 }
 
 void ExitOnCudaError(const std::string& reason) {

@@ -10,7 +10,7 @@
 // e.g. "collective timeout: allreduce #412 (bucket 3) pending for 300.0 s
 // (limit 300.0 s)". The backend's handler aborts the communicator (pending and
 // later collectives fail with the reason) and then calls the process's handler,
-// which in tessera-train logs the reason and exits with kExitCollectiveFailure
+// which in tessera-train logs the reason and exits with kTrainerExitCollectiveFailure
 // (ExitOnCollectiveFailure).
 //
 // The timeout (--collective-timeout, 5 minutes by default) is longer than the
@@ -43,14 +43,9 @@
 
 namespace tessera::trainer {
 
-// Exit code of a trainer whose collective failed or timed out (the collective timeout
-// fired and aborted the communicator). 1 is a runtime failure, 2 a usage
-// error, 3 a lost lease (lease.h); the codes are in common/trainer_exit.h.
-inline constexpr int kExitCollectiveFailure = kTrainerExitCollectiveFailure;
-
 // Ends tessera-train after the collective timeout fired: says why on stderr (with the
 // "exit reason" line the worker passes on, common/trainer_exit.h), then exits
-// at once with kExitCollectiveFailure (no destructors: a communicator's
+// at once with kTrainerExitCollectiveFailure (no destructors: a communicator's
 // teardown could wait on the peer that is gone).
 [[noreturn]] void ExitOnCollectiveFailure(const std::string& reason);
 

@@ -32,7 +32,7 @@ struct LaunchOptions {
   std::string credential_file;
   std::string credential;  // its contents, filled by the trainer's main
   // How long forming the group and each collective may take before the rank
-  // aborts its communicator and exits with kExitCollectiveFailure
+  // aborts its communicator and exits with kTrainerExitCollectiveFailure
   // (collective_timeout.h). Longer than the coordinator's stall threshold
   // (60 s by default), so that the coordinator, which sees every rank and can
   // name the one that stopped, acts first.

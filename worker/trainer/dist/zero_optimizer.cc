@@ -197,10 +197,10 @@ void ZeroOptimizer::Attach(torch::optim::Optimizer& optimizer) {
   optimizer_ = &optimizer;
   const OptimizerKind& kind = KindOf(optimizer);
   if (kind.set_norm_reduction != nullptr) {
-    kind.set_norm_reduction(
-        optimizer, [this](const std::vector<torch::Tensor>& pieces, torch::Tensor& squared) {
-          ReduceSquaredNorms(pieces, squared);
-        });
+    kind.set_norm_reduction(optimizer, [this](const std::vector<torch::Tensor>& pieces,
+                                              torch::Tensor& squared) {
+      ReduceSquaredNorms(pieces, squared);
+    });
   }
 }
 
@@ -471,7 +471,8 @@ void ZeroOptimizer::ReduceSquaredNorms(const std::vector<at::Tensor>& pieces,
   absl::Status reduced = communicator_.AllReduceSum(whole);
   if (!reduced.ok()) {
     norm_status_ = reduced;
-    TORCH_CHECK(false, "reducing the optimizer's norms: ", std::string(reduced.message()));
+    TORCH_CHECK(false,
+                "reducing the optimizer's norms: ", std::string(reduced.message()));
   }
   if (!rows.empty()) squared = whole.index_select(0, index).to(squared.device());
 }
@@ -524,7 +525,8 @@ std::vector<ElementRange> ZeroOptimizer::StateRanges() const {
   return ranges;
 }
 
-void ZeroOptimizer::ImportState(const std::vector<std::optional<FlatParamState>>& ranges) {
+void ZeroOptimizer::ImportState(
+    const std::vector<std::optional<FlatParamState>>& ranges) {
   TORCH_CHECK(optimizer_ != nullptr, "ZeRO state import without an optimizer");
   for (size_t j = 0; j < pieces_.size(); ++j) {
     const ShardPiece& piece = pieces_[j];

@@ -2,7 +2,7 @@
 // (TrainingRun::ReportInterval): on a CUDA device LibTorch's caching-allocator
 // figures (allocated now and at peak, reserved) and NVML's utilisation and
 // memory in use of the GPU; on the CPU the process's peak RSS
-// (device_figures.h). The allocator part is compiled only in a CUDA build
+// (rank_figures.h). The allocator part is compiled only in a CUDA build
 // (TESSERA_TORCH_CUDA).
 //
 // NVML is loaded once per process, on the first report from a CUDA device,
@@ -12,7 +12,7 @@
 #ifndef TESSERA_WORKER_TRAINER_GPU_DEVICE_MEMORY_H_
 #define TESSERA_WORKER_TRAINER_GPU_DEVICE_MEMORY_H_
 
-#include "worker/trainer/gpu/device_figures.h"
+#include "worker/trainer/gpu/rank_figures.h"
 
 namespace tessera::trainer {
 

@@ -1,4 +1,4 @@
-#include "worker/trainer/gpu/device_figures.h"
+#include "worker/trainer/gpu/rank_figures.h"
 
 #include <fstream>
 #include <sstream>

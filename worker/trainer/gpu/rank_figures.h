@@ -1,4 +1,4 @@
-// The rank's device figures for its metric reports (common/device_figures.h),
+// The rank's figures for its metric reports (names in common/device_figures.h),
 // from sources that need no LibTorch: the process's peak RSS on a CPU rank,
 // and NVML's utilisation and memory of a CUDA rank's GPU. device_memory.h
 // adds the CUDA caching allocator's figures and calls these.
@@ -7,8 +7,8 @@
 // driver reports no GPU figures, without an error.
 //
 // Thread-safety: free functions; `monitor` must be safe to read (NVML is).
-#ifndef TESSERA_WORKER_TRAINER_GPU_DEVICE_FIGURES_H_
-#define TESSERA_WORKER_TRAINER_GPU_DEVICE_FIGURES_H_
+#ifndef TESSERA_WORKER_TRAINER_GPU_RANK_FIGURES_H_
+#define TESSERA_WORKER_TRAINER_GPU_RANK_FIGURES_H_
 
 #include <cstdint>
 #include <optional>
@@ -40,4 +40,4 @@ void AppendPeakRss(FigureValues& values,
 
 }  // namespace tessera::trainer
 
-#endif  // TESSERA_WORKER_TRAINER_GPU_DEVICE_FIGURES_H_
+#endif  // TESSERA_WORKER_TRAINER_GPU_RANK_FIGURES_H_

@@ -287,7 +287,8 @@ absl::Status FusedAdamW::EnableCapture() {
 
 void FusedAdamW::UseDeviceStepCounts() {
   int64_t n = 0;
-  for (const auto& group : param_groups_) n += static_cast<int64_t>(group.params().size());
+  for (const auto& group : param_groups_)
+    n += static_cast<int64_t>(group.params().size());
   if (n == 0) return;
   const torch::Device device = param_groups_[0].params().empty()
                                    ? torch::Device(torch::kCPU)
@@ -311,8 +312,8 @@ void FusedAdamW::WriteStepCounts() {
   for (const auto& group : param_groups_) {
     for (const torch::Tensor& p : group.params()) {
       const auto& states = state_;
-      const auto found =
-          states.find(fused_optimizer::StateKey<std::decay_t<decltype(states)>::key_type>(p));
+      const auto found = states.find(
+          fused_optimizer::StateKey<std::decay_t<decltype(states)>::key_type>(p));
       const int64_t step =
           found == states.end()
               ? 0
@@ -327,9 +328,10 @@ void FusedAdamW::WriteStepCounts() {
   }
   // Pinned where the counts are on a device: the copy does not wait for it,
   // and LibTorch's host allocator keeps the buffer until the copy has run.
-  torch::Tensor host = torch::empty(
-      {static_cast<int64_t>(next.size())},
-      torch::TensorOptions().dtype(torch::kFloat).pinned_memory(device_counts_.is_cuda()));
+  torch::Tensor host = torch::empty({static_cast<int64_t>(next.size())},
+                                    torch::TensorOptions()
+                                        .dtype(torch::kFloat)
+                                        .pinned_memory(device_counts_.is_cuda()));
   std::copy(next.begin(), next.end(), host.data_ptr<float>());
   device_counts_.copy_(host, /*non_blocking=*/true);
 }

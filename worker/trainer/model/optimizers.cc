@@ -38,7 +38,8 @@ void Add(FlatParamState& flat, const char* name, const torch::Tensor& t) {
 // `options(scale, decay)` gives a group's options, `defaults` the optimizer's.
 template <typename Made, typename Options, typename GroupOptions>
 std::unique_ptr<torch::optim::Optimizer> MakeOver(std::vector<TensorGroup> groups,
-                                                  GroupOptions options, Options defaults) {
+                                                  GroupOptions options,
+                                                  Options defaults) {
   std::vector<torch::optim::OptimizerParamGroup> made;
   made.reserve(groups.size());
   for (TensorGroup& g : groups) {
@@ -103,8 +104,8 @@ FlatParamState ReadSgd(const torch::optim::OptimizerParamState& state) {
   return flat;
 }
 
-std::unique_ptr<torch::optim::OptimizerParamState> MakeSgdState(const FlatParamState& flat,
-                                                                const at::Tensor& param) {
+std::unique_ptr<torch::optim::OptimizerParamState> MakeSgdState(
+    const FlatParamState& flat, const at::Tensor& param) {
   auto s = std::make_unique<torch::optim::SGDParamState>();
   s->momentum_buffer(Named(flat, "momentum_buffer", param));
   return s;
@@ -140,8 +141,8 @@ FlatParamState ReadLamb(const torch::optim::OptimizerParamState& state) {
   return flat;
 }
 
-std::unique_ptr<torch::optim::OptimizerParamState> MakeLambState(const FlatParamState& flat,
-                                                                 const at::Tensor& param) {
+std::unique_ptr<torch::optim::OptimizerParamState> MakeLambState(
+    const FlatParamState& flat, const at::Tensor& param) {
   auto s = std::make_unique<LambParamState>();
   s->step(flat.step);
   s->exp_avg(Named(flat, "exp_avg", param));
@@ -167,8 +168,8 @@ bool Is(const torch::optim::Optimizer& optimizer) {
 constexpr std::array<OptimizerKind, 3> kOptimizers = {{
     {"adamw", MakeAdamW, Is<torch::optim::AdamW>, ReadAdamW, MakeAdamWState, TwoMoments,
      nullptr, true},
-    {"sgd", MakeSgd, Is<torch::optim::SGD>, ReadSgd, MakeSgdState,
-     SgdStateTensors, nullptr, false},
+    {"sgd", MakeSgd, Is<torch::optim::SGD>, ReadSgd, MakeSgdState, SgdStateTensors,
+     nullptr, false},
     {"lamb", MakeLamb, Is<FusedLamb>, ReadLamb, MakeLambState, TwoMoments,
      SetLambNormReduction, false},
 }};
@@ -188,11 +189,12 @@ const OptimizerKind& KindOf(const torch::optim::Optimizer& optimizer) {
   for (const OptimizerKind& kind : kOptimizers) {
     if (kind.is(optimizer)) return kind;
   }
-  TORCH_CHECK(false, "an optimizer that tessera's table (model/optimizers.h) did not make");
+  TORCH_CHECK(false,
+              "an optimizer that tessera's table (model/optimizers.h) did not make");
 }
 
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(std::vector<TensorGroup> groups,
-                                                       const OptimizerSettings& settings) {
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
+    std::vector<TensorGroup> groups, const OptimizerSettings& settings) {
   const OptimizerKind* kind = FindOptimizer(settings.name);
   TORCH_CHECK(kind != nullptr, "unknown optimizer \"", settings.name, "\"");
   return kind->make(std::move(groups), settings);

@@ -6,11 +6,12 @@
 // the coordinator checks specs against without linking LibTorch (a test keeps
 // the two lists equal).
 //
-//   name   made as                 flat state                          ZeRO needs        captured
-//   adamw  FusedAdamW              step, exp_avg, exp_avg_sq           nothing           yes
+//   name   made as                 flat state                          ZeRO needs
+//   captured adamw  FusedAdamW              step, exp_avg, exp_avg_sq           nothing
+//   yes
 //                                  (+ max_exp_avg_sq with amsgrad)
-//   sgd    torch::optim::SGD       momentum_buffer (momentum != 0)     nothing           no
-//   lamb   FusedLamb               step, exp_avg, exp_avg_sq           whole-tensor      no
+//   sgd    torch::optim::SGD       momentum_buffer (momentum != 0)     nothing no lamb
+//   FusedLamb               step, exp_avg, exp_avg_sq           whole-tensor      no
 //                                                                      norms reduced
 //
 // Groups: each TensorGroup becomes one optimizer group at lr x lr_scale, with
@@ -63,8 +64,8 @@ struct TensorGroup {
 // ratio): called once per step with the tensors stepped and their squared
 // norms as a float64 [k, 2] tensor, it replaces each row with the sums over
 // every part of that parameter (FusedLamb::NormReduction).
-using NormReduction =
-    std::function<void(const std::vector<at::Tensor>& tensors, at::Tensor& squared_norms)>;
+using NormReduction = std::function<void(const std::vector<at::Tensor>& tensors,
+                                         at::Tensor& squared_norms)>;
 
 struct OptimizerKind {
   const char* name;  // as in --optimizer and the job spec

@@ -17,7 +17,7 @@
 // out, or the coordinator answers that the rank is no longer current
 // (ABORTED / NOT_FOUND), it calls `fence`; a coordinator without leases
 // (UNIMPLEMENTED) turns it off, which in tessera-train logs the
-// reason and ends the process at once with kExitLeaseLost (FenceProcess).
+// reason and ends the process at once with kTrainerExitLeaseLost (FenceProcess).
 // Step() is one iteration of that loop; tests drive it with a fake clock.
 // ReportNow() asks the started keeper for one renewal at once and waits for it,
 // so that a rank about to exit can report its final progress (a preempted
@@ -52,14 +52,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/trainer_exit.h"
 #include "worker/trainer/run/coordinator_client.h"
 #include "worker/trainer/run/progress.h"
 
 namespace tessera::trainer {
-
-// Exit code of a trainer that stopped because it lost its lease (or was told
-// it is no longer current). 1 is a runtime failure and 2 a usage error.
-inline constexpr int kExitLeaseLost = 3;
 
 // The lease a trainer counts from its process start until its first renewal
 // succeeds. The coordinator assumes the same for ranks it has not heard from
@@ -314,7 +311,7 @@ inline absl::Duration ProcessAge() {
   std::fprintf(stderr, "tessera-train: %s\n", why.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
-  std::_Exit(kExitLeaseLost);
+  std::_Exit(kTrainerExitLeaseLost);
 }
 
 }  // namespace tessera::trainer

@@ -110,7 +110,8 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& opt
     torch::Tensor tensor = optimized(item.value());
     if (!tensor.defined()) continue;
     // Dimensions of the parameter, not of a (flat) piece.
-    (item.value().dim() <= 1 || is_token ? not_decayed : decayed).tensors.push_back(tensor);
+    (item.value().dim() <= 1 || is_token ? not_decayed : decayed)
+        .tensors.push_back(tensor);
   }
   std::vector<TensorGroup> groups;
   groups.push_back(std::move(decayed));
@@ -1032,8 +1033,9 @@ absl::Status TrainingRun::SaveCheckpoint(bool wait) {
   if (zero_ != nullptr) zero_->ReleaseAll();
   ASSIGN_OR_RETURN(CheckpointFiles files, std::move(serialized));
   if (zero_ != nullptr) {
-    ASSIGN_OR_RETURN(auto shard, SerializeZeroShard(*checkpoints_, step_, rank_, world_,
-                                                    zero_->ExportState(), ParameterNumels()));
+    ASSIGN_OR_RETURN(auto shard,
+                     SerializeZeroShard(*checkpoints_, step_, rank_, world_,
+                                        zero_->ExportState(), ParameterNumels()));
     files.files.push_back(std::move(shard));
   }
   checkpoint_bytes_ = files.total_bytes();
@@ -1294,9 +1296,10 @@ absl::Status TrainingRun::CapturedRunStep(bool* stop) {
                                                run_.StepOnStaticInputs(images, labels);
                                              }));
       if (run_.loop_.log != nullptr) {
-        *run_.loop_.log << "[rank " << run_.rank_ << "] step " << run_.step_ + 1
-                        << ": training step captured in a CUDA graph; replayed from here on"
-                        << std::endl;
+        *run_.loop_.log
+            << "[rank " << run_.rank_ << "] step " << run_.step_ + 1
+            << ": training step captured in a CUDA graph; replayed from here on"
+            << std::endl;
       }
       return absl::OkStatus();
     }
@@ -1387,11 +1390,11 @@ void TrainingRun::ReportInterval(double lr) {
     values.emplace_back(kOptimizerStateBytesMetricName,
                         static_cast<double>(OptimizerStateBytes()));
     values.emplace_back(kGradientBytesMetricName, static_cast<double>(GradientBytes()));
-    values.emplace_back(kParameterBytesMetricName,
-                        static_cast<double>(zero_ != nullptr
-                                                ? zero_->parameter_bytes()
-                                                : parameter_count_ *
-                                                      static_cast<int64_t>(sizeof(float))));
+    values.emplace_back(
+        kParameterBytesMetricName,
+        static_cast<double>(zero_ != nullptr ? zero_->parameter_bytes()
+                                             : parameter_count_ *
+                                                   static_cast<int64_t>(sizeof(float))));
     sizes_reported_ = true;
   }
   reporter_.Report(step_, values);

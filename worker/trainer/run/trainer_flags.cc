@@ -5,14 +5,17 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/trainer_choices.h"
+#include "worker/trainer/model/vit_config.h"
 
 namespace tessera::trainer {
 namespace {
@@ -43,7 +46,13 @@ class ConfigFlags {
   template <typename T>
   void operator()(const std::string& name, T& value, const std::string& help) {
     names_.push_back(name);
-    app_.add_option("--" + name, value, help)->group(kGroup);
+    if constexpr (std::is_same_v<T, bool>) {
+      // --name alone means true; --name=true and --name=false (as the
+      // worker writes a job spec's fields) set either value.
+      app_.add_flag("--" + name, value, help)->group(kGroup);
+    } else {
+      app_.add_option("--" + name, value, help)->group(kGroup);
+    }
   }
 
   // A flag that sets its field through `set`.
@@ -65,7 +74,9 @@ class ConfigFlags {
 
 // What is trained, on which data, for how long.
 void DeclareRunFlags(ConfigFlags& config, TrainerOptions& t) {
-  config("model", t.model, "model preset: vit-micro, vit-ti16, vit-s16, vit-b16");
+  std::vector<std::string> presets;
+  for (const ViTPreset& preset : ViTPresets()) presets.push_back(preset.name);
+  config("model", t.model, absl::StrCat("model preset: ", absl::StrJoin(presets, ", ")));
   config("dataset", t.dataset, ChoicesText(kDatasetChoices));
   config("data-dir", t.data_dir, "directory holding the dataset files (plain or .gz)");
   config("epochs", t.epochs, "passes over this rank's shard");

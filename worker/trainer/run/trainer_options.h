@@ -75,7 +75,7 @@ struct TrainerOptions {
   // Capture each training step in a CUDA graph and replay it (cuda_graph.h):
   // "auto" where the run allows it (naming what stops it otherwise), "on"
   // (a run that does not allow it fails), "off". Off by default until the GPU
-  // check has compared captured and eager steps on a GPU (README, GPU section).
+  // check has compared captured and eager steps on a GPU (docs/performance.md, on a GPU).
   std::string cuda_graph = "off";
   // ZeRO stage (dist/zero_optimizer.h): 0 replicates the optimizer state on
   // every rank (DDP); 1 shards it over the ranks, each updating its shard of

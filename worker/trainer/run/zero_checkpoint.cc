@@ -107,7 +107,6 @@ std::optional<FlatParamState> Join(std::vector<ReadPiece>& pieces, int64_t numel
   return whole;
 }
 
-
 constexpr int64_t kShardFormat = 2;
 constexpr char kMagic[9] = "TSZSHARD";
 constexpr int64_t kDataAlignment = 64;
@@ -115,7 +114,8 @@ constexpr int64_t kDataAlignment = 64;
 constexpr uint64_t kMaxHeaderBytes = 256ull << 20;
 
 std::string LegacyShardPath(const CheckpointDirectory& dir, int64_t step, int rank) {
-  return absl::StrCat(dir.StepDir(step), absl::StrFormat("/optimizer-rank-%05d.pt", rank));
+  return absl::StrCat(dir.StepDir(step),
+                      absl::StrFormat("/optimizer-rank-%05d.pt", rank));
 }
 
 // The model a shard was written for: its parameters' element counts.
@@ -155,7 +155,8 @@ class ShardReader {
     ShardReader reader(path);
     reader.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (reader.fd_ < 0) {
-      return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
+      return absl::NotFoundError(
+          absl::StrCat("cannot open ", path, ": ", strerror(errno)));
     }
     std::array<unsigned char, 16> start{};
     RETURN_IF_ERROR(reader.Read(start.data(), start.size(), 0));
@@ -204,8 +205,8 @@ class ShardReader {
       const ssize_t n = ::pread(fd_, out, bytes, static_cast<off_t>(at));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        return absl::DataLossError(absl::StrCat(
-            "reading ", path_, " at byte ", at, ": ", n < 0 ? strerror(errno) : "truncated"));
+        return absl::DataLossError(absl::StrCat("reading ", path_, " at byte ", at, ": ",
+                                                n < 0 ? strerror(errno) : "truncated"));
       }
       out += n;
       bytes -= static_cast<size_t>(n);
@@ -229,8 +230,8 @@ struct Gathered {
 
 // The wanted part of one piece (`piece` of the header) into `gathered`.
 absl::Status ReadWantedPart(ShardReader& reader, const nlohmann::json& piece,
-                       const std::vector<int64_t>& numels,
-                       const std::vector<ElementRange>& wanted, Gathered& gathered) {
+                            const std::vector<int64_t>& numels,
+                            const std::vector<ElementRange>& wanted, Gathered& gathered) {
   const int64_t param = piece.at("param").get<int64_t>();
   const int64_t offset = piece.at("offset").get<int64_t>();
   const int64_t numel = piece.at("numel").get<int64_t>();
@@ -293,21 +294,21 @@ absl::Status ReadShardFile(const std::string& path, int rank, int writer_world,
     }
     if (header.at("rank").get<int64_t>() != rank ||
         header.at("world_size").get<int64_t>() != writer_world) {
-      return absl::DataLossError(absl::StrCat(
-          path, ": written as another rank or world size (rank ", header.at("rank").dump(),
-          " of ", header.at("world_size").dump(), "; expected rank ", rank, " of ",
-          writer_world, ")"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": written as another rank or world size (rank ",
+                       header.at("rank").dump(), " of ", header.at("world_size").dump(),
+                       "; expected rank ", rank, " of ", writer_world, ")"));
     }
     const nlohmann::json model = ModelOf(numels);
     const nlohmann::json& written = header.at("model");
     if (written != model) {
       return absl::FailedPreconditionError(absl::StrCat(
           path, " holds the optimizer state of another model: ",
-          written.at("parameters").dump(), " parameters of ", written.at("elements").dump(),
-          " elements (layout ", written.at("layout").get<std::string>(),
-          "), where this model has ", model.at("parameters").dump(), " of ",
-          model.at("elements").dump(), " (layout ", model.at("layout").get<std::string>(),
-          ")"));
+          written.at("parameters").dump(), " parameters of ",
+          written.at("elements").dump(), " elements (layout ",
+          written.at("layout").get<std::string>(), "), where this model has ",
+          model.at("parameters").dump(), " of ", model.at("elements").dump(), " (layout ",
+          model.at("layout").get<std::string>(), ")"));
     }
     for (const nlohmann::json& piece : header.at("pieces")) {
       RETURN_IF_ERROR(ReadWantedPart(reader, piece, numels, wanted, gathered));
@@ -319,26 +320,29 @@ absl::Status ReadShardFile(const std::string& path, int rank, int writer_world,
 }
 
 // Each read parameter's pieces must tile its wanted range.
-absl::Status CheckCovered(const Gathered& gathered, const std::vector<ElementRange>& wanted,
+absl::Status CheckCovered(const Gathered& gathered,
+                          const std::vector<ElementRange>& wanted,
                           const std::string& where) {
   for (size_t i = 0; i < gathered.states.size(); ++i) {
     if (!gathered.states[i].has_value()) continue;
     std::vector<ElementRange> filled = gathered.filled[i];
-    std::sort(filled.begin(), filled.end(),
-              [](const ElementRange& a, const ElementRange& b) { return a.begin < b.begin; });
+    std::sort(
+        filled.begin(), filled.end(),
+        [](const ElementRange& a, const ElementRange& b) { return a.begin < b.begin; });
     int64_t next = wanted[i].begin;
     for (const ElementRange& r : filled) {
       if (r.begin != next) {
-        return absl::DataLossError(absl::StrCat(
-            where, ": parameter ", i, "'s pieces ",
-            r.begin < next ? "overlap" : "leave a gap", " at element ", std::min(r.begin, next)));
+        return absl::DataLossError(
+            absl::StrCat(where, ": parameter ", i, "'s pieces ",
+                         r.begin < next ? "overlap" : "leave a gap", " at element ",
+                         std::min(r.begin, next)));
       }
       next = r.end;
     }
     if (next != wanted[i].end) {
-      return absl::DataLossError(absl::StrCat(where, ": parameter ", i, "'s pieces cover ",
-                                              next - wanted[i].begin, " of the ",
-                                              wanted[i].size(), " elements needed"));
+      return absl::DataLossError(absl::StrCat(
+          where, ": parameter ", i, "'s pieces cover ", next - wanted[i].begin,
+          " of the ", wanted[i].size(), " elements needed"));
     }
   }
   return absl::OkStatus();
@@ -401,8 +405,8 @@ absl::StatusOr<std::pair<std::string, std::string>> SerializeZeroShard(
         return absl::InternalError(absl::StrCat("an optimizer state tensor of dtype ",
                                                 c10::toString(t.scalar_type())));
       }
-      tensors.push_back({{"name", name}, {"dtype", c10::toString(t.scalar_type())},
-                         {"at", at}});
+      tensors.push_back(
+          {{"name", name}, {"dtype", c10::toString(t.scalar_type())}, {"at", at}});
       at += static_cast<int64_t>(t.nbytes());
       numel = t.numel();
       data.push_back(std::move(t));
@@ -413,15 +417,14 @@ absl::StatusOr<std::pair<std::string, std::string>> SerializeZeroShard(
                       {"step", piece.state.step},
                       {"tensors", std::move(tensors)}});
   }
-  const std::string header = nlohmann::json{{"format", kShardFormat},
-                                            {"rank", rank},
-                                            {"world_size", world_size},
-                                            {"step", step},
-                                            {"model", ModelOf(numels)},
-                                            {"pieces", std::move(listed)}}
-                                 .dump();
-  const int64_t data_start = (16 + static_cast<int64_t>(header.size()) + kDataAlignment - 1) /
-                             kDataAlignment * kDataAlignment;
+  const std::string header =
+      nlohmann::json{{"format", kShardFormat},   {"rank", rank},
+                     {"world_size", world_size}, {"step", step},
+                     {"model", ModelOf(numels)}, {"pieces", std::move(listed)}}
+          .dump();
+  const int64_t data_start =
+      (16 + static_cast<int64_t>(header.size()) + kDataAlignment - 1) / kDataAlignment *
+      kDataAlignment;
   std::string bytes(kMagic, 8);
   for (int b = 0; b < 8; ++b) {
     bytes.push_back(static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * b)));
@@ -446,11 +449,12 @@ absl::StatusOr<std::vector<std::optional<FlatParamState>>> LoadZeroShards(
   gathered.states.resize(numels.size());
   gathered.filled.resize(numels.size());
   for (int rank = 0; rank < writer_world; ++rank) {
-    RETURN_IF_ERROR(ReadShardFile(ZeroShardPath(dir, step, rank), rank, writer_world, numels,
-                                  wanted, gathered));
+    RETURN_IF_ERROR(ReadShardFile(ZeroShardPath(dir, step, rank), rank, writer_world,
+                                  numels, wanted, gathered));
   }
   RETURN_IF_ERROR(CheckCovered(
-      gathered, wanted, absl::StrCat("checkpoint ", dir.StepDir(step), ": the optimizer shards")));
+      gathered, wanted,
+      absl::StrCat("checkpoint ", dir.StepDir(step), ": the optimizer shards")));
   return std::move(gathered.states);
 }
 
