@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/byte_size.h"
 #include "common/job_spec.h"
 #include "google/protobuf/descriptor.h"
 
@@ -284,6 +285,12 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx,
         {"SWEEP", absl::StrCat(job.sweep_id(), " (point ", job.sweep_point(), ")")});
   }
   fields.AddRow({"WORLD", absl::StrCat(job.spec().world_size())});
+  if (absl::StatusOr<int64_t> memory = MemoryPerRankBytes(job.spec());
+      memory.ok() && *memory > 0) {
+    fields.AddRow(
+        {"MEMORY/RANK", absl::StrCat(FormatByteSize(*memory),
+                                     " (memory_per_rank, enforced by the worker)")});
+  }
   fields.AddRow(
       {"TRAINER", absl::StrJoin(TrainerConfigToFlags(job.spec().trainer()), " ")});
   if (job.ranks_size() > 0 && job.ranks(0).has_eval()) {
@@ -363,21 +370,32 @@ std::string FormatWorkersCsv(const std::vector<v1::Worker>& workers) {
 }
 
 std::string FormatShareTable(const std::vector<v1::UserShare>& users) {
-  Table table({"USER", "USAGE(slot-s)", "FACTOR", "RUNNING-RANKS", "QUEUED-JOBS"});
+  Table table({"USER", "USAGE(slot-s)", "FACTOR", "RUNNING-RANKS", "QUEUED-JOBS",
+               "RANK-MEMORY", "MEMORY/RANK-CAP"});
   for (const v1::UserShare& u : users) {
     table.AddRow({u.user().empty() ? "-" : Sanitize(u.user()),
                   absl::StrFormat("%.0f", u.usage_slot_seconds()),
                   absl::StrFormat("%.3f", u.factor()), absl::StrCat(u.running_ranks()),
-                  absl::StrCat(u.queued_jobs())});
+                  absl::StrCat(u.queued_jobs()),
+                  u.running_memory_limit_bytes() > 0
+                      ? FormatByteSize(u.running_memory_limit_bytes())
+                      : "-",
+                  u.max_memory_per_rank_bytes() > 0
+                      ? FormatByteSize(u.max_memory_per_rank_bytes())
+                      : "-"});
   }
   return table.Render();
 }
 
 std::string FormatShareCsv(const std::vector<v1::UserShare>& users) {
-  std::string out = "user,usage_slot_seconds,factor,running_ranks,queued_jobs\n";
+  std::string out =
+      "user,usage_slot_seconds,factor,running_ranks,queued_jobs,"
+      "running_memory_limit_bytes,max_memory_per_rank_bytes\n";
   for (const v1::UserShare& u : users) {
     absl::StrAppend(&out, CsvField(u.user()), ",", u.usage_slot_seconds(), ",",
-                    u.factor(), ",", u.running_ranks(), ",", u.queued_jobs(), "\n");
+                    u.factor(), ",", u.running_ranks(), ",", u.queued_jobs(), ",",
+                    u.running_memory_limit_bytes(), ",", u.max_memory_per_rank_bytes(),
+                    "\n");
   }
   return out;
 }
@@ -539,7 +557,9 @@ json UserShareToJson(const v1::UserShare& u) {
           {"usage_slot_seconds", u.usage_slot_seconds()},
           {"factor", u.factor()},
           {"running_ranks", u.running_ranks()},
-          {"queued_jobs", u.queued_jobs()}};
+          {"queued_jobs", u.queued_jobs()},
+          {"running_memory_limit_bytes", u.running_memory_limit_bytes()},
+          {"max_memory_per_rank_bytes", u.max_memory_per_rank_bytes()}};
 }
 
 json MetricPointToJson(const v1::MetricPoint& p) {

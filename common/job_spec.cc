@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/byte_size.h"
 #include "common/fault_spec.h"
 #include "common/profile_steps.h"
 #include "common/status_macros.h"
@@ -986,6 +987,18 @@ absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text) 
   return spec;
 }
 
+absl::StatusOr<int64_t> MemoryPerRankBytes(const tessera::v1::JobSpec& spec) {
+  if (spec.memory_per_rank().empty()) return 0;
+  ASSIGN_OR_RETURN(const int64_t bytes,
+                   ParseByteSize(spec.memory_per_rank(), "memory_per_rank"));
+  if (bytes < kMinMemoryPerRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory_per_rank: '", spec.memory_per_rank(),
+        "' is below the least a rank needs (", FormatByteSize(kMinMemoryPerRank), ")"));
+  }
+  return bytes;
+}
+
 absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits& limits) {
   std::vector<std::string> errors;
   CheckGenericLimits(spec, "", &errors);
@@ -997,6 +1010,9 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   CheckTrainerPathsAndFault(spec.trainer(), spec.world_size(), &errors);
   CheckEvaluation(spec, &errors);
   CheckEnv(spec, &errors);
+  if (absl::StatusOr<int64_t> memory = MemoryPerRankBytes(spec); !memory.ok()) {
+    errors.push_back(std::string(memory.status().message()));
+  }
 
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));

@@ -11,6 +11,7 @@
 #define TESSERA_COMMON_JOB_SPEC_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,15 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
 // GCONV_PATH, PYTHON*, ...; the list and the reasons are in job_spec.cc and
 // docs/security.md). The message names the variable and the reason.
 absl::Status CheckEnvName(const std::string& name);
+
+// The least memory_per_rank a spec may ask for: below it no trainer starts,
+// so a smaller value is a slip ("memory_per_rank: 3" is three bytes).
+inline constexpr int64_t kMinMemoryPerRank = int64_t{64} << 20;
+
+// The spec's memory_per_rank in bytes (common/byte_size.h); 0 when unset.
+// InvalidArgument naming the key for a value that is not a size or is below
+// kMinMemoryPerRank. ValidateJobSpec applies the same check.
+absl::StatusOr<int64_t> MemoryPerRankBytes(const tessera::v1::JobSpec& spec);
 
 // ParseJobSpec followed by ValidateJobSpec.
 absl::StatusOr<tessera::v1::JobSpec> ParseAndValidateJobSpec(const std::string& yaml_text,

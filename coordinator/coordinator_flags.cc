@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "common/byte_size.h"
 #include "common/process/unix_account.h"
 #include "coordinator/core/tls_identity.h"
 #include "coordinator/store/db_retention.h"
@@ -170,6 +171,11 @@ void AddLimitFlags(CLI::App& app, CoordinatorFlags& flags) {
   app.add_option("--max-user-priority", user_limits.max_priority,
                  "highest job priority a non-admin may submit")
       ->capture_default_str();
+  app.add_option(
+         "--max-memory-per-rank", flags.max_memory_per_rank,
+         "largest memory_per_rank a non-admin's job may ask for, e.g. 8GiB; under "
+         "a cap every job must set one (0: no cap; admins exempt)")
+      ->capture_default_str();
   app.add_option("--max-metric-rows", job_limits.max_metric_rows,
                  "metric rows one job may store (0: no limit)")
       ->capture_default_str()
@@ -316,48 +322,6 @@ void AddTokenCommands(CLI::App& app, TokenCommandFlags& token) {
       ->required();
 }
 
-// "64M", "512k", "2GiB", "1048576": bytes (binary multiples).
-absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view flag) {
-  std::string digits(text);
-  int64_t multiplier = 1;
-  for (absl::string_view unit : {"iB", "B"}) {
-    if (absl::EndsWith(digits, unit) && digits.size() > unit.size()) {
-      digits.resize(digits.size() - unit.size());
-      break;
-    }
-  }
-  if (!digits.empty()) {
-    switch (digits.back()) {
-      case 'k':
-      case 'K':
-        multiplier = int64_t{1} << 10;
-        break;
-      case 'm':
-      case 'M':
-        multiplier = int64_t{1} << 20;
-        break;
-      case 'g':
-      case 'G':
-        multiplier = int64_t{1} << 30;
-        break;
-      case 't':
-      case 'T':
-        multiplier = int64_t{1} << 40;
-        break;
-      default:
-        break;
-    }
-    if (multiplier > 1) digits.pop_back();
-  }
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(digits, &value) || value < 0 ||
-      value > std::numeric_limits<int64_t>::max() / multiplier) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, ": '", text, "' is not a size (e.g. 64M, 512k, 2G or a number of bytes)"));
-  }
-  return value * multiplier;
-}
-
 // --db-reserve: "auto", a size, "N%" or 0.
 absl::Status ParseDbReserve(absl::string_view text, CoordinatorOptions& options) {
   if (text == "auto") {
@@ -438,6 +402,10 @@ absl::Status FinishCoordinatorOptions(CoordinatorFlags& flags) {
   if (absl::Status retention = ParseRetention(flags, options); !retention.ok()) {
     return retention;
   }
+  absl::StatusOr<int64_t> memory_cap =
+      ParseByteSize(flags.max_memory_per_rank, "--max-memory-per-rank");
+  if (!memory_cap.ok()) return memory_cap.status();
+  options.manager.user_limits.max_memory_per_rank_bytes = *memory_cap;
   options.auth.enabled = !flags.no_auth;
   if (!flags.tls_cert_file.empty()) {
     auto identity = LoadTlsIdentityFiles(flags.tls_cert_file, flags.tls_key_file);

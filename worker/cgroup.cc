@@ -91,6 +91,17 @@ int EmptyAndRemove(const std::string& group) {
 
 }  // namespace
 
+int64_t OomKillsIn(const std::string& memory_events) {
+  for (absl::string_view line : absl::StrSplit(memory_events, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> words =
+        absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    int64_t count = 0;
+    if (words.size() == 2 && words[0] == "oom_kill" && absl::SimpleAtoi(words[1], &count))
+      return count;
+  }
+  return 0;
+}
+
 std::optional<std::string> FindCgroup2Mount(const std::string& mountinfo) {
   for (absl::string_view line : absl::StrSplit(mountinfo, '\n', absl::SkipEmpty())) {
     // "<id> <parent> <maj:min> <root> <mount point> <opts> ... - <fstype> <source>
@@ -175,15 +186,62 @@ absl::StatusOr<std::string> CgroupTree::EnsureGroup(int64_t job_id, int32_t atte
   return group;
 }
 
+bool CgroupTree::HasMemoryController() const {
+  for (absl::string_view name :
+       absl::StrSplit(Slurp(root_ + "/cgroup.controllers"), absl::ByAnyChar(" \n"),
+                      absl::SkipEmpty())) {
+    if (name == "memory") return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::string> CgroupTree::EnsureRankGroup(const std::string& attempt_group,
+                                                        int32_t rank,
+                                                        int64_t memory_max) {
+  // Each level hands the controller to its children; a level that already
+  // does accepts the write again.
+  for (const std::string& parent : {root_, attempt_group}) {
+    absl::Status enabled = WriteFile(parent + "/cgroup.subtree_control", "+memory");
+    if (!enabled.ok()) return enabled;
+  }
+  const std::string group = absl::StrCat(attempt_group, "/rank-", rank);
+  absl::Status made = MakeDir(group);
+  if (!made.ok()) return made;
+  absl::Status limited = WriteFile(group + "/memory.max", absl::StrCat(memory_max));
+  if (!limited.ok()) return limited;
+  // Both are optional: a kernel without swap accounting has no memory.swap.max.
+  for (const auto& [file, value] :
+       {std::pair<const char*, const char*>{"memory.swap.max", "0"},
+        {"memory.oom.group", "1"}}) {
+    const std::string path = absl::StrCat(group, "/", file);
+    if (access(path.c_str(), F_OK) == 0) (void)WriteFile(path, value);
+  }
+  return group;
+}
+
+int64_t CgroupTree::OomKills(const std::string& group) const {
+  return OomKillsIn(Slurp(group + "/memory.events"));
+}
+
 absl::Status CgroupTree::Kill(const std::string& group) {
   return WriteFile(group + "/cgroup.kill", "1");
 }
 
 std::vector<pid_t> CgroupTree::Pids(const std::string& group) const {
-  return ReadPids(group);
+  std::vector<pid_t> pids = ReadPids(group);
+  for (const std::string& sub : SubDirs(group)) {
+    for (pid_t pid : ReadPids(group + "/" + sub)) pids.push_back(pid);
+  }
+  return pids;
 }
 
 absl::Status CgroupTree::Remove(const std::string& group) {
+  for (const std::string& sub : SubDirs(group)) {
+    const std::string path = group + "/" + sub;
+    if (rmdir(path.c_str()) != 0 && errno == EBUSY) {
+      return absl::FailedPreconditionError(absl::StrCat(path, " still has processes"));
+    }
+  }
   if (rmdir(group.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
   if (errno == EBUSY) {
     return absl::FailedPreconditionError(absl::StrCat(group, " still has processes"));

@@ -9,6 +9,13 @@
 // writable cgroup2 exists, Create fails and the worker falls back to process
 // groups with a warning.
 //
+// A job with memory_per_rank puts each rank in a group of its own below the
+// attempt's, job-J-attempt-A/rank-R, with memory.max set (EnsureRankGroup).
+// That needs the memory controller in the tree root's cgroup.controllers,
+// i.e. delegated by the worker's own cgroup (HasMemoryController); without
+// it the worker limits the rank with RLIMIT_DATA instead (memory_limit.h).
+// The attempt's Kill, Pids and Remove take in its rank groups.
+//
 // A worker killed with SIGKILL cannot empty its tree. Its trainers die with it
 // (PR_SET_PDEATHSIG, supervisor.h), but what they started may live on in the
 // attempt groups. So Create first reaps the trees of earlier workers of the
@@ -36,6 +43,8 @@ namespace tessera {
 std::optional<std::string> FindCgroup2Mount(const std::string& mountinfo);
 // The unified-hierarchy path ("0::/path" line) of /proc/self/cgroup text.
 std::string OwnCgroupPath(const std::string& proc_self_cgroup);
+// The "oom_kill N" count of memory.events text; 0 when absent.
+int64_t OomKillsIn(const std::string& memory_events);
 
 class CgroupTree {
  public:
@@ -64,11 +73,27 @@ class CgroupTree {
   const std::string& root() const { return root_; }
   // Directory of the attempt's group, created if missing.
   absl::StatusOr<std::string> EnsureGroup(int64_t job_id, int32_t attempt);
-  // Kills every process in the group (cgroup.kill).
+  // Whether the memory controller is delegated to the tree: "memory" is in
+  // the root's cgroup.controllers.
+  bool HasMemoryController() const;
+  // The rank's own group below `attempt_group` (EnsureGroup's), created if
+  // missing, with memory.max = `memory_max` bytes, no swap (memory.swap.max
+  // 0, so that the limit ends in an OOM kill rather than in swapping) and
+  // memory.oom.group 1 (an OOM kill takes the whole rank). Enables the memory
+  // controller for the root's and the attempt's children first; from then on
+  // the attempt group itself holds no process, only rank groups.
+  // Unavailable when a file cannot be written.
+  absl::StatusOr<std::string> EnsureRankGroup(const std::string& attempt_group,
+                                              int32_t rank, int64_t memory_max);
+  // The memory controller's OOM kills in `group` so far (memory.events
+  // oom_kill); 0 when it has no such file.
+  int64_t OomKills(const std::string& group) const;
+  // Kills every process in the group and its rank groups (cgroup.kill).
   absl::Status Kill(const std::string& group);
-  // Pids in the group.
+  // Pids in the group and its rank groups.
   std::vector<pid_t> Pids(const std::string& group) const;
-  // Removes the group's directory; FailedPrecondition while it has processes.
+  // Removes the group's directory, its rank groups first; FailedPrecondition
+  // while it has processes.
   absl::Status Remove(const std::string& group);
 
  private:

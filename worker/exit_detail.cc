@@ -30,6 +30,10 @@ std::string ExitDetailIn(std::string_view log) {
 }
 
 std::string ReadExitDetail(const std::string& path, size_t tail_bytes) {
+  return ExitDetailIn(ReadLogTail(path, tail_bytes));
+}
+
+std::string ReadLogTail(const std::string& path, size_t tail_bytes) {
   if (path.empty()) return "";
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return "";
@@ -44,7 +48,7 @@ std::string ReadExitDetail(const std::string& path, size_t tail_bytes) {
     tail.resize(got > 0 ? static_cast<size_t>(got) : 0);
   }
   close(fd);
-  return ExitDetailIn(tail);
+  return tail;
 }
 
 }  // namespace tessera

@@ -29,6 +29,10 @@ std::string ExitDetailIn(std::string_view log);
 // path is empty, not a regular file, or unreadable.
 std::string ReadExitDetail(const std::string& path, size_t tail_bytes = 16384);
 
+// The last `tail_bytes` of the log at `path`, opened as ReadExitDetail does;
+// empty when it cannot be read.
+std::string ReadLogTail(const std::string& path, size_t tail_bytes = 16384);
+
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_EXIT_DETAIL_H_

@@ -23,6 +23,45 @@ namespace {
 
 std::string NameOf(const std::string& entry) { return entry.substr(0, entry.find('=')); }
 
+// Appends one line to a rank's log before the rank writes to it.
+void AppendToLog(const std::string& path, const std::string& line) {
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
+  if (fd < 0) return;
+  const std::string text = line + "\n";
+  ssize_t ignored = write(fd, text.data(), text.size());
+  (void)ignored;
+  close(fd);
+}
+
+// Why the child could not be started, from the step that failed and its errno.
+absl::Status ChildStepError(const ProcessSpec& spec, ChildStep step, int error) {
+  const char* why = std::strerror(error);
+  const std::string user = spec.run_as ? spec.run_as->name : "";
+  switch (step) {
+    case ChildStep::kJoinCgroup:
+      return absl::UnavailableError(
+          absl::StrCat("cannot join cgroup ", spec.cgroup, ": ", why));
+    case ChildStep::kLimitData:
+      return absl::UnavailableError(absl::StrCat("cannot set RLIMIT_DATA to ",
+                                                 spec.data_limit_bytes, " bytes: ", why));
+    case ChildStep::kSetGroups:
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot set the groups of user ", user, ": ", why));
+    case ChildStep::kSetGid:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot switch to group ", spec.run_as->gid, " of user ", user, ": ", why));
+    case ChildStep::kSetUid:
+    case ChildStep::kKeptRoot:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot switch to user ", user, " (uid ", spec.run_as->uid, "): ", why));
+    default:
+      break;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot execute ", spec.argv[0], spec.run_as ? " as user " + user : "", ": ", why));
+}
+
 }  // namespace
 
 absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
@@ -72,6 +111,7 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   setup.stdout_fd = log_fd;
   setup.stderr_fd = log_fd;
   setup.cgroup_procs_fd = cgroup_fd;
+  setup.data_limit_bytes = spec.data_limit_bytes;
   setup.run_as = spec.run_as ? &*spec.run_as : nullptr;
   // Die with the worker, even if it is SIGKILLed.
   setup.die_with_parent = true;
@@ -81,27 +121,7 @@ absl::StatusOr<pid_t> PosixLauncher::Launch(const ProcessSpec& spec) {
   if (cgroup_fd >= 0) close(cgroup_fd);
   if (!child.ok()) return child.status();
   if (!child->failed_step) return child->pid;
-  const char* why = std::strerror(child->error);
-  const std::string user = spec.run_as ? spec.run_as->name : "";
-  switch (*child->failed_step) {
-    case ChildStep::kJoinCgroup:
-      return absl::UnavailableError(
-          absl::StrCat("cannot join cgroup ", spec.cgroup, ": ", why));
-    case ChildStep::kSetGroups:
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot set the groups of user ", user, ": ", why));
-    case ChildStep::kSetGid:
-      return absl::PermissionDeniedError(absl::StrCat(
-          "cannot switch to group ", spec.run_as->gid, " of user ", user, ": ", why));
-    case ChildStep::kSetUid:
-    case ChildStep::kKeptRoot:
-      return absl::PermissionDeniedError(absl::StrCat(
-          "cannot switch to user ", user, " (uid ", spec.run_as->uid, "): ", why));
-    default:
-      break;
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "cannot execute ", spec.argv[0], spec.run_as ? " as user " + user : "", ": ", why));
+  return ChildStepError(spec, *child->failed_step, child->error);
 }
 
 void PosixLauncher::SignalGroup(pid_t pgid, int sig) {
@@ -171,6 +191,17 @@ absl::Status Supervisor::Start(const RankKey& key, const ProcessSpec& spec_in) {
                    key.job_id, key.rank, group.status().ToString());
     }
   }
+  proc.memory =
+      ChooseMemoryLimit(spec.memory_limit_bytes, cgroups_, proc.cgroup, key.rank);
+  if (proc.memory.mechanism == MemoryMechanism::kCgroup) spec.cgroup = proc.memory.group;
+  if (proc.memory.mechanism == MemoryMechanism::kRlimitData) {
+    spec.data_limit_bytes = proc.memory.bytes;
+  }
+  if (!proc.memory.log_line.empty()) {
+    AppendToLog(spec.log_path, proc.memory.log_line);
+    spdlog::info("job {} attempt {} rank {}: {}", key.job_id, key.attempt, key.rank,
+                 proc.memory.log_line);
+  }
   absl::StatusOr<pid_t> pid = launcher_->Launch(spec);
   if (!pid.ok()) {
     proc.exited = true;
@@ -232,6 +263,7 @@ bool Supervisor::Poll() {
       proc.exited = true;
       proc.exit = *exit;
       proc.exit_detail = ReadExitDetail(proc.log_path);
+      NoteOutOfMemory(proc);
       any_exit = true;
       // The trainer may have left children in its group; they go with it.
       launcher_->SignalGroup(proc.pid, SIGKILL);
@@ -252,6 +284,22 @@ bool Supervisor::Poll() {
   }
   if (any_exit || !groups_to_remove_.empty()) CleanUpGroups();
   return any_exit;
+}
+
+void Supervisor::NoteOutOfMemory(RankProcess& proc) const {
+  if (proc.memory.mechanism == MemoryMechanism::kNone) return;
+  const bool failed = proc.exit.signal != 0 || proc.exit.exit_code != 0;
+  const int64_t oom_kills = cgroups_ != nullptr && !proc.memory.group.empty()
+                                ? cgroups_->OomKills(proc.memory.group)
+                                : 0;
+  const std::string reason = OutOfMemoryReason(proc.key.rank, proc.memory, failed,
+                                               oom_kills, ReadLogTail(proc.log_path));
+  if (reason.empty()) return;
+  spdlog::warn("job {} attempt {}: {}", proc.key.job_id, proc.key.attempt, reason);
+  std::string detail =
+      proc.exit_detail.empty() ? reason : reason + ": " + proc.exit_detail;
+  if (detail.size() > kMaxExitDetail) detail.resize(kMaxExitDetail);
+  proc.exit_detail = std::move(detail);
 }
 
 void Supervisor::CleanUpGroups() {

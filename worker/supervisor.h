@@ -26,6 +26,11 @@
 // are common/process/child_setup.h's (SpawnChild); what is the worker's own
 // here is the cgroup, the log file and the account's HOME, USER and LOGNAME.
 //
+// A rank with a memory limit (ProcessSpec::memory_limit_bytes) gets memory.max
+// on a cgroup of its own or RLIMIT_DATA (memory_limit.h); its log's first line
+// says which. When it ends out of memory, its exit detail opens with "rank R
+// exceeded memory_per_rank ... (out of memory: ...)".
+//
 // Thread-safety: not thread-safe; the worker agent's loop thread owns it. Fork
 // happens on that thread, which lives as long as the ranks: PR_SET_PDEATHSIG
 // fires when the forking thread exits.
@@ -47,6 +52,7 @@
 #include "common/clock.h"
 #include "common/process/unix_account.h"
 #include "worker/cgroup.h"
+#include "worker/memory_limit.h"
 
 namespace tessera {
 
@@ -57,6 +63,12 @@ struct ProcessSpec {
   std::vector<std::string> env;
   std::string log_path;  // stdout and stderr are appended here
   std::string cgroup;    // cgroup v2 directory the process starts in; empty: none
+  // The job's memory_per_rank in bytes (0: none). The Supervisor picks how it
+  // is held (memory_limit.h): a rank cgroup's memory.max, or RLIMIT_DATA.
+  int64_t memory_limit_bytes = 0;
+  // RLIMIT_DATA the launcher sets on the process (0: none); the Supervisor
+  // sets it when the limit cannot be memory.max.
+  int64_t data_limit_bytes = 0;
   // Unset: the process runs as the worker does. Set: it runs as this account
   // (needs root), with HOME, USER and LOGNAME set to the account's.
   std::optional<UnixAccount> run_as;
@@ -118,6 +130,7 @@ struct RankProcess {
   bool preempted = false;                   // SIGUSR1 was sent (Preempt)
   bool killed = false;                      // SIGKILL was sent
   std::string cgroup;                       // the attempt's group, empty without cgroups
+  RankMemoryLimit memory;                   // how its memory_per_rank is held
 };
 
 class Supervisor {
@@ -161,6 +174,9 @@ class Supervisor {
   void CleanUpGroups();
   // SIGKILL to the rank's process group and its attempt's cgroup.
   void Kill(RankProcess& proc);
+  // Puts the out-of-memory reason before an exited rank's exit detail when
+  // it ended past its memory limit.
+  void NoteOutOfMemory(RankProcess& proc) const;
 
   ProcessLauncher* const launcher_;  // Not owned.
   CgroupTree* const cgroups_;        // Not owned; may be null.

@@ -598,6 +598,7 @@ void WorkerAgent::Launch(const v1::LaunchOrder& order) {
     return;
   }
   spec.run_as = *account;
+  spec.memory_limit_bytes = order.memory_per_rank_bytes();
   spec.argv = TrainerArgv(options_, order);
   absl::StatusOr<std::vector<std::string>> file_flags =
       RankFileFlags(attempt_dir->get(), dir, order, *trainer, spec.run_as);

@@ -54,6 +54,12 @@ void PutOn(int from, int to) {
   if (setup.cgroup_procs_fd >= 0 && write(setup.cgroup_procs_fd, "0", 1) != 1) {
     ChildFail(err_fd, ChildStep::kJoinCgroup);
   }
+  // Soft and hard alike, before the switch: the program cannot raise it.
+  if (setup.data_limit_bytes > 0) {
+    const auto bytes = static_cast<rlim_t>(setup.data_limit_bytes);
+    const struct rlimit limit = {bytes, bytes};
+    if (setrlimit(RLIMIT_DATA, &limit) != 0) ChildFail(err_fd, ChildStep::kLimitData);
+  }
   if (const UnixAccount* account = setup.run_as; account != nullptr) {
     // Groups first: once the uid is not root, they can no longer change.
     if (setgroups(account->groups.size(), account->groups.data()) != 0) {
@@ -108,6 +114,8 @@ const char* ChildStepName(ChildStep step) {
       return "dropping root";
     case ChildStep::kChdir:
       return "chdir";
+    case ChildStep::kLimitData:
+      return "setting RLIMIT_DATA";
     case ChildStep::kExec:
       break;
   }

@@ -3,7 +3,8 @@
 // coordinator's Slurm commands).
 //
 // The child, in this order: starts a process group of its own; joins a
-// cgroup (while still root); switches to an account (setgroups, setgid,
+// cgroup (while still root); limits its data size (RLIMIT_DATA, soft and
+// hard, so the program cannot raise it); switches to an account (setgroups, setgid,
 // setuid, then checks that it cannot get root back); asks for
 // PR_SET_PDEATHSIG (after the switch, which clears it); unblocks every signal
 // and resets SIGTERM, SIGINT, SIGHUP, SIGPIPE and SIGCHLD to their defaults;
@@ -25,6 +26,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -41,6 +43,7 @@ enum class ChildStep : int {
   kKeptRoot,  // setuid(0) succeeded after the switch: root was not dropped
   kChdir,
   kExec,
+  kLimitData,  // setrlimit(RLIMIT_DATA)
 };
 
 // "setgroups", "dropping root", "exec", ... for messages.
@@ -57,6 +60,9 @@ struct ChildSetup {
   int stderr_fd = -1;
   // An open cgroup.procs of the cgroup v2 group to join; -1: none.
   int cgroup_procs_fd = -1;
+  // RLIMIT_DATA for the program in bytes (heap, private writable mappings,
+  // thread stacks: what an allocation fails against); 0: the caller's.
+  int64_t data_limit_bytes = 0;
   // Unset: the child keeps the caller's ids. Set: it switches to this account
   // (needs root). Not owned; read by the child.
   const UnixAccount* run_as = nullptr;

@@ -166,6 +166,8 @@ grpc::Status JobServiceImpl::GetShare(grpc::ServerContext* context,
     out->set_factor(u.factor);
     out->set_running_ranks(u.running_ranks);
     out->set_queued_jobs(u.queued_jobs);
+    out->set_running_memory_limit_bytes(u.running_memory_limit_bytes);
+    out->set_max_memory_per_rank_bytes(u.max_memory_per_rank_bytes);
   }
   return grpc::Status::OK;
 }

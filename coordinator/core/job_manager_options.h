@@ -29,6 +29,9 @@ struct UserLimits {
   double max_slot_share = 0.5;
   // The highest `priority` a non-admin may submit (--max-user-priority).
   int max_priority = 10;
+  // The largest memory_per_rank a non-admin's job may ask for, in bytes
+  // (--max-memory-per-rank); 0: no cap. Under a cap a job must set one.
+  int64_t max_memory_per_rank_bytes = 0;
 };
 
 // What one job may store (--max-metric-rows, --max-log-bytes,

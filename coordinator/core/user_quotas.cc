@@ -1,12 +1,32 @@
 #include "coordinator/core/user_quotas.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+#include "common/job_spec.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
 
 namespace v1 = ::tessera::v1;
+
+// memory_per_rank against --max-memory-per-rank (`cap` bytes, 0: none).
+absl::Status CheckMemoryPerRank(const v1::JobSpec& spec, int64_t cap) {
+  if (cap <= 0) return absl::OkStatus();
+  absl::StatusOr<int64_t> bytes = MemoryPerRankBytes(spec);
+  if (!bytes.ok()) return bytes.status();
+  if (*bytes == 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory_per_rank: this coordinator caps a rank's memory at ", FormatByteSize(cap),
+        " (--max-memory-per-rank); set memory_per_rank"));
+  }
+  if (*bytes > cap) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory_per_rank: ", FormatByteSize(*bytes), " is above the per-user cap of ",
+        FormatByteSize(cap), " (--max-memory-per-rank)"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -23,6 +43,10 @@ absl::Status UserQuotas::CheckSubmit(const v1::JobSpec& spec, const std::string&
     return absl::ResourceExhaustedError(absl::StrCat(
         "world_size: ", spec.world_size(), " ranks exceed the per-user limit of ",
         limits.max_running_ranks, " running ranks (--max-running-ranks)"));
+  }
+  if (absl::Status memory = CheckMemoryPerRank(spec, limits.max_memory_per_rank_bytes);
+      !memory.ok()) {
+    return memory;
   }
   absl::MutexLock lock(&state_.mu);
   const UserLoad load = LoadByUserLocked()[owner];
@@ -42,6 +66,10 @@ std::vector<UserShare> UserQuotas::GetShare(const Caller& caller) {
   std::set<std::string> users;
   for (const auto& [user, l] : load) users.insert(user);
   std::map<std::string, double> factors = state_.usage.Factors(now, users);
+  std::map<std::string, int64_t> memory = MemoryLimitsByUserLocked();
+  // The cap as it applies to the caller's lines: admins have none.
+  const int64_t cap =
+      caller.admin ? 0 : state_.options.user_limits.max_memory_per_rank_bytes;
   std::vector<UserShare> out;
   for (const auto& [user, factor] : factors) {
     if (!caller.MaySee(user)) continue;
@@ -49,10 +77,29 @@ std::vector<UserShare> UserQuotas::GetShare(const Caller& caller) {
                             .usage_slot_seconds = state_.usage.Usage(user, now),
                             .factor = factor,
                             .running_ranks = load[user].placed_ranks,
-                            .queued_jobs = load[user].queued_jobs});
+                            .queued_jobs = load[user].queued_jobs,
+                            .running_memory_limit_bytes = memory[user],
+                            .max_memory_per_rank_bytes = cap});
   }
-  if (out.empty() && !caller.admin) out.push_back(UserShare{.user = caller.name});
+  if (out.empty() && !caller.admin) {
+    out.push_back(UserShare{.user = caller.name, .max_memory_per_rank_bytes = cap});
+  }
   return out;
+}
+
+std::map<std::string, int64_t> UserQuotas::MemoryLimitsByUserLocked() const {
+  std::map<std::string, int64_t> memory;
+  for (const auto& [id, job] : state_.jobs) {
+    if (job.record.state == v1::JOB_STATE_QUEUED) continue;
+    absl::StatusOr<int64_t> per_rank = MemoryPerRankBytes(job.record.spec);
+    if (!per_rank.ok() || *per_rank == 0) continue;
+    std::map<std::string, std::vector<int32_t>> used;
+    job.AddUsedSlots(used);
+    for (const auto& [worker, slots] : used) {
+      memory[job.record.owner] += *per_rank * static_cast<int64_t>(slots.size());
+    }
+  }
+  return memory;
 }
 
 std::map<std::string, UserLoad> UserQuotas::LoadByUserLocked() const {

@@ -1,5 +1,6 @@
 // UserQuotas: fair share and quotas over the ClusterState. It checks a
-// submit against the owner's limits (priority cap, world size, queued jobs),
+// submit against the owner's limits (priority cap, world size, queued jobs,
+// memory per rank),
 // charges placed ranks' slot-seconds to their owners (the usage that orders
 // the queue, fair_share.h), answers GetShare, and restores and saves the
 // usage across restarts. The scheduler (JobPlacer) reads the factors and each
@@ -33,6 +34,10 @@ struct UserShare {
   double factor = 1;              // 1: no recent use; toward 0: heavy use
   int32_t running_ranks = 0;
   int32_t queued_jobs = 0;
+  // The memory_per_rank limits of the user's placed ranks, summed.
+  int64_t running_memory_limit_bytes = 0;
+  // --max-memory-per-rank as it applies to this user (0: none; admins: none).
+  int64_t max_memory_per_rank_bytes = 0;
 };
 
 class UserQuotas {
@@ -45,7 +50,8 @@ class UserQuotas {
 
   // Submit's per-user limits for a job of `owner`: PermissionDenied for a
   // priority above the cap, ResourceExhausted past the running-ranks or
-  // queued-jobs limit. Admins are exempt.
+  // queued-jobs limit, or for a memory_per_rank above (or, under a cap,
+  // without) --max-memory-per-rank. Admins are exempt.
   absl::Status CheckSubmit(const tessera::v1::JobSpec& spec, const std::string& owner,
                            bool admin) ABSL_LOCKS_EXCLUDED(state_.mu);
 
@@ -74,6 +80,10 @@ class UserQuotas {
   void SaveUsage(const std::vector<UsageRecord>& usage) ABSL_LOCKS_EXCLUDED(state_.mu);
 
  private:
+  // Per owner: the memory_per_rank limits of their placed ranks, summed.
+  std::map<std::string, int64_t> MemoryLimitsByUserLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+
   ClusterState& state_;  // Not owned.
 };
 

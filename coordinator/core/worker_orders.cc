@@ -1,5 +1,7 @@
 #include "coordinator/core/worker_orders.h"
 
+#include "common/job_spec.h"
+
 namespace tessera {
 
 v1::KillOrder KillOrderFor(int64_t job_id, int32_t attempt, int32_t rank) {
@@ -30,6 +32,8 @@ v1::LaunchOrder LaunchOrderFor(const JobRecord& job, const std::vector<RankRecor
   *order.mutable_trainer() = job.spec.trainer();
   order.set_run_as(job.owner);
   *order.mutable_env() = job.spec.env();
+  // Validated at submit; a spec stored before the key existed has none.
+  order.set_memory_per_rank_bytes(MemoryPerRankBytes(job.spec).value_or(0));
   // A restarted attempt continues from the job's latest checkpoint.
   if (job.attempt > 1 && !job.spec.trainer().checkpoint_dir().empty()) {
     order.mutable_trainer()->set_resume(true);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -102,6 +103,33 @@ TEST(JobSpecTest, EveryExampleSpecParsesAndValidates) {
     ++checked;
   }
   EXPECT_GE(checked, 3);
+}
+
+TEST(JobSpecTest, MemoryPerRankTakesSizesWithUnits) {
+  for (const auto& [text, bytes] :
+       std::vector<std::pair<std::string, int64_t>>{{"3GiB", int64_t{3} << 30},
+                                                    {"3000MB", int64_t{3000} << 20},
+                                                    {"\"512 MiB\"", int64_t{512} << 20},
+                                                    {"4294967296", int64_t{4} << 30}}) {
+    absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(
+        absl::StrCat(kValidSpec, "memory_per_rank: ", text, "\n"), SpecLimits{});
+    ASSERT_TRUE(spec.ok()) << text << ": " << spec.status();
+    EXPECT_EQ(*MemoryPerRankBytes(*spec), bytes) << text;
+  }
+  // Unset: no limit.
+  EXPECT_EQ(*MemoryPerRankBytes(*ParseJobSpec(kValidSpec)), 0);
+}
+
+TEST(JobSpecTest, BadMemoryPerRankIsRejectedNamingTheKey) {
+  for (const char* bad : {"3 gigs", "-1GiB", "1.5GiB", "GiB", "3", "63MiB"}) {
+    const absl::Status status =
+        ParseValidate(absl::StrCat(kValidSpec, "memory_per_rank: ", bad, "\n"));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("memory_per_rank: '")) << bad;
+  }
+  // Too small to start a trainer: named as such.
+  EXPECT_THAT(ParseValidate(absl::StrCat(kValidSpec, "memory_per_rank: 3\n")).message(),
+              HasSubstr("below the least a rank needs (64 MiB)"));
 }
 
 TEST(JobSpecTest, MalformedYamlReportsLineAndColumn) {

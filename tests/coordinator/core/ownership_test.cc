@@ -177,6 +177,27 @@ TEST_F(OwnershipTest, PriorityAboveTheCapIsRefusedForNonAdmins) {
   EXPECT_TRUE(SubmitAs(kAdmin, urgent).ok());
 }
 
+// --max-memory-per-rank: a non-admin's job asking for more, or for no limit
+// at all, is refused at submit naming the cap; an admin has none.
+TEST_F(OwnershipTest, MemoryPerRankAboveTheCapOrUnsetIsRefusedForNonAdmins) {
+  options_.user_limits.max_memory_per_rank_bytes = int64_t{4} << 30;
+  manager_ = std::make_unique<JobManager>(store_.get(), writer_.get(), &clock_, options_);
+  v1::JobSpec fits = Spec();
+  fits.set_memory_per_rank("3GiB");
+  EXPECT_TRUE(SubmitAs(kAlice, fits).ok());
+  v1::JobSpec big = Spec();
+  big.set_memory_per_rank("8GiB");
+  absl::StatusOr<int64_t> refused = SubmitAs(kAlice, big);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("8 GiB is above the per-user cap of 4 GiB"));
+  absl::StatusOr<int64_t> unlimited = SubmitAs(kAlice, Spec());
+  EXPECT_TRUE(absl::IsResourceExhausted(unlimited.status())) << unlimited.status();
+  EXPECT_THAT(unlimited.status().message(), HasSubstr("--max-memory-per-rank"));
+  EXPECT_TRUE(SubmitAs(kAdmin, big).ok());
+  EXPECT_TRUE(SubmitAs(kAdmin, Spec()).ok());
+}
+
 TEST_F(OwnershipTest, RequestIdsAreDeduplicatedPerOwner) {
   absl::StatusOr<int64_t> a1 = SubmitAs(kAlice, Spec(), "req-1");
   absl::StatusOr<int64_t> a2 = SubmitAs(kAlice, Spec(), "req-1");

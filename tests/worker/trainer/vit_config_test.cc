@@ -24,6 +24,24 @@ TEST(ViTConfigTest, SixteenPixelPresetsHaveTheirPublishedParameterCounts) {
   EXPECT_EQ(ViTParameterCount(*FindViTPreset("vit-ti16")), 5'717'416);
 }
 
+// torchvision's vit_l_16: 304,326,632 parameters; patch 16, width 1024, 24
+// blocks of 16 heads, MLP 4096.
+TEST(ViTConfigTest, VitL16PresetIsViTLargeWithItsPublishedParameterCount) {
+  const absl::StatusOr<ViTConfig> l16 = FindViTPreset("vit-l16");
+  ASSERT_TRUE(l16.ok()) << l16.status();
+  EXPECT_EQ(l16->patch_size, 16);
+  EXPECT_EQ(l16->dim, 1024);
+  EXPECT_EQ(l16->depth, 24);
+  EXPECT_EQ(l16->heads, 16);
+  EXPECT_EQ(l16->mlp_dim, 4096);
+  EXPECT_EQ(ViTParameterCount(*l16), 304'326'632);
+  // The example's shape (zero3-vit-l.yaml): 32 px, 10 classes; about 303M.
+  const absl::StatusOr<ViTConfig> at32 = ResolveViTConfig("vit-l16", 3, 10, 32);
+  ASSERT_TRUE(at32.ok()) << at32.status();
+  EXPECT_EQ(at32->num_patches(), 4);
+  EXPECT_NEAR(static_cast<double>(ViTParameterCount(*at32)), 303.1e6, 0.1e6);
+}
+
 TEST(ViTConfigTest, MicroPresetFitsFashionMnist) {
   const absl::StatusOr<ViTConfig> micro = ResolveViTConfig("vit-micro", 1, 10);
   ASSERT_TRUE(micro.ok()) << micro.status();
@@ -80,7 +98,7 @@ TEST(ViTConfigTest, ImageSizeMustBeAMultipleOfThePatch) {
 }
 
 TEST(ViTConfigTest, UnknownPresetIsNotFoundAndListsTheKnownOnes) {
-  const absl::StatusOr<ViTConfig> config = FindViTPreset("vit-l16");
+  const absl::StatusOr<ViTConfig> config = FindViTPreset("vit-h14");
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(config.status().message(), HasSubstr("vit-micro"));
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -316,8 +317,9 @@ Layout HfLayout(const ViTConfig& c) {
 }
 
 // Random tensors of `layout` -> file -> Tessera -> export with the same names:
-// the same names, shapes and values.
-void ExpectRoundTrip(const Layout& layout, WeightLayout expected_layout) {
+// the same names, shapes and values. `config` is the shape `layout` was made for.
+void ExpectRoundTrip(const Layout& layout, WeightLayout expected_layout,
+                     const ViTConfig& config = SmallConfig()) {
   const std::string dir = FreshDirectory(
       absl::StrCat("vit-weights-roundtrip-", WeightLayoutName(expected_layout)));
   torch::manual_seed(7);
@@ -325,7 +327,7 @@ void ExpectRoundTrip(const Layout& layout, WeightLayout expected_layout) {
   for (const auto& [name, shape] : layout) tensors.push_back({name, torch::randn(shape)});
   ASSERT_TRUE(WriteAll(dir + "/in.safetensors", tensors).ok());
 
-  VisionTransformer model(SmallConfig());
+  VisionTransformer model(config);
   absl::StatusOr<PretrainedSummary> summary =
       LoadPretrained(*model, dir + "/in.safetensors");
   ASSERT_TRUE(summary.ok()) << summary.status();
@@ -352,6 +354,68 @@ TEST(VitWeightsTest, TimmNamesRoundTripToIdenticalTensors) {
 
 TEST(VitWeightsTest, HuggingFaceNamesRoundTripToIdenticalTensors) {
   ExpectRoundTrip(HfLayout(SmallConfig()), WeightLayout::kHuggingFace);
+}
+
+// SmallConfig's widths at vit-l16's depth: the names of 24 blocks, without
+// ViT-L's 1.2 GB of parameters.
+ViTConfig SmallAtL16Depth() {
+  ViTConfig config = SmallConfig();
+  config.depth = FindViTPreset("vit-l16")->depth;
+  return config;
+}
+
+TEST(VitWeightsTest, VitL16NameMapsReachBlock23InEveryLayout) {
+  ASSERT_EQ(FindViTPreset("vit-l16")->depth, 24);
+  const std::map<WeightLayout, std::vector<std::string>> qkv_sources = {
+      {WeightLayout::kTessera, {"blocks.23.attention.qkv.weight"}},
+      {WeightLayout::kTimm, {"blocks.23.attn.qkv.weight"}},
+      {WeightLayout::kTorchvision,
+       {"encoder.layers.encoder_layer_23.self_attention.in_proj_weight"}},
+      {WeightLayout::kHuggingFace,
+       {"vit.encoder.layer.23.attention.attention.query.weight",
+        "vit.encoder.layer.23.attention.attention.key.weight",
+        "vit.encoder.layer.23.attention.attention.value.weight"}}};
+  for (const auto& [layout, sources] : qkv_sources) {
+    const std::vector<NameMapping> map = WeightNameMap(layout, 24);
+    int block23 = 0;
+    for (const NameMapping& mapping : map) {
+      if (absl::StartsWith(mapping.tessera, "blocks.23.")) ++block23;
+      EXPECT_FALSE(absl::StartsWith(mapping.tessera, "blocks.24."))
+          << WeightLayoutName(layout);
+      if (mapping.tessera == "blocks.23.attention.qkv.weight") {
+        EXPECT_EQ(mapping.source, sources) << WeightLayoutName(layout);
+      }
+    }
+    EXPECT_EQ(block23, 12) << WeightLayoutName(layout);  // a block's 12 tensors
+    // Embeddings (4), 24 blocks of 12, the final norm and the head (4).
+    EXPECT_EQ(map.size(), 4u + 24 * 12 + 4) << WeightLayoutName(layout);
+  }
+}
+
+TEST(VitWeightsTest, TwentyFourBlockNamesRoundTripInTimmAndHuggingFaceLayouts) {
+  ExpectRoundTrip(TimmLayout(SmallAtL16Depth()), WeightLayout::kTimm, SmallAtL16Depth());
+  ExpectRoundTrip(HfLayout(SmallAtL16Depth()), WeightLayout::kHuggingFace,
+                  SmallAtL16Depth());
+}
+
+TEST(VitWeightsTest, TwentyFourBlockModelExportsAndReloadsTorchvisionNames) {
+  const std::string dir = FreshDirectory("vit-weights-l16-depth-torchvision");
+  VisionTransformer source = RandomModel(SmallAtL16Depth(), 23);
+  ASSERT_TRUE(
+      ExportSafetensors(*source, WeightLayout::kTorchvision, {}, dir + "/tv.safetensors")
+          .ok());
+  const std::map<std::string, torch::Tensor> exported = ReadAll(dir + "/tv.safetensors");
+  EXPECT_EQ(exported.count("encoder.layers.encoder_layer_23.mlp.3.weight"), 1u);
+  VisionTransformer target(SmallAtL16Depth());
+  absl::StatusOr<PretrainedSummary> summary =
+      LoadPretrained(*target, dir + "/tv.safetensors");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->loaded.size(), target->parameters().size()) << summary->ToString();
+  const auto want = source->named_parameters();
+  for (const auto& item : target->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), want[item.key()])) << item.key();
+  }
+  fs::remove_all(dir);
 }
 
 TEST(VitWeightsTest, HuggingFaceQueryKeyValueBecomeOneQkvInThatOrder) {

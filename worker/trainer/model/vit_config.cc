@@ -31,7 +31,8 @@ const std::vector<ViTPreset>& ViTPresets() {
   // shapes keep 64 patches of 4x4 px, as ViT-Lite (Hassani et al., "Escaping the
   // Big Data Paradigm with Compact Transformers") does for 32 px inputs:
   // vit-cifar-tiny (1.8M parameters with 10 classes) trains on CPUs;
-  // vit-cifar-small is ViT-Lite-7/4 (3.7M).
+  // vit-cifar-small is ViT-Lite-7/4 (3.7M). vit-l16 (ViT-L/16, 304M) is the
+  // model a CPU rank of a few GiB holds only sharded (ZeRO stage 3).
   // clang-format off
   static const auto* const kPresets = new std::vector<ViTPreset>{
       //                        image patch ch classes dim depth heads mlp
@@ -41,6 +42,7 @@ const std::vector<ViTPreset>& ViTPresets() {
       {"vit-ti16",        Shape(224,   16, 3,  1000, 192,   12,    3,  768)},
       {"vit-s16",         Shape(224,   16, 3,  1000, 384,   12,    6, 1536)},
       {"vit-b16",         Shape(224,   16, 3,  1000, 768,   12,   12, 3072)},
+      {"vit-l16",         Shape(224,   16, 3,  1000, 1024,  24,   16, 4096)},
   };
   // clang-format on
   return *kPresets;

@@ -43,8 +43,9 @@ struct ViTPreset {
 
 // The preset table: vit-micro (28 px, for Fashion-MNIST and tests), vit-cifar-tiny
 // and vit-cifar-small (32 px, patch 4: CIFAR at its native size on CPUs and small
-// GPUs), and the ViT-Ti/16, ViT-S/16 and ViT-B/16 shapes (224 px, ImageNet-1k
-// heads; the paper's CIFAR runs use ViT-B/16 on images resized to 224 px).
+// GPUs), and the ViT-Ti/16, ViT-S/16, ViT-B/16 and ViT-L/16 shapes (224 px,
+// ImageNet-1k heads; the paper's CIFAR runs use ViT-B/16 on images resized to
+// 224 px).
 const std::vector<ViTPreset>& ViTPresets();
 
 // The preset called `name`, or NotFound listing the known names.
@@ -64,7 +65,7 @@ absl::Status ValidateViTConfig(const ViTConfig& config);
 
 // Number of trainable parameters of the model vit.h builds for `config`
 // (86,567,656 for vit-b16 with 3 channels and 1000 classes, as torchvision's
-// vit_b_16).
+// vit_b_16; 304,326,632 for vit-l16, as vit_l_16).
 int64_t ViTParameterCount(const ViTConfig& config);
 
 }  // namespace tessera::trainer
