@@ -28,6 +28,7 @@
 #include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/model/vit.h"
 #include "worker/trainer/model/vit_config.h"
+#include "worker/trainer/model/vit_weights.h"
 #include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/run/metrics_reporter.h"
 #include "worker/trainer/run/trainer.h"
@@ -248,6 +249,35 @@ TEST(ZeroTest, TheRanksDivideTheOptimizerStateTheGradientsAndAtStageThreeThePara
               << " (stage 0: " << parameters0 << ")\n";
     EXPECT_GT(parameters, parameters0 / 2 + slack);
   }
+}
+
+// Weights loaded with --init-from (fine-tuning) reach the parameters at stage
+// 3, whose parameters are sharded and freed at rest, as at stage 0.
+TEST(ZeroTest, AStageThreeRunFromInitFromWeightsReachesStageZerosParameters) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  const absl::StatusOr<ViTConfig> config =
+      ResolveViTConfig("vit-micro", train.channels, train.num_classes);
+  ASSERT_TRUE(config.ok()) << config.status();
+  torch::manual_seed(11);
+  VisionTransformer pretrained(*config);
+  const std::string weights = FreshDirectory("zero-init-from") + "/pretrained.safetensors";
+  ASSERT_TRUE(ExportSafetensors(*pretrained, WeightLayout::kTessera, {}, weights).ok());
+  std::map<int, torch::Tensor> by_stage;
+  for (const int stage : {0, 3}) {
+    TrainerOptions options = ZeroRun("adamw", stage);
+    options.init_from = weights;
+    options.max_steps = 6;
+    options.seed = 2;  // another start than the weights'
+    options.checkpoint_dir = FreshDirectory(absl::StrCat("zero-init-from-", stage));
+    const std::vector<RankRun> runs = Train(2, options, train, test);
+    ASSERT_EQ(runs.size(), 2u);
+    EXPECT_EQ(runs[0].outcome.param_hash, runs[1].outcome.param_hash);
+    by_stage[stage] = CheckpointParameters(options.checkpoint_dir, 6, train);
+  }
+  // Stage 0 starts from the weights (finetune_test): a stage 3 that did not
+  // would end elsewhere.
+  EXPECT_LE(RelativeDifference(by_stage[3], by_stage[0]), 1e-5);
 }
 
 // A checkpoint of `stage` on two ranks at step 4 of 8, resumed by `resumes`
