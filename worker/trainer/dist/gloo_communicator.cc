@@ -563,18 +563,42 @@ struct Ring {
     return absl::OkStatus();
   }
 
-  // Step s sends the partial sum of chunk rank-s-1 and adds the one of chunk
-  // rank-s-2 that arrives into its own copy, so after N-1 steps chunk `rank`
-  // holds every rank's contribution.
+  // Each rank sends chunk p straight to rank p and receives its own chunk
+  // from every other rank, then sums it in rank order, ((c0 + c1) + c2) ...:
+  // an element's sum is the same whichever chunk of whichever bucket it falls
+  // in, so every bucket layout (stage 3's per-block buckets, stage 0's by
+  // size) and every stage sums each gradient exactly alike. The traffic is a
+  // ring's, (N-1)/N of the buffer per rank, all of it in one round.
   absl::Status ReduceScatter() const {
+    RETURN_IF_ERROR(collectives->CheckUsable());
+    const at::Tensor mine = Chunk(rank);
     // Not pooled: a pool would keep a part of every bucket size alive.
-    at::Tensor received = at::empty({ShardSize(buffer.numel(), world)}, buffer.options());
-    for (int step = 0; step + 1 < world; ++step) {
-      at::Tensor into = Chunk(Mod(rank - step - 2));
-      at::Tensor arriving = received.narrow(0, 0, into.numel());
-      RETURN_IF_ERROR(Exchange(Chunk(Mod(rank - step - 1)), arriving, step));
-      into.add_(arriving);
+    at::Tensor received = at::empty({world - 1, mine.numel()}, buffer.options());
+    auto slot = [&](int peer) { return received[peer < rank ? peer : peer - 1]; };
+    std::vector<c10::intrusive_ptr<c10d::Work>> transfers;
+    for (int peer = 0; peer < world; ++peer) {
+      if (peer == rank || mine.numel() == 0) continue;
+      std::vector<at::Tensor> tensors{slot(peer)};
+      transfers.push_back(group->recv(tensors, peer, Tag(0)));
     }
+    for (int peer = 0; peer < world; ++peer) {
+      const at::Tensor outgoing = Chunk(peer);
+      if (peer == rank || outgoing.numel() == 0) continue;
+      std::vector<at::Tensor> tensors{outgoing};
+      transfers.push_back(group->send(tensors, peer, Tag(0)));
+      *bytes_sent += static_cast<int64_t>(outgoing.nbytes());
+    }
+    bool finished = true;
+    for (const c10::intrusive_ptr<c10d::Work>& transfer : transfers) {
+      finished = transfer->wait() && finished;  // every one waited for
+    }
+    if (!finished) return absl::AbortedError("a reduce-scatter transfer was aborted");
+    if (mine.numel() == 0) return absl::OkStatus();
+    // The sum builds up in rank 0's part (this rank's own chunk, or the one
+    // received from rank 0), which is free to overwrite.
+    at::Tensor total = rank == 0 ? mine : slot(0);
+    for (int r = 1; r < world; ++r) total.add_(r == rank ? mine : slot(r));
+    if (rank != 0) mine.copy_(total);
     return absl::OkStatus();
   }
 

@@ -21,10 +21,13 @@
 // aborts the communicator the same way, with a reason naming the collective.
 // Either way on_collective_failure is called once.
 //
-// Reduce-scatter and all-gather are rings over the group's point-to-point
-// sends and receives (LibTorch's Gloo group has neither collective): N-1 steps
-// on a thread of the communicator's, each rank sending (N-1)/N of the buffer,
-// as NCCL's ring does. They are tracked and timed out like the all-reduce.
+// Reduce-scatter and all-gather are built on the group's point-to-point sends
+// and receives (LibTorch's Gloo group has neither collective), on a thread of
+// the communicator's, each rank sending (N-1)/N of the buffer, as NCCL's ring
+// does. The reduce-scatter sends each rank its chunk directly and sums it in
+// rank order (so an element's sum does not depend on where the bucket layout
+// puts it); the all-gather is a ring of N-1 steps. They are tracked and timed
+// out like the all-reduce.
 //
 // Only in builds whose LibTorch has Gloo's headers (TESSERA_HAVE_GLOO; pip's
 // wheels ship none): process_group.cc asks GlooBackendAvailable() first.
@@ -70,10 +73,10 @@ struct GlooOptions {
   // latency that a small last bucket leaves exposed after backward. Off: Gloo's
   // allreduce at every world size.
   bool pairwise_exchange = true;
-  // With three ranks or more an all-reduce is the communicator's own ring:
-  // its reduce-scatter, then its all-gather (below), so that every ZeRO
-  // stage sums a gradient in the same order as stage 0. Off: Gloo's
-  // allreduce.
+  // With three ranks or more an all-reduce is the communicator's own
+  // reduce-scatter, then its all-gather (above): every element is summed in
+  // rank order, so every ZeRO stage and bucket layout sums a gradient
+  // exactly as stage 0. Off: Gloo's allreduce.
   bool sharded_ring = true;
 };
 
