@@ -4,6 +4,7 @@
 // compared through tessera-export's safetensors file.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -115,6 +116,12 @@ class TrainerGpuTest : public ::testing::Test {
     return values;
   }
 
+  // Run `name`'s trained vit-s16 parameters within 2e-2 relative L2 of run
+  // `reference`'s, tensor by tensor (bf16 autocast: a few units of its 8-bit
+  // mantissa); prints the worst as FIGURE <figure>_max_relative_param_diff.
+  void ExpectParametersClose(const std::string& name, const std::string& reference,
+                             const std::string& figure);
+
   std::filesystem::path dir_;
 };
 
@@ -127,6 +134,21 @@ double RelativeDifference(const std::vector<float>& a, const std::vector<float>&
     norm += b[i] * static_cast<double>(b[i]);
   }
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+void TrainerGpuTest::ExpectParametersClose(const std::string& name,
+                                           const std::string& reference,
+                                           const std::string& figure) {
+  const auto expected = Parameters(reference, "vit-s16");
+  const auto got = Parameters(name, "vit-s16");
+  ASSERT_EQ(expected.size(), got.size());
+  double worst = 0;
+  for (const auto& [tensor, values] : expected) {
+    const double d = RelativeDifference(got.at(tensor), values);
+    EXPECT_LT(d, 2e-2) << tensor;
+    worst = std::max(worst, d);
+  }
+  std::cout << "FIGURE " << figure << "_max_relative_param_diff=" << worst << std::endl;
 }
 
 TEST_F(TrainerGpuTest, TheCapturedStepTrainsLikeTheEagerStep) {
@@ -145,16 +167,7 @@ TEST_F(TrainerGpuTest, TheCapturedStepTrainsLikeTheEagerStep) {
   for (const auto& [step, loss] : eager_loss) {
     EXPECT_NEAR(captured_loss.at(step), loss, 0.01 * std::abs(loss)) << "step " << step;
   }
-  const auto eager_params = Parameters("eager", "vit-s16");
-  const auto captured_params = Parameters("captured", "vit-s16");
-  ASSERT_EQ(eager_params.size(), captured_params.size());
-  double worst = 0;
-  for (const auto& [name, values] : eager_params) {
-    const double d = RelativeDifference(captured_params.at(name), values);
-    EXPECT_LT(d, 2e-2) << name;  // bf16 autocast: a few units of its 8-bit mantissa
-    worst = std::max(worst, d);
-  }
-  std::cout << "FIGURE captured_vs_eager_max_relative_param_diff=" << worst << std::endl;
+  ExpectParametersClose("captured", "eager", "captured_vs_eager");
 }
 
 // A resumed process captures after its own two eager steps, and every replay
@@ -184,17 +197,7 @@ TEST_F(TrainerGpuTest, ACapturedResumeTrainsLikeAnEagerResume) {
     EXPECT_NEAR(captured_loss.at(step), eager_loss.at(step), 0.01 * eager_loss.at(step))
         << "step " << step;
   }
-  const auto eager_params = Parameters("eager_resume", "vit-s16");
-  const auto captured_params = Parameters("captured_resume", "vit-s16");
-  ASSERT_EQ(eager_params.size(), captured_params.size());
-  double worst = 0;
-  for (const auto& [name, values] : eager_params) {
-    const double d = RelativeDifference(captured_params.at(name), values);
-    EXPECT_LT(d, 2e-2) << name;
-    worst = std::max(worst, d);
-  }
-  std::cout << "FIGURE captured_resume_vs_eager_max_relative_param_diff=" << worst
-            << std::endl;
+  ExpectParametersClose("captured_resume", "eager_resume", "captured_resume_vs_eager");
 }
 
 TEST_F(TrainerGpuTest, Bf16AndFp16TrainLikeFp32From200StepsOfTheSameStart) {
