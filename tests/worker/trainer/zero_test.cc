@@ -261,7 +261,8 @@ TEST(ZeroTest, AStageThreeRunFromInitFromWeightsReachesStageZerosParameters) {
   ASSERT_TRUE(config.ok()) << config.status();
   torch::manual_seed(11);
   VisionTransformer pretrained(*config);
-  const std::string weights = FreshDirectory("zero-init-from") + "/pretrained.safetensors";
+  const std::string weights =
+      FreshDirectory("zero-init-from") + "/pretrained.safetensors";
   ASSERT_TRUE(ExportSafetensors(*pretrained, WeightLayout::kTessera, {}, weights).ok());
   std::map<int, torch::Tensor> by_stage;
   for (const int stage : {0, 3}) {
