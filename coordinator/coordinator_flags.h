@@ -58,7 +58,8 @@ struct CoordinatorFlags {
   std::string retain_metrics = "90d";  // --retain-metrics: an age, or "never"
   std::string retain_logs = "30d";     // --retain-logs: likewise
   std::string db_max_size = "0";       // --db-max-size: a size; 0: no budget
-  std::string max_memory_per_rank = "0";  // --max-memory-per-rank: a size; 0: no cap
+  // --max-memory-per-rank: a size; 0: no cap.
+  std::string max_memory_per_rank = "0";
   std::string http_port_file;          // the bound HTTP port, likewise
   int64_t heartbeat_ms = 1000;
   int64_t dead_after_ms = 15000;
