@@ -60,7 +60,7 @@ struct CoordinatorFlags {
   std::string db_max_size = "0";       // --db-max-size: a size; 0: no budget
   // --max-memory-per-rank: a size; 0: no cap.
   std::string max_memory_per_rank = "0";
-  std::string http_port_file;          // the bound HTTP port, likewise
+  std::string http_port_file;  // the bound HTTP port, likewise
   int64_t heartbeat_ms = 1000;
   int64_t dead_after_ms = 15000;
   int64_t suspect_after_ms = 3000;
