@@ -1,6 +1,7 @@
 #include "cli/client.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <utility>
 
@@ -19,6 +20,11 @@ namespace {
 constexpr size_t kMaxTokenBytes = 4096;
 // Longest wait for the coordinator's certificate when checking a pin.
 constexpr absl::Duration kTlsFetchTimeout = absl::Seconds(10);
+// The coordinator answers at most this many points per GetMetrics by default;
+// asking for exactly that keeps paging aligned with it.
+constexpr int32_t kMetricsPageSize = 10000;
+// Bound on what `tessctl metrics` holds in memory.
+constexpr size_t kMaxMetricPoints = 5'000'000;
 
 }  // namespace
 
@@ -151,6 +157,51 @@ absl::StatusOr<std::vector<v1::MetricPoint>> CoordinatorClient::GetMetrics(
   return std::vector<v1::MetricPoint>(response.points().begin(), response.points().end());
 }
 
+absl::StatusOr<std::vector<v1::MetricPoint>> FetchMetrics(CoordinatorClient& client,
+                                                          int64_t job_id,
+                                                          int64_t after_step,
+                                                          const std::string& name) {
+  // The coordinator returns points ordered by step. A full page may end part-way
+  // through its last step, so the next page starts again at that step.
+  std::vector<v1::MetricPoint> all;
+  int64_t after = after_step;
+  while (true) {
+    v1::GetMetricsRequest request;
+    request.set_job_id(job_id);
+    request.set_after_step(after);
+    request.set_name(name);
+    request.set_limit(kMetricsPageSize);
+    absl::StatusOr<std::vector<v1::MetricPoint>> page = client.GetMetrics(request);
+    if (!page.ok()) return page.status();
+
+    int64_t min_step = INT64_MAX;
+    int64_t max_step = INT64_MIN;
+    for (const v1::MetricPoint& p : *page) {
+      min_step = std::min(min_step, p.step());
+      max_step = std::max(max_step, p.step());
+    }
+    const bool full = page->size() >= static_cast<size_t>(kMetricsPageSize);
+    // A full page of a single step cannot be split further; take it whole.
+    const bool split = full && min_step < max_step;
+    for (v1::MetricPoint& p : *page) {
+      // "after_step" 0 means "all" to the server; filter here so that paging
+      // from step 0 cannot repeat points.
+      if (p.step() <= after) continue;
+      if (split && p.step() == max_step) continue;
+      all.push_back(std::move(p));
+    }
+    if (all.size() > kMaxMetricPoints) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job ", job_id, " has more than ", kMaxMetricPoints,
+                       " metric points; select one with --name"));
+    }
+    if (!full) break;
+    // Strictly increasing: a split page holds a step in (after, max_step).
+    after = split ? max_step - 1 : max_step;
+  }
+  return all;
+}
+
 absl::StatusOr<std::vector<v1::Worker>> CoordinatorClient::ListWorkers() {
   grpc::ClientContext context;
   if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
@@ -211,6 +262,48 @@ absl::StatusOr<v1::SweepState> CoordinatorClient::CancelSweep(int64_t sweep_id) 
   request.set_sweep_id(sweep_id);
   v1::CancelSweepResponse response;
   absl::Status status = FromGrpcStatus(stub_->CancelSweep(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.state();
+}
+
+absl::StatusOr<v1::SubmitSearchResponse> CoordinatorClient::SubmitSearch(
+    const v1::SubmitSearchRequest& request) {
+  grpc::ClientContext context;
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
+  v1::SubmitSearchResponse response;
+  absl::Status status = FromGrpcStatus(stub_->SubmitSearch(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::Search>> CoordinatorClient::ListSearches() {
+  grpc::ClientContext context;
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
+  v1::ListSearchesResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->ListSearches(&context, v1::ListSearchesRequest(), &response));
+  if (!status.ok()) return status;
+  return std::vector<v1::Search>(response.searches().begin(), response.searches().end());
+}
+
+absl::StatusOr<v1::Search> CoordinatorClient::GetSearch(int64_t search_id) {
+  grpc::ClientContext context;
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
+  v1::GetSearchRequest request;
+  request.set_search_id(search_id);
+  v1::GetSearchResponse response;
+  absl::Status status = FromGrpcStatus(stub_->GetSearch(&context, request, &response));
+  if (!status.ok()) return status;
+  return std::move(*response.mutable_search());
+}
+
+absl::StatusOr<v1::SearchState> CoordinatorClient::CancelSearch(int64_t search_id) {
+  grpc::ClientContext context;
+  if (absl::Status ready = Prepare(context); !ready.ok()) return ready;
+  v1::CancelSearchRequest request;
+  request.set_search_id(search_id);
+  v1::CancelSearchResponse response;
+  absl::Status status = FromGrpcStatus(stub_->CancelSearch(&context, request, &response));
   if (!status.ok()) return status;
   return response.state();
 }

@@ -89,6 +89,15 @@ class CoordinatorClient {
   // The sweep's state after the cancel; FailedPrecondition if it had ended.
   absl::StatusOr<tessera::v1::SweepState> CancelSweep(int64_t sweep_id);
 
+  absl::StatusOr<tessera::v1::SubmitSearchResponse> SubmitSearch(
+      const tessera::v1::SubmitSearchRequest& request);
+  absl::StatusOr<std::vector<tessera::v1::Search>> ListSearches();
+  // NotFound when the coordinator knows no such search (or it is another
+  // user's).
+  absl::StatusOr<tessera::v1::Search> GetSearch(int64_t search_id);
+  // The search's state after the cancel; FailedPrecondition if it had ended.
+  absl::StatusOr<tessera::v1::SearchState> CancelSearch(int64_t search_id);
+
   const std::string& target() const { return options_.target; }
 
  private:
@@ -117,6 +126,13 @@ struct ConnectionOptions {
 
 inline constexpr char kTlsCaEnv[] = "TESSERA_TLS_CA";
 inline constexpr char kTlsPinEnv[] = "TESSERA_TLS_PIN";
+
+// Every stored point of a job with step > `after_step` (and name `name` if
+// non-empty), fetched with GetMetrics in pages. ResourceExhausted past 5,000,000
+// points (select one metric by name).
+absl::StatusOr<std::vector<tessera::v1::MetricPoint>> FetchMetrics(
+    CoordinatorClient& client, int64_t job_id, int64_t after_step,
+    const std::string& name);
 
 // A client over a channel to `connection.address`. Connecting is lazy: an
 // unreachable address shows up as Unavailable from the first call. With a pin,

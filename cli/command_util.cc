@@ -1,13 +1,13 @@
 #include "cli/command_util.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
+#include <cstddef>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_io.h"
 #include "common/job_spec.h"
+#include "common/json_writer.h"
 
 namespace tessera::cli {
 
@@ -16,14 +16,16 @@ using json = nlohmann::ordered_json;
 namespace {
 
 // Spec files are small; a huge file is a wrong path.
-constexpr std::streamsize kMaxSpecFileBytes = 1 << 20;
+constexpr size_t kMaxSpecFileBytes = size_t{1} << 20;
 
 }  // namespace
 
 FormatContext NowContext() { return FormatContext{absl::Now(), absl::LocalTimeZone()}; }
 
 void PrintJson(const json& value, std::ostream& out) {
-  out << value.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  JsonWriter writer({.layout = JsonWriter::Layout::kIndented});
+  WriteJsonValue(value, writer);
+  out << writer.text() << "\n";
 }
 
 int ReportRpcError(const absl::Status& status, const CoordinatorClient& client,
@@ -77,22 +79,7 @@ std::string NewRequestId() {
 }
 
 absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read spec file '", path, "': ", std::strerror(errno)));
-  }
-  std::string text(static_cast<size_t>(kMaxSpecFileBytes) + 1, '\0');
-  in.read(text.data(), kMaxSpecFileBytes + 1);
-  if (in.bad()) {
-    return absl::DataLossError(absl::StrCat("cannot read spec file '", path, "'"));
-  }
-  if (in.gcount() > kMaxSpecFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec file '", path, "' is larger than ", kMaxSpecFileBytes, " bytes"));
-  }
-  text.resize(static_cast<size_t>(in.gcount()));
-  return text;
+  return ReadFile(path, {.max_bytes = kMaxSpecFileBytes, .what = "spec file"});
 }
 
 std::optional<std::string> ReadSpecWithOverrides(

@@ -6,6 +6,7 @@
 #ifndef TESSERA_CLI_COMMAND_UTIL_H_
 #define TESSERA_CLI_COMMAND_UTIL_H_
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
@@ -20,13 +21,16 @@
 #include "cli/client.h"
 #include "cli/exit_codes.h"
 #include "cli/output.h"
+#include "common/clock.h"
+#include "common/retry.h"
 
 namespace tessera::cli {
 
 // The clock and zone tables are drawn against.
 FormatContext NowContext();
 
-// Pretty-prints `value` (invalid UTF-8 from the server replaced) and a newline.
+// Prints `value` through common/json_writer.h (two spaces a level, invalid UTF-8
+// from the server replaced) and a newline.
 void PrintJson(const nlohmann::ordered_json& value, std::ostream& out);
 
 // Reports a failed RPC on `err` and returns its exit code. `subject` names what
@@ -40,7 +44,8 @@ bool IsRetryable(const absl::Status& status);
 // 128 random bits as hex: unique per submit, shared by that submit's retries.
 std::string NewRequestId();
 
-// A spec file's text; NotFound if unreadable, InvalidArgument over 1 MiB.
+// A spec file's text (ReadFile, common/file_io.h): NotFound for a missing file,
+// InvalidArgument over 1 MiB, each naming the path.
 absl::StatusOr<std::string> ReadSpecFile(const std::string& path);
 
 // ReadSpecFile followed by ApplySpecOverrides; on failure writes the reason to
@@ -50,21 +55,23 @@ std::optional<std::string> ReadSpecWithOverrides(
     std::ostream& err);
 
 // Calls `call()` up to `max_attempts` times while it fails with a retryable
-// status, sleeping `backoff` (doubling) in between and saying so on `err`.
+// status, sleeping `backoff` (doubling, without jitter: one client, and the
+// waits it prints are the ones it takes) in between and saying so on `err`.
 template <typename Call>
 auto CallWithRetries(Call call, int max_attempts, absl::Duration backoff,
                      absl::string_view what, std::ostream& err) -> decltype(call()) {
-  for (int attempt = 1;; ++attempt) {
-    auto result = call();
-    if (result.ok() || !IsRetryable(result.status()) || attempt >= max_attempts) {
-      return result;
-    }
-    err << "tessctl: " << what << " attempt " << attempt << " failed ("
-        << result.status().message() << "); retrying in " << absl::FormatDuration(backoff)
-        << "\n";
-    absl::SleepFor(backoff);
-    backoff *= 2;
-  }
+  RealClock clock;
+  return Retry({.initial_delay = backoff,
+                .max_delay = absl::InfiniteDuration(),
+                .jitter = 0,
+                .max_attempts = std::max(max_attempts, 1),
+                .retryable = IsRetryable},
+               clock, call,
+               [&](const absl::Status& status, int attempt, absl::Duration delay) {
+                 err << "tessctl: " << what << " attempt " << attempt << " failed ("
+                     << status.message() << "); retrying in "
+                     << absl::FormatDuration(delay) << "\n";
+               });
 }
 
 }  // namespace tessera::cli

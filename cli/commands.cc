@@ -19,12 +19,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// The coordinator answers at most this many points per GetMetrics by default;
-// asking for exactly that keeps paging aligned with it.
-constexpr int32_t kMetricsPageSize = 10000;
-// Bound on what `tessctl metrics` holds in memory.
-constexpr size_t kMaxMetricPoints = 5'000'000;
-
 std::string JobSubject(int64_t job_id) { return absl::StrCat("job ", job_id); }
 
 bool RejectCsv(OutputFormat format, absl::string_view command, std::ostream& err) {
@@ -58,13 +52,24 @@ absl::Duration JobDuration(const v1::Job& job, absl::Duration fallback) {
   return fallback;
 }
 
+// The split FinalAccuracy measured: an evaluation's own (as its result names
+// it, else as its spec asks), the test split otherwise.
+std::string FinalSplit(const v1::Job& job) {
+  if (job.spec().kind() != "eval") return "test";
+  for (const v1::RankStatus& rank : job.ranks()) {
+    if (rank.has_eval() && !rank.eval().split().empty()) return rank.eval().split();
+  }
+  const std::string& asked = job.spec().trainer().eval_split();
+  return asked.empty() ? "test" : asked;
+}
+
 int ReportTerminal(const v1::Job& job, absl::Duration waited, CoordinatorClient& client,
                    std::ostream& out) {
   const absl::Duration took = JobDuration(job, waited);
   if (job.state() == v1::JOB_STATE_SUCCEEDED) {
     out << "job " << job.id() << " SUCCEEDED in " << HumanDuration(took);
     if (std::optional<double> accuracy = FinalAccuracy(job, client)) {
-      out << ": test accuracy " << FormatPercent(*accuracy);
+      out << ": " << FinalSplit(job) << " accuracy " << FormatPercent(*accuracy);
     }
     out << "\n";
     return kExitOk;
@@ -77,51 +82,6 @@ int ReportTerminal(const v1::Job& job, absl::Duration waited, CoordinatorClient&
 }
 
 }  // namespace
-
-absl::StatusOr<std::vector<v1::MetricPoint>> FetchMetrics(CoordinatorClient& client,
-                                                          int64_t job_id,
-                                                          int64_t after_step,
-                                                          const std::string& name) {
-  // The coordinator returns points ordered by step. A full page may end part-way
-  // through its last step, so the next page starts again at that step.
-  std::vector<v1::MetricPoint> all;
-  int64_t after = after_step;
-  while (true) {
-    v1::GetMetricsRequest request;
-    request.set_job_id(job_id);
-    request.set_after_step(after);
-    request.set_name(name);
-    request.set_limit(kMetricsPageSize);
-    absl::StatusOr<std::vector<v1::MetricPoint>> page = client.GetMetrics(request);
-    if (!page.ok()) return page.status();
-
-    int64_t min_step = INT64_MAX;
-    int64_t max_step = INT64_MIN;
-    for (const v1::MetricPoint& p : *page) {
-      min_step = std::min(min_step, p.step());
-      max_step = std::max(max_step, p.step());
-    }
-    const bool full = page->size() >= static_cast<size_t>(kMetricsPageSize);
-    // A full page of a single step cannot be split further; take it whole.
-    const bool split = full && min_step < max_step;
-    for (v1::MetricPoint& p : *page) {
-      // "after_step" 0 means "all" to the server; filter here so that paging
-      // from step 0 cannot repeat points.
-      if (p.step() <= after) continue;
-      if (split && p.step() == max_step) continue;
-      all.push_back(std::move(p));
-    }
-    if (all.size() > kMaxMetricPoints) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("job ", job_id, " has more than ", kMaxMetricPoints,
-                       " metric points; select one with --name"));
-    }
-    if (!full) break;
-    // Strictly increasing: a split page holds a step in (after, max_step).
-    after = split ? max_step - 1 : max_step;
-  }
-  return all;
-}
 
 int RunSubmit(const SubmitOptions& options, CoordinatorClient& client, std::ostream& out,
               std::ostream& err) {

@@ -126,12 +126,6 @@ int RunCancel(const CancelOptions& options, CoordinatorClient& client, std::ostr
 int RunLogs(const LogsOptions& options, CoordinatorClient& client, std::ostream& out,
             std::ostream& err);
 
-// Every stored point of a job with step > `after_step` (and name `name` if
-// non-empty), fetched in pages. Exposed for tests.
-absl::StatusOr<std::vector<tessera::v1::MetricPoint>> FetchMetrics(
-    CoordinatorClient& client, int64_t job_id, int64_t after_step,
-    const std::string& name);
-
 }  // namespace tessera::cli
 
 #endif  // TESSERA_CLI_COMMANDS_H_

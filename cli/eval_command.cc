@@ -1,11 +1,15 @@
 #include "cli/eval_command.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/command_util.h"
 #include "cli/exit_codes.h"
 #include "common/job_spec.h"
@@ -13,7 +17,8 @@
 namespace tessera::cli {
 namespace {
 
-// The settings common to both forms, as `--set` overrides.
+// The settings common to both forms, as `--set` overrides; the user's own
+// --set last.
 void AddCommonOverrides(const EvalOptions& options, std::vector<std::string>& set) {
   set.push_back("kind=eval");
   set.push_back("trainer.eval_only=true");
@@ -21,6 +26,31 @@ void AddCommonOverrides(const EvalOptions& options, std::vector<std::string>& se
   if (!options.data_dir.empty()) set.push_back("trainer.data_dir=" + options.data_dir);
   if (!options.split.empty()) set.push_back("trainer.eval_split=" + options.split);
   if (!options.device.empty()) set.push_back("trainer.device=" + options.device);
+  set.insert(set.end(), options.overrides.begin(), options.overrides.end());
+}
+
+// Every --set names one of kEvalSetKeys: an evaluation's other settings come
+// from the job or from the flags.
+absl::Status CheckEvalOverrides(const std::vector<std::string>& overrides) {
+  for (const std::string& text : overrides) {
+    constexpr std::string_view kPrefix = "trainer.";
+    const size_t eq = text.find('=');
+    const std::string_view key = std::string_view(text).substr(0, eq);
+    if (eq != std::string::npos && key.starts_with(kPrefix) &&
+        std::find(kEvalSetKeys.begin(), kEvalSetKeys.end(), key.substr(kPrefix.size())) !=
+            kEvalSetKeys.end()) {
+      continue;
+    }
+    std::vector<std::string> keys;
+    for (const std::string_view k : kEvalSetKeys) {
+      keys.push_back(std::string(kPrefix).append(k));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("--set ", text, ": an evaluation takes the data's preprocessing: ",
+                     absl::StrJoin(keys, ", "), " (KEY=VALUE, e.g. --set ",
+                     "trainer.crop_fraction=1 or --set 'trainer.mean=[0.5,0.5,0.5]')"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> FromFileSpec(const EvalOptions& options) {
@@ -73,6 +103,9 @@ absl::StatusOr<std::string> EvalSpecYaml(const EvalOptions& options,
   if (options.from.empty() == (source == nullptr)) {
     return absl::InvalidArgumentError(
         "give a job to evaluate its checkpoint, or --from FILE, not both");
+  }
+  if (absl::Status checked = CheckEvalOverrides(options.overrides); !checked.ok()) {
+    return checked;
   }
   return source == nullptr ? FromFileSpec(options) : FromJobSpec(options, *source);
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -27,6 +28,28 @@ constexpr char kExporterName[] = "tessera-export";
 // the synthetic images, generated as one channel) have 1, the rest 3.
 int ChannelsOf(const std::string& dataset) {
   return dataset == "fashion-mnist" || dataset == "synthetic" ? 1 : 3;
+}
+
+// The job's data kind and the preprocessing keys its spec sets, which the
+// exporter writes into the file's metadata for image data (the keys left
+// unset are the trainer's defaults, which are the exporter's too).
+void AddPreprocessing(const v1::TrainerConfig& trainer, std::vector<std::string>& argv) {
+  argv.push_back("--dataset");
+  argv.push_back(trainer.dataset().empty() ? "fashion-mnist" : trainer.dataset());
+  for (const auto& [flag, values] :
+       {std::pair{"--mean", &trainer.mean()}, std::pair{"--std", &trainer.std()}}) {
+    if (values->empty()) continue;
+    argv.push_back(flag);
+    for (const double v : *values) argv.push_back(absl::StrCat(v));
+  }
+  if (trainer.crop_fraction() > 0) {
+    argv.push_back("--crop-fraction");
+    argv.push_back(absl::StrCat(trainer.crop_fraction()));
+  }
+  if (!trainer.interpolation().empty()) {
+    argv.push_back("--interpolation");
+    argv.push_back(trainer.interpolation());
+  }
 }
 
 bool IsExecutable(const std::string& path) {
@@ -66,6 +89,7 @@ absl::StatusOr<std::vector<std::string>> ExportCommand(const v1::Job& job,
     argv.push_back("--step");
     argv.push_back(std::to_string(options.step));
   }
+  AddPreprocessing(trainer, argv);
   return argv;
 }
 

@@ -153,6 +153,17 @@ std::string LocalTime(int64_t unix_ms, const FormatContext& ctx) {
       Ago(unix_ms, ctx), " ago)");
 }
 
+std::string HumanBytes(double bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return absl::StrFormat("%.0f B", bytes);
+  int unit = -1;
+  while (bytes >= 1024 && unit < 3) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", bytes, kUnits[unit]);
+}
+
 std::string HumanDuration(absl::Duration d) {
   if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
   const int64_t total = absl::ToInt64Seconds(d);
@@ -327,6 +338,25 @@ std::string FormatJobStatus(const v1::Job& job, const FormatContext& ctx,
                    e.reason().empty() ? "-" : Sanitize(e.reason())});
   }
   return absl::StrCat(out, "\n", events.Render());
+}
+
+std::string FormatRankMemory(const std::map<std::string, double>& figures) {
+  std::vector<std::string> parts;
+  for (const MemoryFigure& f : kMemoryFigures) {
+    auto it = figures.find(std::string(f.figure));
+    if (it != figures.end())
+      parts.push_back(absl::StrCat(f.label, " ", HumanBytes(it->second)));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string RankMemoryTable(const RankFigures& memory) {
+  if (memory.empty()) return "";
+  Table table({"RANK", "MEMORY"});
+  for (const auto& [rank, figures] : memory) {
+    table.AddRow({absl::StrCat(rank), FormatRankMemory(figures)});
+  }
+  return absl::StrCat("\n", table.Render());
 }
 
 std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,

@@ -50,6 +50,7 @@
 #define TESSERA_CLI_OUTPUT_H_
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -90,6 +91,8 @@ std::string Rfc3339(int64_t unix_ms);
 std::string Ago(int64_t unix_ms, const FormatContext& ctx);
 // "2024-05-01 14:00:00 CEST (2m31s ago)" in ctx.tz; "-" for 0.
 std::string LocalTime(int64_t unix_ms, const FormatContext& ctx);
+// "1.5 GiB": bytes in binary units, one decimal from KiB on.
+std::string HumanBytes(double bytes);
 
 // "45s", "2m31s", "1h02m", "3d04h": two units at most.
 std::string HumanDuration(absl::Duration d);
@@ -118,6 +121,12 @@ std::string FormatJobsCsv(const std::vector<tessera::v1::Job>& jobs);
 // `memory`: each rank's device memory (rank_memory.h), shown after the ranks.
 std::string FormatJobStatus(const tessera::v1::Job& job, const FormatContext& ctx,
                             const RankFigures& memory = {});
+// One rank's memory line: its figures in kMemoryFigures order, e.g. "allocated
+// 1.2 GiB, peak 3.4 GiB, reserved 4.0 GiB, GPU used 5.1 GiB" or "peak RSS 812.0
+// MiB".
+std::string FormatRankMemory(const std::map<std::string, double>& figures);
+// A RANK/MEMORY table after a blank line, or "" when no rank has figures.
+std::string RankMemoryTable(const RankFigures& memory);
 std::string FormatWorkersTable(const std::vector<tessera::v1::Worker>& workers,
                                const FormatContext& ctx);
 // name,hostname,device_kind,slots,slots_used,alive,last_seen_unix_ms

@@ -660,6 +660,47 @@ void CheckTrainerChoices(const tessera::v1::TrainerConfig& t,
   }
 }
 
+// The validation split, the stop fraction and the optimizer knobs.
+void CheckValidationAndOptimizerKeys(const tessera::v1::TrainerConfig& t,
+                                     std::vector<std::string>* errors) {
+  if (!(t.val_fraction() >= 0 && t.val_fraction() < 1)) {
+    errors->push_back(
+        absl::StrCat("trainer.val_fraction: must be in [0, 1), got ", t.val_fraction()));
+  }
+  CheckNonNegative("trainer.val_seed", t.val_seed(), errors);
+  if (t.interpolation() == "bicubic" && t.dataset() != "imagefolder" &&
+      t.dataset() != "shards") {
+    errors->push_back(
+        "trainer.interpolation: bicubic resizes imagefolder and shards data; the "
+        "in-memory datasets are resized bilinearly");
+  }
+  CheckNonNegative("trainer.eval_every", t.eval_every(), errors);
+  if (!(t.stop_fraction() >= 0 && t.stop_fraction() <= 1)) {
+    errors->push_back(absl::StrCat("trainer.stop_fraction: must be in [0, 1], got ",
+                                   t.stop_fraction()));
+  }
+  if (t.adam_betas_size() != 0) {
+    if (t.adam_betas_size() != 2) {
+      errors->push_back(absl::StrCat(
+          "trainer.adam_betas: two values (beta1, beta2), got ", t.adam_betas_size()));
+    }
+    for (const double beta : t.adam_betas()) {
+      if (!(beta >= 0 && beta < 1)) {
+        errors->push_back(
+            absl::StrCat("trainer.adam_betas: must be in [0, 1), got ", beta));
+      }
+    }
+  }
+  CheckNonNegative("trainer.adam_eps", t.adam_eps(), errors);
+  CheckNonNegative("trainer.lamb_min_trust", t.lamb_min_trust(), errors);
+  CheckNonNegative("trainer.lamb_max_trust", t.lamb_max_trust(), errors);
+  if (t.lamb_max_trust() > 0 && t.lamb_min_trust() > t.lamb_max_trust()) {
+    errors->push_back(absl::StrCat("trainer.lamb_min_trust: ", t.lamb_min_trust(),
+                                   " is above trainer.lamb_max_trust ",
+                                   t.lamb_max_trust()));
+  }
+}
+
 // The trainer's directories, resume and fault hook.
 void CheckTrainerPathsAndFault(const tessera::v1::TrainerConfig& t, int32_t world_size,
                                std::vector<std::string>* errors) {
@@ -793,9 +834,15 @@ absl::Status ApplyOneOverride(YAML::Node& root, const std::string& override_text
     return absl::InvalidArgumentError(absl::StrCat(
         "override '", override_text, "': value is not a YAML scalar: ", e.msg));
   }
-  if (!value.IsScalar() && !value.IsNull()) {
+  // A list of scalars sets a repeated field: trainer.mean=[0.5,0.5,0.5].
+  bool scalar_list = value.IsSequence();
+  for (size_t i = 0; scalar_list && i < value.size(); ++i) {
+    scalar_list = value[i].IsScalar();
+  }
+  if (!value.IsScalar() && !value.IsNull() && !scalar_list) {
     return absl::InvalidArgumentError(
-        absl::StrCat("override '", override_text, "': value must be a scalar, got ",
+        absl::StrCat("override '", override_text,
+                     "': value must be a scalar or a list of scalars, got ",
                      DescribeNode(value), " (quote it to pass a string)"));
   }
 
@@ -981,6 +1028,35 @@ absl::Status ParseSpecMessage(const std::string& yaml_text,
   }
 }
 
+absl::Status CheckSpecText(const std::string& yaml_text) {
+  return LoadYaml(yaml_text).status();
+}
+
+absl::Status SetSpecField(google::protobuf::Message* message, const std::string& key,
+                          const std::string& value_text, const std::string& path) {
+  const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(key);
+  if (field == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: unknown field '", path, "'"));
+  }
+  if (field->is_map() || field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a group of fields, not a value"));
+  }
+  YAML::Node node;
+  if (!field->is_repeated() && field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+    node = YAML::Node(value_text);
+  } else {
+    ASSIGN_OR_RETURN(node, LoadYaml(value_text));
+  }
+  if (node.IsNull()) return TypeError(path, ExpectedScalar(field), node);
+  message->GetReflection()->ClearField(message, field);
+  try {
+    return ParseField(node, path, field, message);
+  } catch (const YAML::Exception& e) {
+    return MalformedYaml(e);
+  }
+}
+
 absl::StatusOr<tessera::v1::JobSpec> ParseJobSpec(const std::string& yaml_text) {
   tessera::v1::JobSpec spec;
   RETURN_IF_ERROR(ParseSpecMessage(yaml_text, &spec));
@@ -1007,6 +1083,7 @@ absl::Status ValidateJobSpec(const tessera::v1::JobSpec& spec, const SpecLimits&
   CheckWatchdog(spec.watchdog(), &errors);
   CheckTrainerNumbers(spec.trainer(), &errors);
   CheckTrainerChoices(spec.trainer(), &errors);
+  CheckValidationAndOptimizerKeys(spec.trainer(), &errors);
   CheckTrainerPathsAndFault(spec.trainer(), spec.world_size(), &errors);
   CheckEvaluation(spec, &errors);
   CheckEnv(spec, &errors);

@@ -34,7 +34,8 @@ struct SpecLimits {
 
 // Applies "a.b.c=value" overrides (as given to `tessctl submit --set`) to the YAML
 // text and returns the new YAML text. Each override must name a path of the form
-// key(.key)*; values are YAML scalars.
+// key(.key)*; values are YAML scalars, or flow lists of scalars for repeated
+// fields ("trainer.mean=[0.5, 0.5, 0.5]").
 absl::StatusOr<std::string> ApplySpecOverrides(const std::string& yaml_text,
                                                const std::vector<std::string>& overrides);
 
@@ -42,6 +43,20 @@ absl::StatusOr<std::string> ApplySpecOverrides(const std::string& yaml_text,
 // strict rules as job specs), without range checks.
 absl::Status ParseSpecMessage(const std::string& yaml_text,
                               google::protobuf::Message* message);
+
+// InvalidArgument, worded as ParseSpecMessage words it, unless `yaml_text` is
+// within the size limit, UTF-8 and well-formed YAML: for callers that read a
+// part of a spec with yaml-cpp themselves (a search's parameters).
+absl::Status CheckSpecText(const std::string& yaml_text);
+
+// Sets the field `key` of `message` from `value_text` by the field's
+// descriptor, with the strict rules of a spec's field, replacing any earlier
+// value: a number, bool or enum name as YAML writes it, a flow list
+// ("[0.9, 0.95]") for a repeated field; for a string field the text is the
+// value itself. Errors name `path`. A search's trial parameters reach their
+// TrainerConfig this way.
+absl::Status SetSpecField(google::protobuf::Message* message, const std::string& key,
+                          const std::string& value_text, const std::string& path);
 
 // Parses YAML text into a JobSpec without range checks. Rejects malformed YAML,
 // unknown fields and values of the wrong type.

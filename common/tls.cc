@@ -18,9 +18,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -29,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/file_io.h"
 
 namespace tessera {
 namespace {
@@ -202,20 +201,14 @@ absl::Status AddServerExtensions(X509* cert, const std::vector<std::string>& san
   return AddExtension(cert, NID_subject_alt_name, absl::StrJoin(san, ","));
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " file ",
-                                                   path, ": ", std::strerror(errno)));
-  }
-  std::ostringstream data;
-  data << in.rdbuf();
-  // Certificates and keys are a few KiB; a huge file is a mistake.
-  if (data.str().size() > (1 << 20)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the ", what, " file ", path, " is larger than 1 MiB"));
-  }
-  return data.str();
+// A certificate or key file. InvalidArgument whatever went wrong, as the
+// callers document; certificates and keys are a few KiB, so a file over 1 MiB
+// is a mistake.
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* what) {
+  absl::StatusOr<std::string> data =
+      ReadFile(path, {.max_bytes = 1 << 20, .what = absl::StrCat("the ", what, " file")});
+  if (!data.ok()) return absl::InvalidArgumentError(data.status().message());
+  return data;
 }
 
 // Splits "host:port", "[v6]:port" (with an optional "dns:///" prefix).
@@ -353,9 +346,9 @@ absl::Status ValidateTlsIdentity(const TlsIdentity& identity) {
 absl::StatusOr<TlsIdentity> LoadTlsIdentityFiles(const std::string& cert_file,
                                                  const std::string& key_file) {
   TlsIdentity identity;
-  absl::StatusOr<std::string> cert = ReadWholeFile(cert_file, "--tls-cert");
+  absl::StatusOr<std::string> cert = ReadPemFile(cert_file, "--tls-cert");
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadWholeFile(key_file, "--tls-key");
+  absl::StatusOr<std::string> key = ReadPemFile(key_file, "--tls-key");
   if (!key.ok()) return key.status();
   identity.cert_pem = std::move(*cert);
   identity.key_pem = std::move(*key);
@@ -468,7 +461,7 @@ absl::StatusOr<ClientTls> ResolveClientTls(absl::string_view address,
         "give either a CA file or a certificate pin, not both");
   }
   if (!ca_file.empty()) {
-    absl::StatusOr<std::string> roots = ReadWholeFile(ca_file, "CA");
+    absl::StatusOr<std::string> roots = ReadPemFile(ca_file, "CA");
     if (!roots.ok()) return roots.status();
     if (ParseCertificate(*roots) == nullptr) {
       ERR_clear_error();

@@ -26,6 +26,8 @@ inline constexpr std::array<const char*, 3> kDeviceChoices = {"auto", "cpu", "cu
 inline constexpr std::array<const char*, 5> kInitNamesChoices = {
     "auto", "timm", "hf", "torchvision", "tessera"};
 inline constexpr std::array<const char*, 3> kCudaGraphChoices = {"off", "auto", "on"};
+inline constexpr std::array<const char*, 2> kInterpolationChoices = {"bilinear",
+                                                                     "bicubic"};
 
 // trainer.zero_stage (an int32 field, so not in kTrainerChoiceFields): 0
 // replicates the optimizer state (DDP), 1 shards it, 2 shards the gradients
@@ -56,7 +58,7 @@ struct ChoiceField {
 };
 
 // Every choice-valued field, for checks that must cover them all.
-inline constexpr std::array<ChoiceField, 7> kTrainerChoiceFields = {{
+inline constexpr std::array<ChoiceField, 8> kTrainerChoiceFields = {{
     {"dataset", kDatasetChoices},
     {"optimizer", kOptimizerChoices},
     {"precision", kPrecisionChoices},
@@ -64,6 +66,7 @@ inline constexpr std::array<ChoiceField, 7> kTrainerChoiceFields = {{
     {"device", kDeviceChoices},
     {"init_names", kInitNamesChoices},
     {"cuda_graph", kCudaGraphChoices},
+    {"interpolation", kInterpolationChoices},
 }};
 
 inline bool IsChoice(ChoiceList choices, std::string_view value) {

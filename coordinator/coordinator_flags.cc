@@ -278,8 +278,9 @@ void AddRetentionFlags(CLI::App& app, CoordinatorFlags& flags) {
       ->capture_default_str();
   app.add_option("--db-max-size", flags.db_max_size,
                  "budget for the database: past it the oldest finished jobs' metrics "
-                 "and logs are dropped (never job records), and the pages given back "
-                 "(20G, 512M; 0: none)")
+                 "are thinned to each series' last point, then dropped with their "
+                 "logs, never the evaluation metrics, what reports read or job "
+                 "records, and the pages given back (20G, 512M; 0: none)")
       ->capture_default_str();
 }
 

@@ -36,6 +36,18 @@ DatabaseFigures ReadDatabaseFigures(const std::string& path, Store& store,
   return db;
 }
 
+// /metrics' retention figures: how far over its budget the last pass left the
+// data (with a budget), and what the passes removed.
+DatabaseFigures WithRetention(DatabaseFigures db, const DbRetention::Totals& totals,
+                              bool budget) {
+  db.bytes_over_budget = budget ? totals.bytes_over_budget : -1;
+  db.metric_rows_downsampled = totals.metric_rows_downsampled;
+  db.metric_rows_thinned = totals.metric_rows_thinned;
+  db.metric_rows_pruned = totals.metric_rows_pruned;
+  db.log_chunks_dropped = totals.log_chunks_dropped;
+  return db;
+}
+
 // Channel arguments and the resource quota of the gRPC server.
 void ConfigureServerBuilder(const CoordinatorOptions& options, grpc::ResourceQuota& quota,
                             grpc::ServerBuilder& builder) {
@@ -143,9 +155,17 @@ absl::Status CoordinatorServer::BuildServices(const CoordinatorOptions& options,
   sweeps_ = std::make_unique<SweepManager>(store_.get(), &manager_->jobs(), clock,
                                            options.manager.spec_limits);
   RETURN_IF_ERROR(sweeps_->Recover());
-  job_service_ =
-      std::make_unique<JobServiceImpl>(&manager_->jobs(), &manager_->workers(),
-                                       &manager_->quotas(), sweeps_.get(), auth_.get());
+  SearchManager::Options search_options;
+  search_options.limits = options.manager.spec_limits;
+  search_options.cluster_slots = [view = &manager_->view()] {
+    return view->SlotCapacity();
+  };
+  searches_ = std::make_unique<SearchManager>(store_.get(), &manager_->jobs(), clock,
+                                              std::move(search_options));
+  RETURN_IF_ERROR(searches_->Recover());
+  job_service_ = std::make_unique<JobServiceImpl>(&manager_->jobs(), &manager_->workers(),
+                                                  &manager_->quotas(), sweeps_.get(),
+                                                  auth_.get(), searches_.get());
   workers_ = std::make_unique<WorkerIdentity>(
       store_.get(), clock, &manager_->workers(),
       WorkerIdentity::Options{.enabled = options.auth.enabled});
@@ -201,12 +221,14 @@ absl::Status CoordinatorServer::StartHttp(const CoordinatorOptions& options,
   http_options.auth = auth_.get();
   http_options.secure_cookies = tls.enabled();
   http_options.database_figures = [this, path = options.db_path,
-                                   max = options.db_max_bytes] {
-    return ReadDatabaseFigures(path, *store_, max, db_reserve_bytes_);
+                                   max = options.db_max_bytes,
+                                   budget = options.retention.max_size_bytes > 0] {
+    return WithRetention(ReadDatabaseFigures(path, *store_, max, db_reserve_bytes_),
+                         retention_->totals(), budget);
   };
   http_api_ = std::make_unique<HttpApi>(
       HttpApi::Core{&manager_->jobs(), &manager_->workers(), &manager_->view()},
-      sweeps_.get(), http_options);
+      sweeps_.get(), http_options, searches_.get());
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
       options.http, http_api_.get(), options.http_max_streams, options.http_limits, tls);
   if (!http.ok()) {
@@ -222,16 +244,18 @@ absl::Status CoordinatorServer::StartHttp(const CoordinatorOptions& options,
 void CoordinatorServer::StartMonitor(const CoordinatorOptions& options) {
   JobManager* manager = manager_.get();
   SweepManager* sweeps = sweeps_.get();
+  SearchManager* searches = searches_.get();
   absl::Notification* stop = &stop_monitor_;
   const absl::Duration interval = options.monitor_interval;
   std::function<void()> on_tick = options.on_tick;
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  monitor_ = std::thread([manager, sweeps, stop, interval, on_tick, health] {
+  monitor_ = std::thread([manager, sweeps, searches, stop, interval, on_tick, health] {
     bool serving = true;
     while (!stop->WaitForNotificationWithTimeout(interval)) {
       manager->Tick();
       manager->TickSlurm();
       sweeps->Tick();
+      searches->Tick();
       // NOT_SERVING while the store rejects state writes, so load balancers
       // and operators see it; SERVING again once a write goes through. Shed
       // metrics and logs (DEGRADED, on /healthz) still serve.
@@ -266,10 +290,10 @@ void CoordinatorServer::Shutdown() {
     stop_monitor_.Notify();
     monitor_.join();
   }
-  retention_.reset();  // stops its pass between two jobs
   // Ends the event streams, so the HTTP server's threads can finish.
   manager_->changes().Close();
   if (http_ != nullptr) http_->Stop();
+  retention_.reset();  // stops its pass between two jobs; /metrics read it
   manager_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();

@@ -25,6 +25,7 @@
 #include "coordinator/api/worker_service.h"
 #include "coordinator/core/auth.h"
 #include "coordinator/core/job_manager.h"
+#include "coordinator/core/search_manager.h"
 #include "coordinator/core/sweep_manager.h"
 #include "coordinator/core/worker_identity.h"
 #include "coordinator/store/db_retention.h"
@@ -112,6 +113,7 @@ class CoordinatorServer {
       std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
           interceptors);
   JobManager& manager() { return *manager_; }
+  SearchManager& searches() { return *searches_; }
   Store& store() { return *store_; }
   Authenticator& auth() { return *auth_; }
 
@@ -124,8 +126,8 @@ class CoordinatorServer {
   // Start's steps, in order. OpenCore: the store, writer, JobManager (recovered)
   // and Authenticator. ResolveTls: the listeners' identity (the operator's, or
   // the self-signed one kept in the store; none: plaintext) and its
-  // fingerprint. BuildServices: the SweepManager and WorkerIdentity (recovered)
-  // and the gRPC services. StartGrpc: the gRPC server and its listener (with
+  // fingerprint. BuildServices: the SweepManager, SearchManager and WorkerIdentity
+  // (recovered) and the gRPC services. StartGrpc: the gRPC server and its listener (with
   // the auth gate). StartHttp: the HTTP API and server, when options.http is
   // set. StartMonitor: the thread that ticks the managers.
   absl::Status OpenCore(const CoordinatorOptions& options, const Clock* clock);
@@ -143,6 +145,7 @@ class CoordinatorServer {
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<SweepManager> sweeps_;
+  std::unique_ptr<SearchManager> searches_;
   std::unique_ptr<WorkerIdentity> workers_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;

@@ -64,6 +64,7 @@ void PrintStoreStats(const std::string& db_path, const StoreStats& stats,
       << OldestJob(stats.oldest_logs_job, stats.oldest_logs_unix_ms, "submitted") << "\n"
       << "\nRETENTION    finished jobs with metrics downsampled: "
       << stats.jobs_metrics_downsampled
+      << ", metrics thinned: " << stats.jobs_metrics_thinned
       << ", metrics dropped: " << stats.jobs_metrics_dropped
       << ", logs dropped: " << stats.jobs_logs_dropped << "\n";
 }

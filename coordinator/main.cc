@@ -15,16 +15,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/file_io.h"
 #include "common/process/unix_account.h"
 #include "common/service_notify.h"
 #include "coordinator/coordinator_flags.h"
@@ -273,21 +272,19 @@ void WireServiceManagerAndDashboard(tessera::ServiceNotifier& notifier,
 absl::StatusOr<std::vector<tessera::SlurmPoolConfig>> ReadSlurmPools(
     const std::string& file) {
   if (file.empty()) return std::vector<tessera::SlurmPoolConfig>();
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return in ? tessera::ParseSlurmPools(text.str())
-            : absl::StatusOr<std::vector<tessera::SlurmPoolConfig>>(
-                  absl::NotFoundError("cannot read the file"));
+  absl::StatusOr<std::string> text = tessera::ReadFile(file, size_t{1} << 20);
+  if (!text.ok()) return text.status();
+  return tessera::ParseSlurmPools(*text);
 }
 
-// Writes `port` to `path` (nothing when it is empty), whole and then renamed:
-// a reader never sees a partial number.
+// Writes `port` to `path` (nothing when it is empty), atomically: a reader
+// never sees a partial number. A failure is logged; the coordinator serves on.
 void WritePortFile(const std::string& path, int port) {
   if (path.empty()) return;
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << port << "\n";
-  std::rename(tmp.c_str(), path.c_str());
+  if (absl::Status s = tessera::WriteFileAtomically(path, absl::StrCat(port, "\n"));
+      !s.ok()) {
+    spdlog::warn("{}", std::string(s.message()));
+  }
 }
 
 // Starts the coordinator and its Slurm pools, publishes the ports, tells the

@@ -8,26 +8,28 @@
 
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/file_io.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
 
+// A control or /proc file's text; empty where it cannot be read (no such
+// group, no cgroup v2).
 std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> text = ReadFile(path, size_t{16} << 20);
+  return text.ok() ? *std::move(text) : std::string();
 }
 
+// Control files are written in place: the kernel acts on the write itself.
 absl::Status WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   if (!out) return absl::UnavailableError(absl::StrCat("cannot open ", path));

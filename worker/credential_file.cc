@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "common/worker_fields.h"
 #include "worker/work_dir.h"
@@ -46,17 +48,13 @@ absl::StatusOr<std::string> LoadWorkerCredential(const std::string& state_dir,
                      "(mode 0600); remove it and the worker registers anew with the "
                      "join token"));
   }
-  std::string text(kMaxWorkerCredentialBytes + 1, '\0');
-  ssize_t n;
-  do {
-    n = ::read(fd.get(), text.data(), text.size());
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) return Errno("cannot read " + shown, errno);
-  text.resize(static_cast<size_t>(n));
-  if (text.size() > kMaxWorkerCredentialBytes) {
+  absl::StatusOr<std::string> text =
+      ReadOpenFile(fd.get(), shown, {.max_bytes = kMaxWorkerCredentialBytes});
+  if (absl::IsInvalidArgument(text.status())) {
     return absl::FailedPreconditionError(absl::StrCat(shown, " is too long"));
   }
-  return std::string(absl::StripAsciiWhitespace(text));
+  if (!text.ok()) return text.status();
+  return std::string(absl::StripAsciiWhitespace(*text));
 }
 
 absl::Status SaveWorkerCredential(const std::string& state_dir, const std::string& name,
@@ -64,28 +62,9 @@ absl::Status SaveWorkerCredential(const std::string& state_dir, const std::strin
   RETURN_IF_ERROR(CheckWorkerName(name));
   ASSIGN_OR_RETURN(ScopedFd dir, OpenPrivateDir(state_dir, "state dir"));
   const std::string file_name = WorkerCredentialFileName(name);
-  const std::string tmp_name = file_name + ".tmp";
-  const std::string shown = absl::StrCat(state_dir, "/", tmp_name);
-  if (::unlinkat(dir.get(), tmp_name.c_str(), 0) != 0 && errno != ENOENT) {
-    return Errno("cannot remove " + shown, errno);
-  }
-  {
-    ScopedFd fd(::openat(dir.get(), tmp_name.c_str(),
-                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (fd.get() < 0) return Errno("cannot create " + shown, errno);
-    const std::string text = credential + "\n";
-    if (::fchmod(fd.get(), 0600) != 0 ||
-        ::write(fd.get(), text.data(), text.size()) !=
-            static_cast<ssize_t>(text.size()) ||
-        ::fsync(fd.get()) != 0) {
-      return Errno("cannot write " + shown, errno);
-    }
-  }
-  if (::renameat(dir.get(), tmp_name.c_str(), dir.get(), file_name.c_str()) != 0) {
-    return Errno(absl::StrCat("cannot rename ", shown, " to ", file_name), errno);
-  }
-  (void)::fsync(dir.get());  // the rename itself is durable
-  return absl::OkStatus();
+  const std::string text = credential + "\n";
+  const std::string_view parts[] = {text};
+  return WriteFileAtomicallyAt(dir.get(), state_dir, file_name, parts, {.mode = 0600});
 }
 
 }  // namespace tessera

@@ -6,8 +6,8 @@
 // The state dir must belong to the worker's user and not be writable by group
 // or others (OpenPrivateDir in work_dir.h); it is created (0711) when missing.
 // The file is read and written through the directory's descriptor without
-// following symlinks, and replaced atomically (a temporary file, fsync,
-// rename).
+// following symlinks, and replaced atomically and durably as a secret
+// (WriteFileAtomicallyAt in common/file_io.h, mode 0600).
 //
 // Thread-safety: free functions without shared state.
 #ifndef TESSERA_WORKER_CREDENTIAL_FILE_H_

@@ -9,7 +9,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -23,7 +22,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/file_io.h"
 #include "common/grpc_tls.h"
+#include "common/retry.h"
 #include "common/tls.h"
 #include "common/worker_fields.h"
 #include "grpcpp/create_channel.h"
@@ -213,11 +215,13 @@ absl::StatusOr<absl::Duration> ParseDrainTimeout(const std::string& text) {
 // /proc/PID/cmdline. From the file when one is named, else $TESSERA_JOIN_TOKEN.
 absl::Status LoadJoinToken(const std::string& file, tessera::WorkerOptions& options) {
   if (!file.empty()) {
-    std::ifstream in(file);
-    std::getline(in, options.join_token);
+    absl::StatusOr<std::string> text =
+        tessera::ReadFile(file, {.max_bytes = 1 << 16, .what = "the join token file"});
+    if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
+    options.join_token = text->substr(0, text->find('\n'));
     if (options.join_token.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read a join token from ", file));
+      return absl::InvalidArgumentError(absl::StrCat("cannot read a join token from ",
+                                                     file, ": its first line is empty"));
     }
   } else if (const char* env = std::getenv("TESSERA_JOIN_TOKEN"); env != nullptr) {
     options.join_token = env;
@@ -294,17 +298,16 @@ absl::Status CheckLocalSetup(tessera::WorkerOptions& options) {
 absl::StatusOr<tessera::ClientTls> FetchCoordinatorTls(const std::string& coordinator,
                                                        const std::string& tls_ca_file,
                                                        const std::string& pin) {
-  absl::StatusOr<tessera::ClientTls> tls;
-  for (absl::Duration backoff = absl::Milliseconds(500);;
-       backoff = std::min(2 * backoff, absl::Seconds(3))) {
-    tls = tessera::ResolveClientTls(coordinator, tls_ca_file, pin);
-    if (!absl::IsUnavailable(tls.status())) break;
-    // Not up yet: keep trying, as the agent does.
-    spdlog::warn("cannot fetch the coordinator's certificate to check its pin: {}",
-                 tls.status().ToString());
-    absl::SleepFor(backoff);
-  }
-  return tls;
+  // Not up yet (UNAVAILABLE): keep trying, as the agent does, on its default
+  // schedule.
+  tessera::RealClock clock;
+  return tessera::Retry(
+      {.initial_delay = absl::Milliseconds(500), .max_delay = absl::Seconds(3)}, clock,
+      [&] { return tessera::ResolveClientTls(coordinator, tls_ca_file, pin); },
+      [](const absl::Status& error, int, absl::Duration) {
+        spdlog::warn("cannot fetch the coordinator's certificate to check its pin: {}",
+                     error.ToString());
+      });
 }
 
 // Hands the TLS settings on to the trainers: the CA file, or the pinned
@@ -327,12 +330,11 @@ absl::Status PassTlsToRanks(const tessera::ClientTls& tls, const std::string& tl
       std::filesystem::absolute(std::filesystem::path(options.work_dir) /
                                 "coordinator-cert.pem")
           .string();
-  const std::string tmp = options.tls_ca_file + ".tmp";
-  std::ofstream(tmp, std::ios::trunc) << tls.root_pem;
   // Ranks run as their submitters' accounts and must read it.
-  if (::chmod(tmp.c_str(), 0644) != 0 ||
-      std::rename(tmp.c_str(), options.tls_ca_file.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot write ", options.tls_ca_file));
+  if (absl::Status written =
+          tessera::WriteFileAtomically(options.tls_ca_file, tls.root_pem, {.mode = 0644});
+      !written.ok()) {
+    return written;
   }
   spdlog::info("coordinator certificate matches the join token's pin {}",
                tls.pinned_fingerprint);

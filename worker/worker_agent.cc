@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
+#include "common/retry.h"
 #include "common/status_macros.h"
 #include "common/trainer_exit.h"
 #include "grpcpp/client_context.h"
@@ -765,7 +766,11 @@ void WorkerAgent::Run() {
       spdlog::error("cannot read this worker's credential: {}", kept.status().ToString());
     }
   }
-  absl::Duration backoff = options_.initial_backoff;
+  // Jittered, so that the workers of a cluster do not all call a restarted
+  // coordinator at once; no deadline: the agent never gives up.
+  Backoff backoff(
+      {.initial_delay = options_.initial_backoff, .max_delay = options_.max_backoff},
+      clock_);
   int failures = 0;
   // How long to wait at most: up to `d`, or the end of a drain.
   const auto capped = [this](absl::Duration d) {
@@ -793,7 +798,7 @@ void WorkerAgent::Run() {
                      options_.coordinator, failures);
       }
       failures = 0;
-      backoff = options_.initial_backoff;
+      backoff.Reset();
       if (drain_deadline_ && Drained()) continue;
       WaitFor(capped(heartbeat_interval_));
       continue;
@@ -802,13 +807,13 @@ void WorkerAgent::Run() {
     if (refusal == Refusal::kRegisterAgain) continue;
     if (refusal == Refusal::kStop) break;
     ++failures;
+    const absl::Duration delay = *backoff.Next();  // never empty: no deadline
     spdlog::warn(
         "coordinator {} unreachable ({}: {}); {} rank(s) keep running; retry {} in {}",
         options_.coordinator, absl::StatusCodeToString(s.code()),
         std::string(s.message()), supervisor_.running(), failures,
-        absl::FormatDuration(backoff));
-    WaitFor(capped(backoff));
-    backoff = std::min(backoff * 2, options_.max_backoff);
+        absl::FormatDuration(delay));
+    WaitFor(capped(delay));
   }
   notifier_.Stopping();
   draining_ = true;  // no new ranks for a worker on its way out

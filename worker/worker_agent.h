@@ -102,7 +102,8 @@ struct WorkerOptions {
   std::string trainer_path;
   // Deadline of each register/heartbeat call.
   absl::Duration rpc_timeout = absl::Seconds(5);
-  // Retry backoff while the coordinator is unreachable.
+  // Retry backoff while the coordinator is unreachable: doubling up to
+  // max_backoff, each wait up to a fifth shorter (jitter, common/retry.h).
   absl::Duration initial_backoff = absl::Milliseconds(500);
   // Kept well below the coordinator's dead threshold (15 s by default), so a
   // worker is back within it after the coordinator restarts.

@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/job_state.h"
+#include "common/json_writer.h"
 #include "common/tls.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -64,9 +65,15 @@ HttpResponse Error(const absl::Status& s) {
     default:
       r.status = 500;
   }
-  r.body = nlohmann::json{{"error", std::string(s.message())},
-                          {"code", absl::StatusCodeToString(s.code())}}
-               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Members in the sorted order the body has always had.
+  JsonWriter body;
+  body.BeginObject()
+      .Key("code")
+      .String(absl::StatusCodeToString(s.code()))
+      .Key("error")
+      .String(s.message())
+      .EndObject();
+  r.body = body.text();
   return r;
 }
 
@@ -287,7 +294,9 @@ class JobMetricsCursor {
     nlohmann::json body = nlohmann::json::parse(ToJson(fresh));
     body["reset"] = first_;
     first_ = false;
-    return out.Send("metrics", body.dump());
+    JsonWriter text;
+    WriteJsonValue(body, text);
+    return out.Send("metrics", text.text());
   }
 
  private:
@@ -344,14 +353,20 @@ class JobLogsCursor {
         complete = false;
       }
       if (logs->data().empty()) continue;
-      nlohmann::json event = {{"rank", rank.rank()},
-                              {"attempt", job.attempt()},
-                              {"offset", std::to_string(logs->offset())},
-                              {"data", logs->data()}};
-      if (!out.Send("log", event.dump(-1, ' ', false,
-                                      nlohmann::json::error_handler_t::replace))) {
-        return false;
-      }
+      // Members in the sorted order the event has always had; log bytes
+      // are text, invalid UTF-8 replaced.
+      JsonWriter event;
+      event.BeginObject()
+          .Key("attempt")
+          .Int(job.attempt())
+          .Key("data")
+          .String(logs->data())
+          .Key("offset")
+          .String(std::to_string(logs->offset()))
+          .Key("rank")
+          .Int(rank.rank())
+          .EndObject();
+      if (!out.Send("log", event.text())) return false;
       // More may be waiting than one event carries: look again at once.
       if (logs->next_offset() - logs->offset() >= kStreamLogTail) complete = false;
     }
@@ -365,8 +380,9 @@ class JobLogsCursor {
 
 }  // namespace
 
-HttpApi::HttpApi(Core core, SweepManager* sweeps, Options options)
-    : core_(core), sweeps_(sweeps), options_(std::move(options)) {}
+HttpApi::HttpApi(Core core, SweepManager* sweeps, Options options,
+                 SearchManager* searches)
+    : core_(core), sweeps_(sweeps), searches_(searches), options_(std::move(options)) {}
 
 HttpResponse HttpApi::Handle(const HttpRequest& request) const {
   if (request.path == "/healthz") {
@@ -420,7 +436,9 @@ HttpResponse HttpApi::HandleMetrics(const HttpRequest& request) const {
   if (options_.database_figures) db = options_.database_figures();
   HttpResponse r;
   r.content_type = kMetricsContentType;
-  r.body = RenderMetricsPage(core_.view->ReadClusterMetrics(), db, options_.metrics_page);
+  ClusterMetrics metrics = core_.view->ReadClusterMetrics();
+  if (searches_ != nullptr) metrics.search_trials = searches_->RunningTrialsByStatus();
+  r.body = RenderMetricsPage(metrics, db, options_.metrics_page);
   return r;
 }
 
@@ -500,6 +518,7 @@ HttpResponse HttpApi::HandleApi(const HttpRequest& request) const {
     return EndStreamOnRevocation(request, HandleStream(request, *caller));
   }
   if (parts[2] == "sweeps") return HandleSweeps(request, *caller);
+  if (parts[2] == "searches") return HandleSearches(request, *caller);
   if (parts[2] == "workers" && parts.size() == 3) {
     if (request.method != "GET") return MethodNotAllowed("GET");
     v1::ListWorkersResponse resp;
@@ -584,13 +603,22 @@ HttpResponse HttpApi::HandleJob(const HttpRequest& request, const Caller& caller
     absl::StatusOr<v1::GetLogsResponse> logs = core_.jobs->GetLogs(caller, q);
     if (!logs.ok()) return Error(logs.status());
     // Log bytes are shown as text: invalid UTF-8 is replaced, not rejected.
-    nlohmann::json out = {{"data", logs->data()},
-                          {"offset", std::to_string(logs->offset())},
-                          {"next_offset", std::to_string(logs->next_offset())},
-                          {"attempt", logs->attempt()},
-                          {"complete", logs->complete()}};
+    // Members in the sorted order the body has always had.
+    JsonWriter out;
+    out.BeginObject()
+        .Key("attempt")
+        .Int(logs->attempt())
+        .Key("complete")
+        .Bool(logs->complete())
+        .Key("data")
+        .String(logs->data())
+        .Key("next_offset")
+        .String(std::to_string(logs->next_offset()))
+        .Key("offset")
+        .String(std::to_string(logs->offset()))
+        .EndObject();
     HttpResponse r;
-    r.body = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    r.body = out.text();
     return r;
   }
   return NoRoute(request.path);
@@ -634,6 +662,39 @@ HttpResponse HttpApi::HandleSweeps(const HttpRequest& request,
     return Json(*report);
   }
   return NoRoute(request.path);
+}
+
+HttpResponse HttpApi::HandleSearches(const HttpRequest& request,
+                                     const Caller& caller) const {
+  if (searches_ == nullptr) return NoRoute(request.path);
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(request.path, '/', absl::SkipEmpty());
+  if (parts.size() == 3) {
+    if (request.method != "GET") return MethodNotAllowed("GET");
+    absl::StatusOr<std::vector<v1::Search>> searches = searches_->List(caller);
+    if (!searches.ok()) return Error(searches.status());
+    v1::ListSearchesResponse resp;
+    for (auto& s : *searches) *resp.add_searches() = std::move(s);
+    return Json(resp);
+  }
+  int64_t id = 0;
+  if (!ParseId(parts[3], &id)) {
+    return Error(absl::InvalidArgumentError(
+        absl::StrCat("bad search id '", parts[3].substr(0, 32), "'")));
+  }
+  if (parts.size() == 5 && parts[4] == "cancel") {
+    if (request.method != "POST") return MethodNotAllowed("POST");
+    absl::StatusOr<v1::SearchState> state = searches_->Cancel(caller, id);
+    if (!state.ok()) return Error(state.status());
+    v1::CancelSearchResponse resp;
+    resp.set_state(*state);
+    return Json(resp);
+  }
+  if (parts.size() != 4) return NoRoute(request.path);
+  if (request.method != "GET") return MethodNotAllowed("GET");
+  absl::StatusOr<v1::Search> search = searches_->Get(caller, id);
+  if (!search.ok()) return Error(search.status());
+  return Json(*search);
 }
 
 std::optional<HttpResponse> HttpApi::Admit(const HttpRequest& head) const {

@@ -32,6 +32,7 @@
 #include "coordinator/core/auth.h"
 #include "coordinator/core/cluster_view.h"
 #include "coordinator/core/job_requests.h"
+#include "coordinator/core/search_manager.h"
 #include "coordinator/core/sweep_manager.h"
 #include "coordinator/core/worker_sessions.h"
 
@@ -106,8 +107,10 @@ class HttpApi {
     ClusterView* view;        // /metrics and the store's health
   };
 
-  // Nothing is owned; `sweeps` may be null (no sweep routes).
-  HttpApi(Core core, SweepManager* sweeps, Options options);
+  // Nothing is owned; `sweeps` may be null (no sweep routes), and so may
+  // `searches` (no search routes, no search figures on /metrics).
+  HttpApi(Core core, SweepManager* sweeps, Options options,
+          SearchManager* searches = nullptr);
   HttpApi(Core core, SweepManager* sweeps) : HttpApi(core, sweeps, Options()) {}
 
   HttpResponse Handle(const HttpRequest& request) const;
@@ -134,6 +137,7 @@ class HttpApi {
   HttpResponse HandleJob(const HttpRequest& request, const Caller& caller, int64_t id,
                          std::string_view action) const;
   HttpResponse HandleSweeps(const HttpRequest& request, const Caller& caller) const;
+  HttpResponse HandleSearches(const HttpRequest& request, const Caller& caller) const;
   // Wraps `body` so that it counts against max_streams while it runs.
   HttpResponse StartStream(std::function<void(EventSink&)> body) const;
   // Makes `response`'s stream, if any, end once the credential `request` came
@@ -148,6 +152,7 @@ class HttpApi {
 
   const Core core_;             // Not owned.
   SweepManager* const sweeps_;  // Not owned; may be null.
+  SearchManager* const searches_;  // Not owned; may be null.
   const Options options_;
   mutable std::atomic<int> active_streams_{0};
 };

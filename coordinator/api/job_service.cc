@@ -154,6 +154,61 @@ grpc::Status JobServiceImpl::CancelSweep(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+absl::StatusOr<Caller> JobServiceImpl::SearchCallerOf(
+    const grpc::ServerContext& context) {
+  if (searches_ == nullptr) {
+    return absl::UnimplementedError("this coordinator runs no searches");
+  }
+  return CallerOf(context);
+}
+
+grpc::Status JobServiceImpl::SubmitSearch(grpc::ServerContext* context,
+                                          const v1::SubmitSearchRequest* request,
+                                          v1::SubmitSearchResponse* response) {
+  absl::StatusOr<Caller> caller = SearchCallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::SubmitSearchResponse> submitted = searches_->Submit(
+      request->spec(), request->spec_yaml(), request->client_request_id(),
+      auth_->enabled() ? caller->name : std::string());
+  if (!submitted.ok()) return ToGrpcStatus(submitted.status());
+  *response = std::move(*submitted);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListSearches(grpc::ServerContext* context,
+                                          const v1::ListSearchesRequest*,
+                                          v1::ListSearchesResponse* response) {
+  absl::StatusOr<Caller> caller = SearchCallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<std::vector<v1::Search>> searches = searches_->List(*caller);
+  if (!searches.ok()) return ToGrpcStatus(searches.status());
+  for (auto& s : *searches) *response->add_searches() = std::move(s);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetSearch(grpc::ServerContext* context,
+                                       const v1::GetSearchRequest* request,
+                                       v1::GetSearchResponse* response) {
+  absl::StatusOr<Caller> caller = SearchCallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::Search> search = searches_->Get(*caller, request->search_id());
+  if (!search.ok()) return ToGrpcStatus(search.status());
+  *response->mutable_search() = std::move(*search);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelSearch(grpc::ServerContext* context,
+                                          const v1::CancelSearchRequest* request,
+                                          v1::CancelSearchResponse* response) {
+  absl::StatusOr<Caller> caller = SearchCallerOf(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::SearchState> state =
+      searches_->Cancel(*caller, request->search_id());
+  if (!state.ok()) return ToGrpcStatus(state.status());
+  response->set_state(*state);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::GetShare(grpc::ServerContext* context,
                                       const v1::GetShareRequest*,
                                       v1::GetShareResponse* response) {

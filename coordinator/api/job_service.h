@@ -1,7 +1,7 @@
 // JobServiceImpl: the gRPC adapter for tessctl's JobService over the core
 // parts it uses: JobRequests (jobs), WorkerSessions (listing and draining
-// workers), UserQuotas (fair share) and SweepManager. Plain synchronous
-// handlers; no logic beyond converting types and statuses.
+// workers), UserQuotas (fair share), SweepManager and SearchManager. Plain
+// synchronous handlers; no logic beyond converting types and statuses.
 //
 // Thread-safety: safe for concurrent calls (the parts are thread-safe).
 #ifndef TESSERA_COORDINATOR_API_JOB_SERVICE_H_
@@ -9,6 +9,7 @@
 
 #include "coordinator/core/auth.h"
 #include "coordinator/core/job_requests.h"
+#include "coordinator/core/search_manager.h"
 #include "coordinator/core/sweep_manager.h"
 #include "coordinator/core/user_quotas.h"
 #include "coordinator/core/worker_sessions.h"
@@ -18,10 +19,17 @@ namespace tessera {
 
 class JobServiceImpl final : public tessera::v1::JobService::Service {
  public:
-  // None is owned. Every call needs a user token (see auth.h).
+  // None is owned. Every call needs a user token (see auth.h). Without
+  // `searches` the search calls answer UNIMPLEMENTED.
   JobServiceImpl(JobRequests* jobs, WorkerSessions* workers, UserQuotas* quotas,
-                 SweepManager* sweeps, Authenticator* auth)
-      : jobs_(jobs), workers_(workers), quotas_(quotas), sweeps_(sweeps), auth_(auth) {}
+                 SweepManager* sweeps, Authenticator* auth,
+                 SearchManager* searches = nullptr)
+      : jobs_(jobs),
+        workers_(workers),
+        quotas_(quotas),
+        sweeps_(sweeps),
+        auth_(auth),
+        searches_(searches) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const tessera::v1::SubmitJobRequest* request,
@@ -59,6 +67,18 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
   grpc::Status CancelSweep(grpc::ServerContext* context,
                            const tessera::v1::CancelSweepRequest* request,
                            tessera::v1::CancelSweepResponse* response) override;
+  grpc::Status SubmitSearch(grpc::ServerContext* context,
+                            const tessera::v1::SubmitSearchRequest* request,
+                            tessera::v1::SubmitSearchResponse* response) override;
+  grpc::Status ListSearches(grpc::ServerContext* context,
+                            const tessera::v1::ListSearchesRequest* request,
+                            tessera::v1::ListSearchesResponse* response) override;
+  grpc::Status GetSearch(grpc::ServerContext* context,
+                         const tessera::v1::GetSearchRequest* request,
+                         tessera::v1::GetSearchResponse* response) override;
+  grpc::Status CancelSearch(grpc::ServerContext* context,
+                            const tessera::v1::CancelSearchRequest* request,
+                            tessera::v1::CancelSearchResponse* response) override;
   grpc::Status GetShare(grpc::ServerContext* context, const v1::GetShareRequest* request,
                         v1::GetShareResponse* response) override;
   grpc::Status DrainWorker(grpc::ServerContext* context,
@@ -68,12 +88,16 @@ class JobServiceImpl final : public tessera::v1::JobService::Service {
  private:
   // The calling user, or the refusal to send back.
   absl::StatusOr<Caller> CallerOf(const grpc::ServerContext& context);
+  // The caller of a search call, or the refusal (UNIMPLEMENTED without
+  // searches).
+  absl::StatusOr<Caller> SearchCallerOf(const grpc::ServerContext& context);
 
   JobRequests* const jobs_;        // Not owned.
   WorkerSessions* const workers_;  // Not owned.
   UserQuotas* const quotas_;       // Not owned.
   SweepManager* const sweeps_;     // Not owned.
   Authenticator* const auth_;      // Not owned.
+  SearchManager* const searches_;  // Not owned; may be null.
 };
 
 }  // namespace tessera

@@ -102,6 +102,16 @@ void AddJobFamilies(const ClusterMetrics& m, std::vector<MetricFamily>& out) {
   out.push_back(std::move(oldest));
 }
 
+void AddSearchFamily(const ClusterMetrics& m, std::vector<MetricFamily>& out) {
+  MetricFamily trials =
+      Family("tessera_search_trials",
+             "Trials of the running searches by state: running, paused (its rung "
+             "done, not promoted yet), completed, failed.",
+             MetricType::Gauge);
+  for (const auto& [state, n] : m.search_trials) Add(trials, {{"state", state}}, n);
+  out.push_back(std::move(trials));
+}
+
 void AddWorkerFamilies(const ClusterMetrics& m, std::vector<MetricFamily>& out) {
   MetricFamily workers =
       Family("tessera_workers",
@@ -264,6 +274,28 @@ void AddStoreFamilies(const ClusterMetrics& m, const DatabaseFigures& db,
   for (MetricFamily* f : {&size, &max, &free, &reserve}) out.push_back(std::move(*f));
 }
 
+void AddRetentionFamilies(const DatabaseFigures& db, std::vector<MetricFamily>& out) {
+  MetricFamily over =
+      Family("tessera_db_bytes_over_budget",
+             "Data over --db-max-size that retention's last pass could not remove: kept "
+             "metrics (evaluation results, report inputs), job records and running jobs' "
+             "outputs; absent: no budget.",
+             MetricType::Gauge);
+  if (db.bytes_over_budget >= 0) Add(over, {}, db.bytes_over_budget);
+  out.push_back(std::move(over));
+  MetricFamily dropped =
+      Family("tessera_db_retention_rows_dropped_total",
+             "Rows database retention removed, by kind: metric rows downsampled by "
+             "age, thinned to each series' last point or pruned to the kept metrics "
+             "for --db-max-size, and log chunks.",
+             MetricType::Counter);
+  Add(dropped, {{"kind", "metrics_downsampled"}}, db.metric_rows_downsampled);
+  Add(dropped, {{"kind", "metrics_thinned"}}, db.metric_rows_thinned);
+  Add(dropped, {{"kind", "metrics_pruned"}}, db.metric_rows_pruned);
+  Add(dropped, {{"kind", "log_chunks"}}, db.log_chunks_dropped);
+  out.push_back(std::move(dropped));
+}
+
 void AddSlurmFamily(const ClusterMetrics& m, const MetricsPageOptions& options,
                     std::vector<MetricFamily>& out) {
   MetricFamily f = Family("tessera_slurm_allocations",
@@ -298,6 +330,7 @@ std::string RenderMetricsPage(const ClusterMetrics& metrics, const DatabaseFigur
                               const MetricsPageOptions& options) {
   std::vector<MetricFamily> families;
   AddJobFamilies(metrics, families);
+  AddSearchFamily(metrics, families);
   AddWorkerFamilies(metrics, families);
   AddWorkerGpuFamilies(metrics, options, families);
   families.push_back(Histogram("tessera_rendezvous_duration_seconds",
@@ -311,6 +344,7 @@ std::string RenderMetricsPage(const ClusterMetrics& metrics, const DatabaseFigur
   AddRunningJobFamilies(metrics, options, families);
   AddRankFamilies(metrics, options, families);
   AddStoreFamilies(metrics, db, families);
+  AddRetentionFamilies(db, families);
   AddSlurmFamily(metrics, options, families);
   // A family without samples says nothing; promtool and scrapers need none.
   std::erase_if(families, [](const MetricFamily& f) { return f.metric.empty(); });

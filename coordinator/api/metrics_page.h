@@ -28,6 +28,14 @@ struct DatabaseFigures {
   int64_t max_bytes = 0;         // --db-max-bytes; 0: no limit
   int64_t disk_free_bytes = -1;  // free on its file system; -1: unknown
   int64_t reserve_bytes = 0;     // --db-reserve: kept free for job state
+  // Database retention (coordinator/store/db_retention.h): how far over its
+  // budget (--db-max-size) its last pass left the data, -1 without a budget;
+  // and the rows its passes removed since the coordinator started.
+  int64_t bytes_over_budget = -1;
+  int64_t metric_rows_downsampled = 0;  // by age (--retain-metrics)
+  int64_t metric_rows_thinned = 0;      // by size: series cut to their last point
+  int64_t metric_rows_pruned = 0;       // by size: all but the kept metrics
+  int64_t log_chunks_dropped = 0;       // by age (--retain-logs) and by size
 };
 
 struct MetricsPageOptions {

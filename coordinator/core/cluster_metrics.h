@@ -68,6 +68,11 @@ struct ClusterMetrics {
   };
   std::vector<RunningJob> running;  // by id
 
+  // The trials of the running searches by status ("running", "paused",
+  // "completed", "failed"; SearchManager::RunningTrialsByStatus). ClusterView
+  // knows no searches: HttpApi adds them to its reading.
+  std::map<std::string, int64_t> search_trials;
+
   // Slurm allocations the coordinator tracks, (pool, state) -> count; state
   // is "pending", "running", "completing", "ended" or "other".
   std::map<std::pair<std::string, std::string>, int64_t> slurm_allocations;

@@ -1,6 +1,8 @@
 #include "coordinator/core/cluster_view.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -47,6 +49,23 @@ ClusterMetrics ClusterView::ReadClusterMetrics() {
   out.scheduling = state_.scheduling_latency.Read();
   out.heartbeat = state_.heartbeat_latency.Read();
   return out;
+}
+
+int64_t ClusterView::SlotCapacity() {
+  int64_t slots = 0;
+  {
+    absl::MutexLock lock(&state_.mu);
+    for (const v1::Worker& w : state_.workers.List(state_.UsedSlotsLocked())) {
+      if (state_.workers.Live(w.name()) && !w.draining()) slots += w.slots();
+    }
+  }
+  SlurmPoolManager* const slurm = state_.slurm.load();
+  if (slurm == nullptr) return slots;
+  for (const SlurmPoolConfig& pool : slurm->pools()) {
+    if (pool.max_allocations <= 0) return std::numeric_limits<int64_t>::max();
+    slots += int64_t{pool.max_allocations} * pool.max_nodes * pool.slots_per_node();
+  }
+  return slots;
 }
 
 ClusterView::StoreMode ClusterView::GetStoreMode() const {

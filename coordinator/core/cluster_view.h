@@ -10,6 +10,8 @@
 #ifndef TESSERA_COORDINATOR_CORE_CLUSTER_VIEW_H_
 #define TESSERA_COORDINATOR_CORE_CLUSTER_VIEW_H_
 
+#include <cstdint>
+
 #include "absl/base/thread_annotations.h"
 #include "coordinator/core/cluster_metrics.h"
 #include "coordinator/core/cluster_state.h"
@@ -25,6 +27,12 @@ class ClusterView {
   ClusterView& operator=(const ClusterView&) = delete;
 
   ClusterMetrics ReadClusterMetrics() ABSL_LOCKS_EXCLUDED(state_.mu);
+
+  // The most slots the cluster could offer at once: those of the live
+  // workers not draining, plus what each Slurm pool may add (max_allocations
+  // x max_nodes x its slots per node; a pool without a limit on allocations
+  // has no bound, INT64_MAX). What a search's concurrency is checked against.
+  int64_t SlotCapacity() ABSL_LOCKS_EXCLUDED(state_.mu);
 
   // Whether the store takes writes (false while the disk is full or failing).
   bool StoreHealthy() const { return state_.writer->healthy(); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -10,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/device_figures.h"
 #include "common/metric_names.h"
 #include "common/status_macros.h"
@@ -100,10 +102,18 @@ struct RowRuns {
   std::vector<RunFigures> runs;  // succeeded runs with a measured time
 };
 
-// The named metric of the job's current attempt, in (step, rank) order.
+// The named metric of the job's current attempt, in (step, rank) order. Only
+// a metric kSweepReportMetricNames lists: database retention keeps those, so
+// that a report of old jobs has the rows it had.
 absl::StatusOr<std::vector<v1::MetricPoint>> AttemptMetric(JobRequests& jobs,
                                                            const v1::Job& job,
                                                            const std::string& name) {
+  if (std::find(std::begin(kSweepReportMetricNames), std::end(kSweepReportMetricNames),
+                name) == std::end(kSweepReportMetricNames)) {
+    return absl::InternalError(absl::StrCat(
+        "the sweep report reads '", name,
+        "', which kSweepReportMetricNames (common/metric_names.h) does not list"));
+  }
   v1::GetMetricsRequest q;
   q.set_job_id(job.id());
   q.set_name(name);
@@ -176,13 +186,13 @@ absl::Status AddMeasuredPeak(JobRequests& jobs, const v1::Job& job, RunFigures& 
 // else one derived from the training time and steps.
 absl::Status AddTimes(JobRequests& jobs, const v1::Job& job, RunFigures& f) {
   ASSIGN_OR_RETURN(const std::vector<double> epochs,
-                   Rank0Values(jobs, job, "epoch_seconds"));
+                   Rank0Values(jobs, job, kEpochSecondsMetricName));
   ASSIGN_OR_RETURN(const std::vector<double> train,
-                   Rank0Values(jobs, job, "train_seconds"));
+                   Rank0Values(jobs, job, kTrainSecondsMetricName));
   ASSIGN_OR_RETURN(const std::vector<double> steps,
-                   Rank0Values(jobs, job, "train_steps"));
+                   Rank0Values(jobs, job, kTrainStepsMetricName));
   ASSIGN_OR_RETURN(const std::vector<double> per_epoch,
-                   Rank0Values(jobs, job, "steps_per_epoch"));
+                   Rank0Values(jobs, job, kStepsPerEpochMetricName));
   if (!train.empty()) f.train_seconds = train.back();
   if (!epochs.empty()) {
     f.epoch_seconds = Mean(epochs);
@@ -196,8 +206,8 @@ absl::Status AddTimes(JobRequests& jobs, const v1::Job& job, RunFigures& f) {
 
 // The share of step time spent communicating, averaged over (step, rank).
 absl::StatusOr<double> CommShare(JobRequests& jobs, const v1::Job& job) {
-  ASSIGN_OR_RETURN(auto comm, AttemptMetric(jobs, job, "time_comm_ms"));
-  ASSIGN_OR_RETURN(auto step_ms, AttemptMetric(jobs, job, "time_step_ms"));
+  ASSIGN_OR_RETURN(auto comm, AttemptMetric(jobs, job, kCommTimeMsMetricName));
+  ASSIGN_OR_RETURN(auto step_ms, AttemptMetric(jobs, job, kStepTimeMsFigure));
   std::map<std::pair<int64_t, int32_t>, double> step_time;
   for (const auto& p : step_ms) step_time[{p.step(), p.rank()}] = p.value();
   std::vector<double> shares;
@@ -214,12 +224,12 @@ absl::StatusOr<RunFigures> FiguresOf(JobRequests& jobs, int64_t job_id,
   RunFigures f;
   RETURN_IF_ERROR(AddTimes(jobs, job, f));
   ASSIGN_OR_RETURN(f.comm_share, CommShare(jobs, job));
-  ASSIGN_OR_RETURN(auto ips, AttemptMetric(jobs, job, "images_per_sec"));
+  ASSIGN_OR_RETURN(auto ips, AttemptMetric(jobs, job, kImagesPerSecFigure));
   std::vector<double> ips_values;
   for (const auto& p : ips) ips_values.push_back(p.value());
   f.images_per_sec = Mean(ips_values) * std::max(1, job.spec().world_size());
   ASSIGN_OR_RETURN(const std::vector<double> acc,
-                   Rank0Values(jobs, job, "test_accuracy"));
+                   Rank0Values(jobs, job, kTestAccuracyMetricName));
   if (!acc.empty()) f.accuracy = acc.back();
   if (const auto it = eval_top1.find(job_id); it != eval_top1.end()) {
     f.accuracy = it->second;

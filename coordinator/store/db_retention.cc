@@ -1,5 +1,6 @@
 #include "coordinator/store/db_retention.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <string>
@@ -42,6 +43,11 @@ void DbRetention::Start() {
   thread_ = std::thread([this] { Loop(); });
 }
 
+DbRetention::Totals DbRetention::totals() const {
+  absl::MutexLock lock(&mu_);
+  return totals_;
+}
+
 void DbRetention::Loop() {
   while (!stop_.WaitForNotificationWithTimeout(options_.interval)) {
     absl::StatusOr<Pass> pass = RunOnce();
@@ -49,9 +55,11 @@ void DbRetention::Loop() {
     if (pass->rows_deleted > 0) {
       spdlog::info(
           "database retention: {} job(s) downsampled ({} metric rows), {} job(s) logs "
-          "dropped by age, {} job(s) pruned for --db-max-size; {} -> {} bytes in use",
+          "dropped by age, {} job(s) thinned ({} metric rows) and {} pruned ({} metric "
+          "rows) for --db-max-size; {} -> {} bytes in use",
           pass->jobs_downsampled, pass->metric_rows_downsampled, pass->jobs_logs_dropped,
-          pass->jobs_pruned, pass->used_bytes_before, pass->used_bytes_after);
+          pass->jobs_thinned, pass->metric_rows_thinned, pass->jobs_pruned,
+          pass->metric_rows_pruned, pass->used_bytes_before, pass->used_bytes_after);
     }
   }
 }
@@ -68,6 +76,7 @@ absl::Status DbRetention::ApplyAge(const FinishedJobOutputs& job, Pass& pass) {
                               "stay on the workers")});
     if (rows.ok()) {
       ++pass.jobs_logs_dropped;
+      pass.log_chunks_dropped += *rows;
       pass.rows_deleted += *rows;
     }
     Keep(rows.status(), first);
@@ -91,36 +100,75 @@ absl::Status DbRetention::ApplyAge(const FinishedJobOutputs& job, Pass& pass) {
   return first;
 }
 
-absl::Status DbRetention::PruneToBudget(const std::vector<FinishedJobOutputs>& jobs,
-                                        Pass& pass) {
+absl::Status DbRetention::ThinJob(const FinishedJobOutputs& job, Pass& pass) {
+  absl::StatusOr<int64_t> rows = store_->ThinMetrics(
+      job.job_id,
+      {absl::ToUnixMillis(clock_->Now()),
+       absl::StrCat("metrics thinned: the database was over its --db-max-size of ",
+                    options_.max_size_bytes,
+                    " bytes; each series keeps its last point, and the evaluation "
+                    "metrics and those reports read are kept whole")});
+  if (!rows.ok()) return rows.status();
+  ++pass.jobs_thinned;
+  pass.metric_rows_thinned += *rows;
+  pass.rows_deleted += *rows;
+  return absl::OkStatus();
+}
+
+absl::Status DbRetention::PruneJob(const FinishedJobOutputs& job, Pass& pass) {
+  const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
+  // Both, whatever the earlier steps left: a drop of what is gone removes
+  // nothing.
+  absl::StatusOr<int64_t> metrics = store_->DropMetrics(
+      job.job_id,
+      {now_ms, absl::StrCat("metrics and logs dropped: the database was still over "
+                            "its --db-max-size of ",
+                            options_.max_size_bytes,
+                            " bytes with every finished job thinned, and this was the "
+                            "oldest; the evaluation metrics and those reports read "
+                            "are kept")});
+  absl::StatusOr<int64_t> logs = store_->DropLogs(job.job_id, {now_ms, ""});
+  if (metrics.ok() && logs.ok()) {
+    ++pass.jobs_pruned;
+    pass.metric_rows_pruned += *metrics;
+    pass.log_chunks_dropped += *logs;
+    pass.rows_deleted += *metrics + *logs;
+  }
+  if (!metrics.ok()) return metrics.status();
+  return logs.status();
+}
+
+absl::Status DbRetention::CutToBudget(const std::vector<FinishedJobOutputs>& jobs,
+                                      SizeCut cut, Pass& pass) {
   ASSIGN_OR_RETURN(StoreSize size, store_->GetStoreSize());
   absl::Status first;
-  const std::string event = absl::StrCat(
-      "metrics and logs dropped: the database was over its --db-max-size of ",
-      options_.max_size_bytes, " bytes, and this was the oldest finished job");
-  const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
   for (const FinishedJobOutputs& job : jobs) {
     if (size.used_bytes() <= options_.max_size_bytes || stop_.HasBeenNotified()) break;
-    // Both, whatever the age step left: a drop of what is gone removes nothing.
-    absl::StatusOr<int64_t> metrics = store_->DropMetrics(job.job_id, {now_ms, event});
-    absl::StatusOr<int64_t> logs = store_->DropLogs(job.job_id, {now_ms, ""});
-    if (metrics.ok() && logs.ok()) {
-      ++pass.jobs_pruned;
-      pass.rows_deleted += *metrics + *logs;
+    if (cut == SizeCut::kThin) {
+      if (job.metrics_thinned || job.metrics_dropped) continue;
+      Keep(ThinJob(job, pass), first);
+    } else {
+      Keep(PruneJob(job, pass), first);
     }
-    Keep(metrics.status(), first);
-    Keep(logs.status(), first);
     ASSIGN_OR_RETURN(size, store_->GetStoreSize());
   }
-  pass.over_budget = size.used_bytes() > options_.max_size_bytes;
-  if (pass.over_budget) {
-    spdlog::warn(
-        "database retention: {} bytes in use, over --db-max-size ({}), and no finished "
-        "job's metrics or logs are left to prune: job records and running jobs' outputs "
-        "are never pruned",
-        size.used_bytes(), options_.max_size_bytes);
-  }
   return first;
+}
+
+absl::Status DbRetention::NoteBudget(Pass& pass) {
+  ASSIGN_OR_RETURN(const StoreSize size, store_->GetStoreSize());
+  pass.bytes_over_budget =
+      std::max<int64_t>(0, size.used_bytes() - options_.max_size_bytes);
+  pass.over_budget = pass.bytes_over_budget > 0;
+  if (pass.over_budget && !stop_.HasBeenNotified()) {
+    spdlog::warn(
+        "database retention: {} bytes in use, {} over --db-max-size ({}): every "
+        "finished job's logs and metrics are dropped but the kept ones (evaluation "
+        "results and what sweep and search reports read), and the rest is job records "
+        "and running jobs' outputs; raise --db-max-size",
+        size.used_bytes(), pass.bytes_over_budget, options_.max_size_bytes);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DbRetention::Pass> DbRetention::RunOnce() {
@@ -135,9 +183,19 @@ absl::StatusOr<DbRetention::Pass> DbRetention::RunOnce() {
     Keep(ApplyAge(job, pass), first);
   }
   if (options_.max_size_bytes > 0 && !stop_.HasBeenNotified()) {
-    Keep(PruneToBudget(jobs, pass), first);
+    Keep(CutToBudget(jobs, SizeCut::kThin, pass), first);
+    Keep(CutToBudget(jobs, SizeCut::kDrop, pass), first);
+    Keep(NoteBudget(pass), first);
   }
   if (pass.rows_deleted > 0) Keep(store_->ReclaimSpace(), first);
+  {
+    absl::MutexLock lock(&mu_);
+    totals_.bytes_over_budget = pass.bytes_over_budget;
+    totals_.metric_rows_downsampled += pass.metric_rows_downsampled;
+    totals_.metric_rows_thinned += pass.metric_rows_thinned;
+    totals_.metric_rows_pruned += pass.metric_rows_pruned;
+    totals_.log_chunks_dropped += pass.log_chunks_dropped;
+  }
   ASSIGN_OR_RETURN(StoreSize after, store_->GetStoreSize());
   pass.used_bytes_after = after.used_bytes();
   pass.file_bytes_after = after.file_bytes;

@@ -58,4 +58,11 @@ std::vector<MetricPointKey> MetricPointsToDrop(std::vector<MetricPointKey> keys,
   return drop;
 }
 
+bool SizeCutKeeps(SizeCut cut, const MetricPointKey& key, const SeriesEnds& ends) {
+  if (IsKeptMetric(key.name)) return true;
+  if (cut != SizeCut::kThin) return false;
+  const auto end = ends.find({key.attempt, key.rank, key.name});
+  return end != ends.end() && end->second == key.step;
+}
+
 }  // namespace tessera

@@ -7,13 +7,20 @@
 // last included, so that a curve keeps its shape, its start and its end.
 // Kept points are real stored points, never averages.
 //
+// Past the size budget (--db-max-size) retention cuts deeper, in two steps
+// (SizeCut): first it thins a finished job's series to their last point,
+// then it drops those too; neither touches a kept metric (IsKeptMetric: the
+// evaluation results and every metric a report reads).
+//
 // Thread-safety: free functions without state.
 #ifndef TESSERA_COORDINATOR_STORE_METRIC_DOWNSAMPLING_H_
 #define TESSERA_COORDINATOR_STORE_METRIC_DOWNSAMPLING_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace tessera {
@@ -38,6 +45,19 @@ std::vector<size_t> PointsToKeep(size_t points, int max_points);
 // `max_points` per series removes; evaluation series lose none.
 std::vector<MetricPointKey> MetricPointsToDrop(std::vector<MetricPointKey> keys,
                                                int max_points);
+
+// How far size retention cuts a finished job's metrics.
+enum class SizeCut {
+  kThin,  // each series keeps its last point (its newest step)
+  kDrop,  // only kept metrics stay
+};
+
+// The newest step of each series (attempt, rank, name) of one job.
+using SeriesEnds = std::map<std::tuple<int32_t, int32_t, std::string>, int64_t>;
+
+// Whether `cut` keeps the point `key` of a job whose series end as `ends`
+// says. A kept metric's points are always kept.
+bool SizeCutKeeps(SizeCut cut, const MetricPointKey& key, const SeriesEnds& ends);
 
 }  // namespace tessera
 

@@ -218,6 +218,36 @@ CREATE TABLE job_retention (
     {14, R"sql(
 ALTER TABLE ranks ADD COLUMN eval_result BLOB NOT NULL DEFAULT x'';
 )sql"},
+    // Hyperparameter searches and their trials' jobs, one row per (trial,
+    // rung), written before the job is submitted and again once it ended.
+    {15, R"sql(
+CREATE TABLE searches (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  spec BLOB NOT NULL,
+  spec_yaml TEXT NOT NULL,
+  client_request_id TEXT UNIQUE,
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  owner TEXT NOT NULL
+);
+CREATE TABLE search_jobs (
+  search_id INTEGER NOT NULL REFERENCES searches (id),
+  trial INTEGER NOT NULL,
+  rung INTEGER NOT NULL,
+  job_id INTEGER NOT NULL,
+  outcome TEXT NOT NULL,
+  job_state TEXT NOT NULL,
+  has_metric INTEGER NOT NULL,
+  metric REAL,
+  steps INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  PRIMARY KEY (search_id, trial, rung)
+) WITHOUT ROWID;
+)sql"},
 };
 
 constexpr int kLatestVersion = kMigrations[std::size(kMigrations) - 1].version;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,7 @@ namespace tessera {
 
 // The implementation is split by concern: sqlite_store.cc (opening, statement
 // cache, transactions), sqlite_schema.cc (migrations), and one sqlite_store_*.cc
-// per table family (jobs, workers, metrics_logs, sweeps, credentials).
+// per table family (jobs, workers, metrics_logs, sweeps, searches, credentials).
 class SqliteStore : public Store {
  public:
   struct Options {
@@ -66,7 +67,7 @@ class SqliteStore : public Store {
   };
 
   // The schema version this binary creates and understands.
-  static constexpr int kSchemaVersion = 14;
+  static constexpr int kSchemaVersion = 15;
 
   // Creates the database file 0600 when missing; FailedPrecondition when it
   // (or its -wal or -shm file) is readable or writable by group or others.
@@ -110,6 +111,13 @@ class SqliteStore : public Store {
   absl::StatusOr<std::vector<SweepRecord>> ListSweeps() override;
   absl::Status UpdateSweep(const SweepRecord& sweep) override;
 
+  absl::StatusOr<int64_t> CreateSearch(const SearchRecord& search) override;
+  absl::StatusOr<SearchRecord> GetSearch(int64_t id) override;
+  absl::StatusOr<std::vector<SearchRecord>> ListSearches() override;
+  absl::Status UpdateSearch(const SearchRecord& search) override;
+  absl::Status PutSearchJob(const SearchJobRecord& job) override;
+  absl::StatusOr<std::vector<SearchJobRecord>> ListSearchJobs(int64_t search_id) override;
+
   absl::StatusOr<int64_t> CreateToken(const TokenRecord& token) override;
   absl::StatusOr<TokenRecord> GetToken(int64_t id) override;
   absl::StatusOr<std::vector<TokenRecord>> ListTokens() override;
@@ -139,6 +147,7 @@ class SqliteStore : public Store {
   absl::StatusOr<std::vector<FinishedJobOutputs>> ListFinishedJobOutputs() override;
   absl::StatusOr<int64_t> DownsampleMetrics(int64_t job_id, int max_points,
                                             const RetentionNote& note) override;
+  absl::StatusOr<int64_t> ThinMetrics(int64_t job_id, const RetentionNote& note) override;
   absl::StatusOr<int64_t> DropMetrics(int64_t job_id, const RetentionNote& note) override;
   absl::StatusOr<int64_t> DropLogs(int64_t job_id, const RetentionNote& note) override;
   absl::StatusOr<StoreSize> GetStoreSize() override;
@@ -190,6 +199,21 @@ class SqliteStore : public Store {
                                              size_t begin, size_t end);
   absl::Status MarkRetained(int64_t job_id, int metrics, int logs,
                             const RetentionNote& note) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ThinMetrics and DropMetrics: the job's metrics rewritten in bounded
+  // transactions, each over whole steps from `from_step` on, which deletes
+  // them and writes back what `cut` keeps (so that the pages they filled are
+  // given back); the rows it removed and the step after it, or nullopt past
+  // the job's last step.
+  struct MetricStepsCut {
+    int64_t removed = 0;
+    int64_t next_step = 0;
+  };
+  absl::StatusOr<int64_t> CutMetrics(int64_t job_id, SizeCut cut, int mark,
+                                     const RetentionNote& note);
+  absl::StatusOr<std::optional<MetricStepsCut>> CutMetricSteps(int64_t job_id,
+                                                               int64_t from_step,
+                                                               SizeCut cut,
+                                                               const SeriesEnds& ends);
   absl::Status AddTableStats(StoreStats& stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AddOldestKept(StoreStats& stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<StoreSize> SizeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -21,7 +21,10 @@
 namespace tessera {
 namespace {
 
+using sqlite_internal::BindMetric;
+using sqlite_internal::kInsertMetric;
 using sqlite_internal::ReadAll;
+using sqlite_internal::ReadMetric;
 using sqlite_internal::Statement;
 
 // Statement texts. Each has static storage: its address keys the statement
@@ -36,26 +39,11 @@ constexpr char kLogEnd[] =
     "SELECT COALESCE(MAX(offset + length(data)), 0) FROM logs "
     "WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3";
 
-constexpr char kInsertMetric[] =
-    "INSERT OR IGNORE INTO metrics (job_id, attempt, rank, step, name, value, time_ms) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 // attempt breaks ties when a restarted attempt reports a step again.
 constexpr char kQueryMetrics[] =
     "SELECT job_id, attempt, rank, step, name, value, time_ms FROM metrics "
     "WHERE job_id = ?1 AND step > ?2 AND (?3 = '' OR name = ?3) "
     "ORDER BY step, rank, name, attempt LIMIT ?4";
-
-absl::StatusOr<MetricRow> ReadMetric(const Statement& row) {
-  MetricRow metric;
-  metric.job_id = row.Int(0);
-  metric.attempt = static_cast<int32_t>(row.Int(1));
-  metric.rank = static_cast<int32_t>(row.Int(2));
-  metric.step = row.Int(3);
-  metric.name = row.Bytes(4);
-  metric.value = row.Double(5);
-  metric.unix_ms = row.Int(6);
-  return metric;
-}
 
 }  // namespace
 
@@ -135,14 +123,7 @@ absl::Status SqliteStore::AppendMetrics(const std::vector<MetricRow>& rows) {
     Statement statement(db_.get(), insert);
     for (const MetricRow& metric : rows) {
       statement.Reset();
-      RETURN_IF_ERROR(statement.BindInt(1, metric.job_id)
-                          .BindInt(2, metric.attempt)
-                          .BindInt(3, metric.rank)
-                          .BindInt(4, metric.step)
-                          .BindText(5, metric.name)
-                          .BindDouble(6, metric.value)
-                          .BindInt(7, metric.unix_ms)
-                          .Run());
+      RETURN_IF_ERROR(BindMetric(statement, metric).Run());
     }
   }
   return txn.Commit();

@@ -1,14 +1,24 @@
 // SqliteStore's part in database retention (db_retention.h): finished jobs'
-// outputs listed, downsampled and dropped (the job_retention table keeps what
-// was done), the file's size in pages, incremental vacuum, and the figures
-// `tessera-coordinator db stats` prints. Deletes run in transactions of at most
-// kDeleteBatch rows, so the store writer's commits go on between them.
+// outputs listed, downsampled, thinned and dropped (the job_retention table
+// keeps what was done), the file's size in pages, incremental vacuum, and the
+// figures `tessera-coordinator db stats` prints. Deletes run in transactions
+// of about kDeleteBatch rows, so the store writer's commits go on between
+// them.
+//
+// Thinning and dropping for the size budget rewrite the steps they cut: the
+// metrics table is clustered by (job, step, ...), and a delete of most but not
+// all of a page's rows frees no page (SQLite merges a page only once it is
+// under a third full), so the kept rows of a run of steps are read, the run
+// deleted, and the kept rows written back densely.
 #include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,15 +34,21 @@
 namespace tessera {
 namespace {
 
+using sqlite_internal::BindMetric;
+using sqlite_internal::kInsertMetric;
 using sqlite_internal::ReadAll;
+using sqlite_internal::ReadMetric;
 using sqlite_internal::SqliteError;
 using sqlite_internal::Statement;
 
 constexpr size_t kDeleteBatch = 10000;
 
-// job_retention's marks.
+// job_retention's marks. metrics is a set of these bits; what was stored
+// before thinning existed (1, or 2 once all metrics were dropped) reads the
+// same.
 constexpr int kMetricsDownsampled = 1;
-constexpr int kMetricsDropped = 2;
+constexpr int kMetricsDropped = 2;  // all but the kept metrics
+constexpr int kMetricsThinned = 4;
 constexpr int kLogsDropped = 1;
 
 // Statement texts. Each has static storage: its address keys the statement
@@ -41,7 +57,7 @@ constexpr char kListFinished[] =
     "SELECT j.id, j.state, j.updated_ms, COALESCE(r.metrics, 0), COALESCE(r.logs, 0) "
     "FROM jobs j LEFT JOIN job_retention r ON r.job_id = j.id "
     "WHERE j.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
-    "AND (COALESCE(r.metrics, 0) < 2 OR COALESCE(r.logs, 0) < 1) "
+    "AND ((COALESCE(r.metrics, 0) & 2) = 0 OR COALESCE(r.logs, 0) < 1) "
     "ORDER BY j.updated_ms, j.id";
 constexpr char kJobState[] = "SELECT state FROM jobs WHERE id = ?1";
 constexpr char kMetricKeys[] =
@@ -49,15 +65,24 @@ constexpr char kMetricKeys[] =
 constexpr char kDeleteMetricPoint[] =
     "DELETE FROM metrics WHERE job_id = ?1 AND step = ?2 AND rank = ?3 AND name = ?4 "
     "AND attempt = ?5";
-// At least kDeleteBatch rows (whole steps) per run, or all that are left.
-constexpr char kDeleteMetricsBatch[] =
-    "DELETE FROM metrics WHERE job_id = ?1 AND step <= (SELECT MAX(step) FROM "
-    "(SELECT step FROM metrics WHERE job_id = ?1 ORDER BY step LIMIT ?2))";
+constexpr char kSeriesEnds[] =
+    "SELECT attempt, rank, name, MAX(step) FROM metrics WHERE job_id = ?1 "
+    "GROUP BY attempt, rank, name";
+// The last step of the kDeleteBatch rows from step ?2 on (whole steps), or of
+// all that are left; NULL past the job's last step.
+constexpr char kStepsBatchEnd[] =
+    "SELECT MAX(step) FROM (SELECT step FROM metrics WHERE job_id = ?1 AND step >= ?2 "
+    "ORDER BY step LIMIT ?3)";
+constexpr char kMetricsInSteps[] =
+    "SELECT job_id, attempt, rank, step, name, value, time_ms FROM metrics "
+    "WHERE job_id = ?1 AND step BETWEEN ?2 AND ?3";
+constexpr char kDeleteMetricsInSteps[] =
+    "DELETE FROM metrics WHERE job_id = ?1 AND step BETWEEN ?2 AND ?3";
 constexpr char kDeleteLogs[] = "DELETE FROM logs WHERE job_id = ?1";
 constexpr char kMark[] =
     "INSERT INTO job_retention (job_id, metrics, logs, updated_ms) "
     "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (job_id) DO UPDATE SET "
-    "metrics = MAX(metrics, excluded.metrics), logs = MAX(logs, excluded.logs), "
+    "metrics = metrics | excluded.metrics, logs = MAX(logs, excluded.logs), "
     "updated_ms = excluded.updated_ms";
 constexpr char kRetentionEvent[] =
     "INSERT INTO events (job_id, time_ms, from_state, to_state, reason) "
@@ -71,8 +96,9 @@ absl::StatusOr<FinishedJobOutputs> ReadFinished(const Statement& row) {
                                             " is unknown: '", row.Bytes(1), "'"));
   }
   job.ended_unix_ms = row.Int(2);
-  job.metrics_downsampled = row.Int(3) == kMetricsDownsampled;
-  job.metrics_dropped = row.Int(3) >= kMetricsDropped;
+  job.metrics_downsampled = (row.Int(3) & kMetricsDownsampled) != 0;
+  job.metrics_thinned = (row.Int(3) & kMetricsThinned) != 0;
+  job.metrics_dropped = (row.Int(3) & kMetricsDropped) != 0;
   job.logs_dropped = row.Int(4) >= kLogsDropped;
   return job;
 }
@@ -181,31 +207,93 @@ absl::StatusOr<int64_t> SqliteStore::DownsampleMetrics(int64_t job_id, int max_p
   return deleted;
 }
 
-absl::StatusOr<int64_t> SqliteStore::DropMetrics(int64_t job_id,
-                                                 const RetentionNote& note) {
+absl::StatusOr<std::optional<SqliteStore::MetricStepsCut>> SqliteStore::CutMetricSteps(
+    int64_t job_id, int64_t from_step, SizeCut cut, const SeriesEnds& ends) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/false));
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  int64_t last_step = 0;
+  {
+    ASSIGN_OR_RETURN(sqlite3_stmt * end_stmt, Prepare(kStepsBatchEnd));
+    Statement end(db_.get(), end_stmt);
+    end.BindInt(1, job_id)
+        .BindInt(2, from_step)
+        .BindInt(3, static_cast<int64_t>(kDeleteBatch));
+    ASSIGN_OR_RETURN(bool found, end.Step());
+    if (!found || end.IsNull(0)) return std::nullopt;
+    last_step = end.Int(0);
+  }
+  ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kMetricsInSteps));
+  Statement rows(db_.get(), select);
+  rows.BindInt(1, job_id).BindInt(2, from_step).BindInt(3, last_step);
+  ASSIGN_OR_RETURN(std::vector<MetricRow> metrics, ReadAll(rows, &ReadMetric));
+  std::vector<MetricRow> kept;
+  for (MetricRow& metric : metrics) {
+    const MetricPointKey key{metric.attempt, metric.rank, metric.name, metric.step};
+    if (SizeCutKeeps(cut, key, ends)) kept.push_back(std::move(metric));
+  }
+  const MetricStepsCut done{.removed = static_cast<int64_t>(metrics.size() - kept.size()),
+                            .next_step = last_step + 1};
+  if (done.removed == 0) return done;  // nothing to give back: rolled back
+  ASSIGN_OR_RETURN(sqlite3_stmt * del, Prepare(kDeleteMetricsInSteps));
+  RETURN_IF_ERROR(Statement(db_.get(), del)
+                      .BindInt(1, job_id)
+                      .BindInt(2, from_step)
+                      .BindInt(3, last_step)
+                      .Run());
+  ASSIGN_OR_RETURN(sqlite3_stmt * insert, Prepare(kInsertMetric));
+  Statement statement(db_.get(), insert);
+  for (const MetricRow& metric : kept) {
+    statement.Reset();
+    RETURN_IF_ERROR(BindMetric(statement, metric).Run());
+  }
+  RETURN_IF_ERROR(txn.Commit());
+  return done;
+}
+
+absl::StatusOr<int64_t> SqliteStore::CutMetrics(int64_t job_id, SizeCut cut, int mark,
+                                                const RetentionNote& note) {
+  SeriesEnds ends;  // only thinning asks for them
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(CheckFinished(job_id));
   }
-  int64_t deleted = 0;
-  for (;;) {
+  if (cut == SizeCut::kThin) {
     absl::MutexLock lock(&mu_);
-    RETURN_IF_ERROR(SetDurability(/*full=*/false));
-    ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
-    ASSIGN_OR_RETURN(sqlite3_stmt * del, Prepare(kDeleteMetricsBatch));
-    RETURN_IF_ERROR(Statement(db_.get(), del)
-                        .BindInt(1, job_id)
-                        .BindInt(2, static_cast<int64_t>(kDeleteBatch))
-                        .Run());
-    const int changed = sqlite3_changes(db_.get());
-    deleted += changed;
-    if (changed == 0) {
-      RETURN_IF_ERROR(MarkRetained(job_id, kMetricsDropped, 0, note));
-      RETURN_IF_ERROR(txn.Commit());
-      return deleted;
+    ASSIGN_OR_RETURN(sqlite3_stmt * select, Prepare(kSeriesEnds));
+    Statement rows(db_.get(), select);
+    rows.BindInt(1, job_id);
+    ASSIGN_OR_RETURN(const std::vector<MetricPointKey> last,
+                     ReadAll(rows, &ReadMetricKey));
+    for (const MetricPointKey& key : last) {
+      ends[{key.attempt, key.rank, key.name}] = key.step;
     }
-    RETURN_IF_ERROR(txn.Commit());
   }
+  int64_t removed = 0;
+  int64_t from_step = std::numeric_limits<int64_t>::min();
+  for (;;) {
+    ASSIGN_OR_RETURN(const std::optional<MetricStepsCut> steps,
+                     CutMetricSteps(job_id, from_step, cut, ends));
+    if (!steps.has_value()) break;
+    removed += steps->removed;
+    from_step = steps->next_step;
+  }
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(SetDurability(/*full=*/false));
+  ASSIGN_OR_RETURN(Transaction txn, Begin(/*write=*/true));
+  RETURN_IF_ERROR(MarkRetained(job_id, mark, 0, note));
+  RETURN_IF_ERROR(txn.Commit());
+  return removed;
+}
+
+absl::StatusOr<int64_t> SqliteStore::ThinMetrics(int64_t job_id,
+                                                 const RetentionNote& note) {
+  return CutMetrics(job_id, SizeCut::kThin, kMetricsThinned, note);
+}
+
+absl::StatusOr<int64_t> SqliteStore::DropMetrics(int64_t job_id,
+                                                 const RetentionNote& note) {
+  return CutMetrics(job_id, SizeCut::kDrop, kMetricsDropped, note);
 }
 
 absl::StatusOr<int64_t> SqliteStore::DropLogs(int64_t job_id, const RetentionNote& note) {

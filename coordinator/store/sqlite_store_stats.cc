@@ -132,12 +132,14 @@ absl::Status SqliteStore::AddOldestKept(StoreStats& stats) {
   ASSIGN_OR_RETURN(
       std::vector<int64_t> marks,
       FirstRow(db,
-               "SELECT COALESCE(SUM(metrics = 1), 0), COALESCE(SUM(metrics = "
-               "2), 0), COALESCE(SUM(logs = 1), 0) FROM job_retention"));
-  if (marks.size() == 3) {
+               "SELECT COALESCE(SUM((metrics & 1) != 0), 0), COALESCE(SUM((metrics "
+               "& 4) != 0), 0), COALESCE(SUM((metrics & 2) != 0), 0), "
+               "COALESCE(SUM(logs = 1), 0) FROM job_retention"));
+  if (marks.size() == 4) {
     stats.jobs_metrics_downsampled = marks[0];
-    stats.jobs_metrics_dropped = marks[1];
-    stats.jobs_logs_dropped = marks[2];
+    stats.jobs_metrics_thinned = marks[1];
+    stats.jobs_metrics_dropped = marks[2];
+    stats.jobs_logs_dropped = marks[3];
   }
   return absl::OkStatus();
 }

@@ -40,5 +40,27 @@ absl::Status SqliteError(sqlite3* db, int rc, absl::string_view what) {
   }
 }
 
+Statement& BindMetric(Statement& statement, const MetricRow& metric) {
+  return statement.BindInt(1, metric.job_id)
+      .BindInt(2, metric.attempt)
+      .BindInt(3, metric.rank)
+      .BindInt(4, metric.step)
+      .BindText(5, metric.name)
+      .BindDouble(6, metric.value)
+      .BindInt(7, metric.unix_ms);
+}
+
+absl::StatusOr<MetricRow> ReadMetric(const Statement& row) {
+  MetricRow metric;
+  metric.job_id = row.Int(0);
+  metric.attempt = static_cast<int32_t>(row.Int(1));
+  metric.rank = static_cast<int32_t>(row.Int(2));
+  metric.step = row.Int(3);
+  metric.name = row.Bytes(4);
+  metric.value = row.Double(5);
+  metric.unix_ms = row.Int(6);
+  return metric;
+}
+
 }  // namespace sqlite_internal
 }  // namespace tessera

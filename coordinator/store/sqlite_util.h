@@ -132,6 +132,16 @@ absl::StatusOr<std::vector<Record>> ReadAll(
   }
 }
 
+// A row of the metrics table, shared by its writes and reads
+// (sqlite_store_metrics_logs.cc) and retention's rewrite
+// (sqlite_store_retention.cc): kInsertMetric's parameters bound from `metric`,
+// and a row read from a SELECT of its columns in that order.
+inline constexpr char kInsertMetric[] =
+    "INSERT OR IGNORE INTO metrics (job_id, attempt, rank, step, name, value, time_ms) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+Statement& BindMetric(Statement& statement, const MetricRow& metric);
+absl::StatusOr<MetricRow> ReadMetric(const Statement& row);
+
 }  // namespace sqlite_internal
 
 // An open transaction; rolled back on destruction unless committed. Holds the

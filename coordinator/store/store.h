@@ -76,6 +76,45 @@ struct SweepRecord {
   std::string owner;  // as JobRecord::owner; set by CreateSweep only
 };
 
+// A hyperparameter search (coordinator/core/search_manager.h): its spec; its
+// trials' jobs are SearchJobRecords.
+struct SearchRecord {
+  int64_t id = 0;  // assigned by CreateSearch
+  std::string name;
+  tessera::v1::SearchState state = tessera::v1::SEARCH_STATE_RUNNING;
+  std::string reason;
+  tessera::v1::SearchSpec spec;
+  std::string spec_yaml;
+  std::string client_request_id;
+  int64_t created_unix_ms = 0;
+  int64_t updated_unix_ms = 0;
+  std::string owner;  // as JobRecord::owner; set by CreateSearch only
+};
+
+// One job of a search: trial `trial` trained to the end of rung `rung`. It is
+// written before the job is submitted (job_id 0), so that a restarted
+// coordinator submits that job again under the same request id rather than
+// deciding anew, and written again once the job has ended, with its outcome,
+// which the search keeps even when retention drops the job's metrics.
+struct SearchJobRecord {
+  enum class Outcome {
+    kRunning,  // not ended (or not yet submitted)
+    kDone,     // ended with the rung's metric
+    kFailed,   // ended without it: failed, cancelled, or no metric reported
+  };
+  int64_t search_id = 0;
+  int32_t trial = 0;
+  int32_t rung = 0;
+  int64_t job_id = 0;  // 0: decided, not yet submitted
+  Outcome outcome = Outcome::kRunning;
+  // Once ended: the job's final state (UNSPECIFIED for a job never submitted).
+  tessera::v1::JobState job_state = tessera::v1::JOB_STATE_UNSPECIFIED;
+  std::optional<double> metric;  // kDone: the job's last value of the metric
+  int64_t steps = 0;             // the step of that value
+  std::string reason;            // kFailed: why
+  int64_t updated_unix_ms = 0;
+};
+
 // A credential for the coordinator's APIs. Only a hash of its secret is kept.
 struct TokenRecord {
   int64_t id = 0;  // assigned by CreateToken; part of the token text
@@ -212,7 +251,8 @@ struct FinishedJobOutputs {
   tessera::v1::JobState state = tessera::v1::JOB_STATE_UNSPECIFIED;  // terminal
   int64_t ended_unix_ms = 0;  // the job's updated_unix_ms: when it ended
   bool metrics_downsampled = false;
-  bool metrics_dropped = false;
+  bool metrics_thinned = false;
+  bool metrics_dropped = false;  // all but the kept metrics (IsKeptMetric)
   bool logs_dropped = false;
 };
 
@@ -252,6 +292,7 @@ struct StoreStats {
   int64_t oldest_logs_unix_ms = 0;  // that job's submission
   // Finished jobs retention has thinned so far.
   int64_t jobs_metrics_downsampled = 0;
+  int64_t jobs_metrics_thinned = 0;
   int64_t jobs_metrics_dropped = 0;
   int64_t jobs_logs_dropped = 0;
 };
@@ -333,6 +374,21 @@ class Store {
   // Replaces state, reason and updated_unix_ms. NotFound if no such sweep.
   virtual absl::Status UpdateSweep(const SweepRecord& sweep) = 0;
 
+  // Searches, as sweeps: a repeated non-empty client_request_id returns the
+  // existing search's id and stores nothing; Get is NotFound for no such
+  // search; List is newest first; Update replaces state, reason and
+  // updated_unix_ms.
+  virtual absl::StatusOr<int64_t> CreateSearch(const SearchRecord& search) = 0;
+  virtual absl::StatusOr<SearchRecord> GetSearch(int64_t id) = 0;
+  virtual absl::StatusOr<std::vector<SearchRecord>> ListSearches() = 0;
+  virtual absl::Status UpdateSearch(const SearchRecord& search) = 0;
+  // Inserts the search's job, or replaces the one with its (search_id, trial,
+  // rung). NotFound if no such search.
+  virtual absl::Status PutSearchJob(const SearchJobRecord& job) = 0;
+  // The search's jobs ordered by (trial, rung); empty for no such search.
+  virtual absl::StatusOr<std::vector<SearchJobRecord>> ListSearchJobs(
+      int64_t search_id) = 0;
+
   // Stores a token and returns its id.
   virtual absl::StatusOr<int64_t> CreateToken(const TokenRecord& token) = 0;
   // NotFound if no such token.
@@ -380,10 +436,19 @@ class Store {
   // other calls run between them.
   virtual absl::StatusOr<int64_t> DownsampleMetrics(int64_t job_id, int max_points,
                                                     const RetentionNote& note) = 0;
-  // Deletes a finished job's metric rows, or its log chunks, and marks them
-  // dropped; returns the rows removed. Notes and errors as DownsampleMetrics.
+  // For the size budget: thins a finished job's metrics to each series' last
+  // point, or drops them, a kept metric's points (IsKeptMetric in
+  // common/metric_names.h) excepted either way (SizeCut in
+  // metric_downsampling.h), and marks them thinned or dropped; returns the
+  // rows removed. What is kept is written again, so that the pages it shared
+  // with what is removed are given back. Notes and errors as
+  // DownsampleMetrics.
+  virtual absl::StatusOr<int64_t> ThinMetrics(int64_t job_id,
+                                              const RetentionNote& note) = 0;
   virtual absl::StatusOr<int64_t> DropMetrics(int64_t job_id,
                                               const RetentionNote& note) = 0;
+  // Deletes a finished job's log chunks and marks them dropped; returns the
+  // chunks removed. Notes and errors as DownsampleMetrics.
   virtual absl::StatusOr<int64_t> DropLogs(int64_t job_id, const RetentionNote& note) = 0;
   virtual absl::StatusOr<StoreSize> GetStoreSize() = 0;
   // Gives the free pages back to the file system (SQLite: incremental vacuum,

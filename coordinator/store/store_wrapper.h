@@ -126,6 +126,26 @@ class StoreWrapper : public Store {
     return target_->UpdateSweep(sweep);
   }
 
+  absl::StatusOr<int64_t> CreateSearch(const SearchRecord& search) override {
+    return target_->CreateSearch(search);
+  }
+  absl::StatusOr<SearchRecord> GetSearch(int64_t id) override {
+    return target_->GetSearch(id);
+  }
+  absl::StatusOr<std::vector<SearchRecord>> ListSearches() override {
+    return target_->ListSearches();
+  }
+  absl::Status UpdateSearch(const SearchRecord& search) override {
+    return target_->UpdateSearch(search);
+  }
+  absl::Status PutSearchJob(const SearchJobRecord& job) override {
+    return target_->PutSearchJob(job);
+  }
+  absl::StatusOr<std::vector<SearchJobRecord>> ListSearchJobs(
+      int64_t search_id) override {
+    return target_->ListSearchJobs(search_id);
+  }
+
   absl::StatusOr<int64_t> CreateToken(const TokenRecord& token) override {
     return target_->CreateToken(token);
   }
@@ -157,6 +177,10 @@ class StoreWrapper : public Store {
   absl::StatusOr<int64_t> DownsampleMetrics(int64_t job_id, int max_points,
                                             const RetentionNote& note) override {
     return target_->DownsampleMetrics(job_id, max_points, note);
+  }
+  absl::StatusOr<int64_t> ThinMetrics(int64_t job_id,
+                                      const RetentionNote& note) override {
+    return target_->ThinMetrics(job_id, note);
   }
   absl::StatusOr<int64_t> DropMetrics(int64_t job_id,
                                       const RetentionNote& note) override {

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/clock.h"
+#include "common/retry.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -255,7 +257,13 @@ void StoreWriter::NoteBacklogLocked() {
 }
 
 void StoreWriter::Run() {
-  absl::Duration backoff = absl::Milliseconds(100);
+  // At most a second between tries: writes resume within a second of the disk
+  // having room again. The only writer, so no jitter; it never gives up.
+  RealClock clock;
+  Backoff backoff({.initial_delay = absl::Milliseconds(100),
+                   .max_delay = absl::Seconds(1),
+                   .jitter = 0},
+                  clock);
   int retries_while_stopping = 0;
   for (;;) {
     std::vector<Op> batch;
@@ -284,7 +292,7 @@ void StoreWriter::Run() {
     absl::MutexLock lock(&mu_);
     in_flight_ = 0;
     if (retry.empty()) {
-      backoff = absl::Milliseconds(100);
+      backoff.Reset();
       NoteBacklogLocked();
       continue;
     }
@@ -302,10 +310,7 @@ void StoreWriter::Run() {
     // Heartbeats queued meanwhile supersede the retried worker rows.
     CoalesceLocked();
     NoteBacklogLocked();
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff);
-    // At most a second between tries: writes resume within a second of the
-    // disk having room again.
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), *backoff.Next());
   }
 }
 

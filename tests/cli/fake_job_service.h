@@ -1,8 +1,8 @@
 // An in-memory tessera.v1.JobService for tessctl's tests, served in-process.
 // GetJob walks through a per-job script of states and GetSweep through a
 // per-sweep script of snapshots, so tests can drive `wait` and `--follow`;
-// submits can be told to fail with UNAVAILABLE first. Every call's
-// "authorization" metadata is recorded.
+// searches are answered as submitted or added. Submits can be told to fail
+// with UNAVAILABLE first. Every call's "authorization" metadata is recorded.
 //
 // Thread-safety: thread-safe (one mutex); gRPC calls handlers concurrently.
 #ifndef TESSERA_TESTS_CLI_FAKE_JOB_SERVICE_H_
@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/search_spec.h"
 #include "common/sweep_spec.h"
 #include "tessera/v1/tessera.grpc.pb.h"
 
@@ -251,6 +252,80 @@ class FakeJobService final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  // Stores the search, none of its trials started; answers the trial count
+  // as the coordinator would (SearchTrialCount).
+  grpc::Status SubmitSearch(grpc::ServerContext* context,
+                            const v1::SubmitSearchRequest* request,
+                            v1::SubmitSearchResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    Record(context);
+    search_submits_.push_back(*request);
+    if (unavailable_submits_ > 0) {
+      --unavailable_submits_;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
+    }
+    if (auto it = search_by_request_id_.find(request->client_request_id());
+        it != search_by_request_id_.end()) {
+      response->set_search_id(it->second);
+      response->set_max_trials(SearchTrialCount(searches_[it->second].spec()));
+      return grpc::Status::OK;
+    }
+    v1::Search search;
+    search.set_id(next_search_id_++);
+    search.set_name(request->spec().name());
+    search.set_state(v1::SEARCH_STATE_RUNNING);
+    *search.mutable_spec() = request->spec();
+    search.set_spec_yaml(request->spec_yaml());
+    search.set_best_trial(-1);
+    searches_[search.id()] = search;
+    search_by_request_id_[request->client_request_id()] = search.id();
+    response->set_search_id(search.id());
+    response->set_max_trials(SearchTrialCount(request->spec()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListSearches(grpc::ServerContext* context, const v1::ListSearchesRequest*,
+                            v1::ListSearchesResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    Record(context);
+    for (auto it = searches_.rbegin(); it != searches_.rend(); ++it) {
+      *response->add_searches() = it->second;
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetSearch(grpc::ServerContext* context,
+                         const v1::GetSearchRequest* request,
+                         v1::GetSearchResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    Record(context);
+    auto it = searches_.find(request->search_id());
+    if (it == searches_.end()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("search ", request->search_id(), " not found"));
+    }
+    *response->mutable_search() = it->second;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CancelSearch(grpc::ServerContext* context,
+                            const v1::CancelSearchRequest* request,
+                            v1::CancelSearchResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    Record(context);
+    auto it = searches_.find(request->search_id());
+    if (it == searches_.end()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such search");
+    }
+    if (it->second.state() != v1::SEARCH_STATE_RUNNING) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("search ", it->first, " already ended"));
+    }
+    it->second.set_state(v1::SEARCH_STATE_CANCELLED);
+    response->set_state(v1::SEARCH_STATE_CANCELLED);
+    return grpc::Status::OK;
+  }
+
   void SetLog(std::string log) {
     absl::MutexLock lock(&mu_);
     log_ = std::move(log);
@@ -293,6 +368,10 @@ class FakeJobService final : public v1::JobService::Service {
     absl::MutexLock lock(&mu_);
     reports_[report.sweep_id()] = report;
   }
+  void AddSearch(const v1::Search& search) {
+    absl::MutexLock lock(&mu_);
+    searches_[search.id()] = search;
+  }
   void FailNextSubmits(int n) {
     absl::MutexLock lock(&mu_);
     unavailable_submits_ = n;
@@ -309,6 +388,10 @@ class FakeJobService final : public v1::JobService::Service {
   std::vector<v1::SubmitSweepRequest> sweep_submits() {
     absl::MutexLock lock(&mu_);
     return sweep_submits_;
+  }
+  std::vector<v1::SubmitSearchRequest> search_submits() {
+    absl::MutexLock lock(&mu_);
+    return search_submits_;
   }
   std::vector<v1::ListJobsRequest> list_requests() {
     absl::MutexLock lock(&mu_);
@@ -351,6 +434,10 @@ class FakeJobService final : public v1::JobService::Service {
   std::map<std::string, int64_t> sweep_by_request_id_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::deque<v1::Sweep>> sweep_scripts_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, v1::SweepReport> reports_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, v1::Search> searches_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> search_by_request_id_ ABSL_GUARDED_BY(mu_);
+  int64_t next_search_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<v1::SubmitSearchRequest> search_submits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SubmitJobRequest> submits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SubmitSweepRequest> sweep_submits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ListJobsRequest> list_requests_ ABSL_GUARDED_BY(mu_);

@@ -571,6 +571,18 @@ TEST_F(TessctlTest, WaitExitsZeroWhenJobSucceedsAndPrintsAccuracy) {
   EXPECT_EQ(service_.get_job_calls(), 4);
 }
 
+TEST_F(TessctlTest, WaitOnAnEvaluationNamesTheSplitItScored) {
+  v1::Job job = MakeJob(1, "pets-eval", v1::JOB_STATE_RUNNING);
+  job.mutable_spec()->set_kind("eval");
+  job.mutable_spec()->mutable_trainer()->set_eval_split("val");
+  AddRank(job, 0, true, 0.493);
+  service_.AddJob(job);
+  service_.ScriptStates(1, {v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED});
+
+  EXPECT_EQ(RunWait(Wait(1), *client_, out_, err_), kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr(": val accuracy 49.30%\n"));
+}
+
 TEST_F(TessctlTest, WaitExitsOneWhenJobFailsAndPrintsReason) {
   v1::Job job = MakeJob(1, "demo", v1::JOB_STATE_RUNNING);
   job.set_reason("rank 1 exited with code 3");
@@ -1136,12 +1148,14 @@ TEST_F(TessctlTest, EveryCommandAndSubcommandHelpHasAnExampleAndExitCodes) {
       todo.push_back(sub);
     }
   }
-  EXPECT_THAT(visited,
-              ::testing::UnorderedElementsAre(
-                  "", "submit", "jobs", "status", "workers", "share", "drain", "undrain",
-                  "wait", "cancel", "logs", "export", "eval", "metrics", "sweep",
-                  "sweep submit", "sweep follow", "sweep list", "sweep status",
-                  "sweep report", "sweep cancel", "completion"));
+  EXPECT_THAT(
+      visited,
+      ::testing::UnorderedElementsAre(
+          "", "submit", "jobs", "status", "workers", "share", "drain", "undrain", "wait",
+          "cancel", "logs", "export", "eval", "metrics", "sweep", "sweep submit",
+          "sweep follow", "sweep list", "sweep status", "sweep report", "sweep cancel",
+          "search", "search submit", "search list", "search status", "search report",
+          "search cancel", "search best", "completion"));
   EXPECT_TRUE(addresses_.empty());  // help talks to nobody
 }
 
@@ -1194,12 +1208,13 @@ class CompletionTest : public TessctlTest {
 
 TEST_F(CompletionTest, CompletesEveryTopLevelCommandAndNestedSweepCommands) {
   EXPECT_THAT(Complete({"tessctl", ""}),
-              ::testing::UnorderedElementsAre("submit", "jobs", "status", "workers",
-                                              "share", "drain", "undrain", "wait",
-                                              "cancel", "logs", "export", "eval",
-                                              "metrics", "sweep", "completion"));
-  EXPECT_THAT(Complete({"tessctl", "s"}),
-              ::testing::UnorderedElementsAre("submit", "status", "share", "sweep"));
+              ::testing::UnorderedElementsAre(
+                  "submit", "jobs", "status", "workers", "share", "drain", "undrain",
+                  "wait", "cancel", "logs", "export", "eval", "metrics", "sweep",
+                  "search", "completion"));
+  EXPECT_THAT(
+      Complete({"tessctl", "s"}),
+      ::testing::UnorderedElementsAre("submit", "status", "share", "sweep", "search"));
   EXPECT_THAT(Complete({"tessctl", "sweep", ""}),
               ::testing::UnorderedElementsAre("submit", "follow", "list", "status",
                                               "report", "cancel"));
@@ -1662,6 +1677,11 @@ TEST_F(TessctlTest, ExportRunsTheExporterOnTheJobsCheckpointsWithItsModelShape) 
   job.mutable_spec()->mutable_trainer()->set_dataset("imagefolder");
   job.mutable_spec()->mutable_trainer()->set_image_size(160);
   job.mutable_spec()->mutable_trainer()->set_checkpoint_dir("/shared/ckpt/pets");
+  // The preprocessing the spec sets goes to the exporter, for the metadata.
+  for (const double v : {0.5, 0.5, 0.5})
+    job.mutable_spec()->mutable_trainer()->add_mean(v);
+  job.mutable_spec()->mutable_trainer()->set_crop_fraction(0.9);
+  job.mutable_spec()->mutable_trainer()->set_interpolation("bicubic");
   service_.AddJob(job);
 
   ASSERT_EQ(Cli({"export", "12", "--names", "timm", "--step", "300", "-o", "pets.st",
@@ -1670,7 +1690,9 @@ TEST_F(TessctlTest, ExportRunsTheExporterOnTheJobsCheckpointsWithItsModelShape) 
       << err_.str();
   EXPECT_EQ(ReadFile(dir + "/args"),
             "--checkpoint\n/shared/ckpt/pets\n--model\nvit-s16\n--channels\n3\n"
-            "--image-size\n160\n--names\ntimm\n-o\npets.st\n--step\n300\n");
+            "--image-size\n160\n--names\ntimm\n-o\npets.st\n--step\n300\n"
+            "--dataset\nimagefolder\n--mean\n0.5\n0.5\n0.5\n--crop-fraction\n0.9\n"
+            "--interpolation\nbicubic\n");
   EXPECT_THAT(out_.str(), HasSubstr("job 12 (vit-s16) from /shared/ckpt/pets"));
 
   // A grayscale dataset trains a one-channel model; --checkpoint reads another mount.
@@ -1757,6 +1779,84 @@ TEST_F(TessctlTest, EvalFromAWeightsFileBuildsAnEvalSpecOfItsOwn) {
   EXPECT_EQ(spec.trainer().image_size(), 224);
   EXPECT_EQ(spec.trainer().device(), "cuda");
   EXPECT_FALSE(spec.trainer().resume());
+}
+
+TEST_F(TessctlTest, EvalSetsTheDatasPreprocessingKeys) {
+  ASSERT_EQ(Cli({"eval", "--from", "/data/models/vit.safetensors", "--model", "vit-micro",
+                 "--data", "/data/pets", "--image-size", "32", "--set",
+                 "trainer.crop_fraction=1", "--set", "trainer.interpolation=bicubic",
+                 "--set", "trainer.mean=[0.5, 0.5, 0.5]", "--set",
+                 "trainer.std=[0.25,0.25,0.25]", "--set", "trainer.image_size=48"}),
+            kExitOk)
+      << err_.str();
+  const std::vector<v1::SubmitJobRequest> submits = service_.submits();
+  ASSERT_EQ(submits.size(), 1u);
+  const v1::TrainerConfig& t = submits[0].spec().trainer();
+  EXPECT_DOUBLE_EQ(t.crop_fraction(), 1.0);
+  EXPECT_EQ(t.interpolation(), "bicubic");
+  EXPECT_THAT(t.mean(), ::testing::ElementsAre(0.5, 0.5, 0.5));
+  EXPECT_THAT(t.std(), ::testing::ElementsAre(0.25, 0.25, 0.25));
+  EXPECT_EQ(t.image_size(), 48);  // --set comes after --image-size
+
+  // Of a job: over the job's own keys.
+  v1::Job job = MakeJob(12, "pets", v1::JOB_STATE_SUCCEEDED);
+  job.set_spec_yaml(
+      "name: pets\nworld_size: 1\ntrainer:\n  model: vit-micro\n  dataset: "
+      "imagefolder\n  data_dir: /data/pets\n  crop_fraction: 0.9\n  checkpoint_dir: "
+      "/shared/ckpt/pets\n");
+  job.mutable_spec()->mutable_trainer()->set_checkpoint_dir("/shared/ckpt/pets");
+  service_.AddJob(job);
+  ASSERT_EQ(Cli({"eval", "12", "--set", "trainer.crop_fraction=1"}), kExitOk)
+      << err_.str();
+  ASSERT_EQ(service_.submits().size(), 2u);
+  EXPECT_DOUBLE_EQ(service_.submits()[1].spec().trainer().crop_fraction(), 1.0);
+}
+
+TEST_F(TessctlTest, EvalSetOfAnyOtherKeyOrABadValueIsAUsageError) {
+  for (const char* set :
+       {"trainer.lr=1", "world_size=2", "crop_fraction=1", "trainer.crop_fraction"}) {
+    err_.str("");
+    EXPECT_EQ(Cli({"eval", "--from", "/m.safetensors", "--model", "vit-micro", "--data",
+                   "/d", "--set", set}),
+              kExitUsage)
+        << set;
+    EXPECT_THAT(err_.str(), HasSubstr("tessctl eval: --set")) << set;
+    EXPECT_THAT(err_.str(), HasSubstr("trainer.crop_fraction, trainer.mean")) << set;
+  }
+  // Values the spec refuses: the spec's own message, naming the key.
+  err_.str("");
+  EXPECT_EQ(Cli({"eval", "--from", "/m.safetensors", "--model", "vit-micro", "--data",
+                 "/d", "--set", "trainer.interpolation=lanczos"}),
+            kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("trainer.interpolation"));
+  err_.str("");
+  EXPECT_EQ(Cli({"eval", "--from", "/m.safetensors", "--model", "vit-micro", "--data",
+                 "/d", "--set", "trainer.crop_fraction=1.5"}),
+            kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("trainer.crop_fraction"));
+  EXPECT_TRUE(service_.submits().empty());
+}
+
+TEST_F(TessctlTest, ArgumentsThatDoNotParseGetTheCommandsUsageError) {
+  // A stray word where a job id goes, a count that is no number: what was
+  // expected, never CLI11's range to the largest double.
+  EXPECT_EQ(Cli({"eval", "trainer.crop_fraction=1", "--data", "/d"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("tessctl eval: job: expected a whole number >= 1, "
+                                    "got \"trainer.crop_fraction=1\""));
+  EXPECT_THAT(err_.str(), HasSubstr("tessctl eval --help"));
+  EXPECT_THAT(err_.str(), Not(HasSubstr("not in range")));
+  err_.str("");
+  EXPECT_EQ(Cli({"jobs", "--limit", "many"}), kExitUsage);
+  EXPECT_THAT(
+      err_.str(),
+      HasSubstr("tessctl jobs: --limit: expected a whole number >= 0, got \"many\""));
+  err_.str("");
+  EXPECT_EQ(Cli({"status", "0"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("tessctl status: job: expected a whole number >= 1"));
+  err_.str("");
+  EXPECT_EQ(Cli({"wait", "3", "--timeout", "soon"}), kExitUsage);
+  EXPECT_THAT(err_.str(),
+              HasSubstr("tessctl wait: --timeout: expected a number >= 0, got \"soon\""));
 }
 
 TEST_F(TessctlTest, EvalRefusesContradictionsAndJobsWithoutCheckpointsBeforeSubmitting) {

@@ -321,6 +321,16 @@ TEST(JobSpecTest, OverrideAddsNewKeysAndMaps) {
   EXPECT_EQ(spec->trainer().data_dir(), "a: b");
 }
 
+TEST(JobSpecTest, OverrideWithAListSetsARepeatedField) {
+  absl::StatusOr<std::string> yaml = ApplySpecOverrides(
+      kValidSpec, {"trainer.mean=[0.5, 0.5, 0.5]", "trainer.std=[0.25,0.25,0.25]"});
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(*yaml, SpecLimits{});
+  ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << *yaml;
+  EXPECT_THAT(spec->trainer().mean(), ElementsAre(0.5, 0.5, 0.5));
+  EXPECT_THAT(spec->trainer().std(), ElementsAre(0.25, 0.25, 0.25));
+}
+
 TEST(JobSpecTest, OverrideWithoutOverridesKeepsTextVerbatim) {
   const std::string text = "# comment\nname: demo\n";
   EXPECT_EQ(*ApplySpecOverrides(text, {}), text);
@@ -337,7 +347,8 @@ TEST(JobSpecTest, MalformedOverridesAreRejectedByName) {
       {"trainer..lr=1",
        "override 'trainer..lr=1': key 'trainer..lr' has an empty component"},
       {"name.first=x", "override 'name.first=x': 'name' is not a map"},
-      {"name=[a, b]", "override 'name=[a, b]': value must be a scalar"},
+      {"name={a: b}", "override 'name={a: b}': value must be a scalar or a list"},
+      {"name=[[a]]", "override 'name=[[a]]': value must be a scalar or a list"},
   };
   for (const Case& c : cases) {
     absl::Status s = ApplySpecOverrides(kValidSpec, {c.override_text}).status();

@@ -431,5 +431,69 @@ TEST(CoordinatorDiskFullTest, FullStoreTurnsHealthNotServingAndSubmitsUnavailabl
   EXPECT_TRUE(jobs->GetJob(&get_ctx, get, &got).ok());
 }
 
+TEST_F(CoordinatorServiceTest, SearchCallsReachTheSearchManagerWithTheirStatusCodes) {
+  v1::SubmitSearchRequest submit;
+  v1::SearchSpec& spec = *submit.mutable_spec();
+  spec.set_name("lr");
+  *spec.mutable_base() = Spec(1, "");
+  spec.mutable_base()->mutable_trainer()->clear_max_steps();
+  v1::SearchConfig& search = *spec.mutable_search();
+  search.set_method("random");
+  search.set_metric("loss");
+  search.set_max_trials(2);
+  search.set_max_length(10);
+  v1::SearchParameter& lr = *search.add_parameters();
+  lr.set_key("lr");
+  lr.add_loguniform(1e-4);
+  lr.add_loguniform(1e-2);
+  v1::SubmitSearchResponse submitted;
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status s = jobs_->SubmitSearch(&ctx, submit, &submitted);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("search.max_concurrent"))
+        << "no worker, no slot";
+  }
+  Register("w1", 2);
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status s = jobs_->SubmitSearch(&ctx, submit, &submitted);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(submitted.max_trials(), 2);
+  v1::GetSearchRequest get;
+  get.set_search_id(submitted.search_id());
+  v1::GetSearchResponse got;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(jobs_->GetSearch(&ctx, get, &got).ok());
+  }
+  EXPECT_EQ(got.search().state(), v1::SEARCH_STATE_RUNNING);
+  ASSERT_EQ(got.search().trials_size(), 1);
+  EXPECT_EQ(Get(got.search().trials(0).job_ids(0)).spec().trainer().max_steps(), 10);
+  v1::ListSearchesResponse list;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(jobs_->ListSearches(&ctx, v1::ListSearchesRequest(), &list).ok());
+  }
+  EXPECT_EQ(list.searches_size(), 1);
+  v1::CancelSearchRequest cancel;
+  cancel.set_search_id(submitted.search_id());
+  v1::CancelSearchResponse cancelled;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(jobs_->CancelSearch(&ctx, cancel, &cancelled).ok());
+  }
+  EXPECT_EQ(cancelled.state(), v1::SEARCH_STATE_CANCELLED);
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(jobs_->CancelSearch(&ctx, cancel, &cancelled).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  get.set_search_id(submitted.search_id() + 1);
+  grpc::ClientContext ctx;
+  EXPECT_EQ(jobs_->GetSearch(&ctx, get, &got).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // deploy/prometheus and deploy/grafana: promtool accepts the alert rules and
-// the scrape example, and the rules and the dashboard name only metrics that
-// the coordinator's /metrics page serves.
+// the scrape example, the rules' unit tests (tests/deploy/tessera-rules.test.yml)
+// pass, and the rules and the dashboard name only metrics that the
+// coordinator's /metrics page serves.
 #include <regex>
 #include <set>
 #include <string>
@@ -39,7 +40,9 @@ std::set<std::string> ServedFamilies() {
   m.running.push_back(job);
   m.slurm_allocations[{"p", "running"}] = 1;
   const std::string page = RenderMetricsPage(
-      m, DatabaseFigures{.size_bytes = 1, .max_bytes = 2, .disk_free_bytes = 3});
+      m,
+      DatabaseFigures{
+          .size_bytes = 1, .max_bytes = 2, .disk_free_bytes = 3, .bytes_over_budget = 4});
   std::set<std::string> families;
   const std::regex type_line("# TYPE (\\w+) ");
   for (auto it = std::sregex_iterator(page.begin(), page.end(), type_line);
@@ -74,8 +77,22 @@ TEST(PrometheusDeployTest, PromtoolAcceptsTheAlertRules) {
   testing::PromtoolResult checked = testing::RunPromtool(
       "check rules '" + Deploy("prometheus/tessera-rules.yml") + "'");
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
-  EXPECT_NE(checked.output.find("SUCCESS: 6 rules found"), std::string::npos)
+  EXPECT_NE(checked.output.find("SUCCESS: 7 rules found"), std::string::npos)
       << checked.output;
+}
+
+// When an alert fires and what it says, on made-up series: the database over
+// its budget (TesseraDatabaseOverBudget) fires after 15 minutes over, and
+// stops once within it.
+TEST(PrometheusDeployTest, PromtoolRulesUnitTestsPass) {
+  if (std::string why = testing::PromtoolMissing(); !why.empty()) {
+    if (testing::PromtoolRequired()) FAIL() << why;
+    GTEST_SKIP() << why;
+  }
+  testing::PromtoolResult checked = testing::RunPromtool(
+      "test rules '" + testing::SourceDir() + "/tests/deploy/tessera-rules.test.yml'");
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_NE(checked.output.find("SUCCESS"), std::string::npos) << checked.output;
 }
 
 TEST(PrometheusDeployTest, PromtoolAcceptsTheScrapeExample) {

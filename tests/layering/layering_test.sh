@@ -30,6 +30,22 @@ hits=$(grep -rln 'sqlite3\.h' --include='*.h' --include='*.cc' common coordinato
   grep -v '^coordinator/store/')
 [ -z "$hits" ] || fail "sqlite3.h included outside coordinator/store:"$'\n'"$hits"
 
+# common/'s mechanisms that every binary links, the trainer-only build
+# included (docs/design.md, "One mechanism, one home"): file I/O, retries,
+# the JSON writer (with nlohmann's header-only printer), the seeded
+# generator, byte sizes, flag checks and clock need absl and the C++ library
+# only; no gRPC, protobuf, SQLite, LibTorch or YAML header.
+for f in file_io retry json_writer seeded_random byte_size flag_checks clock status_macros; do
+  for ext in h cc; do
+    [ -f "common/$f.$ext" ] || continue
+    hits=$(grep -nE '#include [<"](grpcpp|grpc/|google/protobuf|tessera/v1/|sqlite3|torch/|ATen/|c10/|yaml-cpp)' "common/$f.$ext")
+    [ -z "$hits" ] || fail "common/$f.$ext includes more than absl and the C++ library:"$'\n'"$hits"
+  done
+done
+for f in file_io retry json_writer seeded_random flag_checks; do
+  [ -f "common/$f.h" ] || fail "common/$f.h is missing: one home for its mechanism"
+done
+
 # The trainer's folders (worker/trainer/README.md): run -> dist -> {data,
 # model} -> gpu, with main.cc and export_main.cc above them all. A folder
 # includes only itself and the folders below it; data and model not each

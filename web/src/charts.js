@@ -8,13 +8,14 @@
 
 import {
   BarController, BarElement, CategoryScale, Chart, Decimation, Filler, Legend, LinearScale,
-  LineController, LineElement, PointElement, Tooltip,
+  LineController, LineElement, LogarithmicScale, PointElement, ScatterController, Tooltip,
 } from 'chart.js';
 import { MatrixController, MatrixElement } from 'chartjs-chart-matrix';
 import { h } from './lib/dom.js';
 
 Chart.register(BarController, BarElement, CategoryScale, Decimation, Filler, Legend, LinearScale,
-  LineController, LineElement, PointElement, Tooltip, MatrixController, MatrixElement);
+  LineController, LineElement, LogarithmicScale, PointElement, ScatterController, Tooltip,
+  MatrixController, MatrixElement);
 
 // Tableau 10: distinguishable on both themes.
 export const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948',

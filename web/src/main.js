@@ -2,7 +2,7 @@
 // indicator, and the clock that advances "3 s ago" and running durations.
 //
 // Routes (URL fragments, so the server only ever serves "/" and the assets):
-//   #/jobs  #/jobs/ID  #/workers  #/sweeps  #/sweeps/ID
+//   #/jobs  #/jobs/ID  #/workers  #/sweeps  #/sweeps/ID  #/searches/ID
 
 import './app.css';
 import { applyChartTheme } from './charts.js';
@@ -14,6 +14,7 @@ import {
 } from './lib/settings.js';
 import { mountJob } from './pages/job.js';
 import { mountJobs } from './pages/jobs.js';
+import { mountSearch } from './pages/search.js';
 import { mountSweep } from './pages/sweep.js';
 import { mountSweeps } from './pages/sweeps.js';
 import { mountWorkers } from './pages/workers.js';
@@ -24,6 +25,7 @@ const ROUTES = [
   [/^\/workers\/?$/, 'workers', mountWorkers, () => ({})],
   [/^\/sweeps\/?$/, 'sweeps', mountSweeps, () => ({})],
   [/^\/sweeps\/(\d+)\/?$/, 'sweeps', mountSweep, (m) => ({ id: m[1] })],
+  [/^\/searches\/(\d+)\/?$/, 'searches', mountSearch, (m) => ({ id: m[1] })],
 ];
 
 const LIVE_TEXT = {

@@ -153,6 +153,31 @@ try {
     await page.screenshot({ path: join(shots, 'mock-sweep.png'), fullPage: true });
   });
 
+  await steps.run('search page: trials, metric vs steps per trial, a scatter per key, the best', async () => {
+    await page.goto(`${base}/#/searches/1`);
+    // Trials 0, 1, 3 and 4 have points (5, 5+10+30, 5+10 and 2 steps); 1 and 3 were promoted.
+    await waitFor('metric curves', async () => (await dataPoints(page, 'search-metric')) === 67);
+    const metric = '[data-chart="search-metric"]';
+    assert(await page.getAttribute(metric, 'data-series') === '4', 'expected 4 trial curves');
+    assert(await page.getAttribute(metric, 'data-promoted') === '2', 'expected 2 promoted curves');
+    assert(await page.getAttribute(metric, 'data-best') === '1', 'trial 1 is the best');
+    // One point per trial with a best metric (0, 1, 3); lr is searched log-uniformly.
+    for (const [key, scale] of [['lr', 'log'], ['weight_decay', 'linear'], ['optimizer', 'category']]) {
+      const chart = `[data-chart="param-${key}"]`;
+      assert(await dataPoints(page, `param-${key}`) === 3, `${key}: expected 3 points`);
+      assert(await page.getAttribute(chart, 'data-series') === '1', `${key}: expected one series`);
+      assert(await page.getAttribute(chart, 'data-scale') === scale, `${key}: expected a ${scale} axis`);
+    }
+    const title = await page.getAttribute('[data-chart="param-lr"] canvas', 'aria-label');
+    assert(title === 'lr vs val_accuracy', `lr chart: ${title}`);
+    assert(await page.locator('#trials-table tbody tr').count() === 5, 'expected 5 trial rows');
+    assert(await page.locator('#trials-table tr.best[data-trial="1"]').count() === 1, 'trial 1 not marked best');
+    const best = await page.textContent('#best-trial');
+    assert(best.startsWith('trial 1: val_accuracy 0.88'), `best trial: ${best}`);
+    assert((await page.textContent('#search-name')) === 'vit-micro <b>asha</b>', 'name not shown as text');
+    await page.screenshot({ path: join(shots, 'mock-search.png'), fullPage: true });
+  });
+
   await steps.run('sweep page of a ZeRO study: measured memory per rank, one line per stage', async () => {
     await page.goto(`${base}/#/sweeps/2`);
     const chart = '[data-chart="memory-per-rank"]';

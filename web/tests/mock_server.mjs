@@ -100,10 +100,67 @@ function makeWorld(now) {
   }];
   const zero = zeroStudy(now, trainer);
   sweeps.push(zero.sweep);
+  const study = searchStudy(now, trainer);
   return {
     jobs, workers, sweeps, reports: { 1: { sweep_id: '1', rows }, 2: zero.report },
-    metrics: new Map(), logs: new Map(),
+    searches: [study.search], metrics: study.metrics, logs: new Map(),
   };
+}
+
+// Search 1: ASHA (eta 3; rungs of 100, 300 and 900 steps) over lr
+// (loguniform), weight_decay (numbers) and optimizer (names). Trial 1 was
+// promoted twice and is the best, trial 3 once; trial 2 failed; trial 4 runs
+// its first rung and has points but no rung metric yet. Each job reports
+// val_accuracy every 20 steps from 2 ranks. Jobs 101-108 are not in the job
+// list.
+export function searchStudy(now, trainer) {
+  const trials = [
+    [0, '0.0003', '0', 'adamw', 'paused', 0, ['101'], [0.6]],
+    [1, '0.002', '0.05', 'lamb', 'completed', 2, ['102', '105', '107'], [0.7, 0.8, 0.88]],
+    [2, '0.009', '0.1', 'adamw', 'failed', 0, ['103'], []],
+    [3, '0.001', '0', 'lamb', 'paused', 1, ['104', '106'], [0.68, 0.75]],
+    [4, '0.0001', '0.05', 'adamw', 'running', 0, ['108'], []],
+  ].map(([index, lr, wd, optimizer, status, rung, jobIds, rungMetrics]) => ({
+    index, parameters: { lr, weight_decay: wd, optimizer }, rung,
+    steps: S([100, 300, 900][rung] * (rungMetrics.length > rung ? 1 : 0)),
+    job_ids: jobIds, state: status === 'running' ? 'JOB_STATE_RUNNING'
+      : status === 'failed' ? 'JOB_STATE_FAILED' : 'JOB_STATE_SUCCEEDED',
+    status, rung_metrics: rungMetrics, promoted: rung > 0,
+    ...(rungMetrics.length ? { best_metric: Math.max(...rungMetrics) } : {}),
+  }));
+  // job: [trial, first step, last step]; trial t's accuracy is 0.04 t below trial 0's.
+  const spans = { 101: [0, 20, 100], 102: [1, 20, 100], 105: [1, 120, 300], 107: [1, 320, 900],
+    104: [3, 20, 100], 106: [3, 120, 300], 108: [4, 20, 40] };
+  const metrics = new Map();
+  for (const [job, [trial, from, to]] of Object.entries(spans)) {
+    const points = [];
+    for (let step = from; step <= to; step += 20) {
+      for (const rank of [0, 1]) {
+        points.push({ attempt: 1, rank, step: S(step), name: 'val_accuracy',
+          value: 0.5 + step / 3000 + rank * 0.01 - 0.04 * trial, unix_ms: S(now - 100000 + step) });
+      }
+    }
+    metrics.set(job, points);
+  }
+  const search = {
+    id: '1', name: 'vit-micro <b>asha</b>', state: 'SEARCH_STATE_RUNNING', reason: 'submitted',
+    owner: 'alice', best_trial: 1, trials,
+    spec: {
+      name: 'vit-micro asha', base: { world_size: 1, trainer },
+      search: {
+        method: 'asha', seed: '1', metric: 'val_accuracy', mode: 'max', max_trials: 9,
+        max_concurrent: 2, max_length: '900', length_unit: 'steps',
+        parameters: [
+          { key: 'lr', choice: [], uniform: [], loguniform: [0.0001, 0.01], int_range: [] },
+          { key: 'weight_decay', choice: ['0', '0.05', '0.1'], uniform: [], loguniform: [], int_range: [] },
+          { key: 'optimizer', choice: ['adamw', 'lamb'], uniform: [], loguniform: [], int_range: [] },
+        ],
+        asha: { reduction_factor: 3, min_length: '100', max_rungs: 0 },
+      },
+    },
+    spec_yaml: 'name: vit-micro asha\n', created_unix_ms: S(now - 600000), updated_unix_ms: S(now - 1000),
+  };
+  return { search, metrics };
 }
 
 // Sweep 2: world size x ZeRO stage, each row with the measured peak memory
@@ -282,7 +339,10 @@ export async function startMockServer({ dist, port = 0, refuseStreams = false, t
     }
     if ((m = /^\/api\/v1\/jobs\/(\d+)\/metrics$/.exec(p))) {
       const after = Number(url.searchParams.get('after_step') || -1);
-      return send(res, 200, { points: jobPoints(m[1]).filter((x) => Number(x.step) > after || after <= 0) });
+      const name = url.searchParams.get('name') || '';
+      return send(res, 200, {
+        points: jobPoints(m[1]).filter((x) => (Number(x.step) > after || after <= 0) && (!name || x.name === name)),
+      });
     }
     if ((m = /^\/api\/v1\/jobs\/(\d+)\/logs$/.exec(p))) {
       const text = world.logs.get(logOf(m[1], Number(url.searchParams.get('rank') || 0)));
@@ -291,6 +351,11 @@ export async function startMockServer({ dist, port = 0, refuseStreams = false, t
       return send(res, 200, { data, next_offset: S(off + Buffer.byteLength(data)), attempt: 1, complete: false });
     }
     if (p === '/api/v1/workers') return send(res, 200, { workers: world.workers });
+    if (p === '/api/v1/searches') return send(res, 200, { searches: world.searches });
+    if ((m = /^\/api\/v1\/searches\/(\d+)$/.exec(p))) {
+      const s = world.searches.find((x) => x.id === m[1]);
+      return s ? send(res, 200, s) : notFound(res, `search ${m[1]}`);
+    }
     if (p === '/api/v1/sweeps') return send(res, 200, { sweeps: world.sweeps });
     if ((m = /^\/api\/v1\/sweeps\/(\d+)$/.exec(p))) {
       const s = world.sweeps.find((x) => x.id === m[1]);

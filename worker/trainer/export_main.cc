@@ -1,7 +1,9 @@
 // tessera-export: a Tessera checkpoint's model as a safetensors file with timm,
 // Hugging Face, torchvision or Tessera parameter names, which PyTorch loads
 // (docs/pretrained.md has the Python snippets). The class names stored with
-// the checkpoint go into the file's __metadata__.
+// the checkpoint go into the file's __metadata__, and for image data the job's
+// preprocessing, as timm's pretrained_cfg (--mean, --std, --crop-fraction,
+// --interpolation and the model's input size).
 //
 //   tessera-export --checkpoint /shared/ckpt/pets --model vit-ti16 --image-size 224 \
 //       --names torchvision -o pets-vit.safetensors
@@ -10,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -17,12 +20,24 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/flag_checks.h"
+#include "worker/trainer/data/image_data.h"
+#include "worker/trainer/data/image_dataset.h"
 #include "worker/trainer/model/vit_config.h"
 #include "worker/trainer/model/vit_weights.h"
 #include "worker/trainer/run/checkpoint.h"
 #include "worker/trainer/run/checkpoint_model.h"
+#include "worker/trainer/run/weights_preprocessing.h"
 
 namespace {
+
+using tessera::trainer::IsEncodedImageDataset;
+using tessera::trainer::kImageNetMean;
+using tessera::trainer::kImageNetStd;
+using tessera::trainer::kPretrainedCfgKey;
+using tessera::trainer::PretrainedCfgJson;
+using tessera::trainer::ViTConfig;
+using tessera::trainer::WeightsPreprocessing;
 
 struct ExportFlags {
   std::string checkpoint;
@@ -33,7 +48,60 @@ struct ExportFlags {
   std::string names = "torchvision";
   std::string out;
   int64_t step = 0;
+  // The job's data and preprocessing: for image data, written into the file's
+  // metadata as timm's pretrained_cfg, which an evaluation of the file takes
+  // (run/weights_preprocessing.h).
+  std::string dataset = "imagefolder";
+  std::vector<double> mean{kImageNetMean.begin(), kImageNetMean.end()};
+  std::vector<double> std{kImageNetStd.begin(), kImageNetStd.end()};
+  double crop_fraction = 0.875;
+  std::string interpolation = "bilinear";
 };
+
+// The job's preprocessing, for tessctl export to pass on from the spec.
+void AddPreprocessingFlags(CLI::App& app, ExportFlags& f) {
+  const std::string group = "Preprocessing (written as the file's pretrained_cfg)";
+  app.add_option("--dataset", f.dataset,
+                 "the job's dataset; image data (imagefolder, shards) gets its "
+                 "preprocessing written into the metadata")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--mean", f.mean, "the job's trainer.mean, three values")
+      ->expected(3)
+      ->check(tessera::IsNumber<double>())
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--std", f.std, "the job's trainer.std, three values")
+      ->expected(3)
+      ->check(tessera::IsNumber<double>())
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--crop-fraction", f.crop_fraction,
+                 "the job's trainer.crop_fraction (crop_pct)")
+      ->capture_default_str()
+      ->check(tessera::NumberAtLeast<double>(0))
+      ->check(CLI::Range(0.0, 1.0))
+      ->group(group);
+  app.add_option("--interpolation", f.interpolation, "the job's trainer.interpolation")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bilinear", "bicubic"}))
+      ->group(group);
+}
+
+// The pretrained_cfg metadata of an image-data job's export; none for the
+// in-memory datasets, which normalise with their own statistics.
+std::map<std::string, std::string> PreprocessingMetadata(const ExportFlags& f,
+                                                         const ViTConfig& config) {
+  if (!IsEncodedImageDataset(f.dataset) || config.in_channels != 3) return {};
+  WeightsPreprocessing cfg;
+  cfg.mean = f.mean;
+  cfg.std = f.std;
+  cfg.crop_pct = f.crop_fraction;
+  cfg.interpolation = f.interpolation;
+  cfg.input_size =
+      std::vector<int64_t>{config.in_channels, config.image_size, config.image_size};
+  return {{kPretrainedCfgKey, PretrainedCfgJson(cfg)}};
+}
 
 void AddExportFlags(CLI::App& app, ExportFlags& f) {
   app.add_option("--checkpoint", f.checkpoint,
@@ -54,8 +122,9 @@ void AddExportFlags(CLI::App& app, ExportFlags& f) {
       ->capture_default_str();
   app.add_option("--step", f.step,
                  "the checkpoint of this step in a checkpoint directory (0: the latest)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(tessera::NumberAtLeast<int64_t>(0));
   app.add_option("-o,--out", f.out, "the safetensors file to write")->required();
+  AddPreprocessingFlags(app, f);
   app.footer(
       "Example:\n"
       "  tessera-export --checkpoint /shared/ckpt/pets --model vit-ti16 --image-size 224 "
@@ -130,8 +199,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<ViTConfig> config =
       ResolveViTConfig(f.model, f.channels, classes, f.image_size);
   if (!config.ok()) return Report({std::string(config.status().message()), 2});
-  const absl::Status exported =
-      ExportCheckpoint(f.checkpoint, *config, *layout, {}, f.out);
+  const absl::Status exported = ExportCheckpoint(
+      f.checkpoint, *config, *layout, {}, f.out, PreprocessingMetadata(f, *config));
   if (!exported.ok()) return Report({std::string(exported.message()), 1});
   std::cout << "tessera-export: wrote " << f.out << " (" << WeightLayoutName(*layout)
             << " names, " << classes << " classes)" << std::endl;

@@ -14,10 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,11 +27,14 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/fault_spec.h"
+#include "common/file_io.h"
 #include "common/trainer_exit.h"
+#include "worker/trainer/data/crop_resize.h"
 #include "worker/trainer/data/dataset_loader.h"
 #include "worker/trainer/data/image_data.h"
 #include "worker/trainer/data/image_dataset.h"
 #include "worker/trainer/data/training_data.h"
+#include "worker/trainer/data/validation_split.h"
 #include "worker/trainer/dist/collective_timeout.h"
 #include "worker/trainer/dist/process_group.h"
 #include "worker/trainer/run/coordinator_client.h"
@@ -46,6 +48,7 @@
 #include "worker/trainer/run/trainer.h"
 #include "worker/trainer/run/trainer_flags.h"
 #include "worker/trainer/run/trainer_options.h"
+#include "worker/trainer/run/weights_preprocessing.h"
 
 #if TESSERA_NCCL_TENSORS
 #include "worker/trainer/dist/nccl_communicator.h"
@@ -129,17 +132,19 @@ std::unique_ptr<CoordinatorClient> MakeCoordinatorClient(const LaunchOptions& la
   args.SetMaxReceiveMessageSize(16 << 20);
   const char* ca_file = std::getenv("TESSERA_TRAINER_TLS_CA");
   if (ca_file != nullptr && *ca_file != '\0') {
-    std::ifstream in(ca_file);
-    std::stringstream roots;
-    roots << in.rdbuf();
-    if (!in || roots.str().empty()) {
+    absl::StatusOr<std::string> roots = ReadFile(
+        ca_file, {.max_bytes = size_t{1} << 20, .what = "the coordinator's TLS roots"});
+    if (roots.ok() && roots->empty()) {
+      roots = absl::InvalidArgumentError(
+          absl::StrCat("the coordinator's TLS roots '", ca_file, "' are empty"));
+    }
+    if (!roots.ok()) {
       // The channel would fail its handshakes; say why once, up front.
-      std::cerr << "tessera-train: cannot read the coordinator's TLS roots from "
-                << ca_file << std::endl;
+      std::cerr << "tessera-train: " << roots.status().message() << std::endl;
     }
     ClientTls tls;
     tls.enabled = true;
-    tls.root_pem = roots.str();
+    tls.root_pem = roots.ok() ? *std::move(roots) : std::string();
     const char* server_name = std::getenv("TESSERA_TRAINER_TLS_SERVER_NAME");
     if (server_name != nullptr) tls.server_name = server_name;
     credentials = ChannelCredentialsFor(tls, args);
@@ -173,11 +178,15 @@ std::unique_ptr<LeaseKeeper> StartLease(CoordinatorClient* coordinator,
 absl::Status CompleteAndCheckFlags(TrainerFlags& flags) {
   if (!flags.launch.credential_file.empty()) {
     // The credential never appears in argv, which every user can read.
-    std::ifstream in(flags.launch.credential_file);
-    std::getline(in, flags.launch.credential);
-    if (!in && flags.launch.credential.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read --credential-file ", flags.launch.credential_file));
+    absl::StatusOr<std::string> text =
+        ReadFile(flags.launch.credential_file,
+                 {.max_bytes = 1 << 16, .what = "--credential-file"});
+    if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
+    flags.launch.credential = text->substr(0, text->find('\n'));
+    if (flags.launch.credential.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot read --credential-file ",
+                                                     flags.launch.credential_file,
+                                                     ": its first line is empty"));
     }
     std::remove(flags.launch.credential_file.c_str());
   }
@@ -186,6 +195,21 @@ absl::Status CompleteAndCheckFlags(TrainerFlags& flags) {
         ValidateLaunchOptions(flags.launch, kCoordinatorSupported)}) {
     if (!status.ok()) return status;
   }
+  return absl::OkStatus();
+}
+
+// An evaluation of a weights file takes the preprocessing that comes with it
+// (its metadata, config.json beside it) for the data keys the command line
+// leaves unset, and says where each key came from.
+absl::Status TakeWeightsPreprocessing(TrainerFlags& flags) {
+  if (!UsesWeightsPreprocessing(flags.trainer)) return absl::OkStatus();
+  absl::StatusOr<WeightsPreprocessingSources> sources =
+      ReadWeightsPreprocessing(flags.trainer.init_from);
+  if (!sources.ok()) return sources.status();
+  absl::StatusOr<std::string> said =
+      ApplyWeightsPreprocessing(*sources, flags.given, flags.trainer);
+  if (!said.ok()) return said.status();
+  std::cout << "tessera-train: preprocessing: " << *said << std::endl;
   return absl::OkStatus();
 }
 
@@ -198,6 +222,9 @@ ImageDataOptions ImageDataOptionsFor(const TrainerOptions& options) {
     opening.mean.assign(options.mean.begin(), options.mean.end());
   if (!options.std.empty()) opening.stddev.assign(options.std.begin(), options.std.end());
   opening.crop_fraction = options.crop_fraction;
+  // Validated with the options.
+  opening.interpolation = data::ParseInterpolation(options.interpolation)
+                              .value_or(data::Interpolation::kBilinear);
   opening.max_skipped_fraction = options.data_max_skipped;
   return opening;
 }
@@ -329,8 +356,9 @@ int EvaluateRank(const TrainerOptions& options, const TrainingData& data,
     return Fail("evaluation", report.status());
   }
   if (group.rank == 0) std::cout << "[rank 0] " << FormatEvalReport(*report);
-  std::cout << absl::StrFormat("[rank %d] done: eval top1=%.4f top5=%.4f loss=%.4f",
-                               group.rank, report->top1, report->top5, report->loss)
+  std::cout << absl::StrFormat(
+                   "[rank %d] done: eval on %s: top1=%.4f top5=%.4f loss=%.4f",
+                   group.rank, report->split, report->top1, report->top5, report->loss)
             << std::endl;
   const absl::Status flushed = reporter.Flush(kFinalFlushTimeout);
   if (!flushed.ok()) std::cerr << "tessera-train: " << flushed << std::endl;
@@ -344,6 +372,43 @@ int EvaluateRank(const TrainerOptions& options, const TrainingData& data,
     group.communicator->Abort();
     return Fail("reporting the result", reported);
   }
+  return kTrainerExitSuccess;
+}
+
+// The in-memory datasets' splits, which InMemoryData refers to.
+struct InMemorySplits {
+  absl::StatusOr<ImageDataset> train = absl::UnknownError("not loaded");
+  absl::StatusOr<ImageDataset> test = absl::UnknownError("not loaded");
+  std::optional<ImageDataset> val;  // held out of `train` by --val-fraction
+};
+
+// Image folders and shards are opened (and decoded as they are read); the
+// other datasets are loaded whole into `splits`, which must outlive `*data`,
+// with the validation split held out of the training set where asked.
+// Returns an exit code, having said why on failure.
+int OpenData(const TrainerOptions& options, InMemorySplits& splits,
+             std::unique_ptr<TrainingData>* data) {
+  if (IsImageDataKind(options.dataset)) {
+    absl::StatusOr<std::unique_ptr<TrainingData>> opened =
+        OpenImageData(ImageDataOptionsFor(options));
+    if (!opened.ok()) return Fail("opening the data", opened.status());
+    *data = *std::move(opened);
+    return kTrainerExitSuccess;
+  }
+  splits.train = LoadSplit(options, Split::kTrain);
+  if (!splits.train.ok())
+    return Fail("loading the training split", splits.train.status());
+  splits.test = LoadSplit(options, Split::kTest);
+  if (!splits.test.ok()) return Fail("loading the test split", splits.test.status());
+  if (options.val_fraction > 0) {
+    absl::StatusOr<HeldOut> parts = HoldOutValidation(
+        *splits.train, options.val_fraction, static_cast<uint64_t>(options.val_seed));
+    if (!parts.ok()) return Fail("holding out the validation split", parts.status());
+    splits.train = std::move(parts->train);
+    splits.val = std::move(parts->val);
+  }
+  *data = std::make_unique<InMemoryData>(*splits.train, *splits.test, options.dataset,
+                                         splits.val.has_value() ? &*splits.val : nullptr);
   return kTrainerExitSuccess;
 }
 
@@ -366,22 +431,10 @@ int TrainRank(const TrainerFlags& flags, const DevicePlacement& placement) {
   }
 
   // Data first: a bad data directory fails fast, before any peer waits on us.
-  // Image folders and shards are opened (and decoded as they are read); the
-  // other datasets are loaded whole.
-  absl::StatusOr<ImageDataset> train = absl::UnknownError("not loaded");
-  absl::StatusOr<ImageDataset> test = absl::UnknownError("not loaded");
+  InMemorySplits splits;
   std::unique_ptr<TrainingData> data;
-  if (IsImageDataKind(options.dataset)) {
-    absl::StatusOr<std::unique_ptr<TrainingData>> opened =
-        OpenImageData(ImageDataOptionsFor(options));
-    if (!opened.ok()) return Fail("opening the data", opened.status());
-    data = *std::move(opened);
-  } else {
-    train = LoadSplit(options, Split::kTrain);
-    if (!train.ok()) return Fail("loading the training split", train.status());
-    test = LoadSplit(options, Split::kTest);
-    if (!test.ok()) return Fail("loading the test split", test.status());
-    data = std::make_unique<InMemoryData>(*train, *test, options.dataset);
+  if (const int code = OpenData(options, splits, &data); code != kTrainerExitSuccess) {
+    return code;
   }
 
   absl::StatusOr<ProcessGroupOptions> group_options = GroupOptionsFor(flags, placement);
@@ -446,6 +499,9 @@ int Run(int argc, char** argv) {
   if (const absl::Status checked = CompleteAndCheckFlags(*flags); !checked.ok()) {
     std::cerr << "tessera-train: " << checked.message() << std::endl;
     return kTrainerExitUsage;
+  }
+  if (const absl::Status taken = TakeWeightsPreprocessing(*flags); !taken.ok()) {
+    return Fail("the preprocessing that comes with the weights", taken);
   }
 
   // The device decides the collective backend; an impossible --device or

@@ -3,7 +3,11 @@
 #include <functional>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/search_spec.h"
 #include "coordinator/coordinator_server.h"
+#include "coordinator/core/auth.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -318,6 +322,80 @@ TEST_F(HttpApiTest, SweepRoutesServeTheSweepAndItsReport) {
                               "application/json");
   ASSERT_TRUE(cancel);
   EXPECT_EQ(nlohmann::json::parse(cancel->body)["state"], "SWEEP_STATE_CANCELLED");
+}
+
+// A search as its owner's dashboard reads it: the search with its trials,
+// their values and jobs; another user's search is NotFound, as a sweep is.
+TEST_F(HttpApiTest, SearchRoutesServeTheSearchWithItsTrialsToItsOwnerOnly) {
+  server_.reset();
+  CoordinatorOptions options;
+  options.auth.enabled = true;
+  StartServer(options);
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("cpu-node");
+  reg.set_hostname("cpu-node.example");
+  reg.set_device_kind("cpu");
+  reg.set_slots(2);
+  ASSERT_TRUE(server_->manager().workers().RegisterWorker(reg).ok());
+  RealClock clock;
+  const std::string alice = *CreateToken(server_->store(), clock, kUserToken, "alice");
+  const std::string bob = *CreateToken(server_->store(), clock, kUserToken, "bob");
+  absl::StatusOr<v1::SearchSpec> spec = ParseAndValidateSearchSpec(R"(name: lr
+search:
+  method: grid
+  metric: val_accuracy
+  max_concurrent: 2
+  max_length: 100
+  parameters:
+    lr: {choice: [0.001, 0.01]}
+base:
+  world_size: 1
+  trainer: {model: vit-micro, dataset: synthetic, batch_size: 8, val_fraction: 0.1}
+)",
+                                                                   SpecLimits{});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<v1::SubmitSearchResponse> submitted =
+      server_->searches().Submit(*spec, "", "", "alice");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string path = absl::StrCat("/api/v1/searches/", submitted->search_id());
+  const httplib::Headers as_alice = {{"Authorization", "Bearer " + alice}};
+  const httplib::Headers as_bob = {{"Authorization", "Bearer " + bob}};
+
+  auto search = client_->Get(path.c_str(), as_alice);
+  ASSERT_TRUE(search);
+  ASSERT_EQ(search->status, 200) << search->body;
+  const nlohmann::json json = nlohmann::json::parse(search->body);
+  EXPECT_EQ(json["state"], "SEARCH_STATE_RUNNING");
+  EXPECT_EQ(json["owner"], "alice");
+  EXPECT_EQ(json["best_trial"], -1);
+  ASSERT_EQ(json["trials"].size(), 2u);
+  EXPECT_EQ(json["trials"][1]["parameters"]["lr"], "0.01");
+  EXPECT_EQ(json["trials"][1]["status"], "running");
+  EXPECT_EQ(json["trials"][1]["job_ids"].size(), 1u);
+
+  auto mine = client_->Get("/api/v1/searches", as_alice);
+  ASSERT_TRUE(mine);
+  EXPECT_EQ(nlohmann::json::parse(mine->body)["searches"].size(), 1u);
+  auto theirs = client_->Get("/api/v1/searches", as_bob);
+  ASSERT_TRUE(theirs);
+  ASSERT_EQ(theirs->status, 200);
+  EXPECT_TRUE(nlohmann::json::parse(theirs->body)["searches"].empty());
+  auto hidden = client_->Get(path.c_str(), as_bob);
+  ASSERT_TRUE(hidden);
+  EXPECT_EQ(hidden->status, 404);
+  auto bad = client_->Get("/api/v1/searches/x1", as_alice);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+
+  auto refused =
+      client_->Post((path + "/cancel").c_str(), as_bob, "", "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 404);
+  auto cancel =
+      client_->Post((path + "/cancel").c_str(), as_alice, "", "application/json");
+  ASSERT_TRUE(cancel);
+  ASSERT_EQ(cancel->status, 200) << cancel->body;
+  EXPECT_EQ(nlohmann::json::parse(cancel->body)["state"], "SEARCH_STATE_CANCELLED");
 }
 
 TEST_F(HttpApiTest, StaticFilesAreServedWithTheirTypeAndUnknownPathsAre404) {

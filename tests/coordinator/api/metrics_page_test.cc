@@ -8,15 +8,18 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/device_figures.h"
+#include "common/search_spec.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/core/auth.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/testing/promtool.h"
+#include "tests/testing/test_util.h"
 
 namespace tessera {
 namespace {
@@ -62,6 +65,7 @@ ClusterMetrics SampleMetrics() {
   job.figures[1] = {{kImagesPerSecFigure, 110}, {kStepTimeMsFigure, 220}};
   m.running.push_back(job);
   m.slurm_allocations[{"gpu", "running"}] = 1;
+  m.search_trials = {{"running", 2}, {"paused", 3}, {"completed", 1}, {"failed", 0}};
   m.metric_rows_written = 1234;
   m.metric_rows_refused = 5;
   LatencyHistogram h;
@@ -82,6 +86,9 @@ TEST(MetricsPageTest, ShowsJobsQueueWorkersSlotsAndRunningJobs) {
   EXPECT_THAT(page, HasSubstr("tessera_jobs{state=\"queued\"} 2\n"));
   EXPECT_THAT(page, HasSubstr("tessera_jobs_ended_total{state=\"succeeded\"} 3\n"));
   EXPECT_THAT(page, HasSubstr("tessera_queue_length 2\n"));
+  EXPECT_THAT(page, HasSubstr("# TYPE tessera_search_trials gauge\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_search_trials{state=\"paused\"} 3\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_search_trials{state=\"failed\"} 0\n"));
   EXPECT_THAT(page, HasSubstr("tessera_queue_oldest_wait_seconds 42.5\n"));
   EXPECT_THAT(page, HasSubstr("tessera_workers{state=\"dead\"} 1\n"));
   EXPECT_THAT(page, HasSubstr("tessera_slots{kind=\"gpu\",state=\"free\"} 2\n"));
@@ -129,6 +136,32 @@ TEST(MetricsPageTest, PromtoolAcceptsThePage) {
   }
   ExpectPromtoolAccepts(RenderMetricsPage(SampleMetrics(), DatabaseFigures()));
   ExpectPromtoolAccepts(RenderMetricsPage(ClusterMetrics(), DatabaseFigures()));
+}
+
+TEST(MetricsPageTest, ShowsTheBytesOverBudgetAndTheRowsRetentionDropped) {
+  const DatabaseFigures db{.size_bytes = 1 << 20,
+                           .bytes_over_budget = 12345,
+                           .metric_rows_downsampled = 1,
+                           .metric_rows_thinned = 200,
+                           .metric_rows_pruned = 30,
+                           .log_chunks_dropped = 4};
+  const std::string page = RenderMetricsPage(ClusterMetrics(), db);
+  EXPECT_THAT(page, HasSubstr("# TYPE tessera_db_bytes_over_budget gauge\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_db_bytes_over_budget 12345\n"));
+  EXPECT_THAT(page,
+              HasSubstr("# TYPE tessera_db_retention_rows_dropped_total counter\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_db_retention_rows_dropped_total{kind=\"metrics_"
+                              "downsampled\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_db_retention_rows_dropped_total{kind=\"metrics_"
+                              "thinned\"} 200\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_db_retention_rows_dropped_total{kind=\"metrics_"
+                              "pruned\"} 30\n"));
+  EXPECT_THAT(page, HasSubstr("tessera_db_retention_rows_dropped_total{kind=\"log_"
+                              "chunks\"} 4\n"));
+  if (testing::PromtoolMissing().empty()) ExpectPromtoolAccepts(page);
+  // Without a budget there is nothing to be over: no sample, not a zero.
+  EXPECT_THAT(RenderMetricsPage(ClusterMetrics(), DatabaseFigures()),
+              Not(HasSubstr("tessera_db_bytes_over_budget")));
 }
 
 TEST(MetricsPageTest, LabelValuesAreCutAndPrintable) {
@@ -285,6 +318,80 @@ TEST_F(MetricsEndpointTest, ServesTheGpuReadingsOfEachWorkersLatestHeartbeat) {
   }
   EXPECT_EQ(samples, static_cast<size_t>(kMaxWorkerGpuReadings) - 1);  // GPU 0's is out
   if (testing::PromtoolMissing().empty()) ExpectPromtoolAccepts(page->body);
+}
+
+// The trials of a running search reach the page by state, fed by the
+// coordinator's SearchManager; once the search ends they leave it.
+TEST_F(MetricsEndpointTest, ServesTheTrialsOfRunningSearchesByState) {
+  auto before = Get(metrics_);
+  ASSERT_TRUE(before);
+  EXPECT_THAT(before->body, HasSubstr("tessera_search_trials{state=\"running\"} 0\n"));
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("cpu-node");
+  reg.set_hostname("cpu-node.example");
+  reg.set_device_kind("cpu");
+  reg.set_slots(2);
+  ASSERT_TRUE(server_->manager().workers().RegisterWorker(reg).ok());
+  absl::StatusOr<v1::SearchSpec> spec = ParseAndValidateSearchSpec(R"(name: lr
+search:
+  method: random
+  metric: val_accuracy
+  max_trials: 5
+  max_concurrent: 2
+  max_length: 100
+  parameters:
+    lr: {loguniform: [1e-4, 1e-2]}
+base:
+  world_size: 1
+  trainer: {model: vit-micro, dataset: synthetic, batch_size: 8, val_fraction: 0.1}
+)",
+                                                                   SpecLimits{});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<v1::SubmitSearchResponse> submitted =
+      server_->searches().Submit(*spec, "", "", "alice");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+
+  auto page = Get(metrics_);
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->status, 200) << page->body;
+  EXPECT_THAT(page->body, HasSubstr("tessera_search_trials{state=\"running\"} 2\n"));
+  EXPECT_THAT(page->body, HasSubstr("tessera_search_trials{state=\"failed\"} 0\n"));
+
+  ASSERT_TRUE(server_->searches().Cancel(Caller::Admin(), submitted->search_id()).ok());
+  auto after = Get(metrics_);
+  ASSERT_TRUE(after);
+  EXPECT_THAT(after->body, HasSubstr("tessera_search_trials{state=\"running\"} 0\n"));
+}
+
+// A budget below what the records alone take: retention's pass cannot meet
+// it, and the page says by how much.
+TEST(MetricsEndpointRetentionTest, ACoordinatorOverItsBudgetShowsTheBytesOver) {
+  CoordinatorOptions options;
+  options.listen = "";
+  options.http = "127.0.0.1:0";
+  options.db_path = ":memory:";
+  options.retention.max_size_bytes = 1;
+  options.retention.interval = absl::Milliseconds(10);
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  RealClock clock;
+  const std::string token =
+      *CreateToken((*server)->store(), clock, kMetricsToken, "prometheus");
+  httplib::Client client("127.0.0.1", (*server)->http_port());
+  std::string page;
+  const bool over = testing::WaitFor(
+      [&] {
+        auto got = client.Get("/metrics", {{"Authorization", "Bearer " + token}});
+        if (!got || got->status != 200) return false;
+        page = got->body;
+        return absl::StrContains(page, "tessera_db_bytes_over_budget ") &&
+               !absl::StrContains(page, "tessera_db_bytes_over_budget 0\n");
+      },
+      absl::Seconds(10));
+  EXPECT_TRUE(over) << "the first pass's figure did not reach /metrics:\n" << page;
+  EXPECT_THAT(page, HasSubstr("tessera_db_retention_rows_dropped_total{kind=\"metrics_"
+                              "thinned\"} 0\n"));
+  if (testing::PromtoolMissing().empty()) ExpectPromtoolAccepts(page);
 }
 
 TEST_F(MetricsEndpointTest, AThousandQueuedJobsKeepThePageSmall) {

@@ -1,5 +1,7 @@
 // SweepManager over a JobManager with a fake clock and an in-memory store: a
-// simulated worker runs each point's ranks and reports their metrics.
+// simulated worker runs each point's ranks and reports their metrics. The
+// report of a sweep whose jobs database retention has cut to their kept
+// metrics is the report it was.
 #include "coordinator/core/sweep_manager.h"
 
 #include <future>
@@ -9,8 +11,10 @@
 #include "common/metric_names.h"
 #include "common/sweep_spec.h"
 #include "coordinator/core/job_manager.h"
+#include "coordinator/store/db_retention.h"
 #include "coordinator/store/sqlite_store.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -115,6 +119,46 @@ class SweepManagerTest : public ::testing::Test {
     return static_cast<int>(finished.size());
   }
 
+  // tessctl eval JOB: runs a job of kind eval of `evaluated` whose rank 0
+  // reports top-1 `top1`, as a result and as its eval_* metrics, to success;
+  // returns its id.
+  int64_t RunEvalJob(int64_t evaluated, double top1) {
+    v1::JobSpec spec;
+    spec.set_name("study-eval");
+    spec.set_world_size(1);
+    spec.set_kind("eval");
+    spec.set_eval_of(evaluated);
+    spec.mutable_trainer()->set_model("vit-micro");
+    spec.mutable_trainer()->set_dataset("synthetic");
+    spec.mutable_trainer()->set_eval_only(true);
+    spec.mutable_trainer()->set_resume(true);
+    spec.mutable_trainer()->set_checkpoint_dir("/ckpt/study");
+    EXPECT_TRUE(jobs_->jobs().Submit(spec, "", absl::StrCat("eval-", evaluated)).ok());
+    v1::HeartbeatRequest beat;
+    beat.set_name("w");
+    beat.set_epoch(epoch_);
+    auto orders = jobs_->workers().Heartbeat(beat);
+    EXPECT_TRUE(orders.ok());
+    EXPECT_EQ(orders->launch_size(), 1);
+    if (!orders.ok() || orders->launch_size() != 1) return 0;
+    const v1::LaunchOrder& o = orders->launch(0);
+    Report(o, {{"eval_top1", top1}, {"eval_samples", 100}}, 0);
+    v1::ReportResultRequest result;
+    result.set_job_id(o.job_id());
+    result.set_attempt(o.attempt());
+    result.set_test_accuracy(top1);
+    result.mutable_eval()->set_top1(top1);
+    result.mutable_eval()->set_samples(100);
+    EXPECT_TRUE(jobs_->ranks().ReportResult(result).ok());
+    v1::LocalRank* r = beat.add_ranks();
+    r->set_job_id(o.job_id());
+    r->set_attempt(o.attempt());
+    r->set_pid(200);
+    r->set_exited(true);
+    EXPECT_TRUE(jobs_->workers().Heartbeat(beat).ok());
+    return o.job_id();
+  }
+
   FakeClock clock_;
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<StoreWriter> writer_;
@@ -186,39 +230,9 @@ TEST_F(SweepManagerTest, AnEvalJobsTopOneTakesThePlaceOfItsPointsLastEpoch) {
   ASSERT_TRUE(sweep.ok());
   const int64_t evaluated = sweep->points(0).job_id();
 
-  // tessctl eval JOB: a job of kind eval whose rank 0 reports top-1 0.9.
-  v1::JobSpec spec;
-  spec.set_name("study-eval");
-  spec.set_world_size(1);
-  spec.set_kind("eval");
-  spec.set_eval_of(evaluated);
-  spec.mutable_trainer()->set_model("vit-micro");
-  spec.mutable_trainer()->set_dataset("synthetic");
-  spec.mutable_trainer()->set_eval_only(true);
-  spec.mutable_trainer()->set_resume(true);
-  spec.mutable_trainer()->set_checkpoint_dir("/ckpt/study");
-  ASSERT_TRUE(jobs_->jobs().Submit(spec, "", "eval-1").ok());
-  v1::HeartbeatRequest beat;
-  beat.set_name("w");
-  beat.set_epoch(epoch_);
-  auto orders = jobs_->workers().Heartbeat(beat);
-  ASSERT_TRUE(orders.ok());
-  ASSERT_EQ(orders->launch_size(), 1);
-  const v1::LaunchOrder& o = orders->launch(0);
-  v1::ReportResultRequest result;
-  result.set_job_id(o.job_id());
-  result.set_attempt(o.attempt());
-  result.set_test_accuracy(0.9);
-  result.mutable_eval()->set_top1(0.9);
-  result.mutable_eval()->set_samples(100);
-  ASSERT_TRUE(jobs_->ranks().ReportResult(result).ok());
-  v1::LocalRank* r = beat.add_ranks();
-  r->set_job_id(o.job_id());
-  r->set_attempt(o.attempt());
-  r->set_pid(200);
-  r->set_exited(true);
-  ASSERT_TRUE(jobs_->workers().Heartbeat(beat).ok());
-  auto eval_job = jobs_->jobs().GetJob(Caller::Admin(), o.job_id());
+  const int64_t eval_id = RunEvalJob(evaluated, 0.9);
+  ASSERT_NE(eval_id, 0);
+  auto eval_job = jobs_->jobs().GetJob(Caller::Admin(), eval_id);
   ASSERT_TRUE(eval_job.ok());
   ASSERT_EQ(eval_job->state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_DOUBLE_EQ(eval_job->ranks(0).eval().top1(), 0.9);
@@ -364,6 +378,81 @@ TEST_F(SweepManagerTest,
     }
   }
   EXPECT_EQ(checked, 4);
+}
+
+TEST_F(SweepManagerTest, ReportIsTheSameAfterRetentionCutsItsJobsToTheKeptMetrics) {
+  auto submitted = sweeps_->Submit(Spec(/*max_parallel=*/4), "", "req-retention");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  // Besides RunLaunched's figures, 50 intervals of the trainer's telemetry, of
+  // which retention thins lr and time_data_ms and keeps what the report
+  // reads, the sizes, and the run's time at its end.
+  auto telemetry = [this](const v1::LaunchOrder& o) {
+    for (int64_t step = 1; step <= 50; ++step) {
+      Report(o,
+             {{"lr", 0.1 / step},
+              {"time_data_ms", 1.0 * step},
+              {kTrainLossMetricName, 2.0 / step},
+              {kImagesPerSecFigure, 40.0 + step % 7 + o.rank()},
+              {kCommTimeMsMetricName, 10.0 + step % 5},
+              {kStepTimeMsFigure, 100.0 + step % 3},
+              {kPeakRssFigure, 1000.0 + step * (step % 2)}},
+             step);
+    }
+    Report(o,
+           {{kOptimizerStateBytesMetricName, 8000 + o.rank()},
+            {kGradientBytesMetricName, 4000.0},
+            {kParameterBytesMetricName, 2000.0}},
+           0);
+    Report(o, {{kTrainSecondsMetricName, 60.0}, {kTrainStepsMetricName, 50}}, 50);
+  };
+  int finished = 0;
+  for (int round = 0; round < 4 && finished < 4; ++round) {
+    finished += RunLaunched([](int world) { return 10.0 / world; }, telemetry);
+    sweeps_->Tick();
+  }
+  ASSERT_EQ(finished, 4);
+  auto sweep = sweeps_->Get(Caller::Admin(), submitted->sweep_id());
+  ASSERT_TRUE(sweep.ok());
+  const int64_t evaluated = sweep->points(0).job_id();
+  const int64_t eval_id = RunEvalJob(evaluated, 0.9);
+  ASSERT_NE(eval_id, 0);
+  auto before = sweeps_->Report(Caller::Admin(), submitted->sweep_id());
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_EQ(before->rows_size(), 4);
+  for (const v1::SweepReportRow& row : before->rows()) ASSERT_EQ(row.runs(), 1);
+
+  // A budget no database meets: every finished job is cut to its kept metrics.
+  ASSERT_TRUE(writer_->Flush());
+  DbRetention::Options options;
+  options.retain_metrics = absl::InfiniteDuration();
+  options.retain_logs = absl::InfiniteDuration();
+  options.max_size_bytes = 1;
+  DbRetention retention(store_.get(), &clock_, options);
+  auto pass = retention.RunOnce();
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->jobs_thinned, 5);
+  EXPECT_EQ(pass->jobs_pruned, 5);
+  EXPECT_TRUE(pass->over_budget);
+  auto rows = [this](int64_t job, const std::string& name) {
+    auto points = store_->QueryMetrics({job, -1, name, 100000});
+    EXPECT_TRUE(points.ok()) << points.status();
+    return points.ok() ? points->size() : 0;
+  };
+  for (const v1::SweepPoint& p : sweep->points()) {
+    EXPECT_EQ(rows(p.job_id(), "lr"), 0u);
+    EXPECT_EQ(rows(p.job_id(), "time_data_ms"), 0u);
+    EXPECT_EQ(rows(p.job_id(), kTrainLossMetricName), 50u * p.world_size());
+    EXPECT_EQ(rows(p.job_id(), kTestAccuracyMetricName), 1u * p.world_size());
+  }
+  EXPECT_EQ(rows(eval_id, "eval_top1"), 1u);
+
+  auto after = sweeps_->Report(Caller::Admin(), submitted->sweep_id());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*before, *after))
+      << "before:\n"
+      << before->DebugString() << "after:\n"
+      << after->DebugString();
+  EXPECT_EQ(after->rows(0).eval_runs(), 1);
 }
 
 TEST_F(SweepManagerTest, RetriedSubmitReturnsTheSameSweep) {

@@ -99,5 +99,26 @@ TEST(MetricDownsamplingTest, ShortSeriesLoseNothing) {
   EXPECT_TRUE(MetricPointsToDrop(keys, 100).empty());
 }
 
+// Size retention: thinning keeps each series' newest point (per attempt and
+// rank), dropping none; a kept metric (an evaluation result, or one a sweep
+// or search report reads) keeps every point either way.
+TEST(MetricDownsamplingTest, SizeCutsKeepTheLastPointAndEveryPointOfAKeptMetric) {
+  const SeriesEnds ends = {{{0, 0, "lr"}, 30}, {{1, 0, "lr"}, 20}, {{0, 1, "lr"}, 10}};
+  for (const char* kept : {"test_accuracy", "val_loss", "eval_top1", "images_per_sec",
+                           "time_comm_ms", "epoch_seconds", "loss", "total_steps",
+                           "peak_rss_bytes", "optimizer_state_bytes"}) {
+    for (SizeCut cut : {SizeCut::kThin, SizeCut::kDrop}) {
+      EXPECT_TRUE(SizeCutKeeps(cut, {0, 0, kept, 5}, ends)) << kept;
+    }
+  }
+  EXPECT_TRUE(SizeCutKeeps(SizeCut::kThin, {0, 0, "lr", 30}, ends));
+  EXPECT_FALSE(SizeCutKeeps(SizeCut::kThin, {0, 0, "lr", 20}, ends));
+  EXPECT_TRUE(SizeCutKeeps(SizeCut::kThin, {1, 0, "lr", 20}, ends));  // attempt 1's
+  EXPECT_FALSE(
+      SizeCutKeeps(SizeCut::kThin, {0, 1, "lr", 20}, ends));  // rank 1 ends at 10
+  EXPECT_FALSE(SizeCutKeeps(SizeCut::kDrop, {0, 0, "lr", 30}, ends));
+  EXPECT_FALSE(SizeCutKeeps(SizeCut::kThin, {0, 0, "time_data_ms", 30}, ends));
+}
+
 }  // namespace
 }  // namespace tessera

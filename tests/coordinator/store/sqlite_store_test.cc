@@ -17,6 +17,7 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -788,6 +789,129 @@ TEST_P(StoreContractTest, DeletedSlurmAllocationIsGoneAndUnknownDeleteIsFine) {
   ASSERT_THAT(got, IsOk());
   EXPECT_TRUE(got->empty());
   EXPECT_TRUE(absl::IsInvalidArgument(store_->PutSlurmAllocation(Allocation("", 1000))));
+}
+
+SearchRecord MakeSearch(const std::string& name, const std::string& client_request_id) {
+  SearchRecord search;
+  search.name = name;
+  search.reason = "submitted";
+  search.spec.set_name(name);
+  search.spec.mutable_search()->set_method("asha");
+  search.spec.mutable_search()->set_max_trials(27);
+  *search.spec.mutable_base() = MakeSpec("base", 1);
+  search.spec_yaml = "name: " + name + "\n";
+  search.client_request_id = client_request_id;
+  search.created_unix_ms = 1000;
+  search.updated_unix_ms = 1000;
+  search.owner = "alice";
+  return search;
+}
+
+TEST_P(StoreContractTest, SearchesRoundTripDeduplicateByRequestIdAndUpdate) {
+  absl::StatusOr<int64_t> first = store_->CreateSearch(MakeSearch("a", "req-a"));
+  ASSERT_THAT(first, IsOk());
+  absl::StatusOr<int64_t> again = store_->CreateSearch(MakeSearch("other", "req-a"));
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(*again, *first) << "a repeated request id stores nothing";
+  absl::StatusOr<int64_t> second = store_->CreateSearch(MakeSearch("b", ""));
+  ASSERT_THAT(second, IsOk());
+  EXPECT_GT(*second, *first);
+
+  absl::StatusOr<SearchRecord> got = store_->GetSearch(*first);
+  ASSERT_THAT(got, IsOk());
+  EXPECT_EQ(got->name, "a");
+  EXPECT_EQ(got->state, v1::SEARCH_STATE_RUNNING);
+  EXPECT_EQ(got->owner, "alice");
+  EXPECT_EQ(got->client_request_id, "req-a");
+  EXPECT_EQ(got->spec.search().max_trials(), 27);
+  EXPECT_EQ(got->spec.base().trainer().model(), "vit-micro");
+  EXPECT_EQ(got->spec_yaml, "name: a\n");
+
+  got->state = v1::SEARCH_STATE_CANCELLED;
+  got->reason = "cancelled by user";
+  got->updated_unix_ms = 3000;
+  got->name = "not updated";
+  ASSERT_THAT(store_->UpdateSearch(*got), IsOk());
+  absl::StatusOr<std::vector<SearchRecord>> all = store_->ListSearches();
+  ASSERT_THAT(all, IsOk());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].id, *second) << "newest first";
+  EXPECT_EQ((*all)[1].state, v1::SEARCH_STATE_CANCELLED);
+  EXPECT_EQ((*all)[1].reason, "cancelled by user");
+  EXPECT_EQ((*all)[1].updated_unix_ms, 3000);
+  EXPECT_EQ((*all)[1].name, "a");
+
+  EXPECT_THAT(store_->GetSearch(999), StatusIs(absl::StatusCode::kNotFound));
+  got->id = 999;
+  EXPECT_THAT(store_->UpdateSearch(*got), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_P(StoreContractTest, SearchJobsReplaceByTrialAndRungAndListInThatOrder) {
+  absl::StatusOr<int64_t> id = store_->CreateSearch(MakeSearch("s", ""));
+  ASSERT_THAT(id, IsOk());
+  SearchJobRecord decided;
+  decided.search_id = *id;
+  decided.trial = 1;
+  decided.rung = 0;
+  decided.updated_unix_ms = 100;
+  ASSERT_THAT(store_->PutSearchJob(decided), IsOk());
+  SearchJobRecord done = decided;
+  done.trial = 0;
+  done.job_id = 7;
+  done.outcome = SearchJobRecord::Outcome::kDone;
+  done.job_state = v1::JOB_STATE_SUCCEEDED;
+  done.metric = 0.875;
+  done.steps = 300;
+  ASSERT_THAT(store_->PutSearchJob(done), IsOk());
+  SearchJobRecord failed = done;
+  failed.rung = 1;
+  failed.job_id = 9;
+  failed.outcome = SearchJobRecord::Outcome::kFailed;
+  failed.job_state = v1::JOB_STATE_FAILED;
+  failed.metric.reset();
+  failed.reason = "FAILED: rank 0 exited with code 1";
+  ASSERT_THAT(store_->PutSearchJob(failed), IsOk());
+  // The decided job, submitted: the same row, now with its job.
+  decided.job_id = 8;
+  ASSERT_THAT(store_->PutSearchJob(decided), IsOk());
+
+  absl::StatusOr<std::vector<SearchJobRecord>> rows = store_->ListSearchJobs(*id);
+  ASSERT_THAT(rows, IsOk());
+  ASSERT_EQ(rows->size(), 3u);
+  const SearchJobRecord& a = (*rows)[0];
+  EXPECT_EQ(std::make_tuple(a.trial, a.rung, a.job_id),
+            std::make_tuple(0, 0, int64_t{7}));
+  EXPECT_EQ(a.outcome, SearchJobRecord::Outcome::kDone);
+  EXPECT_EQ(a.job_state, v1::JOB_STATE_SUCCEEDED);
+  ASSERT_TRUE(a.metric.has_value());
+  EXPECT_EQ(*a.metric, 0.875);
+  EXPECT_EQ(a.steps, 300);
+  const SearchJobRecord& b = (*rows)[1];
+  EXPECT_EQ(std::make_tuple(b.trial, b.rung, b.job_id),
+            std::make_tuple(0, 1, int64_t{9}));
+  EXPECT_EQ(b.outcome, SearchJobRecord::Outcome::kFailed);
+  EXPECT_FALSE(b.metric.has_value());
+  EXPECT_EQ(b.reason, "FAILED: rank 0 exited with code 1");
+  const SearchJobRecord& c = (*rows)[2];
+  EXPECT_EQ(std::make_tuple(c.trial, c.rung, c.job_id),
+            std::make_tuple(1, 0, int64_t{8}));
+  EXPECT_EQ(c.outcome, SearchJobRecord::Outcome::kRunning);
+  EXPECT_EQ(c.job_state, v1::JOB_STATE_UNSPECIFIED);
+
+  SearchJobRecord nan = done;
+  nan.trial = 2;
+  nan.metric = std::nan("");
+  ASSERT_THAT(store_->PutSearchJob(nan), IsOk());
+  rows = store_->ListSearchJobs(*id);
+  ASSERT_THAT(rows, IsOk());
+  ASSERT_TRUE(rows->back().metric.has_value()) << "a NaN metric is still a metric";
+  EXPECT_TRUE(std::isnan(*rows->back().metric));
+
+  SearchJobRecord orphan = done;
+  orphan.search_id = *id + 100;
+  EXPECT_THAT(store_->PutSearchJob(orphan), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->ListSearchJobs(*id + 100), IsOk());
+  EXPECT_TRUE(store_->ListSearchJobs(*id + 100)->empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreContractTest,

@@ -46,20 +46,6 @@ std::vector<std::string> Entries(const std::string& dir) {
   return names;
 }
 
-TEST(WriteFileAtomicallyTest, ReplacesTheFileAndLeavesNoTemporaries) {
-  const std::string dir = FreshDirectory("atomic");
-  const std::string path = dir + "/file";
-  ASSERT_TRUE(WriteFileAtomically(path, "first").ok());
-  ASSERT_TRUE(WriteFileAtomically(path, std::string("sec\0ond", 7)).ok());
-  EXPECT_EQ(Slurp(path), std::string("sec\0ond", 7));
-  EXPECT_EQ(Entries(dir), std::vector<std::string>{"file"});
-}
-
-TEST(WriteFileAtomicallyTest, FailsWithAStatusWhereTheDirectoryIsMissing) {
-  const std::string dir = FreshDirectory("atomic-missing");
-  EXPECT_FALSE(WriteFileAtomically(dir + "/no/such/dir/file", "x").ok());
-}
-
 TEST(CheckpointDirectoryTest, LatestNamesThePublishedStep) {
   const CheckpointDirectory dir(FreshDirectory("latest"));
   absl::StatusOr<std::optional<int64_t>> none = dir.LatestStep();

@@ -263,6 +263,22 @@ TEST_P(LambPathTest, TrustRatioIsClippedToMaxTrustRatio) {
   }
 }
 
+// A floor (DeepSpeed's 0.01; trainer.lamb_min_trust) lifts a ratio below it.
+TEST_P(LambPathTest, TrustRatioBelowTheFloorIsLiftedToIt) {
+  for (const double floor : {0.0, 0.5}) {
+    torch::Tensor p = torch::full({4}, 0.25).requires_grad_(true);  // ||w|| = 0.5
+    FusedLamb lamb({p}, LambOptions(1e-2).eps(0).min_trust_ratio(floor));
+    lamb.ForcePath(GetParam());
+    p.mutable_grad() = torch::tensor({1.0f, 1.0f, -1.0f, -1.0f});  // ||u|| = 2
+    lamb.step();
+    const float ratio = static_cast<float>(std::max(0.25, floor));
+    const torch::Tensor expected =
+        torch::tensor({0.25f, 0.25f, 0.25f, 0.25f}) -
+        1e-2f * ratio * torch::tensor({1.0f, 1.0f, -1.0f, -1.0f});
+    EXPECT_TRUE(torch::allclose(p, expected, 0, 1e-7)) << "floor " << floor << ": " << p;
+  }
+}
+
 TEST_P(LambPathTest, TrustRatioBelowTheClipScalesTheStep) {
   torch::Tensor p = torch::full({4}, 0.25).requires_grad_(true);  // ||w|| = 0.5
   FusedLamb lamb({p}, LambOptions(1e-2).eps(0));

@@ -79,6 +79,39 @@ TEST(OptimizersTest, EachRowScalesItsGroupsRatesAndDecaysOnlyWhereAsked) {
   }
 }
 
+// The optimizer keys of the job spec (adam_betas, adam_eps, lamb_max_trust,
+// lamb_min_trust, lamb_trust_when_no_decay) reach every group of the
+// optimizers they belong to.
+TEST(OptimizersTest, TheOptimizerKeysReachEveryGroup) {
+  OptimizerSettings s = Settings("adamw");
+  s.beta1 = 0.8;
+  s.beta2 = 0.95;
+  s.adam_eps = 1e-7;
+  s.lamb_max_trust = 2.0;
+  s.lamb_min_trust = 0.01;
+  std::vector<torch::Tensor> params;
+  auto adamw = MakeOptimizer(TwoGroups(params), s);
+  for (const auto& group : adamw->param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    EXPECT_DOUBLE_EQ(std::get<0>(o.betas()), 0.8);
+    EXPECT_DOUBLE_EQ(std::get<1>(o.betas()), 0.95);
+    EXPECT_DOUBLE_EQ(o.eps(), 1e-7);
+  }
+  for (const bool everywhere : {false, true}) {
+    s.name = "lamb";
+    s.lamb_trust_when_no_decay = everywhere;
+    auto lamb = MakeOptimizer(TwoGroups(params), s);
+    for (size_t g = 0; g < 2; ++g) {
+      const auto& o = static_cast<const LambOptions&>(lamb->param_groups()[g].options());
+      EXPECT_DOUBLE_EQ(std::get<0>(o.betas()), 0.8);
+      EXPECT_DOUBLE_EQ(o.max_trust_ratio(), 2.0);
+      EXPECT_DOUBLE_EQ(o.min_trust_ratio(), 0.01);
+      EXPECT_DOUBLE_EQ(o.eps(), 1e-6) << "LAMB keeps its own epsilon";
+      EXPECT_EQ(o.trust_ratio(), g == 0 || everywhere) << "group " << g;
+    }
+  }
+}
+
 // A run resumed from the flat state (ZeRO's shard files, resharding) steps
 // exactly as the run that saved it.
 TEST(OptimizersTest, EachRowsFlatStateResumesTheSameSteps) {

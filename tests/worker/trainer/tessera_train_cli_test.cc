@@ -395,7 +395,8 @@ TEST_F(TesseraTrainCliTest, EvalOnlyGivesTheTrainingRunsFinalTopOneOnItsCheckpoi
   eval.push_back("--metrics-file=" + metrics);
   const RunResult evaluated = RunTrainer(eval);
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
-  EXPECT_EQ(FigureAfter(evaluated.output, "eval top1="), final_top1) << evaluated.output;
+  EXPECT_EQ(FigureAfter(evaluated.output, "eval on test: top1="), final_top1)
+      << evaluated.output;
   EXPECT_THAT(evaluated.output, HasSubstr("step 8"));
   EXPECT_THAT(evaluated.output, HasSubstr("class 9 9:"));
   std::ifstream in(metrics);
@@ -417,7 +418,7 @@ TEST_F(TesseraTrainCliTest, EvalOnlyOfAMissingCheckpointFailsBeforeAnyWork) {
   const RunResult run = RunTrainer(eval);
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.output, HasSubstr("no checkpoint in " + dir.string()));
-  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("eval top1=")));
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("top1=")));
   const RunResult no_model = RunTrainer({"--eval-only=true", "--dataset=synthetic"});
   EXPECT_EQ(no_model.exit_code, 2);
   EXPECT_THAT(no_model.output, HasSubstr("--eval-only needs a model"));

@@ -2,8 +2,10 @@
 // /usr/bin/python3 (torch 1.13, torchvision 0.14 on bookworm; trixie's in the
 // LibTorch 2.6 lane): whether it is there, the Python functions that write and
 // read safetensors files (with the safetensors package where Python has it,
-// else by a few lines from the documented format), and running a script whose
-// output is shown when it fails.
+// else by a few lines from the documented format), a torchvision model trained
+// on a generated image folder with its own accuracy (the evaluation tests, in
+// process and through tessctl eval), and running a script whose output is
+// shown when it fails.
 #ifndef TESSERA_TESTS_WORKER_TRAINER_TORCHVISION_REFERENCE_H_
 #define TESSERA_TESTS_WORKER_TRAINER_TORCHVISION_REFERENCE_H_
 
@@ -22,9 +24,9 @@ namespace tessera::trainer::torchvision_reference {
 
 inline constexpr char kPython[] = "/usr/bin/python3";
 
-// Python defining save(path, {name: tensor}) and load(path) -> {name: tensor}
-// (float32), and `writer`, which names what writes the files. Put it first in
-// a script.
+// Python defining save(path, {name: tensor}, metadata={str: str}) and
+// load(path) -> {name: tensor} (float32), and `writer`, which names what
+// writes the files. Put it first in a script.
 inline constexpr char kSafetensorsPython[] = R"(import json, struct
 import torch
 try:
@@ -34,12 +36,13 @@ try:
 except ImportError:
     st, writer = None, "the documented format, written here"
 
-def save(path, tensors):
+def save(path, tensors, metadata=None):
+    metadata = dict({"format": "pt"}, **(metadata or {}))
     if st is not None:
         st.save_file({k: v.detach().to(torch.float32).contiguous()
-                      for k, v in tensors.items()}, path, metadata={"format": "pt"})
+                      for k, v in tensors.items()}, path, metadata=metadata)
         return
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    header, blobs, offset = {"__metadata__": metadata}, [], 0
     for name, t in tensors.items():
         raw = t.detach().to(torch.float32).contiguous().numpy().tobytes()
         header[name] = {"dtype": "F32", "shape": list(t.shape),
@@ -70,6 +73,89 @@ def load(path):
                                      dtype=torch.float32).reshape(info["shape"])
     return out
 
+)";
+
+// A Python script (after kSafetensorsPython; arguments: the output folder
+// OUT, and optionally the tint, 55 by default, that sets each class's colour
+// channel apart: smaller is harder): torchvision's VisionTransformer
+// (vit-micro's shape at 32 px: patch 4, 4 layers, 4 heads, width 64), trained
+// a few steps on a generated image folder of 32 px PNGs
+// (OUT/data/{train,val}/{ant,bee,cat}, random noise plus the tint), saved as
+// OUT/model.safetensors; its top-1, loss and per-class accuracy on val/
+// (ToTensor + ImageNet normalisation: the images are already at the model's
+// size, so no resize or crop) go to OUT/reference.json, with ("bicubic_crop")
+// the top-1 and loss of the evaluation transform with a bicubic resize
+// (Resize(36, BICUBIC) + CenterCrop(32) on uint8 tensors: crop 0.875).
+inline constexpr char kImageFolderScript[] = R"(import os, sys
+import numpy as np
+import torch.nn.functional as F
+import torchvision
+from PIL import Image
+from torchvision import datasets, transforms
+from torchvision.models.vision_transformer import VisionTransformer
+out = sys.argv[1]
+tint = int(sys.argv[2]) if len(sys.argv) > 2 else 55
+rng = np.random.default_rng(0)
+classes = ["ant", "bee", "cat"]
+for split, count in (("train", 16), ("val", 20)):
+    for c, name in enumerate(classes):
+        folder = os.path.join(out, "data", split, name)
+        os.makedirs(folder, exist_ok=True)
+        for i in range(count):
+            a = rng.integers(0, 200, (32, 32, 3), dtype=np.uint8)
+            a[..., c] += tint
+            Image.fromarray(a).save(os.path.join(folder, "%03d.png" % i))
+torch.manual_seed(0)
+model = VisionTransformer(image_size=32, patch_size=4, num_layers=4, num_heads=4,
+                          hidden_dim=64, mlp_dim=128, num_classes=3)
+tf = transforms.Compose([transforms.ToTensor(),
+                         transforms.Normalize([0.485, 0.456, 0.406],
+                                              [0.229, 0.224, 0.225])])
+train = torch.utils.data.DataLoader(datasets.ImageFolder(out + "/data/train", tf),
+                                    batch_size=16, shuffle=True)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+model.train()
+for _ in range(4):
+    for x, y in train:
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+model.eval()
+save(out + "/model.safetensors", model.state_dict())
+val = torch.utils.data.DataLoader(datasets.ImageFolder(out + "/data/val", tf),
+                                  batch_size=16)
+correct, loss, n, hits = 0, 0.0, 0, [0, 0, 0]
+with torch.no_grad():
+    for x, y in val:
+        logits = model(x)
+        loss += F.cross_entropy(logits, y, reduction="sum").item()
+        right = logits.argmax(1) == y
+        correct += right.sum().item()
+        for label, ok in zip(y.tolist(), right.tolist()):
+            hits[label] += ok
+        n += len(y)
+# The evaluation transform with a bicubic resize, on uint8 tensors as
+# torchvision resizes them (no antialiasing): Resize(32 / 0.875) + CenterCrop.
+bicubic = transforms.Compose([
+    transforms.PILToTensor(),
+    transforms.Resize(36, interpolation=transforms.InterpolationMode.BICUBIC),
+    transforms.CenterCrop(32), transforms.ConvertImageDtype(torch.float),
+    transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+resized = torch.utils.data.DataLoader(datasets.ImageFolder(out + "/data/val", bicubic),
+                                      batch_size=16)
+bicubic_correct, bicubic_loss = 0, 0.0
+with torch.no_grad():
+    for x, y in resized:
+        logits = model(x)
+        bicubic_loss += F.cross_entropy(logits, y, reduction="sum").item()
+        bicubic_correct += (logits.argmax(1) == y).sum().item()
+with open(out + "/reference.json", "w") as f:
+    json.dump({"top1": correct / n, "loss": loss / n, "samples": n,
+               "class_accuracy": [h / 20 for h in hits],
+               "bicubic_crop": {"top1": bicubic_correct / n, "loss": bicubic_loss / n}},
+              f)
+print("torchvision %s: top1 %.4f loss %.4f" % (torchvision.__version__, correct / n,
+                                               loss / n))
 )";
 
 // Whether /usr/bin/python3 has torch and torchvision (found, not imported: an

@@ -121,6 +121,16 @@ TrainerConfig AsConfig(const TrainerOptions& o) {
   config.set_eval_only(o.eval_only);
   config.set_eval_split(o.eval_split);
   config.set_eval_step(o.eval_step);
+  config.set_val_fraction(o.val_fraction);
+  config.set_val_seed(o.val_seed);
+  config.set_eval_every(o.eval_every);
+  config.set_interpolation(o.interpolation);
+  for (double v : o.adam_betas) config.add_adam_betas(v);
+  config.set_adam_eps(o.adam_eps);
+  config.set_lamb_max_trust(o.lamb_max_trust);
+  config.set_lamb_min_trust(o.lamb_min_trust);
+  config.set_lamb_trust_when_no_decay(o.lamb_trust_when_no_decay);
+  config.set_stop_fraction(o.stop_fraction);
   return config;
 }
 
@@ -255,6 +265,21 @@ TEST(TrainerFlagsTest, RejectsUnknownFlagsAndMalformedValues) {
               HasSubstr("--no-such-flag"));
 }
 
+TEST(TrainerFlagsTest, MalformedNumbersSayWhatTheFlagExpects) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const Case& c :
+       {Case{{"--max-steps", "abc"}, "--max-steps: expected a whole number, got \"abc\""},
+        Case{{"--crop-fraction=1/2"}, "--crop-fraction: expected a number, got \"1/2\""},
+        Case{{"--mean", "0.5", "x", "0.5"}, "--mean: expected a number, got \"x\""}}) {
+    const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags(c.args);
+    ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_EQ(parsed.status().message(), c.message);
+  }
+}
+
 TEST(TrainerFlagsTest, HelpIsReturnedAsTextListingTheFlags) {
   const absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags({"--help"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -320,8 +345,12 @@ TEST(TrainerFlagsTest, EveryChoiceFlagsHelpListsTheChoicesItsValidationAccepts) 
     const std::string entry = help->help.substr(at + 1, next - at - 1);
     EXPECT_THAT(entry, HasSubstr(ChoicesText(f.choices))) << flag;
     for (const char* value : f.choices) {
-      absl::StatusOr<TrainerFlags> parsed =
-          ParseTrainerFlags({absl::StrCat(flag, "=", value), "--data-dir=/data"});
+      // Bicubic resizes decoded images only: asked of an image folder.
+      const std::string dataset = std::string(f.field) == "interpolation"
+                                      ? "--dataset=imagefolder"
+                                      : "--data-dir=/data";
+      absl::StatusOr<TrainerFlags> parsed = ParseTrainerFlags(
+          {absl::StrCat(flag, "=", value), "--data-dir=/data", dataset});
       ASSERT_TRUE(parsed.ok()) << parsed.status();
       const absl::Status valid = ValidateTrainerOptions(parsed->trainer, OptionLimits{});
       EXPECT_THAT(std::string(valid.message()), ::testing::Not(HasSubstr(flag)))

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "tests/worker/trainer/fake_coordinator_client.h"
 #include "worker/trainer/data/synthetic_dataset.h"
+#include "worker/trainer/data/training_data.h"
 #include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/dist/gloo_communicator.h"
 #include "worker/trainer/run/checkpoint.h"
@@ -452,6 +453,107 @@ TEST(TrainerTest, TwoRanksResumeInSyncWithTheUninterruptedRun) {
   EXPECT_EQ(resumed[1].resumed_from, 4);
   EXPECT_EQ(resumed[0].param_hash, uninterrupted[0].param_hash);
   EXPECT_EQ(resumed[1].param_hash, uninterrupted[1].param_hash);
+}
+
+// A search's trial (docs/search.md): each rung's job stops at its fraction of
+// the run, checkpoints, and the next resumes it; the schedule is the whole
+// run's throughout, so the trial promoted through every rung ends with exactly
+// the parameters of one uninterrupted run (vit-micro, 2 Gloo ranks, AdamW).
+TEST(TrainerTest, ATrialResumedThroughItsRungsEndsExactlyLikeTheUninterruptedRun) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 18;
+  options.batch_size = 16;
+  options.warmup_steps = 4;
+  options.checkpoint_dir = FreshDirectory("trial-uninterrupted");
+  const std::vector<TrainingOutcome> uninterrupted = TrainTwoRanks(options, train, test);
+  ASSERT_EQ(uninterrupted.size(), 2u);
+  ASSERT_EQ(uninterrupted[0].steps, 18);
+
+  options.checkpoint_dir = FreshDirectory("trial-rungs");
+  // Rungs of 2, 6 and 18 steps: eta 3, as ASHA's.
+  const std::vector<std::pair<double, int64_t>> rungs = {
+      {1.0 / 9.0, 2}, {1.0 / 3.0, 6}, {0.0, 18}};
+  std::vector<TrainingOutcome> last;
+  for (const auto& [fraction, steps] : rungs) {
+    options.stop_fraction = fraction;
+    last = TrainTwoRanks(options, train, test);
+    ASSERT_EQ(last.size(), 2u);
+    EXPECT_EQ(last[0].steps, steps) << "stop_fraction " << fraction;
+    EXPECT_EQ(*CheckpointDirectory(options.checkpoint_dir).LatestStep(),
+              std::optional<int64_t>(steps));
+    options.resume = true;
+  }
+  EXPECT_EQ(last[0].resumed_from, 6);
+  EXPECT_EQ(last[0].param_hash, uninterrupted[0].param_hash);
+  EXPECT_EQ(last[1].param_hash, uninterrupted[1].param_hash);
+  EXPECT_EQ(last[0].test_loss, uninterrupted[0].test_loss);
+}
+
+// Runs one rank on `data` and returns its outcome and every reported value.
+ReportedRun RunOneRankOn(const TrainingData& data, const TrainerOptions& options) {
+  ReportedRun run;
+  LocalCommunicator communicator;
+  FakeCoordinatorClient coordinator;
+  auto reporter = MetricsReporter::Create(QuietReporting(), &coordinator);
+  EXPECT_TRUE(reporter.ok());
+  if (!reporter.ok()) return run;
+  Trainer trainer(options, data, communicator, **reporter, {});
+  absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
+  EXPECT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE((*reporter)->Flush(absl::Seconds(10)).ok());
+  if (outcome.ok()) run.outcome = *outcome;
+  for (const MetricSample& point : coordinator.received()) {
+    run.values[point.name][point.step] = point.value;
+  }
+  return run;
+}
+
+std::vector<int64_t> StepsOf(const std::map<int64_t, double>& values) {
+  std::vector<int64_t> steps;
+  for (const auto& [step, value] : values) steps.push_back(step);
+  return steps;
+}
+
+// The held-out validation split is scored every eval_every steps and at the
+// step the run stops (a rung's end here), and the test split at the end only.
+TEST(TrainerTest, TheValidationSplitIsScoredEveryEvalEveryStepsAndWhereTheRunStops) {
+  const ImageDataset train = Synthetic(512, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  SyntheticDatasetOptions held_out;
+  held_out.size = 48;
+  held_out.seed = 11;  // other images than the test split's
+  held_out.split = Split::kTest;
+  const ImageDataset val = *MakeSyntheticDataset(held_out);
+  const InMemoryData data(train, test, "synthetic", &val);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 12;
+  options.eval_every = 3;
+  options.stop_fraction = 0.5;
+  options.checkpoint_dir = FreshDirectory("val-every");
+  const ReportedRun run = RunOneRankOn(data, options);
+  EXPECT_EQ(run.outcome.steps, 6);
+  ASSERT_EQ(run.values.count("val_accuracy"), 1u);
+  EXPECT_EQ(StepsOf(run.values.at("val_accuracy")), (std::vector<int64_t>{3, 6}));
+  EXPECT_EQ(StepsOf(run.values.at("val_loss")), (std::vector<int64_t>{3, 6}));
+  for (const auto& [step, accuracy] : run.values.at("val_accuracy")) {
+    EXPECT_GE(accuracy, 0.0);
+    EXPECT_LE(accuracy, 1.0);
+  }
+  EXPECT_NE(run.values.at("val_loss").at(6), run.values.at("test_loss").at(6))
+      << "the validation figures are the test split's";
+}
+
+TEST(TrainerTest, EvalEveryWithoutAValidationSplitIsRefusedSayingHowToMakeOne) {
+  const ImageDataset train = Synthetic(256, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.eval_every = 5;
+  const absl::StatusOr<TrainingOutcome> outcome = TrainAlone(options, train, test);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_THAT(std::string(outcome.status().message()),
+              ::testing::HasSubstr("trainer.val_fraction"));
 }
 
 TEST(TrainerTest, ResumeWithoutACheckpointYetStartsFresh) {

@@ -788,6 +788,17 @@ TEST(VitWeightsTest, ExportsTheModelOfATesseraCheckpoint) {
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(nlohmann::json::parse((*file)->metadata().at("class_names")),
             nlohmann::json(renamed));
+  // Extra metadata (the job's preprocessing, as tessera-export writes it) goes
+  // in beside the standard keys, which it cannot replace.
+  ASSERT_TRUE(
+      ExportCheckpoint(checkpoints.root(), config, WeightLayout::kTimm, {}, out,
+                       {{"pretrained_cfg", R"({"crop_pct": 1.0})"}, {"format", "not pt"}})
+          .ok());
+  file = SafetensorsFile::Open(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->metadata().at("pretrained_cfg"), R"({"crop_pct": 1.0})");
+  EXPECT_EQ((*file)->metadata().at("format"), "pt");
+  EXPECT_EQ((*file)->metadata().at("layout"), "timm");
 
   ViTConfig other = config;
   other.mlp_dim = 256;

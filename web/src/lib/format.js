@@ -3,10 +3,11 @@
 export const JOB_STATES = ['QUEUED', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 
-// "JOB_STATE_RUNNING" -> "RUNNING", "SWEEP_STATE_FAILED" -> "FAILED".
+// "JOB_STATE_RUNNING" -> "RUNNING", "SWEEP_STATE_FAILED" -> "FAILED",
+// "SEARCH_STATE_SUCCEEDED" -> "SUCCEEDED".
 export function stateName(state) {
   const s = String(state ?? '');
-  return s.replace(/^(JOB|SWEEP)_STATE_/, '') || 'UNSPECIFIED';
+  return s.replace(/^(JOB|SWEEP|SEARCH)_STATE_/, '') || 'UNSPECIFIED';
 }
 
 export function isTerminal(state) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <string>
 #include <system_error>
@@ -11,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 
 namespace tessera::trainer {
@@ -58,14 +58,8 @@ absl::Status ReadRecords(const CifarLayout& layout, const std::filesystem::path&
   }
   const int64_t records = std::min(size / record, max_records);
   std::vector<uint8_t> bytes(static_cast<size_t>(records * record));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(name, ": cannot open"));
-  in.read(reinterpret_cast<char*>(bytes.data()),
-          static_cast<std::streamsize>(bytes.size()));
-  if (in.gcount() != static_cast<std::streamsize>(bytes.size())) {
-    return absl::DataLossError(
-        absl::StrCat(name, ": read ", in.gcount(), " of ", bytes.size(), " bytes"));
-  }
+  ASSIGN_OR_RETURN(const RandomAccessFile file, RandomAccessFile::Open(name));
+  RETURN_IF_ERROR(file.ReadExactly(0, bytes.size(), bytes.data()));
 
   const int64_t first = dataset.size();
   dataset.pixels.resize(

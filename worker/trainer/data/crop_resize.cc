@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -125,9 +127,7 @@ void ColumnPass(const uint16_t* row, const ColumnTaps& taps, const PairWeights* 
 }
 #endif
 
-}  // namespace
-
-void ResizeBoxToChw(const uint8_t* src, int src_width, int src_height, const CropBox& box,
+void ResizeBilinear(const uint8_t* src, int src_width, int src_height, const CropBox& box,
                     int out_width, int out_height, bool flip, uint8_t* out) {
   const std::vector<Tap> xs = Taps(box.x, box.width, out_width, src_width);
   const std::vector<Tap> ys = Taps(box.y, box.height, out_height, src_height);
@@ -177,6 +177,113 @@ void ResizeBoxToChw(const uint8_t* src, int src_width, int src_height, const Cro
 #else
     ColumnPassScalar(row, taps, 0, out_width, r, r + plane, r + 2 * plane);
 #endif
+  }
+}
+
+// ---- bicubic ----
+// The arithmetic is torch's (aten/src/ATen/native/UpSample.h and the CPU
+// kernel's nested loop), step for step in float32, so that a resize of a
+// whole image gives torch's values: the scale in/out, the source position
+// scale * (i + 0.5) - 0.5, the four coefficients of its fraction, and sums
+// taken in tap order, columns inside rows.
+
+constexpr float kCubicA = -0.75f;
+
+// Keys' kernel for |x| <= 1 and for 1 < |x| < 2.
+float CubicNear(float x) { return ((kCubicA + 2) * x - (kCubicA + 3)) * x * x + 1; }
+float CubicFar(float x) {
+  return ((kCubicA * x - 5 * kCubicA) * x + 8 * kCubicA) * x - 4 * kCubicA;
+}
+
+struct CubicTap {
+  int index[4];  // source pixels, clamped to the image
+  float weight[4];
+};
+
+std::vector<CubicTap> CubicTaps(double start, double length, int out, int limit) {
+  std::vector<CubicTap> taps(static_cast<size_t>(out));
+  const float scale = static_cast<float>(length) / static_cast<float>(out);
+  for (int i = 0; i < out; ++i) {
+    const float pos =
+        scale * (static_cast<float>(i) + 0.5f) - 0.5f + static_cast<float>(start);
+    const int base = std::min(static_cast<int>(std::floor(pos)), limit - 1);
+    const float t = std::clamp(pos - static_cast<float>(base), 0.0f, 1.0f);
+    CubicTap& tap = taps[static_cast<size_t>(i)];
+    tap.weight[0] = CubicFar(t + 1.0f);
+    tap.weight[1] = CubicNear(t);
+    const float opposite = 1.0f - t;
+    tap.weight[2] = CubicNear(opposite);
+    tap.weight[3] = CubicFar(opposite + 1.0f);
+    for (int k = 0; k < 4; ++k) tap.index[k] = std::clamp(base - 1 + k, 0, limit - 1);
+  }
+  return taps;
+}
+
+// ((p0 * w0 + p1 * w1) + p2 * w2) + p3 * w3, as torch sums the taps.
+template <typename T>
+float CubicSum(const T* p, size_t stride, const int* index, const float* weight) {
+  float sum = static_cast<float>(p[index[0] * stride]) * weight[0];
+  for (int k = 1; k < 4; ++k) sum += static_cast<float>(p[index[k] * stride]) * weight[k];
+  return sum;
+}
+
+void ResizeBicubic(const uint8_t* src, int src_width, int src_height, const CropBox& box,
+                   int out_width, int out_height, bool flip, uint8_t* out) {
+  const std::vector<CubicTap> xs = CubicTaps(box.x, box.width, out_width, src_width);
+  const std::vector<CubicTap> ys = CubicTaps(box.y, box.height, out_height, src_height);
+  // Separable: every source row the vertical taps read is resampled along x
+  // once (HWC floats), then each output pixel sums four of those rows.
+  const int first_row = ys.front().index[0];
+  const int rows = ys.back().index[3] - first_row + 1;
+  const size_t row_values = static_cast<size_t>(out_width) * 3;
+  std::vector<float> resampled(static_cast<size_t>(rows) * row_values);
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* row = src + static_cast<size_t>(first_row + r) * src_width * 3;
+    float* dst = resampled.data() + static_cast<size_t>(r) * row_values;
+    for (int ox = 0; ox < out_width; ++ox) {
+      const CubicTap& tap = xs[static_cast<size_t>(flip ? out_width - 1 - ox : ox)];
+      for (int c = 0; c < 3; ++c) {
+        dst[ox * 3 + c] = CubicSum(row + c, 3, tap.index, tap.weight);
+      }
+    }
+  }
+  const size_t plane = static_cast<size_t>(out_width) * out_height;
+  for (int oy = 0; oy < out_height; ++oy) {
+    const CubicTap& tap = ys[static_cast<size_t>(oy)];
+    int index[4];
+    for (int k = 0; k < 4; ++k) index[k] = tap.index[k] - first_row;
+    for (int ox = 0; ox < out_width; ++ox) {
+      for (int c = 0; c < 3; ++c) {
+        const float v =
+            CubicSum(resampled.data() + ox * 3 + c, row_values, index, tap.weight);
+        // Rounded half to even (torch.round), within the byte's range.
+        out[c * plane + static_cast<size_t>(oy) * out_width + ox] =
+            static_cast<uint8_t>(std::nearbyint(std::clamp(v, 0.0f, 255.0f)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Interpolation> ParseInterpolation(absl::string_view name) {
+  if (name == "bilinear") return Interpolation::kBilinear;
+  if (name == "bicubic") return Interpolation::kBicubic;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown interpolation \"", name, "\"; expected bilinear or bicubic"));
+}
+
+int ResizeMargin(Interpolation interpolation) {
+  return interpolation == Interpolation::kBicubic ? 2 : 1;
+}
+
+void ResizeBoxToChw(const uint8_t* src, int src_width, int src_height, const CropBox& box,
+                    int out_width, int out_height, bool flip, uint8_t* out,
+                    Interpolation interpolation) {
+  if (interpolation == Interpolation::kBicubic) {
+    ResizeBicubic(src, src_width, src_height, box, out_width, out_height, flip, out);
+  } else {
+    ResizeBilinear(src, src_width, src_height, box, out_width, out_height, flip, out);
   }
 }
 

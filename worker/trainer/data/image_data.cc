@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "common/status_macros.h"
 #include "worker/trainer/data/image_preprocessor.h"
 #include "worker/trainer/data/image_split.h"
+#include "worker/trainer/data/shard_index.h"
 #include "worker/trainer/data/transforms.h"
 
 namespace tessera::trainer {
@@ -104,13 +106,19 @@ class ImageLoader final : public SampleLoader {
 
 class ImageData final : public TrainingData {
  public:
+  // `test` is null where the data has no test split: the val split serves as both.
   ImageData(const ImageDataOptions& options, std::unique_ptr<ImageSplit> train,
-            std::unique_ptr<ImageSplit> test)
-      : options_(options), train_(std::move(train)), test_(std::move(test)) {
+            std::unique_ptr<ImageSplit> val, std::unique_ptr<ImageSplit> test)
+      : options_(options),
+        train_(std::move(train)),
+        val_(std::move(val)),
+        test_(std::move(test)) {
     shape_.channels = 3;
     shape_.num_classes = static_cast<int>(train_->class_names().size());
     shape_.train_size = train_->size();
-    shape_.test_size = test_->size();
+    shape_.val_size = val_->size();
+    shape_.test_size = test_ != nullptr ? test_->size() : val_->size();
+    shape_.test_is_val = test_ == nullptr;
     shape_.class_names = train_->class_names();
     stats_.mean = options.mean;
     stats_.stddev = options.stddev;
@@ -118,16 +126,21 @@ class ImageData final : public TrainingData {
 
   const DataShape& shape() const override { return shape_; }
   absl::Status Check() const override {
-    if (train_->class_names() != test_->class_names()) {
+    for (const ImageSplit* other : {val_.get(), test_.get()}) {
+      if (other == nullptr || other->class_names() == train_->class_names()) continue;
       return absl::InvalidArgumentError(absl::StrCat(
-          "the train and val splits of ", options_.root, " have different classes: ",
-          train_->class_names().size(), " and ", test_->class_names().size()));
+          "the train and ", other == val_.get() ? "val" : "test", " splits of ",
+          options_.root, " have different classes: ", train_->class_names().size(),
+          " and ", other->class_names().size()));
     }
     return absl::OkStatus();
   }
   ChannelStats stats() const override { return stats_; }
   bool augments_by_default() const override { return true; }
-  int64_t skipped() const override { return train_->skipped() + test_->skipped(); }
+  int64_t skipped() const override {
+    return train_->skipped() + val_->skipped() +
+           (test_ != nullptr ? test_->skipped() : 0);
+  }
 
   std::unique_ptr<SampleLoader> MakeLoader(
       Split split, const BatchLoaderOptions& options) const override {
@@ -136,14 +149,18 @@ class ImageData final : public TrainingData {
     transform.size = options.image_size;
     transform.seed = options.seed;
     transform.crop_fraction = options_.crop_fraction;
-    return std::make_unique<ImageLoader>(split == Split::kTrain ? *train_ : *test_,
-                                         transform, options, stats_);
+    transform.interpolation = options_.interpolation;
+    const ImageSplit& images = split == Split::kTrain                      ? *train_
+                               : split == Split::kTest && test_ != nullptr ? *test_
+                                                                           : *val_;
+    return std::make_unique<ImageLoader>(images, transform, options, stats_);
   }
 
  private:
   const ImageDataOptions options_;
   const std::unique_ptr<ImageSplit> train_;
-  const std::unique_ptr<ImageSplit> test_;
+  const std::unique_ptr<ImageSplit> val_;
+  const std::unique_ptr<ImageSplit> test_;  // null: none, val_ serves as test
   DataShape shape_;
   ChannelStats stats_;
 };
@@ -157,6 +174,18 @@ absl::StatusOr<std::unique_ptr<ImageSplit>> OpenSplit(const ImageDataOptions& op
   opening.max_skipped_fraction = options.max_skipped_fraction;
   opening.log = options.log;
   return ImageSplit::Open(opening);
+}
+
+// Whether the data has a split of this name: ROOT/NAME/ for image folders, a
+// NAME entry in the shard index for shards.
+bool HasSplit(const ImageDataOptions& options, const std::string& split) {
+  if (options.kind == "imagefolder") {
+    std::error_code error;
+    return std::filesystem::is_directory(std::filesystem::path(options.root) / split,
+                                         error);
+  }
+  absl::StatusOr<data::ShardIndex> index = data::ReadShardIndex(options.root);
+  return index.ok() && index->splits.count(split) != 0;
 }
 
 }  // namespace
@@ -175,8 +204,13 @@ absl::StatusOr<std::unique_ptr<TrainingData>> OpenImageData(
     return absl::InvalidArgumentError("image data: mean and std need 3 values (RGB)");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ImageSplit> train, OpenSplit(options, "train"));
-  ASSIGN_OR_RETURN(std::unique_ptr<ImageSplit> test, OpenSplit(options, "val"));
-  auto data = std::make_unique<ImageData>(options, std::move(train), std::move(test));
+  ASSIGN_OR_RETURN(std::unique_ptr<ImageSplit> val, OpenSplit(options, "val"));
+  std::unique_ptr<ImageSplit> test;
+  if (HasSplit(options, "test")) {
+    ASSIGN_OR_RETURN(test, OpenSplit(options, "test"));
+  }
+  auto data = std::make_unique<ImageData>(options, std::move(train), std::move(val),
+                                          std::move(test));
   RETURN_IF_ERROR(data->Check());
   return std::unique_ptr<TrainingData>(std::move(data));
 }

@@ -17,7 +17,9 @@
 
 namespace tessera::trainer {
 
-enum class Split { kTrain, kTest };
+// kVal is the validation split: image folders' val/, or the part of the
+// training set trainer.val_fraction holds out (validation_split.h).
+enum class Split { kTrain, kTest, kVal };
 
 struct ImageDataset {
   int channels = 0;

@@ -1,9 +1,5 @@
 #include "worker/trainer/data/image_folder.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_io.h"
 #include "worker/trainer/data/image_format.h"
 
 namespace tessera::trainer::data {
@@ -148,40 +145,15 @@ absl::StatusOr<EncodedSample> ImageFolder::Read(int64_t index) const {
   EncodedSample sample;
   sample.name = name(index);
   sample.label = files_[index].label;
-  absl::StatusOr<std::string> bytes = ReadWholeFile(sample.name, options_.max_file_bytes);
+  absl::StatusOr<std::string> bytes =
+      ReadFile(sample.name, static_cast<size_t>(options_.max_file_bytes));
+  // A file over the limit is an unreadable sample, as a corrupt one is.
+  if (absl::IsInvalidArgument(bytes.status())) {
+    return absl::DataLossError(bytes.status().message());
+  }
   if (!bytes.ok()) return bytes.status();
   sample.bytes = *std::move(bytes);
   return sample;
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path, int64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, path);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoStatus(err, path);
-  }
-  if (st.st_size > max_bytes) {
-    ::close(fd);
-    return absl::DataLossError(
-        absl::StrCat(path, ": ", st.st_size, " bytes is over the limit of ", max_bytes));
-  }
-  std::string data(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      return ErrnoStatus(err, path);
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return data;
 }
 
 }  // namespace tessera::trainer::data

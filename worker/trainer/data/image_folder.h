@@ -73,10 +73,6 @@ class ImageFolder : public EncodedImageSource {
 absl::StatusOr<std::vector<std::string>> ListImageFolderClasses(const std::string& root,
                                                                 absl::string_view split);
 
-// Reads a whole file, refusing files over `max_bytes` (DataLoss). NotFound,
-// PermissionDenied or DataLoss, each naming the path.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path, int64_t max_bytes);
-
 }  // namespace tessera::trainer::data
 
 #endif  // TESSERA_WORKER_TRAINER_DATA_IMAGE_FOLDER_H_

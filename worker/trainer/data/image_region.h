@@ -40,6 +40,9 @@ struct RegionRequest {
   // largest that keeps the scaled crop at least this size). 0: no scaling.
   int out_width = 0;
   int out_height = 0;
+  // Pixels beyond each side of the crop that the resize reads (crop_resize.h's
+  // ResizeMargin: 1 bilinear, 2 bicubic), decoded with it where the image has them.
+  int margin = 1;
 };
 
 // Limits on what a decoder accepts; images beyond them are InvalidArgument
@@ -101,16 +104,17 @@ inline CropBox ResolveCrop(const RegionRequest& request, int width, int height) 
   return CropBox{x0, y0, x1 - x0, y1 - y0};
 }
 
-// Pixels [begin, end) of an axis of `limit` pixels that a bilinear resize of
-// the span [start, start + length) (already in that axis' pixel units) reads:
-// the covered pixels plus one on each side, clipped to the axis.
+// Pixels [begin, end) of an axis of `limit` pixels that a resize of the span
+// [start, start + length) (already in that axis' pixel units) reads: the
+// covered pixels plus `margin` on each side (1 bilinear, 2 bicubic), clipped
+// to the axis.
 struct PixelSpan {
   int begin = 0;
   int end = 0;
 };
-inline PixelSpan SpanFor(double start, double length, int limit) {
-  const int begin = std::max(0, static_cast<int>(std::floor(start)) - 1);
-  const int end = std::min(limit, static_cast<int>(std::ceil(start + length)) + 1);
+inline PixelSpan SpanFor(double start, double length, int limit, int margin = 1) {
+  const int begin = std::max(0, static_cast<int>(std::floor(start)) - margin);
+  const int end = std::min(limit, static_cast<int>(std::ceil(start + length)) + margin);
   return PixelSpan{begin, std::max(begin + 1, end)};
 }
 

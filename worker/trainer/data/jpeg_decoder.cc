@@ -125,10 +125,10 @@ absl::Status DecodeBody(Decompressor& d, const RegionRequest& request,
   const double sx = static_cast<double>(d.cinfo.output_width) / out.source_width;
   const double sy = static_cast<double>(d.cinfo.output_height) / out.source_height;
   const CropBox& c = out.source_crop;
-  const PixelSpan cols =
-      SpanFor(c.x * sx, c.width * sx, static_cast<int>(d.cinfo.output_width));
-  const PixelSpan rows =
-      SpanFor(c.y * sy, c.height * sy, static_cast<int>(d.cinfo.output_height));
+  const PixelSpan cols = SpanFor(c.x * sx, c.width * sx,
+                                 static_cast<int>(d.cinfo.output_width), request.margin);
+  const PixelSpan rows = SpanFor(c.y * sy, c.height * sy,
+                                 static_cast<int>(d.cinfo.output_height), request.margin);
   const bool whole_height =
       rows.begin == 0 && rows.end == static_cast<int>(d.cinfo.output_height);
   // jpeg_crop_scanline's first and last columns are upsampled with their

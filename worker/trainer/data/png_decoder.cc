@@ -106,8 +106,8 @@ absl::Status DecodePngRegionInto(absl::string_view bytes, const RegionRequest& r
   out.source_height = static_cast<int>(h);
   out.source_crop = ResolveCrop(request, out.source_width, out.source_height);
   const CropBox& c = out.source_crop;
-  const PixelSpan cols = SpanFor(c.x, c.width, out.source_width);
-  const PixelSpan rows = SpanFor(c.y, c.height, out.source_height);
+  const PixelSpan cols = SpanFor(c.x, c.width, out.source_width, request.margin);
+  const PixelSpan rows = SpanFor(c.y, c.height, out.source_height, request.margin);
   out.width = cols.end - cols.begin;
   out.height = rows.end - rows.begin;
   out.pixels.resize(size_t{3} * out.width * out.height);

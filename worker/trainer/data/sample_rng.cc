@@ -5,32 +5,14 @@
 #include <utility>
 
 namespace tessera::trainer::data {
-namespace {
-
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 SampleRng::SampleRng(uint64_t seed, int64_t epoch, int64_t sample_id)
-    : state_(SplitMix(SplitMix(SplitMix(seed) ^ static_cast<uint64_t>(epoch)) ^
-                      static_cast<uint64_t>(sample_id))) {}
-
-uint64_t SampleRng::Next() {
-  state_ += 0x9E3779B97F4A7C15ull;
-  uint64_t z = state_;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+    : rng_(SplitMix64::Hash(
+          SplitMix64::Hash(SplitMix64::Hash(seed) ^ static_cast<uint64_t>(epoch)) ^
+          static_cast<uint64_t>(sample_id))) {}
 
 double SampleRng::Uniform(double lo, double hi) {
-  const double unit = static_cast<double>(Next() >> 11) * 0x1.0p-53;
-  return lo + (hi - lo) * unit;
+  return lo + (hi - lo) * rng_.NextDouble();
 }
 
 int64_t SampleRng::UniformInt(int64_t lo, int64_t hi) {

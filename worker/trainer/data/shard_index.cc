@@ -1,53 +1,19 @@
 #include "worker/trainer/data/shard_index.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <cstddef>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file_io.h"
 
 namespace tessera::trainer::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kMaxIndexBytes = int64_t{64} << 20;
-
-absl::StatusOr<std::string> Slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path.string(), " does not exist"));
-  std::ostringstream out;
-  out << in.rdbuf();
-  std::string text = out.str();
-  if (static_cast<int64_t>(text.size()) > kMaxIndexBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), " is too large"));
-  }
-  return text;
-}
-
-absl::Status WriteAtomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      return absl::InternalError(
-          absl::StrCat("writing ", tmp.string(), ": ", std::strerror(errno)));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec)
-    return absl::InternalError(
-        absl::StrCat("renaming to ", path.string(), ": ", ec.message()));
-  return absl::OkStatus();
-}
+constexpr size_t kMaxIndexBytes = size_t{64} << 20;
 
 absl::Status Malformed(const fs::path& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", what));
@@ -83,7 +49,7 @@ bool IsShardDataset(const std::string& root) {
 absl::StatusOr<ShardIndex> ReadShardIndex(const std::string& root) {
   const fs::path index_path = fs::path(root) / kShardIndexFile;
   const fs::path classes_path = fs::path(root) / kShardClassesFile;
-  absl::StatusOr<std::string> text = Slurp(index_path);
+  absl::StatusOr<std::string> text = ReadFile(index_path.string(), kMaxIndexBytes);
   if (!text.ok()) return text.status();
   const nlohmann::json json =
       nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
@@ -101,7 +67,7 @@ absl::StatusOr<ShardIndex> ReadShardIndex(const std::string& root) {
     if (!files.ok()) return files.status();
     index.splits[split] = *std::move(files);
   }
-  absl::StatusOr<std::string> classes = Slurp(classes_path);
+  absl::StatusOr<std::string> classes = ReadFile(classes_path.string(), kMaxIndexBytes);
   if (!classes.ok()) return classes.status();
   for (absl::string_view line : absl::StrSplit(*classes, '\n', absl::SkipEmpty())) {
     index.classes.emplace_back(line);
@@ -137,11 +103,13 @@ absl::Status WriteShardIndex(const std::string& root, const ShardIndex& index) {
                                {"classes", kShardClassesFile},
                                {"num_classes", index.classes.size()},
                                {"splits", std::move(splits)}};
-  if (absl::Status s = WriteAtomically(fs::path(root) / kShardClassesFile, classes);
+  if (absl::Status s =
+          WriteFileAtomically((fs::path(root) / kShardClassesFile).string(), classes);
       !s.ok()) {
     return s;
   }
-  return WriteAtomically(fs::path(root) / kShardIndexFile, json.dump(1) + "\n");
+  return WriteFileAtomically((fs::path(root) / kShardIndexFile).string(),
+                             json.dump(1) + "\n");
 }
 
 }  // namespace tessera::trainer::data

@@ -1,8 +1,5 @@
 #include "worker/trainer/data/shard_source.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <map>
 #include <optional>
 #include <utility>
@@ -11,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "worker/trainer/data/shard_index.h"
 #include "worker/trainer/data/tar_reader.h"
@@ -93,20 +91,7 @@ std::string ShardSource::name(int64_t index) const {
 
 absl::StatusOr<std::string> ShardSource::ReadRange(int32_t shard, int64_t offset,
                                                    int64_t length) const {
-  const std::string& path = shards_[shard];
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::string bytes(static_cast<size_t>(length), '\0');
-  int64_t got = 0;
-  while (got < length) {
-    const ssize_t n = pread(fd, bytes.data() + got, static_cast<size_t>(length - got),
-                            static_cast<off_t>(offset + got));
-    if (n <= 0) break;  // end of file: the caller sees the short read
-    got += n;
-  }
-  close(fd);
-  bytes.resize(static_cast<size_t>(got));
-  return bytes;
+  return ReadFileRange(shards_[shard], offset, static_cast<size_t>(length));
 }
 
 absl::StatusOr<EncodedSample> ShardSource::Read(int64_t index) const {

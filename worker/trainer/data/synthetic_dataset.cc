@@ -8,37 +8,22 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/trainer/data/sample_rng.h"
 
 namespace tessera::trainer {
 namespace {
 
-// SplitMix64: a small, fully specified generator, so the data is the same on
-// every platform and standard library.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+using data::SplitMix64;
 
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, 1).
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-  // Standard normal (Box-Muller).
-  double Normal() {
-    const double u1 = 1.0 - Uniform();
-    const double u2 = Uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-
- private:
-  uint64_t state_;
-};
+// Standard normal (Box-Muller) from two of `rng`'s uniforms.
+double Normal(SplitMix64& rng) {
+  const double u1 = 1.0 - rng.NextDouble();
+  const double u2 = rng.NextDouble();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
 
 uint64_t Mix(uint64_t a, uint64_t b) {
-  return SplitMix64(a ^ (b * 0xd1b54a32d192ed03ULL)).Next();
+  return SplitMix64::Hash(a ^ (b * 0xd1b54a32d192ed03ULL));
 }
 
 // Class templates: channels * height * width values in [0, 1] per class.
@@ -48,7 +33,7 @@ std::vector<std::vector<float>> MakeTemplates(const SyntheticDatasetOptions& o) 
   for (int c = 0; c < o.num_classes; ++c) {
     SplitMix64 rng(Mix(static_cast<uint64_t>(o.seed), 0x7e3a0000ULL + c));
     std::vector<float> coarse(static_cast<size_t>(o.channels) * grid * grid);
-    for (float& v : coarse) v = rng.Uniform() < 0.5 ? 0.0f : 1.0f;
+    for (float& v : coarse) v = rng.NextDouble() < 0.5 ? 0.0f : 1.0f;
     std::vector<float> image(static_cast<size_t>(o.channels) * o.height * o.width);
     for (int ch = 0; ch < o.channels; ++ch) {
       for (int y = 0; y < o.height; ++y) {
@@ -106,13 +91,13 @@ absl::StatusOr<ImageDataset> MakeSyntheticDataset(const SyntheticDatasetOptions&
     SplitMix64 rng(
         Mix(Mix(static_cast<uint64_t>(o.seed), split_key), static_cast<uint64_t>(i)));
     const int64_t label = static_cast<int64_t>(rng.Next() % o.num_classes);
-    const double contrast = 0.6 + 0.4 * rng.Uniform();
-    const double offset = 0.1 * rng.Uniform();
+    const double contrast = 0.6 + 0.4 * rng.NextDouble();
+    const double offset = 0.1 * rng.NextDouble();
     const std::vector<float>& pattern = templates[static_cast<size_t>(label)];
     uint8_t* out = &dataset.pixels[static_cast<size_t>(i * image_bytes)];
     for (int64_t p = 0; p < image_bytes; ++p) {
       const double v = offset + contrast * 0.85 * pattern[static_cast<size_t>(p)] +
-                       o.noise_stddev * rng.Normal();
+                       o.noise_stddev * Normal(rng);
       out[p] = static_cast<uint8_t>(std::lround(255.0 * std::clamp(v, 0.0, 1.0)));
     }
     dataset.labels[static_cast<size_t>(i)] = label;

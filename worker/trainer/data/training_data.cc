@@ -7,16 +7,38 @@
 
 namespace tessera::trainer {
 
+int64_t SplitSize(const DataShape& shape, Split split) {
+  switch (split) {
+    case Split::kTrain:
+      return shape.train_size;
+    case Split::kTest:
+      return shape.test_size;
+    case Split::kVal:
+      return shape.val_size;
+  }
+  return 0;
+}
+
+absl::Status CheckHasSplit(const DataShape& shape, Split split) {
+  if (split != Split::kVal || shape.val_size > 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "this data has no validation split: hold one out of the training set with "
+      "trainer.val_fraction (--val-fraction, e.g. 0.1), or give an image folder a val/ "
+      "folder");
+}
+
 InMemoryData::InMemoryData(const ImageDataset& train, const ImageDataset& test,
-                           const std::string& dataset_name)
+                           const std::string& dataset_name, const ImageDataset* val)
     : train_(train),
       test_(test),
+      val_(val),
       stats_(ComputeChannelStats(train)),
       augments_(AugmentsByDefault(dataset_name)) {
   shape_.channels = train.channels;
   shape_.num_classes = train.num_classes;
   shape_.train_size = train.size();
   shape_.test_size = test.size();
+  shape_.val_size = val != nullptr ? val->size() : 0;
   for (int c = 0; c < train.num_classes; ++c)
     shape_.class_names.push_back(absl::StrCat(c));
 }
@@ -33,8 +55,10 @@ absl::Status InMemoryData::Check() const {
 
 std::unique_ptr<SampleLoader> InMemoryData::MakeLoader(
     Split split, const BatchLoaderOptions& options) const {
-  return std::make_unique<BatchLoader>(split == Split::kTrain ? train_ : test_, stats_,
-                                       options);
+  const ImageDataset& images = split == Split::kTrain                    ? train_
+                               : split == Split::kVal && val_ != nullptr ? *val_
+                                                                         : test_;
+  return std::make_unique<BatchLoader>(images, stats_, options);
 }
 
 }  // namespace tessera::trainer

@@ -4,7 +4,8 @@
 // are read (image_data.h). The training loop sees only this: the shape, the
 // normalisation, and loaders that turn sample ids into batches.
 //
-// Sample ids are indices into a split, [0, train_size) or [0, test_size). Which
+// Sample ids are indices into a split, [0, train_size), [0, test_size) or
+// [0, val_size). Which
 // ids a rank loads, and when, is decided by the loop (distributed_sampler.h,
 // data_position.h), the same for every kind, so that every kind shuffles,
 // shards and resumes alike.
@@ -30,10 +31,23 @@ struct DataShape {
   int num_classes = 0;
   int64_t train_size = 0;
   int64_t test_size = 0;
+  // The validation split's size (0: the data has none; --eval-split val and
+  // eval_every are then refused).
+  int64_t val_size = 0;
+  // Whether the test split is the validation split under another name (an
+  // image folder without test/): the end-of-run metrics are then labelled val.
+  bool test_is_val = false;
   // Class index -> name, num_classes of them (stored in checkpoints and written
   // beside them as classes.json, so that the mapping never shifts).
   std::vector<std::string> class_names;
 };
+
+// The number of samples in `split`.
+int64_t SplitSize(const DataShape& shape, Split split);
+
+// OK where the data has `split`; for a validation split it lacks,
+// FailedPrecondition saying how to make one (--val-fraction, or val/).
+absl::Status CheckHasSplit(const DataShape& shape, Split split);
 
 class TrainingData {
  public:
@@ -60,11 +74,11 @@ class TrainingData {
 
 // The in-memory datasets as TrainingData: statistics computed over the
 // training split, class names "0", "1", ... The datasets are not owned and
-// must outlive it.
+// must outlive it. `val` is the held-out validation split, or null for none.
 class InMemoryData final : public TrainingData {
  public:
   InMemoryData(const ImageDataset& train, const ImageDataset& test,
-               const std::string& dataset_name);
+               const std::string& dataset_name, const ImageDataset* val = nullptr);
 
   const DataShape& shape() const override { return shape_; }
   absl::Status Check() const override;
@@ -76,6 +90,7 @@ class InMemoryData final : public TrainingData {
  private:
   const ImageDataset& train_;  // Not owned.
   const ImageDataset& test_;   // Not owned.
+  const ImageDataset* val_;    // Not owned; null: no validation split.
   DataShape shape_;
   ChannelStats stats_;
   bool augments_;

@@ -88,6 +88,7 @@ absl::Status DecodeTransformed(absl::string_view bytes, const TransformOptions& 
   RegionRequest request;
   request.out_width = options.size;
   request.out_height = options.size;
+  request.margin = ResizeMargin(options.interpolation);
   request.choose_crop = [&](int width, int height) {
     const SampleDraw draw = DrawSampleTransform(options, epoch, sample_id, width, height);
     flip = draw.flip;
@@ -99,7 +100,7 @@ absl::Status DecodeTransformed(absl::string_view bytes, const TransformOptions& 
       DecodeImageRegionInto(bytes, request, DecodeLimits{}, region);
   if (status.ok()) {
     ResizeBoxToChw(region.pixels.data(), region.width, region.height, region.crop,
-                   options.size, options.size, flip, out);
+                   options.size, options.size, flip, out, options.interpolation);
   }
   if (scratch != nullptr) scratch->Trim();
   return status;

@@ -5,8 +5,8 @@
 //  - evaluation: Resize(floor(size / crop_fraction)) of the shorter side then
 //    CenterCrop(size) (timm's crop_pct; 0.875 by default: 256 -> 224).
 // The crop is decided from the image header before decoding, so the decoder
-// decodes only that region (image_region.h), and the resize is bilinear
-// without antialiasing (crop_resize.h).
+// decodes only that region (image_region.h), and the resize is bilinear or
+// bicubic without antialiasing (crop_resize.h).
 //
 // Reproducibility: a sample's draw is a pure function of (seed, epoch, sample
 // id), never of the rank, the thread or the order in which samples are
@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "worker/trainer/data/crop_resize.h"
 #include "worker/trainer/data/image_region.h"
 #include "worker/trainer/data/sample_rng.h"
 
@@ -58,6 +59,7 @@ struct TransformOptions {
   RandomResizedCropOptions crop;
   double flip_probability = 0.5;  // training only
   double crop_fraction = 0.875;   // evaluation only, in (0, 1]
+  Interpolation interpolation = Interpolation::kBilinear;  // the resize
 };
 
 // One sample's draw (the crop in source pixels, and the mirror).

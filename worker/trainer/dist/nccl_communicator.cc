@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/retry.h"
 #include "worker/trainer/dist/collective_timeout.h"
 #include "worker/trainer/dist/pending_collective_tracker.h"
 #include "worker/trainer/gpu/gpu_api.h"
@@ -50,16 +51,21 @@ absl::Status NcclStatus(GpuApi& api, int result, absl::string_view what) {
   }
 }
 
-// Backs off from 20 us to 1 ms between polls of an operation in progress.
-class Backoff {
+// Backs off from 20 us to 1 ms between polls of an operation in progress
+// (no jitter: the wait is for this rank's own device and communicator).
+class PollPause {
  public:
-  void Pause() {
-    absl::SleepFor(pause_);
-    pause_ = std::min(pause_ * 2, absl::Milliseconds(1));
-  }
+  explicit PollPause(Clock& clock)
+      : clock_(clock),
+        backoff_({.initial_delay = absl::Microseconds(20),
+                  .max_delay = absl::Milliseconds(1),
+                  .jitter = 0},
+                 clock) {}
+  void Pause() { clock_.SleepFor(*backoff_.Next()); }  // never empty: no deadline
 
  private:
-  absl::Duration pause_ = absl::Microseconds(20);
+  Clock& clock_;
+  Backoff backoff_;
 };
 
 // Makes `device` current for its lifetime, then the previous device again, but
@@ -173,7 +179,7 @@ struct NcclCommState {
     // own, not the collective timeout.
     const int finalized = api.NcclFinalize(comm);
     const absl::Time deadline = clock.Now() + options.finalize_timeout;
-    Backoff backoff;
+    PollPause backoff(clock);
     while (finalized == kNcclSuccess || finalized == kNcclInProgress) {
       if (api.NcclAsyncError(comm, &state) != kNcclSuccess) break;
       if (state == kNcclSuccess) {
@@ -208,7 +214,7 @@ struct NcclCommState {
   // Waits while NCCL reports ncclInProgress (a non-blocking call still under
   // way), until `deadline`. Errors name `what`.
   absl::Status AwaitCalls(absl::Time deadline, const std::string& what) {
-    Backoff backoff;
+    PollPause backoff(clock);
     while (true) {
       int state = kNcclSuccess;
       {
@@ -376,7 +382,7 @@ struct NcclCommState {
   // Blocks until `event` completes or the communicator is aborted (by the
   // collective timeout, on an error or past the timeout).
   absl::Status WaitForEvent(GpuEvent event) {
-    Backoff backoff;
+    PollPause backoff(clock);
     while (true) {
       const int query = api.EventQuery(event);
       if (query == kCudaSuccess) return absl::OkStatus();

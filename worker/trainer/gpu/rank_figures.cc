@@ -1,19 +1,17 @@
 #include "worker/trainer/gpu/rank_figures.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/device_figures.h"
+#include "common/file_io.h"
 
 namespace tessera::trainer {
 
 std::optional<int64_t> PeakRssBytes(const std::string& proc_status) {
-  std::ifstream in(proc_status);
-  std::string line;
-  while (std::getline(in, line)) {
+  const absl::StatusOr<std::string> text = ReadFile(proc_status, 1 << 20);
+  if (!text.ok()) return std::nullopt;
+  for (const absl::string_view line : absl::StrSplit(*text, '\n')) {
     absl::string_view rest = line;
     if (!absl::ConsumePrefix(&rest, "VmHWM:")) continue;
     rest = absl::StripAsciiWhitespace(rest);

@@ -35,6 +35,8 @@ void CheckOptions(const LambOptions& o) {
   TORCH_CHECK(o.weight_decay() >= 0, "LAMB: invalid weight decay ", o.weight_decay());
   TORCH_CHECK(o.max_trust_ratio() > 0, "LAMB: invalid max trust ratio ",
               o.max_trust_ratio());
+  TORCH_CHECK(0 <= o.min_trust_ratio() && o.min_trust_ratio() <= o.max_trust_ratio(),
+              "LAMB: invalid min trust ratio ", o.min_trust_ratio());
 }
 
 // The moments' bias corrections at `step`: 1 - beta^step, or 1 without.
@@ -50,10 +52,10 @@ BiasCorrection BiasCorrectionAt(const LambOptions& o, int64_t step) {
           1 - std::pow(std::get<1>(o.betas()), t)};
 }
 
-// ||w|| / ||u|| clipped to [0, max], and 1 when either norm is 0.
-double TrustRatio(double param_norm, double update_norm, double max) {
+// ||w|| / ||u|| clipped to [min, max], and 1 when either norm is 0.
+double TrustRatio(double param_norm, double update_norm, const LambOptions& o) {
   if (param_norm == 0 || update_norm == 0) return 1;
-  return std::clamp(param_norm / update_norm, 0.0, max);
+  return std::clamp(param_norm / update_norm, o.min_trust_ratio(), o.max_trust_ratio());
 }
 
 struct Coefficients {
@@ -195,17 +197,18 @@ void CpuLoopUpdate(const torch::Tensor& p, LambParamState& state, const LambOpti
     return;
   }
   const SquaredNorms total = CpuLoopMoments(p, state, o);
-  CpuLoopApply(
-      p, state, o,
-      TrustRatio(std::sqrt(total.param), std::sqrt(total.update), o.max_trust_ratio()));
+  CpuLoopApply(p, state, o,
+               TrustRatio(std::sqrt(total.param), std::sqrt(total.update), o));
 }
 
 // TrustRatio per tensor, on the norms' device: no value comes to the host.
 torch::Tensor TrustRatios(const std::vector<torch::Tensor>& param_norms,
-                          const std::vector<torch::Tensor>& update_norms, double max) {
+                          const std::vector<torch::Tensor>& update_norms,
+                          const LambOptions& o) {
   const torch::Tensor w = torch::stack(param_norms);
   const torch::Tensor u = torch::stack(update_norms);
-  const torch::Tensor ratio = (w / u).clamp(0, max);  // NaN or inf where a norm is 0
+  // NaN or inf where a norm is 0, replaced below.
+  const torch::Tensor ratio = (w / u).clamp(o.min_trust_ratio(), o.max_trust_ratio());
   return torch::where(w.gt(0).logical_and(u.gt(0)), ratio, torch::ones_like(ratio));
 }
 
@@ -238,8 +241,8 @@ void ForeachUpdate(const TensorLists& l, const LambOptions& o) {
   }
   if (o.weight_decay() != 0) at::_foreach_add_(updates, l.params, o.weight_decay());
   if (o.trust_ratio()) {
-    const torch::Tensor ratios = TrustRatios(
-        at::_foreach_norm(l.params), at::_foreach_norm(updates), o.max_trust_ratio());
+    const torch::Tensor ratios =
+        TrustRatios(at::_foreach_norm(l.params), at::_foreach_norm(updates), o);
     // Each update times its 0-dim ratio: a broadcast, which the multi-tensor
     // kernels do not take, so LibTorch runs it per tensor (still no sync).
     at::_foreach_mul_(updates, ratios.unbind(0));
@@ -322,15 +325,14 @@ void FusedLamb::ReducedStep() {
   torch::Tensor host;
   for (size_t i = 0; i < deferred.size(); ++i) {
     const Deferred& d = deferred[i];
-    const double max = d.options->max_trust_ratio();
     if (d.cpu_loop) {
       if (!host.defined()) host = squared.to(torch::kCPU).contiguous();
       const double* norms = host.data_ptr<double>() + 2 * i;
       CpuLoopApply(d.param, *d.state, *d.options,
-                   TrustRatio(std::sqrt(norms[0]), std::sqrt(norms[1]), max));
+                   TrustRatio(std::sqrt(norms[0]), std::sqrt(norms[1]), *d.options));
     } else {
       const torch::Tensor norms = squared[static_cast<int64_t>(i)].sqrt();
-      const torch::Tensor ratio = TrustRatios({norms[0]}, {norms[1]}, max)[0];
+      const torch::Tensor ratio = TrustRatios({norms[0]}, {norms[1]}, *d.options)[0];
       d.param.add_(d.update.mul_(ratio.to(d.update.scalar_type())), -d.options->lr());
     }
   }

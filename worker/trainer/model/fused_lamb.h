@@ -8,7 +8,7 @@
 // correction (the default) and m, v without, and r = 1 when either norm is 0.
 // A group with trust_ratio(false) skips the ratio (r = 1): with weight_decay 0
 // its parameters move exactly as Adam's. The trainer puts biases, norms and the
-// class/position tokens in such a group (MakeOptimizer in trainer.cc).
+// class/position tokens in such a group (WeightDecayGroups in param_groups.h).
 //
 // Each parameter with a gradient takes one of two paths (LambPath):
 //  - kCpuLoop: contiguous float32 CPU parameters with a matching gradient. One
@@ -56,6 +56,10 @@ struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>
   TORCH_ARG(double, weight_decay) = 0.0;
   // The trust ratio's upper clip (> 0).
   TORCH_ARG(double, max_trust_ratio) = 10.0;
+  // The trust ratio's lower clip (>= 0, <= max_trust_ratio): DeepSpeed floors it
+  // at 0.01, timm and the paper do not. Not in the serialized options, which
+  // older archives lack; Tessera's checkpoints keep the run's settings.
+  TORCH_ARG(double, min_trust_ratio) = 0.0;
   // Divide the moments by 1 - beta^t.
   TORCH_ARG(bool, bias_correction) = true;
   // false: this group's parameters are excluded from the trust ratio (r = 1).

@@ -56,9 +56,15 @@ std::unique_ptr<torch::optim::Optimizer> MakeAdamW(std::vector<TensorGroup> grou
   return MakeOver<FusedAdamW>(
       std::move(groups),
       [&](double scale, bool decay) {
-        return Options(s.lr * scale).weight_decay(decay ? s.weight_decay : 0.0);
+        return Options(s.lr * scale)
+            .weight_decay(decay ? s.weight_decay : 0.0)
+            .betas({s.beta1, s.beta2})
+            .eps(s.adam_eps);
       },
-      Options(s.lr).weight_decay(s.weight_decay));
+      Options(s.lr)
+          .weight_decay(s.weight_decay)
+          .betas({s.beta1, s.beta2})
+          .eps(s.adam_eps));
 }
 
 FlatParamState ReadAdamW(const torch::optim::OptimizerParamState& state) {
@@ -119,17 +125,24 @@ int SgdStateTensors(const torch::optim::Optimizer& optimizer) {
   return 0;
 }
 
-// LAMB: the trust ratio on the decayed groups (weight matrices) only.
+// LAMB: the trust ratio on the decayed groups (weight matrices) only, unless
+// lamb_trust_when_no_decay.
 std::unique_ptr<torch::optim::Optimizer> MakeLamb(std::vector<TensorGroup> groups,
                                                   const OptimizerSettings& s) {
+  const auto base = [&s](double lr) {
+    return LambOptions(lr)
+        .betas({s.beta1, s.beta2})
+        .max_trust_ratio(s.lamb_max_trust)
+        .min_trust_ratio(s.lamb_min_trust);
+  };
   return MakeOver<FusedLamb>(
       std::move(groups),
       [&](double scale, bool decay) {
-        return LambOptions(s.lr * scale)
+        return base(s.lr * scale)
             .weight_decay(decay ? s.weight_decay : 0.0)
-            .trust_ratio(decay);
+            .trust_ratio(decay || s.lamb_trust_when_no_decay);
       },
-      LambOptions(s.lr).weight_decay(s.weight_decay));
+      base(s.lr).weight_decay(s.weight_decay));
 }
 
 FlatParamState ReadLamb(const torch::optim::OptimizerParamState& state) {

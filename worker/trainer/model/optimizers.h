@@ -17,7 +17,8 @@
 // Groups: each TensorGroup becomes one optimizer group at lr x lr_scale, with
 // the run's weight decay where `decay` is set and none elsewhere. LAMB applies
 // its trust ratio to the decayed groups only (weight matrices), so biases,
-// norms and tokens move as with Adam.
+// norms and tokens move as with Adam, unless lamb_trust_when_no_decay (as
+// DeepSpeed's LAMB does with every group).
 //
 // Thread-safety: the table is immutable; the optimizers it makes have one
 // caller at a time, as LibTorch's.
@@ -49,6 +50,15 @@ struct OptimizerSettings {
   double lr = 1e-3;            // the peak rate; groups scale it
   double weight_decay = 0.05;  // decoupled for AdamW and LAMB
   double momentum = 0.9;       // SGD only
+  // The moments' decay rates, of AdamW and LAMB alike.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double adam_eps = 1e-8;  // AdamW only; LAMB keeps its 1e-6
+  // LAMB's trust ratio: clipped to [lamb_min_trust, lamb_max_trust], on the
+  // decayed groups only unless lamb_trust_when_no_decay.
+  double lamb_max_trust = 10.0;
+  double lamb_min_trust = 0.0;
+  bool lamb_trust_when_no_decay = false;
 };
 
 // One optimizer group: the tensors it updates (parameters, or ZeRO's pieces

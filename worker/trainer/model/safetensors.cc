@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -496,18 +498,6 @@ absl::StatusOr<std::string> EncodeHeader(
   return out;
 }
 
-// Writes all of `bytes` to `fd`; 0 or the errno.
-int WriteAll(int fd, absl::string_view bytes) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : EIO;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> SerializeSafetensors(
@@ -525,27 +515,11 @@ absl::Status WriteSafetensors(const std::string& path,
   // The header, then each tensor's bytes straight from the caller's memory: no
   // second copy of the weights.
   ASSIGN_OR_RETURN(const std::string header, EncodeHeader(tensors, metadata));
-  std::string temp = path + ".tmp-XXXXXX";
-  const int fd = ::mkstemp(temp.data());
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("safetensors: cannot create a temporary file next to ", path, ": ",
-                     std::strerror(errno)));
+  std::vector<std::string_view> parts = {header};
+  for (const TensorToWrite& tensor : tensors) {
+    parts.emplace_back(tensor.data.data(), tensor.data.size());
   }
-  int err = WriteAll(fd, header);
-  for (size_t i = 0; err == 0 && i < tensors.size(); ++i)
-    err = WriteAll(fd, tensors[i].data);
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  // mkstemp makes the file 0600; an export is meant to be shared like any file.
-  if (err == 0 && ::fchmod(fd, 0644) != 0) err = errno;
-  ::close(fd);
-  if (err == 0 && ::rename(temp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(temp.c_str());
-    return absl::InternalError(
-        absl::StrCat("safetensors: cannot write ", path, ": ", std::strerror(err)));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomicallyFromParts(path, parts);
 }
 
 }  // namespace tessera::trainer

@@ -141,8 +141,8 @@ absl::StatusOr<std::string> SerializeSafetensors(
     const std::vector<TensorToWrite>& tensors,
     const std::map<std::string, std::string>& metadata);
 
-// Writes SerializeSafetensors' bytes to `path` through a temporary file in the
-// same directory renamed over it, so a reader never sees half a file.
+// Writes SerializeSafetensors' bytes to `path` atomically and durably
+// (WriteFileAtomically, common/file_io.h), so a reader never sees half a file.
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<TensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata);

@@ -428,8 +428,8 @@ nlohmann::json ConfigJson(const ViTConfig& config) {
 }
 
 absl::Status Export(const VisionTransformerImpl& model, WeightLayout layout,
-                    const std::vector<std::string>& class_names,
-                    const std::string& path) {
+                    const std::vector<std::string>& class_names, const std::string& path,
+                    const std::map<std::string, std::string>& extra_metadata) {
   const ViTConfig& config = model.config();
   if (!class_names.empty() &&
       class_names.size() != static_cast<size_t>(config.num_classes)) {
@@ -461,11 +461,10 @@ absl::Status Export(const VisionTransformerImpl& model, WeightLayout layout,
                                            static_cast<size_t>(part.nbytes()))});
     }
   }
-  std::map<std::string, std::string> metadata = {
-      {"format", "pt"},
-      {"layout", std::string(WeightLayoutName(layout))},
-      {"vit_config", ConfigJson(config).dump()},
-  };
+  std::map<std::string, std::string> metadata = extra_metadata;
+  metadata["format"] = "pt";
+  metadata["layout"] = std::string(WeightLayoutName(layout));
+  metadata["vit_config"] = ConfigJson(config).dump();
   try {
     metadata["class_names"] = nlohmann::json(class_names).dump();
   } catch (const nlohmann::json::exception& e) {
@@ -631,9 +630,10 @@ absl::StatusOr<at::Tensor> ResamplePositionEmbedding(const at::Tensor& embedding
 
 absl::Status ExportSafetensors(const VisionTransformerImpl& model, WeightLayout layout,
                                const std::vector<std::string>& class_names,
-                               const std::string& path) {
+                               const std::string& path,
+                               const std::map<std::string, std::string>& extra_metadata) {
   try {
-    return vit_weights_internal::Export(model, layout, class_names, path);
+    return vit_weights_internal::Export(model, layout, class_names, path, extra_metadata);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("export: ", e.what_without_backtrace()));
   }

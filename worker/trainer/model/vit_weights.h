@@ -135,11 +135,14 @@ absl::StatusOr<at::Tensor> ResamplePositionEmbedding(const at::Tensor& embedding
 // (atomically). __metadata__ holds "format": "pt" (which Hugging Face's loaders
 // want), "layout", "class_names" (a JSON array, possibly empty) and
 // "vit_config" (a JSON object: image_size, patch_size, in_channels,
-// num_classes, dim, depth, heads, mlp_dim, layer_norm_eps). InvalidArgument
-// when class_names is neither empty nor one per class.
-absl::Status ExportSafetensors(const VisionTransformerImpl& model, WeightLayout layout,
-                               const std::vector<std::string>& class_names,
-                               const std::string& path);
+// num_classes, dim, depth, heads, mlp_dim, layer_norm_eps), and the entries
+// of `extra_metadata` (the export's "pretrained_cfg": the job's
+// preprocessing, run/weights_preprocessing.h). InvalidArgument when
+// class_names is neither empty nor one per class.
+absl::Status ExportSafetensors(
+    const VisionTransformerImpl& model, WeightLayout layout,
+    const std::vector<std::string>& class_names, const std::string& path,
+    const std::map<std::string, std::string>& extra_metadata = {});
 
 // Layer-wise learning-rate decay (BEiT / MAE fine-tuning): the layer of a
 // Tessera parameter name is 0 for the embeddings (patch_embedding, class_token,

@@ -1,18 +1,12 @@
 #include "worker/trainer/run/checkpoint.h"
 
-#include <fcntl.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/trainer/gpu/device.h"
@@ -36,29 +31,6 @@ namespace fs = std::filesystem;
 constexpr char kLatest[] = "latest";
 constexpr char kStepPrefix[] = "step-";
 constexpr int64_t kFormatVersion = 1;
-
-absl::Status ErrnoStatus(const std::string& what) {
-  const int error = errno;
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(error)));
-}
-
-absl::Status FsyncPath(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("opening ", path));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return ErrnoStatus(absl::StrCat("fsync of ", path));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("reading ", path));
-  return contents.str();
-}
 
 std::optional<int64_t> ParseStepName(const std::string& name) {
   absl::string_view digits(name);
@@ -112,54 +84,6 @@ torch::Device ModelDevice(const torch::nn::Module& model) {
 
 }  // namespace
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
-                                 const WriteProgress& progress) {
-  const fs::path target(path);
-  const fs::path dir =
-      target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  std::random_device entropy;
-  const std::string temp =
-      (dir / absl::StrFormat(".%s.tmp.%d.%08x", target.filename().string(), ::getpid(),
-                             entropy()))
-          .string();
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("creating ", temp));
-  // In chunks, so that progress moves while a large file is written.
-  constexpr size_t kChunk = size_t{8} << 20;
-  size_t written = 0;
-  while (written < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + written,
-                              std::min(kChunk, contents.size() - written));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      absl::Status status = ErrnoStatus(absl::StrCat("writing ", temp));
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return status;
-    }
-    written += static_cast<size_t>(n);
-    if (progress) progress(static_cast<int64_t>(written));
-  }
-  if (::fsync(fd) != 0) {
-    absl::Status status = ErrnoStatus(absl::StrCat("fsync of ", temp));
-    ::close(fd);
-    ::unlink(temp.c_str());
-    return status;
-  }
-  if (::close(fd) != 0) {
-    absl::Status status = ErrnoStatus(absl::StrCat("closing ", temp));
-    ::unlink(temp.c_str());
-    return status;
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    absl::Status status = ErrnoStatus(absl::StrCat("renaming ", temp, " to ", path));
-    ::unlink(temp.c_str());
-    return status;
-  }
-  // The rename itself is durable only once the directory is.
-  return FsyncPath(dir.string(), O_RDONLY | O_DIRECTORY);
-}
-
 std::string CheckpointDirectory::StepDir(int64_t step) const {
   return (fs::path(root_) / absl::StrFormat("%s%012d", kStepPrefix, step)).string();
 }
@@ -176,7 +100,7 @@ absl::StatusOr<std::optional<int64_t>> CheckpointDirectory::LatestStep() const {
   const std::string path = (fs::path(root_) / kLatest).string();
   std::error_code error;
   if (!fs::exists(path, error)) return std::optional<int64_t>();
-  ASSIGN_OR_RETURN(std::string contents, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string contents, tessera::ReadFile(path));
   const std::string name(absl::StripAsciiWhitespace(contents));
   const std::optional<int64_t> step = ParseStepName(name);
   if (!step.has_value()) {
@@ -187,8 +111,8 @@ absl::StatusOr<std::optional<int64_t>> CheckpointDirectory::LatestStep() const {
 }
 
 absl::Status CheckpointDirectory::PublishLatest(int64_t step) const {
-  return WriteFileAtomically((fs::path(root_) / kLatest).string(),
-                             fs::path(StepDir(step)).filename().string() + "\n");
+  return tessera::WriteFileAtomically((fs::path(root_) / kLatest).string(),
+                                      fs::path(StepDir(step)).filename().string() + "\n");
 }
 
 absl::Status CheckpointDirectory::Prune(int64_t latest_step, int keep) const {
@@ -322,9 +246,9 @@ absl::Status WriteCheckpointFiles(const CheckpointFiles& files,
   }
   int64_t done = 0;
   for (const auto& [path, contents] : files.files) {
-    WriteProgress file_progress;
-    if (progress) file_progress = [&](int64_t bytes) { progress(done + bytes); };
-    RETURN_IF_ERROR(WriteFileAtomically(path, contents, file_progress));
+    WriteOptions options;
+    if (progress) options.progress = [&](int64_t bytes) { progress(done + bytes); };
+    RETURN_IF_ERROR(tessera::WriteFileAtomically(path, contents, options));
     done += static_cast<int64_t>(contents.size());
   }
   return absl::OkStatus();
@@ -367,7 +291,8 @@ absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& di
                                                    int64_t step, int rank, int world_size,
                                                    torch::nn::Module& model,
                                                    torch::optim::Optimizer& optimizer) {
-  ASSIGN_OR_RETURN(const std::string model_bytes, ReadFile(dir.ModelPath(step)));
+  ASSIGN_OR_RETURN(const std::string model_bytes,
+                   tessera::ReadFile(dir.ModelPath(step), kMaxCheckpointFileBytes));
   RankCheckpoint state;
   try {
     torch::serialize::InputArchive archive;
@@ -376,8 +301,9 @@ absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& di
     // At the writer's world size each rank resumes from its own file; at
     // another, every rank takes rank 0's global position.
     const int file_rank = writer_world == world_size ? rank : 0;
-    ASSIGN_OR_RETURN(const std::string rank_bytes,
-                     ReadFile(dir.RankPath(step, file_rank)));
+    ASSIGN_OR_RETURN(
+        const std::string rank_bytes,
+        tessera::ReadFile(dir.RankPath(step, file_rank), kMaxCheckpointFileBytes));
     torch::serialize::InputArchive rank_archive;
     rank_archive.load_from(rank_bytes.data(), rank_bytes.size(),
                            torch::Device(torch::kCPU));
@@ -423,7 +349,8 @@ absl::StatusOr<RankCheckpoint> LoadCheckpointFiles(const CheckpointDirectory& di
 
 absl::StatusOr<std::vector<std::string>> ReadCheckpointClassNames(
     const std::string& model_path) {
-  ASSIGN_OR_RETURN(const std::string bytes, ReadFile(model_path));
+  ASSIGN_OR_RETURN(const std::string bytes,
+                   tessera::ReadFile(model_path, kMaxCheckpointFileBytes));
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));

@@ -22,6 +22,7 @@
 #ifndef TESSERA_WORKER_TRAINER_RUN_CHECKPOINT_H_
 #define TESSERA_WORKER_TRAINER_RUN_CHECKPOINT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -81,10 +82,10 @@ struct RankCheckpoint {
 // Called with the bytes written so far, from the writing thread.
 using WriteProgress = std::function<void(int64_t bytes)>;
 
-// Writes `contents` to `path` atomically (temporary file in the same directory,
-// fsync, rename, directory fsync).
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
-                                 const WriteProgress& progress = nullptr);
+// The largest checkpoint file read back whole (model.pt, a rank's file, a
+// format-1 ZeRO shard): past any model this trainer trains (a ViT-g/14 with
+// Adam's state is about 20 GiB), so only a file that is no checkpoint meets it.
+inline constexpr size_t kMaxCheckpointFileBytes = size_t{64} << 30;
 
 // The checkpoint directory: names, the `latest` pointer, pruning.
 class CheckpointDirectory {

@@ -87,7 +87,8 @@ absl::StatusOr<std::vector<std::string>> LoadCheckpointModel(
 absl::Status ExportCheckpoint(const std::string& checkpoint, const ViTConfig& config,
                               WeightLayout layout,
                               const std::vector<std::string>& class_names,
-                              const std::string& out_path) {
+                              const std::string& out_path,
+                              const std::map<std::string, std::string>& extra_metadata) {
   RETURN_IF_ERROR(ValidateViTConfig(config));
   ASSIGN_OR_RETURN(const std::string model_path, FindCheckpointModel(checkpoint));
   try {
@@ -95,7 +96,7 @@ absl::Status ExportCheckpoint(const std::string& checkpoint, const ViTConfig& co
     ASSIGN_OR_RETURN(const std::vector<std::string> stored,
                      LoadCheckpointModel(model_path, *model));
     return ExportSafetensors(*model, layout, class_names.empty() ? stored : class_names,
-                             out_path);
+                             out_path, extra_metadata);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("export: ", e.what_without_backtrace()));
   }

@@ -4,6 +4,7 @@
 #ifndef TESSERA_WORKER_TRAINER_RUN_CHECKPOINT_MODEL_H_
 #define TESSERA_WORKER_TRAINER_RUN_CHECKPOINT_MODEL_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,12 @@ absl::StatusOr<std::vector<std::string>> LoadCheckpointModel(
 
 // FindCheckpointModel + LoadCheckpointModel into a model built from `config`
 // (the job's resolved ViTConfig) + ExportSafetensors: what `tessctl export` and
-// `tessera-train export` run. Empty `class_names` exports the checkpoint's own.
-absl::Status ExportCheckpoint(const std::string& checkpoint, const ViTConfig& config,
-                              WeightLayout layout,
-                              const std::vector<std::string>& class_names,
-                              const std::string& out_path);
+// `tessera-train export` run. Empty `class_names` exports the checkpoint's own;
+// `extra_metadata` goes into the file's metadata too.
+absl::Status ExportCheckpoint(
+    const std::string& checkpoint, const ViTConfig& config, WeightLayout layout,
+    const std::vector<std::string>& class_names, const std::string& out_path,
+    const std::map<std::string, std::string>& extra_metadata = {});
 
 }  // namespace tessera::trainer
 

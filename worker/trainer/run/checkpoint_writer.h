@@ -1,8 +1,8 @@
 // Writes a checkpoint's files on a background thread, so that the training
 // loop goes on while a large model and its optimizer state reach the disk
 // (trainer.cc: the loop snapshots the state into host memory at the step
-// boundary, hands the bytes here, and publishes `latest` only once every rank
-// reports its part durable).
+// boundary; checkpoint_publisher.h hands the bytes here, and publishes
+// `latest` only once every rank reports its part durable).
 //
 //   CheckpointWriter writer;
 //   RETURN_IF_ERROR(writer.Start([files = std::move(files)](const WriteProgress& p) {

@@ -59,6 +59,7 @@ class EvaluationRun {
 
   absl::StatusOr<EvalReport> Run() {
     ASSIGN_OR_RETURN(split_, EvalSplitOf(options_.eval_split));
+    RETURN_IF_ERROR(CheckHasSplit(data_.shape(), split_));
     ASSIGN_OR_RETURN(placement_, ResolveDevice(options_, loop_.local_rank));
     device_ =
         placement_.cuda
@@ -81,10 +82,13 @@ class EvaluationRun {
     counts.pop_back();
     const double top5_hits = counts.back();
     counts.pop_back();
-    ASSIGN_OR_RETURN(
-        EvalReport report,
-        SummarizeEvalCounts(options_.eval_split.empty() ? "test" : options_.eval_split,
-                            step_, shape.class_names, counts, top5_hits, loss_sum));
+    // Data without a test split scores its validation split, named so.
+    const std::string split_name = split_ == Split::kTest
+                                       ? (shape.test_is_val ? "val" : "test")
+                                       : options_.eval_split;
+    ASSIGN_OR_RETURN(EvalReport report,
+                     SummarizeEvalCounts(split_name, step_, shape.class_names, counts,
+                                         top5_hits, loss_sum));
     reporter_.Report(step_, EvalScalarMetrics(report));
     if (loop_.progress != nullptr) loop_.progress->Enter(RankPhase::kDone);
     return report;
@@ -211,7 +215,7 @@ absl::StatusOr<std::vector<double>> EvaluationRun::CountSplit() {
   feeding.image_size = config_.image_size;
   BatchFeed feed(nullptr, feeding);
   DistributedSamplerOptions sampling;
-  sampling.dataset_size = split_ == Split::kTrain ? shape.train_size : shape.test_size;
+  sampling.dataset_size = SplitSize(shape, split_);
   sampling.rank = communicator_.rank();
   sampling.world_size = communicator_.world_size();
   sampling.shuffle = false;
@@ -250,9 +254,8 @@ absl::StatusOr<std::vector<double>> EvaluationRun::CountSplit() {
 }  // namespace
 
 absl::StatusOr<Split> EvalSplitOf(const std::string& eval_split) {
-  if (eval_split.empty() || eval_split == "test" || eval_split == "val") {
-    return Split::kTest;
-  }
+  if (eval_split.empty() || eval_split == "test") return Split::kTest;
+  if (eval_split == "val") return Split::kVal;
   if (eval_split == "train") return Split::kTrain;
   return absl::InvalidArgumentError(
       absl::StrCat("--eval-split must be test, val or train, got \"", eval_split, "\""));

@@ -11,6 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
+#include "common/retry.h"
 
 namespace tessera::trainer {
 namespace {
@@ -22,23 +24,20 @@ absl::Status ToAbsl(const grpc::Status& status, const std::string& what) {
 }
 
 // Runs `call(context)` with a fresh context per attempt, retrying UNAVAILABLE
-// with exponential backoff until `options.retry_window` has passed.
+// with jittered exponential backoff while the next attempt would start within
+// `options.retry_window`. Errors name `what`.
 template <typename Call>
-grpc::Status CallWithRetry(const GrpcCoordinatorClientOptions& options,
-                           absl::Duration deadline, Call call) {
-  const absl::Time give_up = absl::Now() + options.retry_window;
-  absl::Duration backoff = options.initial_backoff;
-  while (true) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
-    grpc::Status status = call(&context);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
-        absl::Now() + backoff > give_up) {
-      return status;
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, options.max_backoff);
-  }
+absl::Status CallWithRetry(const GrpcCoordinatorClientOptions& options,
+                           absl::Duration deadline, const std::string& what, Call call) {
+  RealClock clock;
+  return Retry({.initial_delay = options.initial_backoff,
+                .max_delay = options.max_backoff,
+                .deadline = options.retry_window},
+               clock, [&] {
+                 grpc::ClientContext context;
+                 context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+                 return ToAbsl(call(&context), what);
+               });
 }
 
 }  // namespace
@@ -66,12 +65,13 @@ absl::StatusOr<RendezvousResult> GrpcCoordinatorClient::Rendezvous(
   request.set_bootstrap(bootstrap);
   request.set_backend(backend);
   tessera::v1::RendezvousResponse response;
-  const grpc::Status status = CallWithRetry(
-      options_, options_.rendezvous_deadline, [&](grpc::ClientContext* context) {
-        Authorize(context);
-        return stub_->Rendezvous(context, request, &response);
-      });
-  if (!status.ok()) return ToAbsl(status, "Rendezvous");
+  const absl::Status status =
+      CallWithRetry(options_, options_.rendezvous_deadline, "Rendezvous",
+                    [&](grpc::ClientContext* context) {
+                      Authorize(context);
+                      return stub_->Rendezvous(context, request, &response);
+                    });
+  if (!status.ok()) return status;
   RendezvousResult result;
   result.rank = response.rank();
   result.local_rank = response.local_rank();
@@ -133,12 +133,11 @@ absl::Status GrpcCoordinatorClient::ReportResult(const TrainingResult& result) {
   request.set_test_loss(result.test_loss);
   if (result.eval.has_value()) FillEvalResult(*result.eval, *request.mutable_eval());
   tessera::v1::ReportResultResponse response;
-  return ToAbsl(CallWithRetry(options_, options_.rpc_deadline,
-                              [&](grpc::ClientContext* context) {
-                                Authorize(context);
-                                return stub_->ReportResult(context, request, &response);
-                              }),
-                "ReportResult");
+  return CallWithRetry(options_, options_.rpc_deadline, "ReportResult",
+                       [&](grpc::ClientContext* context) {
+                         Authorize(context);
+                         return stub_->ReportResult(context, request, &response);
+                       });
 }
 
 absl::StatusOr<LeaseGrant> GrpcCoordinatorClient::RenewLease(

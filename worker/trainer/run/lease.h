@@ -38,9 +38,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -52,6 +50,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/file_io.h"
 #include "common/trainer_exit.h"
 #include "worker/trainer/run/coordinator_client.h"
 #include "worker/trainer/run/progress.h"
@@ -285,9 +284,9 @@ inline absl::Time MonotonicNow() {
 // contact lease from there rather than from main() keeps the trainer's clock
 // ahead of the coordinator's however slowly the executable loads.
 inline absl::Duration ProcessAge() {
-  std::ifstream in("/proc/self/stat");
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
+  const absl::StatusOr<std::string> stat = ReadFile("/proc/self/stat", 4096);
+  if (!stat.ok()) return absl::ZeroDuration();
+  const std::string& text = *stat;
   const size_t paren = text.rfind(')');  // the command name may hold spaces
   if (paren == std::string::npos) return absl::ZeroDuration();
   std::istringstream fields(text.substr(paren + 2));

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -14,31 +13,30 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/json_writer.h"
 
 namespace tessera::trainer {
 namespace {
 
-// JSON has no NaN or infinity; those become null.
-std::string JsonNumber(double value) {
-  if (!std::isfinite(value)) return "null";
-  return absl::StrFormat("%.17g", value);
-}
-
-// Metric names are the trainer's own identifiers; escape anyway so a line is
-// always valid JSON.
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+// One line of the metrics file: {"rank":0,"step":12,"name":"loss",
+// "value":0.25,"unix_ms":...}, values as %.17g as the file always had them
+// (NaN and infinities as null).
+std::string MetricsFileLine(int rank, int64_t step, const std::string& name, double value,
+                            int64_t unix_ms) {
+  JsonWriter line({.doubles = JsonWriter::Doubles::kSeventeenDigits});
+  line.BeginObject()
+      .Key("rank")
+      .Int(rank)
+      .Key("step")
+      .Int(step)
+      .Key("name")
+      .String(name)
+      .Key("value")
+      .Double(value)
+      .Key("unix_ms")
+      .Int(unix_ms)
+      .EndObject();
+  return line.text();
 }
 
 }  // namespace
@@ -64,7 +62,9 @@ MetricsReporter::MetricsReporter(MetricsReporterOptions options,
       coordinator_(coordinator),
       file_(file),
       last_send_(absl::Now()),
-      backoff_(options_.initial_backoff) {
+      backoff_(
+          {.initial_delay = options_.initial_backoff, .max_delay = options_.max_backoff},
+          clock_) {
   if (coordinator_ != nullptr) sender_ = std::thread([this] { SenderLoop(); });
 }
 
@@ -91,9 +91,8 @@ void MetricsReporter::Report(int64_t step,
   if (file_ != nullptr) {
     std::string lines;
     for (const auto& [name, value] : values) {
-      absl::StrAppend(&lines, "{\"rank\":", options_.rank, ",\"step\":", step,
-                      ",\"name\":", JsonString(name), ",\"value\":", JsonNumber(value),
-                      ",\"unix_ms\":", unix_ms, "}\n");
+      absl::StrAppend(&lines, MetricsFileLine(options_.rank, step, name, value, unix_ms),
+                      "\n");
     }
     std::fputs(lines.c_str(), file_);
     std::fflush(file_);
@@ -174,7 +173,7 @@ void MetricsReporter::SenderLoop() {
                   << std::endl;
       }
       failing_ = false;
-      backoff_ = options_.initial_backoff;
+      backoff_.Reset();
       retry_after_ = absl::InfinitePast();
     } else {
       if (!failing_) {
@@ -189,8 +188,7 @@ void MetricsReporter::SenderLoop() {
         pending_.pop_front();
         ++dropped_;
       }
-      retry_after_ = last_send_ + backoff_;
-      backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+      retry_after_ = last_send_ + *backoff_.Next();  // never empty: no deadline
     }
     changed_.SignalAll();
   }

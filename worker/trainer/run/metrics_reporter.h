@@ -29,6 +29,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/retry.h"
 #include "worker/trainer/run/coordinator_client.h"
 
 namespace tessera::trainer {
@@ -78,6 +80,7 @@ class MetricsReporter {
   const MetricsReporterOptions options_;
   CoordinatorClient* const coordinator_;  // Not owned; may be null.
   std::FILE* const file_;                 // Owned; used only by Report's caller.
+  RealClock clock_;
 
   mutable absl::Mutex mu_;
   std::deque<MetricSample> pending_ ABSL_GUARDED_BY(mu_);
@@ -86,7 +89,8 @@ class MetricsReporter {
   int flush_waiters_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_send_ ABSL_GUARDED_BY(mu_);
   absl::Time retry_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::Duration backoff_ ABSL_GUARDED_BY(mu_);
+  // The wait after a failed send: jittered, never giving up.
+  Backoff backoff_ ABSL_GUARDED_BY(mu_);
   bool failing_ ABSL_GUARDED_BY(mu_) = false;
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   // The coordinator refused a report for the job's metric limit: nothing more

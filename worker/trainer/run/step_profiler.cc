@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
@@ -16,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "worker/trainer/gpu/device.h"
 
 namespace tessera::trainer {
@@ -61,14 +61,6 @@ std::vector<ProfiledEvent> ToProfiledEvents(
     events.push_back(std::move(event));
   }
   return events;
-}
-
-absl::Status WriteProfileFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
 }
 
 bool IsNonEmptyFile(const std::string& path) {
@@ -158,11 +150,12 @@ absl::Status StepProfiler::Stop(int64_t last_done) {
     // No Kineto trace in this build: written below.
   }
   if (!IsNonEmptyFile(trace)) {
-    absl::Status written = WriteProfileFile(trace, ChromeTraceJson(events));
+    absl::Status written = tessera::WriteFileAtomically(trace, ChromeTraceJson(events));
     if (!written.ok()) return written;
   }
   const std::string summary = absl::StrCat(dir, "/summary.json");
-  absl::Status written = WriteProfileFile(summary, ProfileSummaryJson(*summary_));
+  absl::Status written =
+      tessera::WriteFileAtomically(summary, ProfileSummaryJson(*summary_));
   if (!written.ok()) return written;
   trace_path_ = trace;
   summary_path_ = summary;

@@ -40,10 +40,16 @@
 // carried the vote; on CUDA one step later. A stop requested during the final
 // step is ignored: the run completes.
 //
-// Run is a short sequence of named steps (trainer.cc's TrainingRun): plan,
-// build the model, resume, build the data feeds, then the loop of steps.
-// LibTorch stays in the .cc; Run turns every c10::Error into a status. A Trainer
-// runs once, on one thread; its collaborators must outlive it.
+// Run is a short sequence of named steps (trainer.cc's TrainingRun, the loop):
+// plan the run (run_plan.h), build the model's replica (model_replica.h),
+// resume (resume_point.h), plan the captured step, build the data feeds
+// (training_feeds.h), then the loop of steps, with the schedule of
+// lr_schedule.h, the metrics of interval_metrics.h and the checkpoints of
+// checkpoint_publisher.h. The device placement, host settings and schedule
+// that tessera-train and the tests call are declared in device_placement.h,
+// host_runtime.h and lr_schedule.h, which this header includes.
+// LibTorch stays out of this header; Run turns every c10::Error into a status. A
+// Trainer runs once, on one thread; its collaborators must outlive it.
 #ifndef TESSERA_WORKER_TRAINER_RUN_TRAINER_H_
 #define TESSERA_WORKER_TRAINER_RUN_TRAINER_H_
 
@@ -58,6 +64,9 @@
 #include "absl/status/statusor.h"
 #include "worker/trainer/data/image_dataset.h"
 #include "worker/trainer/dist/communicator.h"
+#include "worker/trainer/run/device_placement.h"  // IWYU pragma: export
+#include "worker/trainer/run/host_runtime.h"      // IWYU pragma: export
+#include "worker/trainer/run/lr_schedule.h"       // IWYU pragma: export
 #include "worker/trainer/run/metrics_reporter.h"
 #include "worker/trainer/run/trainer_options.h"
 
@@ -148,62 +157,6 @@ class Trainer {
   Communicator& communicator_;                // Not owned.
   MetricsReporter& reporter_;                 // Not owned.
 };
-
-// Where a rank trains.
-struct DevicePlacement {
-  bool cuda = false;
-  int index = -1;            // CUDA device index; -1 on the CPU
-  std::string name() const;  // "cpu" or "cuda:N"
-};
-
-// Resolves --device for the rank with this local rank: "cpu"; "cuda" (the
-// device CudaDeviceForLocalRank picks; FailedPrecondition when LibTorch has no
-// CUDA or no device is visible); "auto" (CUDA when possible, else the CPU).
-// InvalidArgument when --precision bf16/fp16 meets a CPU placement: mixed
-// precision runs only under CUDA autocast here.
-absl::StatusOr<DevicePlacement> ResolveDevice(const TrainerOptions& options,
-                                              int local_rank);
-
-// The CUDA device of the rank with `local_rank` when `visible` devices are
-// visible: device local_rank when several are (one per local rank), device 0
-// when one is (the launcher gave each rank its own through
-// CUDA_VISIBLE_DEVICES). FailedPrecondition when several are visible but not
-// local_rank + 1: ranks must not share a GPU by accident.
-absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank, int visible);
-
-// Makes the placement's CUDA device current for the calling thread (a no-op on
-// the CPU). tessera-train calls it right after ResolveDevice, before anything
-// else touches CUDA (NCCL, the model), so that no context is created on a GPU
-// of another rank.
-absl::Status MakePlacementCurrent(const DevicePlacement& placement);
-
-// Makes glibc keep freed tensor memory in the heap (allocations below 64 MiB
-// are not mmap'ed, and up to 256 MiB of free heap top is kept) instead of
-// handing it back to the kernel after every step and faulting in fresh zeroed
-// pages on the next: with default settings a CPU step's activations churn
-// through mmap/munmap and page faults that cost ~20% of backward for vit-micro.
-// Larger blocks are still mapped afresh each time (as is anything a loader
-// thread's arena cannot hold, 64 MiB per heap): a float32 batch at 224 px of a
-// CPU run. A CUDA rank has no such batches on the host: its loaders fill small
-// uint8 batches in pinned memory, which LibTorch's host allocator caches.
-// Process-wide; tessera-train calls it once at start-up. Returns whether glibc
-// took both settings; false without glibc.
-bool ConfigureHostAllocator();
-
-// Sets LibTorch's intra-op thread count and, when the BLAS library is OpenBLAS,
-// its thread count too (OpenBLAS otherwise starts one thread per core in every
-// rank and oversubscribes the machine).
-void ConfigureComputeThreads(int threads);
-
-// The warmup length: `warmup_steps`, or ceil(warmup_fraction * total_steps) when
-// it is -1.
-int64_t ResolveWarmupSteps(int64_t warmup_steps, int64_t total_steps,
-                           double warmup_fraction);
-
-// The learning rate at 0-based `step` of `total_steps`: linear warmup to `peak`
-// over `warmup_steps`, then cosine decay to peak * final_lr_fraction.
-double ScheduledLearningRate(double peak, int64_t step, int64_t total_steps,
-                             int64_t warmup_steps, double final_lr_fraction);
 
 }  // namespace tessera::trainer
 

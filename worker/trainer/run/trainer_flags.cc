@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/flag_checks.h"
 #include "common/trainer_choices.h"
 #include "worker/trainer/model/vit_config.h"
 
@@ -51,7 +52,13 @@ class ConfigFlags {
       // worker writes a job spec's fields) set either value.
       app_.add_flag("--" + name, value, help)->group(kGroup);
     } else {
-      app_.add_option("--" + name, value, help)->group(kGroup);
+      CLI::Option* option = app_.add_option("--" + name, value, help)->group(kGroup);
+      // A number that does not parse is answered with what was expected.
+      if constexpr (std::is_arithmetic_v<T>) {
+        option->check(IsNumber<T>());
+      } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+        option->check(IsNumber<double>());
+      }
     }
   }
 
@@ -195,10 +202,33 @@ void DeclareEvaluationFlags(ConfigFlags& config, TrainerOptions& t) {
          "evaluate, do not train: the model of --init-from, or of the checkpoint "
          "--resume finds in --checkpoint-dir (--lr is not needed)");
   config("eval-split", t.eval_split,
-         "the split --eval-only evaluates: test | val (the held-out split of "
-         "image folders) | train");
+         "the split --eval-only evaluates: test | val (the validation split: an "
+         "image folder's val/, or what --val-fraction holds out) | train");
   config("eval-step", t.eval_step,
          "--eval-only --resume: the checkpoint of this step (0: the latest)");
+}
+
+// The validation split, the resize, the optimizer knobs and the stop fraction,
+// in TrainerConfig's order (fields 53-62).
+void DeclareSearchFlags(ConfigFlags& config, TrainerOptions& t) {
+  config("val-fraction", t.val_fraction,
+         "hold out this fraction of the training set as the validation split, by "
+         "class, the same on every rank and resume (0: none; e.g. --val-fraction 0.1)");
+  config("val-seed", t.val_seed, "the validation split's own seed (not --seed's)");
+  config("eval-every", t.eval_every,
+         "score the validation split every N steps: val_loss, val_accuracy (0: at the "
+         "end only)");
+  config("interpolation", t.interpolation,
+         absl::StrCat("image data: the resize, ", ChoicesText(kInterpolationChoices)));
+  config("adam-betas", t.adam_betas, "AdamW's beta1 beta2 (default 0.9 0.999)");
+  config("adam-eps", t.adam_eps, "AdamW's epsilon");
+  config("lamb-max-trust", t.lamb_max_trust, "LAMB's trust-ratio cap");
+  config("lamb-min-trust", t.lamb_min_trust, "LAMB's trust-ratio floor");
+  config("lamb-trust-when-no-decay", t.lamb_trust_when_no_decay,
+         "LAMB: apply the trust ratio to groups without weight decay too");
+  config("stop-fraction", t.stop_fraction,
+         "train this fraction of the run's steps, checkpoint and stop; the "
+         "learning-rate schedule stays the whole run's (0: the whole run)");
 }
 
 void DeclareCommunicationFlags(CLI::App& app, TrainerFlags& flags) {
@@ -285,6 +315,7 @@ std::vector<std::string> DeclareFlags(CLI::App& app, TrainerFlags& flags) {
   DeclareModelAndDeviceFlags(config, flags.trainer);
   DeclareImageAndFineTuningFlags(config, flags.trainer);
   DeclareEvaluationFlags(config, flags.trainer);
+  DeclareSearchFlags(config, flags.trainer);
   DeclareCommunicationFlags(app, flags);
   DeclarePerformanceFlags(app, flags);
   DeclareLaunchFlags(app, flags.launch);
@@ -297,7 +328,7 @@ absl::StatusOr<TrainerFlags> ParseTrainerFlags(const std::vector<std::string>& a
   TrainerFlags flags;
   CLI::App app("tessera-train: data-parallel ViT training, one process per rank",
                "tessera-train");
-  DeclareFlags(app, flags);
+  const std::vector<std::string> config_names = DeclareFlags(app, flags);
   // CLI11 consumes the argument vector from the back.
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
@@ -306,6 +337,9 @@ absl::StatusOr<TrainerFlags> ParseTrainerFlags(const std::vector<std::string>& a
     flags.help = app.help();
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
+  }
+  for (const std::string& name : config_names) {
+    if (app.count("--" + name) > 0) flags.given.insert(name);
   }
   return flags;
 }

@@ -9,6 +9,7 @@
 #ifndef TESSERA_WORKER_TRAINER_RUN_TRAINER_FLAGS_H_
 #define TESSERA_WORKER_TRAINER_RUN_TRAINER_FLAGS_H_
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ struct TrainerFlags {
   std::string gloo_allreduce = "exchange";
   // Non-empty when --help was given: print it and exit successfully.
   std::string help;
+  // The TrainerConfig flags given on the command line (names without dashes),
+  // as opposed to left at their defaults: what the preprocessing that comes
+  // with weights does not override (weights_preprocessing.h).
+  std::set<std::string> given;
 };
 
 // Parses `args` (without the program name). InvalidArgument with CLI11's message

@@ -172,6 +172,7 @@ absl::Status ValidateStepOptions(const TrainerOptions& o) {
     }
   }
   RETURN_IF_ERROR(CheckOneOf("cuda-graph", o.cuda_graph, kCudaGraphChoices));
+  RETURN_IF_ERROR(CheckOneOf("interpolation", o.interpolation, kInterpolationChoices));
   if (!IsZeroStage(o.zero_stage)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--zero-stage must be one of ", ZeroStageChoicesText(), "; got ", o.zero_stage));
@@ -184,7 +185,56 @@ absl::Status ValidateStepOptions(const TrainerOptions& o) {
   return ValidateEvalOptions(o);
 }
 
+absl::Status ValidateSearchKeys(const TrainerOptions& o) {
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--val-fraction must be in [0, 1), got ", o.val_fraction));
+  }
+  if (o.val_fraction > 0 && IsEncodedImageDataset(o.dataset)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--val-fraction holds out part of an in-memory training set; ", o.dataset,
+        " data has its own validation split, its val/ folder (or val- shards)"));
+  }
+  if (o.interpolation == "bicubic" && !IsEncodedImageDataset(o.dataset)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--interpolation bicubic resizes image folders and shards; ",
+                     o.dataset, " is resized bilinearly"));
+  }
+  RETURN_IF_ERROR(CheckRange<int64_t>("val-seed", o.val_seed, 0,
+                                      std::numeric_limits<int64_t>::max()));
+  RETURN_IF_ERROR(CheckRange<int64_t>("eval-every", o.eval_every, 0,
+                                      std::numeric_limits<int64_t>::max()));
+  if (!(o.stop_fraction >= 0 && o.stop_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stop-fraction must be in [0, 1], got ", o.stop_fraction));
+  }
+  if (o.stop_fraction > 0 && o.stop_fraction < 1 && o.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--stop-fraction stops the run to be resumed later: it needs --checkpoint-dir");
+  }
+  if (!o.adam_betas.empty() && o.adam_betas.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--adam-betas takes two values (beta1 beta2), got ", o.adam_betas.size()));
+  }
+  for (const double beta : o.adam_betas) {
+    RETURN_IF_ERROR(CheckInterval("adam-betas", beta, 0, 1, true));
+  }
+  if (!(o.adam_eps > 0 && o.adam_eps < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--adam-eps must be in (0, 1), got ", o.adam_eps));
+  }
+  RETURN_IF_ERROR(CheckInterval("lamb-min-trust", o.lamb_min_trust, 0, 1e6, false));
+  RETURN_IF_ERROR(CheckInterval("lamb-max-trust", o.lamb_max_trust, 0, 1e6, false));
+  if (o.lamb_max_trust <= 0 || o.lamb_min_trust > o.lamb_max_trust) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lamb-max-trust must be positive and at least --lamb-min-trust; got ",
+        o.lamb_max_trust, " and ", o.lamb_min_trust));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateEvalOptions(const TrainerOptions& o) {
+  RETURN_IF_ERROR(ValidateSearchKeys(o));
   if (o.eval_split != "test" && o.eval_split != "val" && o.eval_split != "train") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--eval-split must be one of test, val, train; got \"", o.eval_split, "\""));

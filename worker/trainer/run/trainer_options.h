@@ -88,6 +88,24 @@ struct TrainerOptions {
   bool eval_only = false;
   std::string eval_split = "test";
   int64_t eval_step = 0;
+  // Validation (validation_split.h): hold out this fraction of an in-memory
+  // training set, by class, with its own seed (0: none; image folders have
+  // val/); score it every eval_every steps (0: only at the end).
+  double val_fraction = 0.0;
+  int64_t val_seed = 0;
+  int64_t eval_every = 0;
+  // Image data: the resize's interpolation, one of kInterpolationChoices.
+  std::string interpolation = "bilinear";
+  // Optimizer knobs (model/optimizers.h): AdamW's betas and epsilon, LAMB's
+  // trust-ratio bounds and whether groups without weight decay take it too.
+  std::vector<double> adam_betas;  // empty: 0.9 0.999
+  double adam_eps = 1e-8;
+  double lamb_max_trust = 10.0;
+  double lamb_min_trust = 0.0;
+  bool lamb_trust_when_no_decay = false;
+  // Train only this fraction of the run's steps, checkpoint and stop; the
+  // schedule stays the whole run's (a search's rungs; 0: the whole run).
+  double stop_fraction = 0.0;
   // Not a TrainerConfig field (set by flag only): split small models into at
   // least this many buckets so their communication overlaps backward too.
   int32_t min_buckets = 1;
@@ -118,6 +136,9 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& options,
 absl::Status ValidateDataAndInit(const TrainerOptions& options);
 // The step profile, CUDA graph and ZeRO options (part of ValidateDataAndInit).
 absl::Status ValidateStepOptions(const TrainerOptions& options);
+// The validation split, the stop fraction and the optimizer knobs (part of
+// ValidateEvalOptions).
+absl::Status ValidateSearchKeys(const TrainerOptions& options);
 // The evaluation-only options (part of ValidateDataAndInit): a split the data
 // offers, and exactly one model source (--init-from, or --resume with
 // --checkpoint-dir); --eval-step only with --resume.

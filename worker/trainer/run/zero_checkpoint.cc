@@ -1,19 +1,14 @@
 #include "worker/trainer/run/zero_checkpoint.h"
 
-#include <fcntl.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -31,15 +27,6 @@ namespace {
 
 // Format 1: a LibTorch archive per rank, read whole.
 constexpr int64_t kLegacyFormat = 1;
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("reading ", path));
-  return contents.str();
-}
 
 int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key) {
   c10::IValue value;
@@ -152,14 +139,9 @@ uint64_t LittleEndian64(const unsigned char* bytes) {
 class ShardReader {
  public:
   static absl::StatusOr<ShardReader> Open(const std::string& path) {
-    ShardReader reader(path);
-    reader.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (reader.fd_ < 0) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot open ", path, ": ", strerror(errno)));
-    }
+    ASSIGN_OR_RETURN(RandomAccessFile file, RandomAccessFile::Open(path));
     std::array<unsigned char, 16> start{};
-    RETURN_IF_ERROR(reader.Read(start.data(), start.size(), 0));
+    RETURN_IF_ERROR(file.ReadExactly(0, start.size(), start.data()));
     if (std::memcmp(start.data(), kMagic, 8) != 0) {
       return absl::DataLossError(absl::StrCat(path, " is not a tessera optimizer shard"));
     }
@@ -168,7 +150,8 @@ class ShardReader {
       return absl::DataLossError(absl::StrCat(path, ": a header of ", length, " bytes"));
     }
     std::string text(length, '\0');
-    RETURN_IF_ERROR(reader.Read(text.data(), text.size(), 16));
+    RETURN_IF_ERROR(file.ReadExactly(16, text.size(), text.data()));
+    ShardReader reader(std::move(file));
     try {
       reader.header_ = nlohmann::json::parse(text);
     } catch (const std::exception& e) {
@@ -178,45 +161,19 @@ class ShardReader {
                          kDataAlignment * kDataAlignment;
     return reader;
   }
-  ShardReader(ShardReader&& other) noexcept
-      : path_(std::move(other.path_)),
-        fd_(std::exchange(other.fd_, -1)),
-        header_(std::move(other.header_)),
-        data_start_(other.data_start_) {}
-  ShardReader& operator=(ShardReader&&) = delete;
-  ~ShardReader() {
-    if (fd_ >= 0) ::close(fd_);
-  }
 
   const nlohmann::json& header() const { return header_; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
   // `bytes` bytes at `at` of the data section into `dst`.
   absl::Status ReadData(void* dst, size_t bytes, int64_t at) {
-    return Read(dst, bytes, data_start_ + at);
+    return file_.ReadExactly(data_start_ + at, bytes, dst);
   }
 
  private:
-  explicit ShardReader(std::string path) : path_(std::move(path)) {}
+  explicit ShardReader(RandomAccessFile file) : file_(std::move(file)) {}
 
-  absl::Status Read(void* dst, size_t bytes, int64_t at) {
-    auto* out = static_cast<char*>(dst);
-    while (bytes > 0) {
-      const ssize_t n = ::pread(fd_, out, bytes, static_cast<off_t>(at));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return absl::DataLossError(absl::StrCat("reading ", path_, " at byte ", at, ": ",
-                                                n < 0 ? strerror(errno) : "truncated"));
-      }
-      out += n;
-      bytes -= static_cast<size_t>(n);
-      at += n;
-    }
-    return absl::OkStatus();
-  }
-
-  std::string path_;
-  int fd_ = -1;
+  RandomAccessFile file_;
   nlohmann::json header_;
   int64_t data_start_ = 0;
 };
@@ -356,7 +313,8 @@ absl::StatusOr<std::vector<std::optional<FlatParamState>>> LoadLegacyShards(
   std::vector<std::vector<ReadPiece>> by_param(numels.size());
   for (int rank = 0; rank < writer_world; ++rank) {
     const std::string path = LegacyShardPath(dir, step, rank);
-    ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(path));
+    ASSIGN_OR_RETURN(const std::string bytes,
+                     tessera::ReadFile(path, kMaxCheckpointFileBytes));
     try {
       torch::serialize::InputArchive archive;
       archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
