@@ -285,8 +285,9 @@ void ExpectTopTrialsPromoted(const v1::Search& search) {
     std::vector<std::pair<double, int>> results;  // (-metric, trial)
     std::set<int> promoted;
     for (const v1::SearchTrial& t : search.trials()) {
-      if (t.rung_metrics_size() > rung)
+      if (t.rung_metrics_size() > rung) {
         results.push_back({-t.rung_metrics(rung), t.index()});
+      }
       if (t.rung() > rung) promoted.insert(t.index());
     }
     std::sort(results.begin(), results.end());
@@ -298,6 +299,34 @@ void ExpectTopTrialsPromoted(const v1::Search& search) {
           << " but was not promoted";
     }
   }
+}
+
+// The search's best trial holds the best metric of any rung, and its reason
+// names it.
+void ExpectBestTrialHoldsTheBestMetric(const v1::Search& search) {
+  double best = -1;
+  for (const v1::SearchTrial& t : search.trials()) {
+    for (double m : t.rung_metrics()) best = std::max(best, m);
+  }
+  ASSERT_GE(search.best_trial(), 0);
+  ASSERT_LT(search.best_trial(), search.trials_size());
+  const v1::SearchTrial& winner = search.trials(search.best_trial());
+  ASSERT_TRUE(winner.has_best_metric());
+  EXPECT_DOUBLE_EQ(winner.best_metric(), best);
+  EXPECT_TRUE(absl::StrContains(search.reason(),
+                                absl::StrCat("best trial ", search.best_trial())))
+      << search.reason();
+}
+
+// Whether the search runs, some trial's job has ended with its metric and
+// another trains: the moment for the restart.
+bool SomeEndedWhileOthersRun(const v1::Search& s) {
+  bool ended = false, running = false;
+  for (const v1::SearchTrial& t : s.trials()) {
+    ended = ended || t.rung_metrics_size() > 0;
+    running = running || t.status() == "running";
+  }
+  return s.state() == v1::SEARCH_STATE_RUNNING && ended && running;
 }
 
 TEST_F(SearchE2eTest, AnAshaSearchRunsItsTrialsAsJobsAndSurvivesACoordinatorRestart) {
@@ -312,17 +341,8 @@ TEST_F(SearchE2eTest, AnAshaSearchRunsItsTrialsAsJobsAndSurvivesACoordinatorRest
   ASSERT_GT(id, 0);
 
   // Restart once a trial's job has ended with its metric and another trains.
-  const v1::Search before = WaitForSearch(
-      id,
-      [](const v1::Search& s) {
-        bool ended = false, running = false;
-        for (const v1::SearchTrial& t : s.trials()) {
-          ended = ended || t.rung_metrics_size() > 0;
-          running = running || t.status() == "running";
-        }
-        return s.state() == v1::SEARCH_STATE_RUNNING && ended && running;
-      },
-      absl::Minutes(2), "a trial's job ended while another runs");
+  const v1::Search before = WaitForSearch(id, SomeEndedWhileOthersRun, absl::Minutes(2),
+                                          "a trial's job ended while another runs");
   ASSERT_EQ(before.state(), v1::SEARCH_STATE_RUNNING) << Progress(before) << Logs();
   ASSERT_NO_FATAL_FAILURE(RestartCoordinator(port));
 
@@ -370,19 +390,7 @@ TEST_F(SearchE2eTest, AnAshaSearchRunsItsTrialsAsJobsAndSurvivesACoordinatorRest
   EXPECT_GT(recorded, jobs_before) << "the restarted coordinator started no job";
   ExpectTopTrialsPromoted(search);
 
-  // The best trial holds the best metric of any rung.
-  double best = -1;
-  for (const v1::SearchTrial& t : search.trials()) {
-    for (double m : t.rung_metrics()) best = std::max(best, m);
-  }
-  ASSERT_GE(search.best_trial(), 0);
-  ASSERT_LT(search.best_trial(), kMaxTrials);
-  const v1::SearchTrial& winner = search.trials(search.best_trial());
-  ASSERT_TRUE(winner.has_best_metric());
-  EXPECT_DOUBLE_EQ(winner.best_metric(), best);
-  EXPECT_TRUE(absl::StrContains(search.reason(),
-                                absl::StrCat("best trial ", search.best_trial())))
-      << search.reason();
+  ExpectBestTrialHoldsTheBestMetric(search);
 
   std::cout << "FIGURE search_trials=" << search.trials_size() << "\n"
             << "FIGURE search_jobs=" << jobs.size() << "\n"
