@@ -834,8 +834,11 @@ absl::Status ApplyOneOverride(YAML::Node& root, const std::string& override_text
     return absl::InvalidArgumentError(absl::StrCat(
         "override '", override_text, "': value is not a YAML scalar: ", e.msg));
   }
-  // A list of scalars sets a repeated field: trainer.mean=[0.5,0.5,0.5].
-  bool scalar_list = value.IsSequence();
+  // A list of scalars, written as a flow list, sets a repeated field:
+  // trainer.mean=[0.5,0.5,0.5]. A block list ("- x") is more likely a string
+  // that lost its quotes.
+  bool scalar_list = value.IsSequence() &&
+                     absl::StartsWith(absl::StripLeadingAsciiWhitespace(value_text), "[");
   for (size_t i = 0; scalar_list && i < value.size(); ++i) {
     scalar_list = value[i].IsScalar();
   }

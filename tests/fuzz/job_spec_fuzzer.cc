@@ -138,6 +138,17 @@ void CheckOverrides(const std::string& yaml_text,
   Check(got.IsDefined(), "override's key is missing from the result", *applied);
   if (want.IsNull()) {
     Check(got.IsNull(), "null override came back non-null", *applied);
+  } else if (want.IsSequence()) {
+    // A list of scalars (trainer.mean=[0.5,0.5,0.5]) comes back element by
+    // element.
+    Check(got.IsSequence() && got.size() == want.size(),
+          "list override came back with another shape",
+          last + "\n--- result:\n" + *applied);
+    for (size_t i = 0; got.IsSequence() && i < want.size() && i < got.size(); ++i) {
+      Check(got[i].IsScalar() && got[i].Scalar() == want[i].Scalar(),
+            "list override's element changed on the way through the YAML emitter",
+            last + "\n--- result:\n" + *applied);
+    }
   } else {
     Check(got.IsScalar() && got.Scalar() == want.Scalar(),
           "override's value changed on the way through the YAML emitter",
