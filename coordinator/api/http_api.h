@@ -150,8 +150,8 @@ class HttpApi {
   void StreamWorkers(EventSink& sink, const Caller& caller) const;
   void StreamSweep(EventSink& sink, const Caller& caller, int64_t sweep_id) const;
 
-  const Core core_;             // Not owned.
-  SweepManager* const sweeps_;  // Not owned; may be null.
+  const Core core_;                // Not owned.
+  SweepManager* const sweeps_;     // Not owned; may be null.
   SearchManager* const searches_;  // Not owned; may be null.
   const Options options_;
   mutable std::atomic<int> active_streams_{0};

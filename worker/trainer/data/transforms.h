@@ -57,8 +57,8 @@ struct TransformOptions {
   int size = 224;     // output side length
   uint64_t seed = 0;  // the job seed
   RandomResizedCropOptions crop;
-  double flip_probability = 0.5;  // training only
-  double crop_fraction = 0.875;   // evaluation only, in (0, 1]
+  double flip_probability = 0.5;                           // training only
+  double crop_fraction = 0.875;                            // evaluation only, in (0, 1]
   Interpolation interpolation = Interpolation::kBilinear;  // the resize
 };
 
