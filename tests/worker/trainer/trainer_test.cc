@@ -311,23 +311,13 @@ struct ReportedRun {
   std::map<std::string, std::map<int64_t, double>> values;
 };
 
+ReportedRun RunOneRankOn(const TrainingData& data, const TrainerOptions& options,
+                         const TrainerLoopOptions& loop = {});
+
 ReportedRun RunOneRank(const TrainerOptions& options, const ImageDataset& train,
                        const ImageDataset& test, const TrainerLoopOptions& loop = {}) {
-  ReportedRun run;
-  LocalCommunicator communicator;
-  FakeCoordinatorClient coordinator;
-  auto reporter = MetricsReporter::Create(QuietReporting(), &coordinator);
-  EXPECT_TRUE(reporter.ok());
-  if (!reporter.ok()) return run;
-  Trainer trainer(options, train, test, communicator, **reporter, loop);
-  absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
-  EXPECT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_TRUE((*reporter)->Flush(absl::Seconds(10)).ok());
-  if (outcome.ok()) run.outcome = *outcome;
-  for (const MetricSample& point : coordinator.received()) {
-    run.values[point.name][point.step] = point.value;
-  }
-  return run;
+  const InMemoryData data(train, test, options.dataset);
+  return RunOneRankOn(data, options, loop);
 }
 
 std::string FreshDirectory(const std::string& name) {
@@ -492,14 +482,15 @@ TEST(TrainerTest, ATrialResumedThroughItsRungsEndsExactlyLikeTheUninterruptedRun
 }
 
 // Runs one rank on `data` and returns its outcome and every reported value.
-ReportedRun RunOneRankOn(const TrainingData& data, const TrainerOptions& options) {
+ReportedRun RunOneRankOn(const TrainingData& data, const TrainerOptions& options,
+                         const TrainerLoopOptions& loop) {
   ReportedRun run;
   LocalCommunicator communicator;
   FakeCoordinatorClient coordinator;
   auto reporter = MetricsReporter::Create(QuietReporting(), &coordinator);
   EXPECT_TRUE(reporter.ok());
   if (!reporter.ok()) return run;
-  Trainer trainer(options, data, communicator, **reporter, {});
+  Trainer trainer(options, data, communicator, **reporter, loop);
   absl::StatusOr<TrainingOutcome> outcome = trainer.Run();
   EXPECT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_TRUE((*reporter)->Flush(absl::Seconds(10)).ok());
