@@ -13,10 +13,10 @@ namespace tessera::cli {
 namespace {
 
 constexpr char kExitCodes[] = R"(Exit codes:
-  0    success (wait, --follow: the job or sweep SUCCEEDED)
-  1    the job or sweep FAILED or was CANCELLED, or another error
-  2    usage error: bad arguments or an invalid job or sweep spec
-  3    no such job or sweep
+  0    success (wait, --follow: the job, sweep or search SUCCEEDED)
+  1    the job, sweep or search FAILED or was CANCELLED, or another error
+  2    usage error: bad arguments or an invalid job, sweep or search spec
+  3    no such job, sweep or search
   4    coordinator unreachable
   124  wait --timeout ran out)";
 

@@ -37,7 +37,9 @@ void FollowWithProgress(CommandFlags& f, WaitOptions& follow) {
   });
 }
 
-void FollowSweepOnTerminal(CommandFlags& f, SweepFollowOptions& follow) {
+// `sweep follow`, `search follow` and their submits' --follow redraw their
+// status line in place on a terminal (follow.h).
+void FollowOnTerminal(CommandFlags& f, FollowOptions& follow) {
   f.AfterParse([&follow](const Terminal& terminal) {
     follow.live = terminal.is_tty;
     follow.columns = terminal.columns;
@@ -75,9 +77,10 @@ bool CheckSweepUsage(const SweepSubmitOptions& shorthand, const CLI::App& sweep,
 
 bool CheckSearchUsage(const SearchSubmitOptions& shorthand, const CLI::App& search,
                       std::ostream& err) {
-  return CheckShorthandUsage(
-      search, !shorthand.spec_path.empty(), !shorthand.overrides.empty(),
-      "submit, list, status, report, cancel, best", "FILE and --set", err);
+  return CheckShorthandUsage(search, !shorthand.spec_path.empty(),
+                             !shorthand.overrides.empty() || shorthand.follow,
+                             "submit, follow, list, status, report, cancel, best",
+                             "FILE, --set and --follow", err);
 }
 
 constexpr CommandRow kCommands[] = {
@@ -383,7 +386,7 @@ constexpr CommandRow kCommands[] = {
            f.Check([&o](const CLI::App& sweep, std::ostream& err) {
              return CheckSweepUsage(o, sweep, err);
            });
-           FollowSweepOnTerminal(f, o.follow_options);
+           FollowOnTerminal(f, o.follow_options);
            f.Run(RunSweepSubmit, o);
          }},
     {.path = "sweep submit",
@@ -401,7 +404,7 @@ constexpr CommandRow kCommands[] = {
                            "a dotted path, e.g. base.trainer.epochs=1 (repeatable)");
            f.app().add_flag("--follow", o.follow,
                             "Then show per-point progress until the sweep ends");
-           FollowSweepOnTerminal(f, o.follow_options);
+           FollowOnTerminal(f, o.follow_options);
            f.Run(RunSweepSubmit, o);
          }},
     {.path = "sweep follow",
@@ -411,7 +414,7 @@ constexpr CommandRow kCommands[] = {
          [](CommandFlags& f) {
            SweepFollowOptions& o = f.Options<SweepFollowOptions>();
            f.Id("sweep", &o.sweep_id, "Sweep id");
-           FollowSweepOnTerminal(f, o);
+           FollowOnTerminal(f, o);
            f.Run(RunSweepFollow, o);
          }},
     {.path = "sweep list",
@@ -461,8 +464,9 @@ constexpr CommandRow kCommands[] = {
          "trainer keys (grid, random or ASHA), ranked by a metric (docs/search.md).\n"
          "`tessctl search FILE` is short for `tessctl search submit FILE`; the other "
          "subcommands inspect searches by id.",
-     .examples = "  tessctl search examples/search-vit-micro-asha.yaml\n"
+     .examples = "  tessctl search examples/search-vit-micro-asha.yaml --follow\n"
                  "  tessctl search submit search.yaml --set search.max_trials=9\n"
+                 "  tessctl search follow 2\n"
                  "  tessctl search list\n"
                  "  tessctl search status 2\n"
                  "  tessctl search report 2 -o csv > trials.csv\n"
@@ -476,15 +480,20 @@ constexpr CommandRow kCommands[] = {
                   "Search spec YAML file (shorthand for `search submit FILE`)", false);
            f.SpecOverrides(&o.overrides,
                            "With FILE: override a spec field, KEY=VALUE (repeatable)");
+           f.app().add_flag("--follow", o.follow,
+                            "With FILE: then show per-trial progress until the search "
+                            "ends");
            f.Check([&o](const CLI::App& search, std::ostream& err) {
              return CheckSearchUsage(o, search, err);
            });
+           FollowOnTerminal(f, o.follow_options);
            f.Run(RunSearchSubmit, o);
          }},
     {.path = "search submit",
      .summary = "Validate a search spec locally and submit it; prints the number of "
                 "trials, then the search id last",
      .examples = "  tessctl search submit search.yaml\n"
+                 "  tessctl search submit search.yaml --follow\n"
                  "  tessctl search submit search.yaml --set search.method=random\n"
                  "  SEARCH=$(tessctl search submit search.yaml | tail -n1)",
      .declare =
@@ -495,7 +504,22 @@ constexpr CommandRow kCommands[] = {
                &o.overrides,
                "Override a spec field before validation, KEY=VALUE with KEY "
                "a dotted path, e.g. base.trainer.batch_size=128 (repeatable)");
+           f.app().add_flag("--follow", o.follow,
+                            "Then show per-trial progress until the search ends");
+           FollowOnTerminal(f, o.follow_options);
            f.Run(RunSearchSubmit, o);
+         }},
+    {.path = "search follow",
+     .summary = "Show a search's trials as they start, are promoted and end, with "
+                "one running trial's progress, until it ends; exit 0 if it SUCCEEDED",
+     .examples = "  tessctl search follow 2\n"
+                 "  tessctl search follow 2 > search-2.log   # a status line every 10s",
+     .declare =
+         [](CommandFlags& f) {
+           SearchFollowOptions& o = f.Options<SearchFollowOptions>();
+           f.Id("search", &o.search_id, "Search id");
+           FollowOnTerminal(f, o);
+           f.Run(RunSearchFollow, o);
          }},
     {.path = "search list",
      .summary = "List searches, newest first",

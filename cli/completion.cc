@@ -1,5 +1,6 @@
 #include "cli/completion.h"
 
+#include <algorithm>
 #include <functional>
 #include <utility>
 
@@ -76,6 +77,12 @@ void AddOptions(const CLI::App& app, CommandWords& words) {
     for (const std::string& s : opt->get_snames()) names.push_back("-" + s);
     for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
     for (std::string& name : names) {
+      // A group's option a subcommand declares again (`search --follow`,
+      // `search submit --follow`) is offered once.
+      if (std::find(words.options.begin(), words.options.end(), name) !=
+          words.options.end()) {
+        continue;
+      }
       if (opt->get_type_size_max() > 0) words.value_options.push_back(name);
       words.options.push_back(std::move(name));
     }

@@ -81,6 +81,37 @@ json JsonIds(const google::protobuf::RepeatedField<int64_t>& ids) {
   return out;
 }
 
+// "1 trial", "27 trials".
+std::string Trials(int n) { return absl::StrCat(n, n == 1 ? " trial" : " trials"); }
+
+// "best trial 11: val_accuracy 0.7456", then " at rung 2" with `at_rung`; ""
+// before any trial has a metric.
+// Where the trial's best metric was recorded is known: it has one, from a
+// coordinator that says where (best_job_id).
+bool BestIsPlaced(const v1::SearchTrial& trial) {
+  return trial.has_best_metric() && trial.best_job_id() != 0;
+}
+
+// "best trial 11: val_accuracy 0.7456", and with `at_rung` where it scored
+// that (the rung and step; a coordinator that does not say: its latest rung).
+std::string BestSummary(const v1::Search& search, bool at_rung) {
+  const v1::SearchTrial* best = BestTrial(search);
+  if (best == nullptr) return "";
+  std::string where;
+  if (at_rung && BestIsPlaced(*best)) {
+    where = absl::StrCat(" at rung ", best->best_rung(), ", step ", best->best_step());
+  } else if (at_rung) {
+    where = absl::StrCat(" at rung ", best->rung());
+  }
+  return absl::StrCat("best trial ", best->index(), ": ", MetricName(search), " ",
+                      BestMetricCell(*best), where);
+}
+
+// A field of where the best was recorded, null when that is not known.
+json BestPlaceJson(const v1::SearchTrial& trial, int64_t value) {
+  return BestIsPlaced(trial) ? json(value) : json(nullptr);
+}
+
 json BestTrialJson(const v1::Search& search) {
   return search.best_trial() >= 0 ? json(search.best_trial()) : json(nullptr);
 }
@@ -92,6 +123,11 @@ std::string SearchStateName(v1::SearchState state) {
   constexpr absl::string_view kPrefix = "SEARCH_STATE_";
   if (absl::StartsWith(name, kPrefix)) name.erase(0, kPrefix.size());
   return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
+}
+
+bool IsTerminal(v1::SearchState state) {
+  return state == v1::SEARCH_STATE_SUCCEEDED || state == v1::SEARCH_STATE_FAILED ||
+         state == v1::SEARCH_STATE_CANCELLED;
 }
 
 TrialCounts CountTrials(const v1::Search& search) {
@@ -190,11 +226,13 @@ std::string FormatSearchStatus(const v1::Search& search, const FormatContext& ct
                        counts.started, SearchTrialCount(search.spec()), counts.running,
                        counts.paused, counts.completed, counts.stopped, counts.failed)});
   const v1::SearchTrial* best = BestTrial(search);
-  fields.AddRow({"BEST", best == nullptr ? "-"
-                                         : absl::StrCat(DescribeTrial(search, *best),
-                                                        ": ", MetricName(search), " ",
-                                                        BestMetricCell(*best), ", job ",
-                                                        LatestJob(*best))});
+  fields.AddRow(
+      {"BEST",
+       best == nullptr
+           ? "-"
+           : absl::StrCat(DescribeTrial(search, *best), ": ", MetricName(search), " ",
+                          BestMetricCell(*best), ", job ",
+                          BestIsPlaced(*best) ? best->best_job_id() : LatestJob(*best))});
   fields.AddRow({"CREATED", LocalTime(search.created_unix_ms(), ctx)});
   fields.AddRow({"UPDATED", LocalTime(search.updated_unix_ms(), ctx)});
   return fields.Render();
@@ -206,6 +244,7 @@ std::string FormatSearchReportTable(const v1::Search& search) {
   header.insert(header.end(), keys.begin(), keys.end());
   for (const char* column : {"STATUS", "RUNG", "STEPS"}) header.push_back(column);
   header.push_back(absl::AsciiStrToUpper(MetricName(search)));
+  header.push_back("AT_STEP");
   header.push_back("JOB");
   Table table(std::move(header));
   for (const v1::SearchTrial& trial : search.trials()) {
@@ -216,6 +255,7 @@ std::string FormatSearchReportTable(const v1::Search& search) {
     row.push_back(absl::StrCat(trial.rung()));
     row.push_back(absl::StrCat(trial.steps()));
     row.push_back(BestMetricCell(trial));
+    row.push_back(BestIsPlaced(trial) ? absl::StrCat(trial.best_step()) : "-");
     const int64_t job = LatestJob(trial);
     row.push_back(job != 0 ? absl::StrCat(job) : "-");
     table.AddRow(std::move(row));
@@ -229,7 +269,7 @@ std::string FormatSearchReportCsv(const v1::Search& search) {
   for (const std::string& key : keys) header.push_back(CsvField(key));
   std::string out = absl::StrCat(absl::StrJoin(header, ","),
                                  ",status,rung,steps,best_metric,best,state,job_ids,"
-                                 "rung_metrics\n");
+                                 "rung_metrics,best_rung,best_step,best_job_id\n");
   for (const v1::SearchTrial& trial : search.trials()) {
     std::vector<std::string> row = {absl::StrCat(trial.index())};
     for (const std::string& key : keys)
@@ -241,21 +281,81 @@ std::string FormatSearchReportCsv(const v1::Search& search) {
                     trial.has_best_metric() ? ExactDouble(trial.best_metric()) : "", ",",
                     trial.index() == search.best_trial() ? "true" : "false", ",",
                     JobStateName(trial.state()), ",", absl::StrJoin(trial.job_ids(), " "),
-                    ",", absl::StrJoin(rung_metrics, " "), "\n");
+                    ",", absl::StrJoin(rung_metrics, " "), ",");
+    if (BestIsPlaced(trial)) {
+      absl::StrAppend(&out, trial.best_rung(), ",", trial.best_step(), ",",
+                      trial.best_job_id());
+    } else {
+      absl::StrAppend(&out, ",,");
+    }
+    out += "\n";
   }
   return out;
 }
 
 std::string FormatBestTrial(const v1::Search& search, const v1::SearchTrial& trial) {
-  std::string out = absl::StrCat(
-      "best trial ", trial.index(), " of search ", search.id(), ": ", MetricName(search),
-      " ", BestMetricCell(trial), " at rung ", trial.rung(), " (", trial.steps(),
-      " steps, ", OrDash(trial.status()), "), job ", LatestJob(trial), "\n");
+  std::string out = absl::StrCat("best trial ", trial.index(), " of search ", search.id(),
+                                 ": ", MetricName(search), " ", BestMetricCell(trial));
+  if (BestIsPlaced(trial)) {
+    absl::StrAppend(&out, " at rung ", trial.best_rung(), ", step ", trial.best_step(),
+                    ", job ", trial.best_job_id());
+  }
+  absl::StrAppend(&out, " (", OrDash(trial.status()));
+  // The trial went on past the rung where it scored best (or that is not
+  // known): where it is now.
+  if (!BestIsPlaced(trial) || trial.best_job_id() != LatestJob(trial)) {
+    absl::StrAppend(&out, "; latest rung ", trial.rung(), ", job ", LatestJob(trial));
+  }
+  out += ")\n";
   for (const std::string& key : ParameterKeys(search)) {
     if (!trial.parameters().contains(key)) continue;
     absl::StrAppend(&out, "  ", key, ": ", ParameterValue(trial, key), "\n");
   }
   return out;
+}
+
+std::string FormatTrialChange(const v1::Search& search, const v1::SearchTrial& trial,
+                              bool promoted) {
+  const std::string job =
+      absl::StrCat("job ", LatestJob(trial), " ", JobStateName(trial.state()));
+  std::string change;
+  if (trial.status().empty() || trial.status() == "running") {
+    change = absl::StrCat(promoted ? "promoted, " : "", job);
+  } else if (trial.rung() >= 0 && trial.rung() < trial.rung_metrics_size()) {
+    change = absl::StrCat(trial.status(), ", ", MetricName(search), " ",
+                          MetricCell(trial.rung_metrics(trial.rung())));
+  } else {
+    change = absl::StrCat(trial.status(), ", ", job);
+  }
+  return Sanitize(
+      absl::StrCat(DescribeTrial(search, trial), " rung ", trial.rung(), ": ", change));
+}
+
+std::string FormatSearchProgress(const v1::Search& search) {
+  const TrialCounts counts = CountTrials(search);
+  std::string out = absl::StrCat("search ", search.id(), ": ", counts.started, "/",
+                                 SearchTrialCount(search.spec()), " trials started, ",
+                                 counts.running, " running");
+  if (counts.paused > 0) absl::StrAppend(&out, ", ", counts.paused, " paused");
+  absl::StrAppend(&out, ", ", counts.completed, " completed, ", counts.stopped,
+                  " stopped, ", counts.failed, " failed");
+  const std::string best = BestSummary(search, false);
+  if (!best.empty()) absl::StrAppend(&out, "; ", best);
+  return out;
+}
+
+std::string FormatSearchEnd(const v1::Search& search, absl::Duration took) {
+  const TrialCounts counts = CountTrials(search);
+  const std::string best = BestSummary(search, true);
+  if (search.state() == v1::SEARCH_STATE_SUCCEEDED) {
+    return absl::StrCat("search ", search.id(), " SUCCEEDED in ", HumanDuration(took),
+                        ": ", Trials(counts.started), best.empty() ? "" : "; ", best,
+                        "; see tessctl search report ", search.id());
+  }
+  return absl::StrCat("search ", search.id(), " ", SearchStateName(search.state()),
+                      " after ", HumanDuration(took), search.reason().empty() ? "" : ": ",
+                      Sanitize(search.reason()), " (", Trials(counts.started), ", ",
+                      counts.failed, " failed", best.empty() ? "" : "; ", best, ")");
 }
 
 json SearchTrialToJson(const v1::Search& search, const v1::SearchTrial& trial) {
@@ -272,6 +372,9 @@ json SearchTrialToJson(const v1::Search& search, const v1::SearchTrial& trial) {
           {"rung", trial.rung()},
           {"steps", trial.steps()},
           {"best_metric", trial.has_best_metric() ? json(trial.best_metric()) : json()},
+          {"best_rung", BestPlaceJson(trial, trial.best_rung())},
+          {"best_step", BestPlaceJson(trial, trial.best_step())},
+          {"best_job_id", BestPlaceJson(trial, trial.best_job_id())},
           {"rung_metrics", std::move(rung_metrics)},
           {"promoted", trial.promoted()},
           {"job_ids", JsonIds(trial.job_ids())},

@@ -1,14 +1,12 @@
 #include "cli/sweep_commands.h"
 
-#include <algorithm>
 #include <map>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "cli/command_util.h"
-#include "cli/progress.h"
+#include "cli/follow.h"
 #include "cli/sweep_output.h"
 #include "common/job_spec.h"
 #include "common/sweep_spec.h"
@@ -22,16 +20,10 @@ namespace {
 
 std::string SweepSubject(int64_t sweep_id) { return absl::StrCat("sweep ", sweep_id); }
 
-absl::Duration SweepDuration(const v1::Sweep& sweep, absl::Duration fallback) {
-  if (sweep.created_unix_ms() > 0 && sweep.updated_unix_ms() >= sweep.created_unix_ms()) {
-    return absl::Milliseconds(sweep.updated_unix_ms() - sweep.created_unix_ms());
-  }
-  return fallback;
-}
-
 int ReportSweepEnd(const v1::Sweep& sweep, absl::Duration waited, std::ostream& out) {
   const PointCounts counts = CountPoints(sweep);
-  const absl::Duration took = SweepDuration(sweep, waited);
+  const absl::Duration took =
+      RunDuration(sweep.created_unix_ms(), sweep.updated_unix_ms(), waited);
   if (sweep.state() == v1::SWEEP_STATE_SUCCEEDED) {
     out << "sweep " << sweep.id() << " SUCCEEDED in " << HumanDuration(took) << ": "
         << counts.succeeded << " of " << counts.total
@@ -57,80 +49,65 @@ const v1::SweepPoint* RunningPoint(const v1::Sweep& sweep) {
 }
 
 // What `sweep follow` prints between polls: a line per point whose job or
-// state changed, and a status line (redrawn in place on a terminal) with the
-// progress of the first running point.
-class SweepFollower {
+// state changed, and a status line with the progress of the first running
+// point.
+class SweepFollower : public FollowTarget<v1::Sweep> {
  public:
-  SweepFollower(const SweepFollowOptions& options, CoordinatorClient& client,
-                std::ostream& out)
-      : options_(options), client_(client), out_(out) {}
+  SweepFollower(int64_t sweep_id, CoordinatorClient& client, std::ostream& err)
+      : sweep_id_(sweep_id), client_(client), err_(err) {}
 
-  // Erases the live status line, if one is on screen.
-  void ClearLine() {
-    if (drawn_) out_ << "\r\x1b[K";
-    drawn_ = false;
-  }
+  absl::StatusOr<v1::Sweep> Poll() override { return client_.GetSweep(sweep_id_); }
 
-  void PrintPointChanges(const v1::Sweep& sweep, absl::Duration elapsed) {
+  void PrintChanges(const v1::Sweep& sweep, absl::Duration elapsed,
+                    FollowScreen& screen) override {
     for (const v1::SweepPoint& p : sweep.points()) {
       if (p.job_id() == 0) continue;
       const std::pair<int64_t, v1::JobState> now_at(p.job_id(), p.state());
       auto it = printed_.find(p.index());
       if (it != printed_.end() && it->second == now_at) continue;
       printed_[p.index()] = now_at;
-      ClearLine();
-      out_ << "[" << FormatElapsed(elapsed) << "] " << DescribePoint(p) << ": job "
-           << p.job_id() << " " << JobStateName(p.state()) << "\n";
+      screen.PrintEvent(elapsed, absl::StrCat(DescribePoint(p), ": job ", p.job_id(), " ",
+                                              JobStateName(p.state())));
     }
   }
 
-  void ShowStatus(const v1::Sweep& sweep, absl::Duration elapsed) {
-    const std::string line = StatusLine(sweep, elapsed);
-    if (options_.live) {
-      out_ << RedrawLine(line, options_.columns) << std::flush;
-      drawn_ = true;
-    } else {
-      out_ << line << std::endl;
-    }
-  }
+  bool Ended(const v1::Sweep& sweep) const override { return IsTerminal(sweep.state()); }
 
- private:
   // The points done so far, then the running point's progress when its job
   // can be read, else the counts of running and waiting points.
-  std::string StatusLine(const v1::Sweep& sweep, absl::Duration elapsed) {
+  std::string StatusLine(const v1::Sweep& sweep, absl::Duration elapsed) override {
     const PointCounts counts = CountPoints(sweep);
     const std::string summary = absl::StrCat(
         "sweep ", sweep.id(), ": ", counts.done(), "/", counts.total, " done",
         counts.failed > 0 ? absl::StrCat(", ", counts.failed, " failed") : "");
     const v1::SweepPoint* running = RunningPoint(sweep);
-    absl::StatusOr<v1::Job> job = absl::NotFoundError("no running point");
-    if (running != nullptr) job = client_.GetJob(running->job_id());
-    if (!job.ok()) {
-      return absl::StrCat("[", FormatElapsed(elapsed), "] ", summary, ", ",
-                          counts.running, " running, ", counts.waiting, " waiting");
+    absl::StatusOr<std::string> progress = absl::NotFoundError("no running point");
+    if (running != nullptr) {
+      progress = progress_.Line(client_, running->job_id(), elapsed,
+                                absl::StrCat(summary, ", point ", running->index(),
+                                             " job ", running->job_id()));
     }
-    if (!tracked_ || tracked_->first != job->id()) {
-      tracked_.emplace(job->id(), ProgressTracker());
-    }
-    ProgressTracker& tracker = tracked_->second;
-    absl::StatusOr<std::vector<v1::MetricPoint>> points =
-        FetchMetrics(client_, job->id(), tracker.FetchAfter(), "");
-    if (points.ok()) {
-      tracker.Update(job->attempt(), job->spec().world_size(), *points, absl::Now());
-    }
-    ProgressInfo info = tracker.Info(*job, elapsed);
-    info.label = absl::StrCat(summary, ", point ", running->index(), " job ", job->id());
-    return FormatProgress(info);
+    if (progress.ok()) return *std::move(progress);
+    return absl::StrCat(ElapsedPrefix(elapsed), summary, ", ", counts.running,
+                        " running, ", counts.waiting, " waiting");
   }
 
-  const SweepFollowOptions& options_;
+  int ReportEnd(const v1::Sweep& sweep, absl::Duration elapsed,
+                std::ostream& out) override {
+    return ReportSweepEnd(sweep, elapsed, out);
+  }
+
+  int ReportPollError(const absl::Status& status) override {
+    return ReportRpcError(status, client_, SweepSubject(sweep_id_), err_);
+  }
+
+ private:
+  const int64_t sweep_id_;
   CoordinatorClient& client_;
-  std::ostream& out_;
+  std::ostream& err_;
   // index -> (job id, state) last printed.
   std::map<int32_t, std::pair<int64_t, v1::JobState>> printed_;
-  // Progress of the point the status line shows.
-  std::optional<std::pair<int64_t, ProgressTracker>> tracked_;
-  bool drawn_ = false;  // a live line is on screen
+  JobProgress progress_;  // of the point the status line shows
 };
 
 }  // namespace
@@ -174,33 +151,8 @@ int RunSweepSubmit(const SweepSubmitOptions& options, CoordinatorClient& client,
 
 int RunSweepFollow(const SweepFollowOptions& options, CoordinatorClient& client,
                    std::ostream& out, std::ostream& err) {
-  const absl::Time start = absl::Now();
-  absl::Time next_status = start;
-  int failures = 0;
-  SweepFollower follower(options, client, out);
-  while (true) {
-    absl::StatusOr<v1::Sweep> sweep = client.GetSweep(options.sweep_id);
-    if (!sweep.ok()) {
-      if (IsRetryable(sweep.status()) && ++failures < options.max_poll_failures) {
-        absl::SleepFor(options.poll_interval);
-        continue;
-      }
-      follower.ClearLine();
-      return ReportRpcError(sweep.status(), client, SweepSubject(options.sweep_id), err);
-    }
-    failures = 0;
-    const absl::Duration elapsed = absl::Now() - start;
-    follower.PrintPointChanges(*sweep, elapsed);
-    if (IsTerminal(sweep->state())) {
-      follower.ClearLine();
-      return ReportSweepEnd(*sweep, elapsed, out);
-    }
-    if (options.live || absl::Now() >= next_status) {
-      follower.ShowStatus(*sweep, elapsed);
-      next_status = absl::Now() + options.progress_interval;
-    }
-    absl::SleepFor(options.poll_interval);
-  }
+  SweepFollower follower(options.sweep_id, client, err);
+  return FollowUntilEnd(options, follower, out);
 }
 
 int RunSweepList(const ListOptions& options, CoordinatorClient& client, std::ostream& out,

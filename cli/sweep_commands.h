@@ -16,21 +16,14 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/follow.h"
 #include "cli/output.h"
 
 namespace tessera::cli {
 
-struct SweepFollowOptions {
+// How to follow (follow.h) which sweep.
+struct SweepFollowOptions : FollowOptions {
   int64_t sweep_id = 0;
-  // Redraw one status line in place (stdout is a terminal) instead of printing
-  // a status line every `progress_interval`. Point state changes are printed as
-  // lines either way.
-  bool live = false;
-  int columns = 0;  // terminal width for `live`; 0: unknown
-  absl::Duration poll_interval = absl::Seconds(1);
-  absl::Duration progress_interval = absl::Seconds(10);
-  // Consecutive failed polls tolerated before exit 4.
-  int max_poll_failures = 10;
 };
 
 struct SweepSubmitOptions {

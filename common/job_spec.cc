@@ -668,12 +668,6 @@ void CheckValidationAndOptimizerKeys(const tessera::v1::TrainerConfig& t,
         absl::StrCat("trainer.val_fraction: must be in [0, 1), got ", t.val_fraction()));
   }
   CheckNonNegative("trainer.val_seed", t.val_seed(), errors);
-  if (t.interpolation() == "bicubic" && t.dataset() != "imagefolder" &&
-      t.dataset() != "shards") {
-    errors->push_back(
-        "trainer.interpolation: bicubic resizes imagefolder and shards data; the "
-        "in-memory datasets are resized bilinearly");
-  }
   CheckNonNegative("trainer.eval_every", t.eval_every(), errors);
   if (!(t.stop_fraction() >= 0 && t.stop_fraction() <= 1)) {
     errors->push_back(absl::StrCat("trainer.stop_fraction: must be in [0, 1], got ",

@@ -703,6 +703,60 @@ std::vector<double> SearchRungLengths(const v1::SearchConfig& config) {
   return lengths;
 }
 
+namespace {
+
+// The longest warmup, in steps, that a trial of the spec may draw: the base's,
+// or the largest value a searched trainer.warmup_steps can take.
+int64_t LongestWarmup(const v1::SearchSpec& spec) {
+  int64_t longest =
+      spec.base().trainer().has_warmup_steps() ? spec.base().trainer().warmup_steps() : 0;
+  for (const v1::SearchParameter& p : spec.search().parameters()) {
+    if (p.key() != "warmup_steps") continue;
+    for (const std::string& value : p.choice()) {
+      int64_t steps = 0;
+      if (absl::SimpleAtoi(value, &steps)) longest = std::max(longest, steps);
+    }
+    if (p.int_range_size() == 2) longest = std::max(longest, p.int_range(1));
+    if (p.uniform_size() == 2) {
+      longest = std::max(longest, static_cast<int64_t>(p.uniform(1)));
+    }
+    if (p.loguniform_size() == 2) {
+      longest = std::max(longest, static_cast<int64_t>(p.loguniform(1)));
+    }
+  }
+  return longest;
+}
+
+// About how many steps the first rung trains, or 0 where that is not known:
+// lengths in epochs need the base's train_subset to count an epoch's steps.
+double FirstRungSteps(const v1::SearchSpec& spec) {
+  const double first = SearchRungLengths(spec.search()).front();
+  if (spec.search().length_unit() != "epochs") return first;
+  const v1::TrainerConfig& t = spec.base().trainer();
+  if (t.train_subset() <= 0 || t.batch_size() <= 0) return 0;
+  const double images = std::floor(static_cast<double>(t.train_subset()) *
+                                   (1 - std::clamp(t.val_fraction(), 0.0, 1.0)));
+  const double per_step =
+      static_cast<double>(t.batch_size()) * std::max(1, spec.base().world_size());
+  return first * std::floor(images / per_step);
+}
+
+}  // namespace
+
+std::vector<std::string> SearchSpecWarnings(const v1::SearchSpec& spec) {
+  if (spec.search().method() != "asha") return {};
+  const int64_t warmup = LongestWarmup(spec);
+  const double first = FirstRungSteps(spec);
+  if (warmup <= 0 || first <= 0 || static_cast<double>(warmup) <= first) return {};
+  return {absl::StrCat(
+      "search.asha: the first rung ends after about ", std::llround(first),
+      " steps, before the warmup of trials with warmup_steps up to ", warmup,
+      " ends; they are ranked there while still warming up and are likely stopped "
+      "however well they would end. Give search.asha.min_length at least the "
+      "longest warmup, or search shorter warmups (docs/search.md, \"Short first "
+      "rungs\")")};
+}
+
 v1::JobSpec SearchRungJob(const SearchTrialJob& trial, const std::vector<double>& rungs,
                           int32_t rung) {
   v1::JobSpec job = trial.job;

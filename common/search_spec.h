@@ -112,6 +112,15 @@ tessera::v1::JobSpec SearchRungJob(const SearchTrialJob& trial,
 std::vector<std::pair<std::string, std::string>> SearchTrialParameters(
     const tessera::v1::SearchConfig& config, int32_t index);
 
+// What a valid spec may still get wrong, as sentences for the submitter: an
+// asha search whose first rung ends before the longest warmup a trial may
+// draw (trainer.warmup_steps, searched or in the base). A trial still warming
+// up there has trained at a fraction of its rate, ranks low and is likely
+// stopped, however well it would end. Epoch lengths are turned into steps
+// where the base says how many images an epoch holds (train_subset); without
+// that nothing is said. Empty when there is nothing to say.
+std::vector<std::string> SearchSpecWarnings(const tessera::v1::SearchSpec& spec);
+
 // asha's eta: search.asha.reduction_factor, or its default (3).
 int32_t SearchReductionFactor(const tessera::v1::SearchConfig& config);
 

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
+#include "common/flag_checks.h"
 #include "common/process/unix_account.h"
 #include "coordinator/core/tls_identity.h"
 #include "coordinator/store/db_retention.h"
@@ -45,7 +46,7 @@ void AddListenerFlags(CLI::App& app, CoordinatorFlags& flags) {
          "--db-max-bytes", options.db_max_bytes,
          "cap on the database size; past it writes fail as on a full disk (0: none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(NumberAtLeast<int64_t>(0));
   app.add_option("--db-reserve", flags.db_reserve,
                  "free space kept on the database's disk for job state; below it "
                  "metric rows and log lines are shed: a size (64M, 512k, bytes), a "
@@ -59,45 +60,45 @@ void AddListenerFlags(CLI::App& app, CoordinatorFlags& flags) {
   app.add_option("--http-max-streams", options.http_max_streams,
                  "live dashboard streams (open pages) served at once")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(NumberInRange(1, 1024));
   HttpLimits& http_limits = options.http_limits;
   app.add_option("--http-max-connections", http_limits.max_connections,
                  "HTTP connections open at once; more are closed when accepted")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(NumberInRange(1, 1 << 16));
   app.add_option("--http-max-connections-per-ip", http_limits.max_connections_per_ip,
                  "HTTP connections open at once from one client address (0: no limit)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 16));
+      ->check(NumberInRange(0, 1 << 16));
   flags.http_request_timeout_ms =
       absl::ToInt64Milliseconds(http_limits.request_read_timeout);
   app.add_option("--http-request-timeout-ms", flags.http_request_timeout_ms,
                  "time a client has to send a whole request (head and body) from the "
                  "connection's start or its previous response; then it is disconnected")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{100}, int64_t{600000}));
+      ->check(NumberInRange(int64_t{100}, int64_t{600000}));
   app.add_option("--http-max-header-count", http_limits.max_header_count,
                  "header fields in one HTTP request; more get 431")
       ->capture_default_str()
-      ->check(CLI::Range(8, 10000));
+      ->check(NumberInRange(8, 10000));
   app.add_option("--http-max-queued-requests", http_limits.max_queued_requests,
                  "HTTP requests waiting for a thread; more get 503 at once")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 16));
+      ->check(NumberInRange(0, 1 << 16));
   flags.grpc_memory_mb = options.grpc_memory_bytes >> 20;
   app.add_option("--grpc-memory-mb", flags.grpc_memory_mb,
                  "memory gRPC may use for its buffers; past it calls fail with "
                  "RESOURCE_EXHAUSTED")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{32}, int64_t{1} << 20));
+      ->check(NumberInRange(int64_t{32}, int64_t{1} << 20));
   app.add_option("--grpc-max-threads", options.grpc_max_threads,
                  "threads gRPC may run synchronous handlers on")
       ->capture_default_str()
-      ->check(CLI::Range(4, 4096));
+      ->check(NumberInRange(4, 4096));
   app.add_option("--grpc-max-concurrent-streams", options.grpc_max_concurrent_streams,
                  "gRPC calls open at once on one client connection")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(NumberInRange(1, 1 << 20));
 }
 
 // Job size, worker liveness, rendezvous and trainer lease timing.
@@ -105,23 +106,23 @@ void AddClusterFlags(CLI::App& app, CoordinatorFlags& flags) {
   app.add_option("--max-world-size", flags.options.manager.spec_limits.max_world_size,
                  "largest world size accepted at submit")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(NumberInRange(1, 1 << 20));
   app.add_option("--heartbeat-interval-ms", flags.heartbeat_ms,
                  "worker heartbeat interval")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{50}, int64_t{60000}));
+      ->check(NumberInRange(int64_t{50}, int64_t{60000}));
   app.add_option("--worker-dead-after-ms", flags.dead_after_ms,
                  "a worker silent this long is declared dead: its ranks count as lost")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+      ->check(NumberInRange(int64_t{100}, int64_t{3600000}));
   app.add_option("--worker-suspect-after-ms", flags.suspect_after_ms,
                  "a worker silent this long gets no new ranks")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{50}, int64_t{3600000}));
+      ->check(NumberInRange(int64_t{50}, int64_t{3600000}));
   app.add_option("--rendezvous-timeout-ms", flags.rendezvous_timeout_ms,
                  "an attempt whose ranks have not all joined by then fails")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{100}, int64_t{86400000}));
+      ->check(NumberInRange(int64_t{100}, int64_t{86400000}));
   app.add_option(
          "--trainer-lease-ms", flags.trainer_lease_ms,
          "trainer lease: a rank that cannot reach the coordinator for this long stops "
@@ -130,7 +131,7 @@ void AddClusterFlags(CLI::App& app, CoordinatorFlags& flags) {
          "partitioned worker restarts only once they are confirmed stopped or about "
          "1.1x this long after their last renewal")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1000}, int64_t{86400000}));
+      ->check(NumberInRange(int64_t{1000}, int64_t{86400000}));
 }
 
 // TLS on both listeners, and which users act as admins.
@@ -158,19 +159,20 @@ void AddLimitFlags(CLI::App& app, CoordinatorFlags& flags) {
   app.add_option("--max-queued-jobs", user_limits.max_queued_jobs,
                  "jobs one user may have queued at once (0: no limit; admins exempt)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(NumberInRange(0, 1 << 20));
   app.add_option("--max-running-ranks", user_limits.max_running_ranks,
                  "ranks one user may have placed at once (0: no limit; admins exempt)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(NumberInRange(0, 1 << 20));
   app.add_option("--max-slot-share", user_limits.max_slot_share,
                  "share of the cluster's slots one user may hold while another user's "
                  "job waits (1: no limit; admins exempt)")
       ->capture_default_str()
-      ->check(CLI::Range(0.01, 1.0));
+      ->check(NumberInRange(0.01, 1.0));
   app.add_option("--max-user-priority", user_limits.max_priority,
                  "highest job priority a non-admin may submit")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(IsNumber<int>());
   app.add_option(
          "--max-memory-per-rank", flags.max_memory_per_rank,
          "largest memory_per_rank a non-admin's job may ask for, e.g. 8GiB; under "
@@ -179,15 +181,15 @@ void AddLimitFlags(CLI::App& app, CoordinatorFlags& flags) {
   app.add_option("--max-metric-rows", job_limits.max_metric_rows,
                  "metric rows one job may store (0: no limit)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(NumberAtLeast<int64_t>(0));
   app.add_option("--max-log-bytes", job_limits.max_log_bytes,
                  "log bytes one job may store, all ranks together (0: no limit)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(NumberAtLeast<int64_t>(0));
   app.add_option("--max-metric-names", job_limits.max_metric_names,
                  "distinct metric names one job may store (0: no limit)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(NumberInRange(0, 1 << 20));
   app.add_flag("--no-fair-share", flags.no_fair_share,
                "order equal-priority jobs by age alone (first come, first served) "
                "instead of by each owner's recent usage");
@@ -196,7 +198,7 @@ void AddLimitFlags(CLI::App& app, CoordinatorFlags& flags) {
                  "fair share: a user's usage this old counts half when ordering "
                  "equal-priority jobs")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{365} * 86400));
+      ->check(NumberInRange(int64_t{1}, int64_t{365} * 86400));
 }
 
 // The watchdog over running attempts and drains (docs/robustness.md).
@@ -217,35 +219,35 @@ void AddWatchdogFlags(CLI::App& app, CoordinatorFlags& flags) {
                  "unresponsive (e.g. stopped); its attempt is ended and restarted from "
                  "the checkpoint when max_restarts allows")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 86400.0));
+      ->check(NumberInRange(1.0, 86400.0));
   app.add_option("--stall-after-min", flags.stall_after_min_s,
                  "seconds: an attempt in which no rank moved (step or phase) for "
                  "max(this, --stall-step-factor x the median step time) is stalled; "
                  "the rank not waiting on its peers is named and the attempt ended")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 86400.0));
+      ->check(NumberInRange(1.0, 86400.0));
   app.add_option("--stall-step-factor", flags.options.manager.watchdog.stall_step_factor,
                  "k in the stall threshold max(--stall-after-min, k x median step time)")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 10000.0));
+      ->check(NumberInRange(1.0, 10000.0));
   app.add_option("--straggler-ratio", flags.options.manager.watchdog.straggler_ratio,
                  "a rank whose own work per step exceeds this x its peers' median for "
                  "--straggler-window is flagged (not stopped)")
       ->capture_default_str()
-      ->check(CLI::Range(1.01, 100.0));
+      ->check(NumberInRange(1.01, 100.0));
   app.add_option("--straggler-window", flags.straggler_window_s,
                  "seconds a rank must stay above --straggler-ratio to be flagged")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 86400.0));
+      ->check(NumberInRange(1.0, 86400.0));
   app.add_option("--progress-interval", flags.progress_interval_s,
                  "seconds: how often trainers report progress (with their lease renewal)")
       ->capture_default_str()
-      ->check(CLI::Range(0.1, 60.0));
+      ->check(NumberInRange(0.1, 60.0));
   app.add_option("--drain-timeout", flags.drain_timeout_s,
                  "seconds a drained worker's ranks get to checkpoint and leave before "
                  "they are stopped (tessctl drain --timeout overrides it)")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 86400.0));
+      ->check(NumberInRange(1.0, 86400.0));
 }
 
 // Slurm pools (docs/slurm.md).
@@ -320,7 +322,8 @@ void AddTokenCommands(CLI::App& app, TokenCommandFlags& token) {
   token.list = token.command->add_subcommand("list", "List tokens (never their secrets)");
   token.revoke = token.command->add_subcommand("revoke", "Revoke a token by id");
   token.revoke->add_option("id", token.revoke_id, "token id (the number after tsr_KIND_)")
-      ->required();
+      ->required()
+      ->check(IsNumber<int64_t>());
 }
 
 // --db-reserve: "auto", a size, "N%" or 0.

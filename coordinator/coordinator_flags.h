@@ -6,7 +6,7 @@
 //   CoordinatorFlags flags;
 //   CLI::App app{...};
 //   AddCoordinatorFlags(app, flags);
-//   CLI11_PARSE(app, argc, argv);
+//   app.parse(argc, argv);   // a CLI::ParseError: app.exit(e), then exit 2
 //   if (flags.token.command->parsed()) ...   // the token subcommands
 //   absl::Status s = FinishCoordinatorOptions(flags);   // then flags.options
 //

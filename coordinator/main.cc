@@ -337,7 +337,12 @@ int main(int argc, char** argv) {
   tessera::CoordinatorFlags flags;
   CLI::App app{"tessera-coordinator: schedules data-parallel training jobs onto workers"};
   tessera::AddCoordinatorFlags(app, flags);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; a bad command line is a usage error, like bad options.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   if (flags.token.command->parsed()) return RunTokenCommand(flags);
   if (flags.db.command->parsed()) return tessera::RunDbCommand(flags.options.db_path);
   if (absl::Status s = tessera::FinishCoordinatorOptions(flags); !s.ok()) {

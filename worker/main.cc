@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/file_io.h"
+#include "common/flag_checks.h"
 #include "common/grpc_tls.h"
 #include "common/retry.h"
 #include "common/tls.h"
@@ -120,7 +121,7 @@ void AddNodeFlags(CLI::App& app, WorkerFlags& flags) {
   app.add_option("--cpu-slots", options.cpu_slots,
                  "ranks this node runs at once (no GPU)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(tessera::NumberInRange(1, 4096));
   app.add_option("--work-dir", options.work_dir,
                  "directory for rank logs and credential files; must belong to the "
                  "worker's user and not be writable by group or others (created 0711)")
@@ -137,7 +138,7 @@ void AddNodeFlags(CLI::App& app, WorkerFlags& flags) {
   app.add_option("--kill-grace-ms", flags.grace_ms,
                  "time between SIGTERM and SIGKILL for a rank")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+      ->check(tessera::NumberInRange(int64_t{0}, int64_t{600000}));
   app.add_option("--drain-timeout", flags.drain_timeout,
                  "on SIGTERM, how long the ranks get to checkpoint and exit before the "
                  "worker stops them and exits: seconds or a duration (90s, 5m); 0 stops "
@@ -418,7 +419,12 @@ int main(int argc, char** argv) {
   AddNodeFlags(app, flags);
   AddPlacementFlags(app, flags);
   AddTrustAndIsolationFlags(app, flags);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; a bad command line exits 2, like a start-up error.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   tessera::WorkerOptions& options = flags.options;
   if (!flags.data_roots.empty()) options.data_roots = flags.data_roots;
   if (!flags.checkpoint_roots.empty()) options.checkpoint_roots = flags.checkpoint_roots;

@@ -294,7 +294,8 @@ absl::Status SearchManager::FinishLocked(SearchRecord& search,
     search.state = v1::SEARCH_STATE_SUCCEEDED;
     search.reason =
         absl::StrCat(view.trials_size(), " trials; best trial ", view.best_trial(), ": ",
-                     metric, " ", best->best_metric(), " at rung ", best->rung());
+                     metric, " ", best->best_metric(), " at rung ", best->best_rung(),
+                     ", step ", best->best_step());
   } else {
     search.state = v1::SEARCH_STATE_FAILED;
     search.reason = absl::StrCat(view.trials_size(), " trials; none reported ", metric);

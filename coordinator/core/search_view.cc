@@ -46,17 +46,24 @@ v1::SearchTrial MakeTrial(const SearchRecord& search,
   for (const auto& [key, value] : SearchTrialParameters(config, trial.index())) {
     (*trial.mutable_parameters())[key] = value;
   }
-  std::optional<double> best;
+  // The row whose metric is the trial's best: on a tie the later rung, the
+  // longer-trained model.
+  const SearchJobRecord* best = nullptr;
   for (const SearchJobRecord* row : rows) {
     if (row->job_id != 0) trial.add_job_ids(row->job_id);
     if (row->outcome != Outcome::kDone || !row->metric.has_value()) continue;
     trial.add_rung_metrics(*row->metric);
     trial.set_steps(std::max(trial.steps(), row->steps));
-    if (!best.has_value() || BetterMetric(*row->metric, *best, maximize)) {
-      best = row->metric;
+    if (best == nullptr || !BetterMetric(*best->metric, *row->metric, maximize)) {
+      best = row;
     }
   }
-  if (best.has_value()) trial.set_best_metric(*best);
+  if (best != nullptr) {
+    trial.set_best_metric(*best->metric);
+    trial.set_best_rung(best->rung);
+    trial.set_best_job_id(best->job_id);
+    trial.set_best_step(best->steps);
+  }
   const SearchJobRecord& latest = *rows.back();
   trial.set_rung(latest.rung);
   trial.set_promoted(latest.rung > 0);

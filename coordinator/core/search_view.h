@@ -2,10 +2,12 @@
 // the search's record and one SearchTrial per trial started, built from the
 // rows of the trials' jobs (store.h, SearchJobRecord). Each trial has its
 // values, its jobs in rung order, the metric at the end of each rung done,
-// its best, and a status: "running"; "paused" (its rung done, not promoted
-// yet); "stopped" (not promoted, or cut short, when the search ended);
-// "completed" (it trained max_length); "failed". The best trial is the one
-// with the best metric, ties going to the higher rung, then the lower index.
+// its best and where that was recorded (the rung, ties going to the later
+// one, its job and the step of the value: the checkpoint that scored it),
+// and a status: "running"; "paused" (its rung done, not promoted yet);
+// "stopped" (not promoted, or cut short, when the search ended); "completed"
+// (it trained max_length); "failed". The best trial is the one with the best
+// metric, ties going to the higher rung, then the lower index.
 //
 // Thread-safety: a pure function.
 #ifndef TESSERA_COORDINATOR_CORE_SEARCH_VIEW_H_

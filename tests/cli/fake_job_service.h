@@ -1,8 +1,9 @@
 // An in-memory tessera.v1.JobService for tessctl's tests, served in-process.
-// GetJob walks through a per-job script of states and GetSweep through a
-// per-sweep script of snapshots, so tests can drive `wait` and `--follow`;
-// searches are answered as submitted or added. Submits can be told to fail
-// with UNAVAILABLE first. Every call's "authorization" metadata is recorded.
+// GetJob walks through a per-job script of states, and GetSweep and GetSearch
+// through a per-sweep or per-search script of snapshots, so tests can drive
+// `wait` and `--follow`; searches are otherwise answered as submitted or
+// added. Submits, and GetSearch, can be told to fail with UNAVAILABLE first.
+// Every call's "authorization" metadata is recorded.
 //
 // Thread-safety: thread-safe (one mutex); gRPC calls handlers concurrently.
 #ifndef TESSERA_TESTS_CLI_FAKE_JOB_SERVICE_H_
@@ -299,10 +300,19 @@ class FakeJobService final : public v1::JobService::Service {
                          v1::GetSearchResponse* response) override {
     absl::MutexLock lock(&mu_);
     Record(context);
+    if (unavailable_get_searches_ > 0) {
+      --unavailable_get_searches_;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
+    }
     auto it = searches_.find(request->search_id());
     if (it == searches_.end()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           absl::StrCat("search ", request->search_id(), " not found"));
+    }
+    std::deque<v1::Search>& script = search_scripts_[it->first];
+    if (!script.empty()) {
+      it->second = script.front();
+      if (script.size() > 1) script.pop_front();
     }
     *response->mutable_search() = it->second;
     return grpc::Status::OK;
@@ -372,6 +382,16 @@ class FakeJobService final : public v1::JobService::Service {
     absl::MutexLock lock(&mu_);
     searches_[search.id()] = search;
   }
+  // GetSearch answers these in turn (once the search exists, added or
+  // submitted), then keeps answering the last.
+  void ScriptSearch(int64_t search_id, std::deque<v1::Search> snapshots) {
+    absl::MutexLock lock(&mu_);
+    search_scripts_[search_id] = std::move(snapshots);
+  }
+  void FailNextGetSearches(int n) {
+    absl::MutexLock lock(&mu_);
+    unavailable_get_searches_ = n;
+  }
   void FailNextSubmits(int n) {
     absl::MutexLock lock(&mu_);
     unavailable_submits_ = n;
@@ -423,6 +443,7 @@ class FakeJobService final : public v1::JobService::Service {
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_sweep_id_ ABSL_GUARDED_BY(mu_) = 1;
   int unavailable_submits_ ABSL_GUARDED_BY(mu_) = 0;
+  int unavailable_get_searches_ ABSL_GUARDED_BY(mu_) = 0;
   int get_job_calls_ ABSL_GUARDED_BY(mu_) = 0;
   bool ignore_list_filters_ ABSL_GUARDED_BY(mu_) = false;
   std::map<int64_t, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
@@ -436,6 +457,7 @@ class FakeJobService final : public v1::JobService::Service {
   std::map<int64_t, v1::SweepReport> reports_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, v1::Search> searches_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> search_by_request_id_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::deque<v1::Search>> search_scripts_ ABSL_GUARDED_BY(mu_);
   int64_t next_search_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<v1::SubmitSearchRequest> search_submits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SubmitJobRequest> submits_ ABSL_GUARDED_BY(mu_);

@@ -1154,8 +1154,8 @@ TEST_F(TessctlTest, EveryCommandAndSubcommandHelpHasAnExampleAndExitCodes) {
           "", "submit", "jobs", "status", "workers", "share", "drain", "undrain", "wait",
           "cancel", "logs", "export", "eval", "metrics", "sweep", "sweep submit",
           "sweep follow", "sweep list", "sweep status", "sweep report", "sweep cancel",
-          "search", "search submit", "search list", "search status", "search report",
-          "search cancel", "search best", "completion"));
+          "search", "search submit", "search follow", "search list", "search status",
+          "search report", "search cancel", "search best", "completion"));
   EXPECT_TRUE(addresses_.empty());  // help talks to nobody
 }
 
@@ -1222,6 +1222,15 @@ TEST_F(CompletionTest, CompletesEveryTopLevelCommandAndNestedSweepCommands) {
   EXPECT_THAT(Complete({"tessctl", "--coordinator", "h:1", "sweep", "re"}),
               ElementsAre("report"));
   EXPECT_THAT(Complete({"tessctl", "completion", ""}), ElementsAre("bash"));
+}
+
+TEST_F(CompletionTest, CompletesSearchFollowAndTheFollowFlag) {
+  EXPECT_THAT(Complete({"tessctl", "search", ""}),
+              ::testing::UnorderedElementsAre("submit", "follow", "list", "status",
+                                              "report", "cancel", "best"));
+  EXPECT_THAT(Complete({"tessctl", "search", "submit", "s.yaml", "--fo"}),
+              ElementsAre("--follow"));
+  EXPECT_THAT(Complete({"tessctl", "search", "s.yaml", "--fo"}), ElementsAre("--follow"));
 }
 
 TEST_F(CompletionTest, CompletesOptionsAndTheirChoices) {

@@ -57,6 +57,26 @@ TEST(FlagChecksTest, AMinimumIsPartOfWhatIsExpected) {
             "--v: expected a number, got \"inf\"");
 }
 
+TEST(FlagChecksTest, ARangeIsPartOfWhatIsExpectedAndIncludesItsEnds) {
+  int slots = 0;
+  EXPECT_EQ(Parse(NumberInRange(1, 4096), {"--v", "1"}, &slots), "");
+  EXPECT_EQ(Parse(NumberInRange(1, 4096), {"--v", "4096"}, &slots), "");
+  EXPECT_EQ(slots, 4096);
+  EXPECT_EQ(Parse(NumberInRange(1, 4096), {"--v", "4097"}, &slots),
+            "--v: expected a whole number from 1 to 4096, got \"4097\"");
+  EXPECT_EQ(Parse(NumberInRange(1, 4096), {"--v", "0"}, &slots),
+            "--v: expected a whole number from 1 to 4096, got \"0\"");
+  EXPECT_EQ(Parse(NumberInRange(1, 4096), {"--v", "abc"}, &slots),
+            "--v: expected a whole number from 1 to 4096, got \"abc\"");
+  double share = 0;
+  EXPECT_EQ(Parse(NumberInRange(0.01, 1.0), {"--v", "0.5"}, &share), "");
+  EXPECT_DOUBLE_EQ(share, 0.5);
+  EXPECT_EQ(Parse(NumberInRange(0.01, 1.0), {"--v", "1.5"}, &share),
+            "--v: expected a number from 0.01 to 1, got \"1.5\"");
+  EXPECT_EQ(Parse(NumberInRange(0.01, 1.0), {"--v", "nan"}, &share),
+            "--v: expected a number from 0.01 to 1, got \"nan\"");
+}
+
 TEST(FlagChecksTest, ListsAreCheckedValueByValue) {
   std::vector<double> values;
   EXPECT_EQ(Parse(IsNumber<double>(), {"--v", "0.5", "0.25"}, &values), "");
@@ -71,9 +91,12 @@ TEST(FlagChecksTest, HelpNamesTheCheckAsCli11sOwnDo) {
   int32_t count = 0;
   app.add_option("--id", id, "")->check(NumberAtLeast<int64_t>(1));
   app.add_option("--count", count, "")->check(NumberAtLeast<int32_t>(0));
+  int slots = 0;
+  app.add_option("--slots", slots, "")->check(NumberInRange(1, 4096));
   const std::string help = app.help();
   EXPECT_NE(help.find("INT:POSITIVE"), std::string::npos) << help;
   EXPECT_NE(help.find("INT:NONNEGATIVE"), std::string::npos) << help;
+  EXPECT_NE(help.find("INT:FROM 1 TO 4096"), std::string::npos) << help;
 }
 
 }  // namespace

@@ -474,6 +474,23 @@ TEST(JobSpecTest, EveryChoiceTableNamesAStringFieldAndItsValuesAreChecked) {
   }
 }
 
+TEST(JobSpecTest, EitherInterpolationIsAcceptedForEveryDataset) {
+  // The in-memory datasets resize in the trainer's preprocessor, image
+  // folders and shards as they decode: both ways take bilinear and bicubic.
+  for (const char* dataset :
+       {"fashion-mnist", "cifar10", "synthetic", "imagefolder", "shards"}) {
+    for (const char* interpolation : {"bilinear", "bicubic"}) {
+      const absl::StatusOr<v1::JobSpec> spec = ParseAndValidateJobSpec(
+          absl::StrCat("name: x\nworld_size: 1\ntrainer:\n  model: vit-micro\n"
+                       "  batch_size: 8\n  epochs: 1\n  data_dir: /data\n  dataset: ",
+                       dataset, "\n  interpolation: ", interpolation, "\n"),
+          SpecLimits{});
+      ASSERT_TRUE(spec.ok()) << dataset << " " << interpolation << ": " << spec.status();
+      EXPECT_EQ(spec->trainer().interpolation(), interpolation);
+    }
+  }
+}
+
 TEST(JobSpecTest, ProfileStepsAndCudaGraphAreCheckedAndBecomeTrainerFlags) {
   const absl::Status bad = ParseAndValidateJobSpec(R"(name: profiled
 world_size: 1

@@ -400,6 +400,58 @@ TEST(SearchSpecTest, MalformedYamlAndWrongTypesAreRefused) {
       HasSubstr("search.max_trials"));
 }
 
+// An asha search whose first rung ends before a trial's warmup is warned
+// about: in steps, and in epochs where train_subset counts an epoch's steps.
+TEST(SearchSpecTest, AFirstRungShorterThanTheLongestWarmupIsWarnedAbout) {
+  auto warnings = [](const std::string& search, const std::string& base_extra = "") {
+    std::string yaml = Spec(search) + base_extra;
+    auto spec = ParseSearchSpec(yaml);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return spec.ok() ? SearchSpecWarnings(*spec) : std::vector<std::string>{};
+  };
+  // Rungs of 100, 300 and 900 steps; warmups up to 200.
+  constexpr char kAsha[] = R"(  method: asha
+  metric: val_accuracy
+  max_trials: 9
+  max_length: 900
+  parameters:
+    lr: {loguniform: [1e-4, 1e-2]}
+    warmup_steps: {choice: [0, 200]}
+)";
+  EXPECT_THAT(warnings(kAsha),
+              ElementsAre(HasSubstr("search.asha: the first rung ends after about 100 "
+                                    "steps, before the warmup of trials with "
+                                    "warmup_steps up to 200 ends")));
+  // A first rung of 300 steps outlasts it; random has no rungs.
+  EXPECT_THAT(warnings(std::string(kAsha) + "  asha: {min_length: 300}\n"),
+              ElementsAre());
+  std::string random = kAsha;
+  random.replace(random.find("asha"), 4, "random");
+  EXPECT_THAT(warnings(random), ElementsAre());
+  // The base's own warmup counts too; an int range counts its top.
+  std::string in_base = kAsha;
+  in_base.replace(in_base.find("    warmup_steps: {choice: [0, 200]}\n"),
+                  std::string("    warmup_steps: {choice: [0, 200]}\n").size(), "");
+  EXPECT_THAT(warnings(in_base), ElementsAre());
+  EXPECT_THAT(warnings(in_base, "    warmup_steps: 150\n"),
+              ElementsAre(HasSubstr("warmup_steps up to 150")));
+  std::string ranged = kAsha;
+  ranged.replace(ranged.find("{choice: [0, 200]}"), 18, "{int: [10, 120]}");
+  EXPECT_THAT(warnings(ranged), ElementsAre(HasSubstr("warmup_steps up to 120")));
+
+  // One epoch of 20000 images, 10% held out, 8 per step: 2250 steps; the
+  // first rung is a ninth of it, 250 steps.
+  std::string epochs = kAsha;
+  epochs.replace(epochs.find("max_length: 900"), 15,
+                 "max_length: 1\n  length_unit: epochs");
+  EXPECT_THAT(warnings(epochs), ElementsAre())
+      << "no train_subset: an epoch's steps are unknown";
+  EXPECT_THAT(warnings(epochs, "    train_subset: 20000\n"), ElementsAre());
+  epochs.replace(epochs.find("[0, 200]"), 8, "[0, 400]");
+  EXPECT_THAT(warnings(epochs, "    train_subset: 20000\n"),
+              ElementsAre(HasSubstr("first rung ends after about 250 steps")));
+}
+
 TEST(SearchSpecTest, TheExampleInTheDocsIsAValidSpec) {
   std::filesystem::path root =
       std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();

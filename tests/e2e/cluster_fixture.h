@@ -1,6 +1,6 @@
 // ClusterTest: a fixture that runs a real tessera-coordinator and
 // tessera-worker daemons on 127.0.0.1 and talks to them through the generated
-// stubs. Shared by the end-to-end test files.
+// stubs and the real tessctl. Shared by the end-to-end test files.
 #ifndef TESSERA_TESTS_E2E_CLUSTER_FIXTURE_H_
 #define TESSERA_TESTS_E2E_CLUSTER_FIXTURE_H_
 
@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -251,6 +252,34 @@ class ClusterTest : public ::testing::Test {
     return out;
   }
 
+  // What one tessctl run printed (stdout and stderr together) and its exit
+  // code (-1: it did not start, or did not exit within 30 s).
+  struct Ran {
+    int code = -1;
+    std::string out;
+  };
+
+  // Runs the real tessctl against this cluster with the user token; its
+  // output is also kept in dir_/tessctl-N.out.
+  Ran Tessctl(std::vector<std::string> args) {
+    return Tessctl(user_token_, std::move(args));
+  }
+
+  // Likewise, as the holder of `token`.
+  Ran Tessctl(const std::string& token, std::vector<std::string> args) {
+    const std::string log = dir_.File(absl::StrCat("tessctl-", ++tessctl_runs_, ".out"));
+    std::vector<std::string> argv = {testing::BinDir() + "/tessctl", "--coordinator",
+                                     absl::StrCat("127.0.0.1:", port_), "--token", token};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Ran ran;
+    auto p = ChildProcess::Start(argv, log);
+    if (!p.ok()) return ran;
+    std::optional<int> status = (*p)->Wait(absl::Seconds(30));
+    if (status && WIFEXITED(*status)) ran.code = WEXITSTATUS(*status);
+    ran.out = (*p)->Log();
+    return ran;
+  }
+
   std::vector<v1::MetricPoint> Metrics(int64_t id) {
     grpc::ClientContext ctx;
     v1::GetMetricsRequest req;
@@ -284,6 +313,7 @@ class ClusterTest : public ::testing::Test {
   std::string join_token_;  // in dir_/join-token, for workers
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
+  int tessctl_runs_ = 0;  // numbers the tessctl-N.out files
 };
 
 }  // namespace tessera

@@ -33,29 +33,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Ran {
-  int code = -1;
-  std::string out;
-};
-
 class EvalE2eTest : public ClusterTest {
  protected:
-  Ran Tessctl(std::vector<std::string> args) {
-    static int n = 0;
-    const std::string log = dir_.File(absl::StrCat("tessctl-", ++n, ".out"));
-    std::vector<std::string> argv = {testing::BinDir() + "/tessctl", "--coordinator",
-                                     absl::StrCat("127.0.0.1:", port_), "--token",
-                                     user_token_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Ran ran;
-    auto p = ChildProcess::Start(argv, log);
-    if (!p.ok()) return ran;
-    std::optional<int> status = (*p)->Wait(absl::Seconds(30));
-    if (status && WIFEXITED(*status)) ran.code = WEXITSTATUS(*status);
-    ran.out = (*p)->Log();
-    return ran;
-  }
-
   // Runs `tessctl ARGS` that submit a job, waits for that job and returns it.
   v1::Job SubmitAndWait(const std::vector<std::string>& args) {
     const Ran submitted = Tessctl(args);

@@ -26,12 +26,6 @@ bool RunToEnd(const std::vector<std::string>& argv, const std::string& log) {
   return status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
 }
 
-// The output of a child process, and its exit code (-1: did not exit).
-struct Ran {
-  int code = -1;
-  std::string out;
-};
-
 class MultiUserTest : public ClusterTest {
  protected:
   static void SetUpTestSuite() {
@@ -124,22 +118,6 @@ trainer:
   batch_size: 16
   metrics_every: 2
 )");
-  }
-
-  // tessctl as the holder of `token`.
-  Ran Tessctl(const std::string& token, std::vector<std::string> args) {
-    static int n = 0;
-    const std::string log = dir_.File(absl::StrCat("tessctl-", ++n, ".out"));
-    std::vector<std::string> argv = {testing::BinDir() + "/tessctl", "--coordinator",
-                                     absl::StrCat("127.0.0.1:", port_), "--token", token};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Ran ran;
-    auto p = ChildProcess::Start(argv, log);
-    if (!p.ok()) return ran;
-    std::optional<int> status = (*p)->Wait(absl::Seconds(30));
-    if (status && WIFEXITED(*status)) ran.code = WEXITSTATUS(*status);
-    ran.out = (*p)->Log();
-    return ran;
   }
 
   httplib::Result HttpGet(const std::string& token, const std::string& path) {

@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -115,28 +116,8 @@ std::string Progress(const v1::Search& search) {
   return out;
 }
 
-struct Ran {
-  int code = -1;
-  std::string out;
-};
-
 class SearchE2eTest : public ClusterTest {
  protected:
-  Ran Tessctl(std::vector<std::string> args) {
-    const std::string log = dir_.File(absl::StrCat("tessctl-", ++tessctl_runs_, ".out"));
-    std::vector<std::string> argv = {testing::BinDir() + "/tessctl", "--coordinator",
-                                     absl::StrCat("127.0.0.1:", port_), "--token",
-                                     user_token_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Ran ran;
-    auto p = ChildProcess::Start(argv, log);
-    if (!p.ok()) return ran;
-    std::optional<int> status = (*p)->Wait(absl::Seconds(30));
-    if (status && WIFEXITED(*status)) ran.code = WEXITSTATUS(*status);
-    ran.out = (*p)->Log();
-    return ran;
-  }
-
   // `tessctl search FILE`; its last line is the search's id (0 on failure).
   int64_t SubmitSearch(const std::string& yaml) {
     const std::string path = dir_.File("search.yaml");
@@ -234,8 +215,6 @@ class SearchE2eTest : public ClusterTest {
 
   void CheckTrialJobs(const v1::SearchTrial& trial,
                       const std::map<int64_t, v1::Job>& jobs);
-
-  int tessctl_runs_ = 0;
 };
 
 // The trial's job of each rung it reached: succeeded, named after (trial,
@@ -318,6 +297,29 @@ void ExpectBestTrialHoldsTheBestMetric(const v1::Search& search) {
       << search.reason();
 }
 
+// Each trial's best was recorded where its best rung stopped, and the
+// checkpoint of every rung it finished is still in its folder (the trainer
+// never prunes a rung's stopping checkpoint), so `search best --export`
+// finds the one that scored.
+void ExpectEveryRungsCheckpointKept(const v1::Search& search, const std::string& root) {
+  for (const v1::SearchTrial& t : search.trials()) {
+    SCOPED_TRACE(absl::StrCat("trial ", t.index()));
+    const std::filesystem::path dir = std::filesystem::path(root) /
+                                      absl::StrCat("search-", search.id()) /
+                                      absl::StrCat("trial-", t.index());
+    for (int r = 0; r < t.rung_metrics_size(); ++r) {
+      const std::filesystem::path model =
+          dir / absl::StrFormat("step-%012d", kRungSteps[r]) / "model.pt";
+      EXPECT_TRUE(std::filesystem::exists(model)) << model;
+    }
+    if (!t.has_best_metric()) continue;
+    ASSERT_LT(t.best_rung(), t.job_ids_size());
+    EXPECT_EQ(t.best_job_id(), t.job_ids(t.best_rung()));
+    EXPECT_EQ(t.best_step(), kRungSteps[t.best_rung()]);
+    EXPECT_DOUBLE_EQ(t.best_metric(), t.rung_metrics(t.best_rung()));
+  }
+}
+
 // Whether the search runs, some trial's job has ended with its metric and
 // another trains: the moment for the restart.
 bool SomeEndedWhileOthersRun(const v1::Search& s) {
@@ -391,6 +393,7 @@ TEST_F(SearchE2eTest, AnAshaSearchRunsItsTrialsAsJobsAndSurvivesACoordinatorRest
   ExpectTopTrialsPromoted(search);
 
   ExpectBestTrialHoldsTheBestMetric(search);
+  ExpectEveryRungsCheckpointKept(search, dir_.File("ckpt"));
 
   std::cout << "FIGURE search_trials=" << search.trials_size() << "\n"
             << "FIGURE search_jobs=" << jobs.size() << "\n"

@@ -16,15 +16,14 @@
 // --dist DIR serves that bundle through a local proxy in front of the
 // coordinator's API instead of the coordinator's embedded copy (for working
 // on the dashboard without relinking the coordinator).
-import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request } from 'node:http';
 import { extname, join } from 'node:path';
-import { userInfo } from 'node:os';
 import {
   Processes, StepFailed, Steps, assert, assertClean, ensureDir, launchBrowser, parseArgs, waitFor,
   watch,
 } from './browser_util.mjs';
+import { Cluster, signIn } from './e2e_cluster.mjs';
 
 const args = parseArgs(process.argv.slice(2), { bin: '', out: '', dist: '' });
 if (!args.bin || !args.out) {
@@ -38,31 +37,8 @@ ensureDir(work);
 const shots = ensureDir(join(args.out, 'screenshots'));
 const procs = new Processes(`${process.pid}-${Date.now()}`);
 const steps = new Steps();
-const bin = (name) => join(args.bin, name);
-
-function tail(file, lines = 30) {
-  try {
-    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).map((l) => `    | ${l}`).join('\n');
-  } catch {
-    return `    (no ${file})`;
-  }
-}
-
-function run(cmd, argv) {
-  return new Promise((resolve) => {
-    execFile(cmd, argv, { timeout: 60000 },
-      (error, stdout, stderr) => resolve({ code: error ? (error.code ?? 1) : 0, stdout, stderr }));
-  });
-}
-
-async function waitPortFile(file, proc) {
-  return waitFor(`port file ${file}`, () => {
-    if (proc.exited) throw new Error(`${proc.name} exited (${proc.code}):\n${tail(proc.log)}`);
-    if (!existsSync(file)) return null;
-    const port = Number(readFileSync(file, 'utf8').trim());
-    return port > 0 ? port : null;
-  }, { timeoutMs: 30000 });
-}
+const cluster = new Cluster({ bin: args.bin, work, procs });
+const api = (path) => cluster.api(path);
 
 // A minimal server for --dist: the bundle at / and the asset paths, the rest
 // proxied to the coordinator (streams included).
@@ -97,74 +73,24 @@ function jobYaml(name, trainer, worldSize = 2) {
   return `${lines.join('\n')}\n`;
 }
 
-// GET from the coordinator's API, with the user token when there is one.
-let apiBase = '';
-let apiToken = '';
-async function api(path) {
-  const r = await fetch(`${apiBase}${path}`, { headers: apiToken ? { Authorization: `Bearer ${apiToken}` } : {} });
-  if (!r.ok) throw new Error(`GET ${path} answered ${r.status}: ${await r.text()}`);
-  return r.json();
-}
-
 const SHORT = {
   model: 'vit-micro', dataset: 'synthetic', batch_size: 16, train_subset: 2048, test_subset: 256,
   epochs: 3, metrics_every: 5, threads: 1,
 };
 
-let coordinator;
-let worker;
 let browser;
 let page;
 let proxy;
 try {
-  let grpc;
   let http;
   let base;
   let userToken = '';
-  const joinArgs = [];
   await steps.run('start coordinator and worker', async () => {
-    const missing = ['tessera-coordinator', 'tessera-worker', 'tessera-train', 'tessctl']
-      .filter((b) => !existsSync(bin(b)));
-    assert(!missing.length, `missing in ${args.bin}: ${missing.join(', ')} (build them first)`);
-    // A coordinator with authentication needs a join token for the worker and
-    // a user token for tessctl and the dashboard; one without it has no
-    // `token` command, and everything runs without tokens.
-    const db = join(work, 'db.sqlite');
-    const join1 = await run(bin('tessera-coordinator'), ['--db', db, 'token', 'create', '--kind', 'join', '--name', 'w1']);
-    if (join1.code === 0) {
-      const joinFile = join(work, 'join-token');
-      writeFileSync(joinFile, `${join1.stdout.trim().split('\n').pop()}\n`, { mode: 0o600 });
-      joinArgs.push('--join-token-file', joinFile);
-      // Ranks run as the account the user token is named after: this one.
-      const account = userInfo().username;
-      const user = await run(bin('tessera-coordinator'), ['--db', db, 'token', 'create', '--name', account]);
-      assert(user.code === 0, `token create --name ${account} exited ${user.code}: ${user.stderr}`);
-      userToken = user.stdout.trim().split('\n').pop();
-    } else {
-      console.log('    (no token command: running without authentication)');
-    }
-    coordinator = procs.start('coordinator', bin('tessera-coordinator'), [
-      '--listen', '127.0.0.1:0', '--port-file', join(work, 'grpc.port'),
-      '--http', '127.0.0.1:0', '--http-port-file', join(work, 'http.port'),
-      '--db', join(work, 'db.sqlite')], { log: join(work, 'coordinator.log') });
-    const grpcPort = await waitPortFile(join(work, 'grpc.port'), coordinator);
-    const httpPort = await waitPortFile(join(work, 'http.port'), coordinator);
-    grpc = `127.0.0.1:${grpcPort}`;
-    http = `http://127.0.0.1:${httpPort}`;
-    apiBase = http;
-    apiToken = userToken;
-    worker = procs.start('worker', bin('tessera-worker'), [
-      '--coordinator', grpc, '--name', 'w1', '--cpu-slots', '2', '--work-dir', join(work, 'w1'),
-      '--trainer', bin('tessera-train'), '--no-cgroups', ...joinArgs,
-      // A root worker runs jobs as root only when allowed to.
-      ...(process.getuid() === 0 ? ['--allow-root-jobs'] : [])], { log: join(work, 'worker.log') });
-    await waitFor('worker w1 registered', async () => {
-      if (worker.exited) throw new Error(`worker exited (${worker.code}):\n${tail(worker.log)}`);
-      const body = await api('/api/v1/workers');
-      return (body.workers || []).some((w) => w.name === 'w1' && w.alive);
-    });
+    await cluster.start();
+    http = cluster.http;
+    userToken = cluster.userToken;
     if (args.dist) {
-      proxy = await startDistProxy(args.dist, httpPort);
+      proxy = await startDistProxy(args.dist, cluster.httpPort);
       base = `http://127.0.0.1:${proxy.address().port}`;
       console.log(`    serving ${args.dist} through a proxy at ${base}`);
     } else {
@@ -188,19 +114,9 @@ try {
     }
   });
 
-  const tokenArgs = () => (userToken ? ['--token', userToken] : []);
-  const submit = async (name, yaml) => {
-    const file = join(work, `${name.replace(/[^\w-]/g, '_')}.yaml`);
-    writeFileSync(file, yaml);
-    const r = await run(bin('tessctl'), ['--coordinator', grpc, ...tokenArgs(), 'submit', file]);
-    assert(r.code === 0, `tessctl submit ${file} exited ${r.code}:\n${r.stdout}${r.stderr}`);
-    const last = r.stdout.trim().split('\n').pop() || '';
-    const m = /(\d+)\s*$/.exec(last);
-    assert(m, `no job id on tessctl's last line: ${JSON.stringify(last)}`);
-    return m[1];
-  };
+  const submit = (name, yaml) => cluster.submitFile(['submit'], `${name.replace(/[^\w-]/g, '_')}.yaml`, yaml);
   const apiJob = async (id) => api(`/api/v1/jobs/${id}`);
-  const authHeader = () => (userToken ? { Authorization: `Bearer ${userToken}` } : {});
+  const authHeader = () => cluster.authHeader();
   const points = async (sel) => Number(await page.getAttribute(sel, 'data-points'));
   const badge = async () => (await page.textContent('#job-state')) || '';
 
@@ -220,9 +136,7 @@ try {
       await page.goto(`${base}/#/jobs`);
       await page.waitForSelector('#signin', { state: 'visible', timeout: 15000 });
       assert(await page.locator('#jobs-table tr[data-job-id]').count() === 0, 'jobs listed without a token');
-      await page.fill('#token', userToken);
-      await page.press('#token', 'Enter');
-      await page.waitForSelector('#signin', { state: 'hidden', timeout: 15000 });
+      await signIn(page, userToken);
       // Reads before signing in were refused; Chromium logs each as a failed load.
       seen.errors = seen.errors.filter((e) => !/status of 401/.test(e));
     });
@@ -411,7 +325,7 @@ try {
       'grid:', '  world_size: [1, 2]', '  batch_size: [16]', '  zero_stage: [0, 1]',
       'base:', '  trainer:',
       ...Object.entries({ ...SHORT, epochs: 1, train_subset: 1024 }).map(([k, v]) => `    ${k}: ${v}`), ''].join('\n'));
-    const r = await run(bin('tessctl'), ['--coordinator', grpc, ...tokenArgs(), 'sweep', file]);
+    const r = await cluster.tessctl(['sweep', file]);
     if (r.code !== 0) {
       console.log(`    SKIPPED: tessctl sweep exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n')[0]}`);
       return;
@@ -470,8 +384,7 @@ try {
     console.log(`not ok - ${e.stack || e}`);
   }
   if (page) await page.screenshot({ path: join(shots, 'failure.png'), fullPage: true }).catch(() => {});
-  console.log(`coordinator log (${join(work, 'coordinator.log')}):\n${tail(join(work, 'coordinator.log'))}`);
-  console.log(`worker log (${join(work, 'worker.log')}):\n${tail(join(work, 'worker.log'))}`);
+  console.log(cluster.logs());
 } finally {
   if (browser) await browser.close().catch(() => {});
   if (proxy) proxy.close();

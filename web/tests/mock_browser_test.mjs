@@ -173,9 +173,49 @@ try {
     assert(await page.locator('#trials-table tbody tr').count() === 5, 'expected 5 trial rows');
     assert(await page.locator('#trials-table tr.best[data-trial="1"]').count() === 1, 'trial 1 not marked best');
     const best = await page.textContent('#best-trial');
-    assert(best.startsWith('trial 1: val_accuracy 0.88'), `best trial: ${best}`);
+    assert(best.startsWith('trial 1: val_accuracy 0.88 at rung 2, step 900.'), `best trial: ${best}`);
     assert((await page.textContent('#search-name')) === 'vit-micro <b>asha</b>', 'name not shown as text');
     await page.screenshot({ path: join(shots, 'mock-search.png'), fullPage: true });
+  });
+
+  await steps.run('a search page left while it reads does not change the next page', async () => {
+    // Hold the search page's metric reads until the workers page is live.
+    let release;
+    const held = new Promise((resolve) => {
+      release = resolve;
+    });
+    let holding = 0;
+    let finished = 0;
+    const hold = async (route) => {
+      holding++;
+      await held;
+      await route.continue().catch(() => {});
+    };
+    const onDone = (r) => {
+      if (/\/api\/v1\/jobs\/\d+\/metrics/.test(r.url())) finished++;
+    };
+    await page.route(/\/api\/v1\/jobs\/\d+\/metrics/, hold);
+    page.on('requestfinished', onDone);
+    page.on('requestfailed', onDone);
+    try {
+      await page.goto(`${base}/#/searches/1`);
+      await waitFor('a held metrics read', async () => holding > 0);
+      await page.goto(`${base}/#/workers`);
+      await page.waitForSelector('#workers-table tr[data-worker="w1"]');
+      await page.waitForSelector('#live[data-state="live"]');
+      release();
+      await waitFor('the held reads answered', async () => finished >= holding);
+      // The left page's code runs on in the tasks after its reads' answers.
+      await page.evaluate(() => new Promise((resolve) => setTimeout(resolve, 200)));
+      const live = await page.getAttribute('#live', 'data-state');
+      const title = await page.getAttribute('#live', 'title');
+      assert(live === 'live', `the workers page's status became ${live} (${title})`);
+    } finally {
+      release();
+      page.off('requestfinished', onDone);
+      page.off('requestfailed', onDone);
+      await page.unroute(/\/api\/v1\/jobs\/\d+\/metrics/, hold);
+    }
   });
 
   await steps.run('sweep page of a ZeRO study: measured memory per rank, one line per stage', async () => {

@@ -113,6 +113,14 @@ function makeWorld(now) {
 // its first rung and has points but no rung metric yet. Each job reports
 // val_accuracy every 20 steps from 2 ranks. Jobs 101-108 are not in the job
 // list.
+// Where a trial's best rung metric was recorded: that rung, its job and the
+// step it stopped at.
+function bestOf(rungMetrics, jobIds) {
+  const rung = rungMetrics.indexOf(Math.max(...rungMetrics));
+  return { best_metric: rungMetrics[rung], best_rung: rung, best_job_id: jobIds[rung],
+    best_step: S([100, 300, 900][rung]) };
+}
+
 export function searchStudy(now, trainer) {
   const trials = [
     [0, '0.0003', '0', 'adamw', 'paused', 0, ['101'], [0.6]],
@@ -126,7 +134,7 @@ export function searchStudy(now, trainer) {
     job_ids: jobIds, state: status === 'running' ? 'JOB_STATE_RUNNING'
       : status === 'failed' ? 'JOB_STATE_FAILED' : 'JOB_STATE_SUCCEEDED',
     status, rung_metrics: rungMetrics, promoted: rung > 0,
-    ...(rungMetrics.length ? { best_metric: Math.max(...rungMetrics) } : {}),
+    ...(rungMetrics.length ? bestOf(rungMetrics, jobIds) : {}),
   }));
   // job: [trial, first step, last step]; trial t's accuracy is 0.04 t below trial 0's.
   const spans = { 101: [0, 20, 100], 102: [1, 20, 100], 105: [1, 120, 300], 107: [1, 320, 900],

@@ -29,7 +29,6 @@
 #include "common/fault_spec.h"
 #include "common/file_io.h"
 #include "common/trainer_exit.h"
-#include "worker/trainer/data/crop_resize.h"
 #include "worker/trainer/data/dataset_loader.h"
 #include "worker/trainer/data/image_data.h"
 #include "worker/trainer/data/image_dataset.h"
@@ -222,9 +221,7 @@ ImageDataOptions ImageDataOptionsFor(const TrainerOptions& options) {
     opening.mean.assign(options.mean.begin(), options.mean.end());
   if (!options.std.empty()) opening.stddev.assign(options.std.begin(), options.std.end());
   opening.crop_fraction = options.crop_fraction;
-  // Validated with the options.
-  opening.interpolation = data::ParseInterpolation(options.interpolation)
-                              .value_or(data::Interpolation::kBilinear);
+  opening.interpolation = EffectiveInterpolation(options);
   opening.max_skipped_fraction = options.data_max_skipped;
   return opening;
 }
@@ -407,8 +404,12 @@ int OpenData(const TrainerOptions& options, InMemorySplits& splits,
     splits.train = std::move(parts->train);
     splits.val = std::move(parts->val);
   }
+  absl::StatusOr<ChannelStats> stats =
+      OverrideChannelStats(ComputeChannelStats(*splits.train), options.mean, options.std);
+  if (!stats.ok()) return Fail("normalising the data", stats.status());
   *data = std::make_unique<InMemoryData>(*splits.train, *splits.test, options.dataset,
-                                         splits.val.has_value() ? &*splits.val : nullptr);
+                                         splits.val.has_value() ? &*splits.val : nullptr,
+                                         *std::move(stats));
   return kTrainerExitSuccess;
 }
 

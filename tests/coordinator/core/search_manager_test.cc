@@ -261,6 +261,10 @@ TEST_F(SearchManagerTest, APromotionResumesTheTrialWithTheNextStopFraction) {
   // The rung's metric is the job's last value, not an earlier one.
   EXPECT_DOUBLE_EQ(best.rung_metrics(0), Scored(best.index(), 0).metric);
   EXPECT_DOUBLE_EQ(best.best_metric(), Scored(best.index(), 2).metric);
+  // Where it was recorded: the last rung's job, at the step that rung stopped.
+  EXPECT_EQ(best.best_rung(), 2);
+  EXPECT_EQ(best.best_job_id(), best.job_ids(2));
+  EXPECT_EQ(best.best_step(), 900);
   EXPECT_THAT(search->reason(), HasSubstr(absl::StrCat("best trial ", best.index())));
 }
 

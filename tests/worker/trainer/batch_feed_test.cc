@@ -107,5 +107,23 @@ TEST(BatchFeedTest, ToDeviceFinishesOneRawBatch) {
       << "a feed without a source only serves ToDevice";
 }
 
+TEST(BatchFeedTest, LoaderAndFeedResizeWithTheirInterpolation) {
+  const ImageDataset data = Data();
+  const std::vector<int64_t> order = {3, 1, 4, 1, 5, 9, 2, 6};
+  BatchLoaderOptions host_loading = Loading(BatchStage::kHost);
+  const BatchLoader bilinear(data, ComputeChannelStats(data), host_loading);
+  host_loading.interpolation = data::Interpolation::kBicubic;
+  const BatchLoader bicubic(data, ComputeChannelStats(data), host_loading);
+  BatchLoaderOptions raw_loading = Loading(BatchStage::kDevice);
+  raw_loading.interpolation = data::Interpolation::kBicubic;
+  const BatchLoader raw(data, ComputeChannelStats(data), raw_loading);
+  BatchFeedOptions feeding = Feeding(data, BatchStage::kDevice, true);
+  feeding.interpolation = data::Interpolation::kBicubic;
+  BatchFeed feed(nullptr, feeding);
+  const torch::Tensor want = bicubic.Load(order, 0, 8, 2).value().images;
+  EXPECT_TRUE(torch::equal(feed.ToDevice(raw.Load(order, 0, 8, 2).value()).images, want));
+  EXPECT_FALSE(torch::equal(bilinear.Load(order, 0, 8, 2).value().images, want));
+}
+
 }  // namespace
 }  // namespace tessera::trainer

@@ -75,6 +75,20 @@ TEST(CheckpointDirectoryTest, PruneKeepsTheNewestCompleteOnesAndUnfinishedNewerO
                                       "step-000000000050"}));
 }
 
+// A run's stopping point before its end (a search's rung) is marked kept: a
+// later run into the same directory never prunes it, and it does not count
+// towards `keep`.
+TEST(CheckpointDirectoryTest, PruneLeavesCheckpointsMarkedKeptAndDoesNotCountThem) {
+  const CheckpointDirectory dir(FreshDirectory("prune-kept"));
+  for (const int64_t step : {10, 20, 30, 40, 50})
+    fs::create_directories(dir.StepDir(step));
+  std::ofstream(dir.KeepMarkerPath(10)) << "stopped at step 10\n";
+  ASSERT_TRUE(dir.Prune(50, 2).ok());
+  EXPECT_EQ(Entries(dir.root()),
+            (std::vector<std::string>{"step-000000000010", "step-000000000040",
+                                      "step-000000000050"}));
+}
+
 // Makes `dir`'s step directories below `step` impossible to remove: each
 // holds a file and is made read-only, and the caller runs the prune with the
 // filesystem identity of `nobody` where the test runs as root (root removes

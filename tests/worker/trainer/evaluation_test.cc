@@ -12,6 +12,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/worker/trainer/torchvision_reference.h"
 #include "worker/trainer/data/image_data.h"
+#include "worker/trainer/data/image_preprocessor.h"
 #include "worker/trainer/data/synthetic_dataset.h"
 #include "worker/trainer/dist/communicator.h"
 #include "worker/trainer/model/vit.h"
@@ -197,6 +199,48 @@ TEST(EvaluationTest, AHeadForAnotherClassCountFailsInsteadOfEvaluatingNoise) {
   EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(report.status().message(), HasSubstr("head.weight"));
   EXPECT_THAT(report.status().message(), HasSubstr("10 classes"));
+}
+
+TEST(EvaluationTest, InMemoryImagesAreResizedWithTheJobsInterpolation) {
+  const ImageDataset train = Synthetic(64, Split::kTrain);
+  const ImageDataset test = Synthetic(48, Split::kTest);
+  const InMemoryData data(train, test, "synthetic");
+  torch::manual_seed(5);
+  VisionTransformer model(*ResolveViTConfig("vit-micro", 1, 10, /*image_size=*/32));
+  {
+    // Every parameter random (the head starts at zero): the logits, and so
+    // the loss, follow the pixels.
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : model->parameters()) p.add_(torch::randn_like(p) * 0.1);
+  }
+  model->eval();
+  const std::string path = FreshDirectory("eval-resize") + "/vit-micro.safetensors";
+  ASSERT_TRUE(ExportSafetensors(*model, WeightLayout::kTessera, Digits(), path).ok());
+  const torch::Tensor images = torch::from_blob(
+      const_cast<uint8_t*>(test.pixels.data()),
+      {test.size(), test.channels, test.height, test.width}, torch::kByte);
+  const torch::Tensor labels = torch::tensor(test.labels);
+  TrainerOptions options = SmallRun();
+  options.eval_only = true;
+  options.init_from = path;
+  options.image_size = 32;  // the 28 px images are resized
+  std::vector<double> losses;
+  for (const auto& [name, interpolation] :
+       {std::pair{"bilinear", data::Interpolation::kBilinear},
+        std::pair{"bicubic", data::Interpolation::kBicubic}}) {
+    SCOPED_TRACE(name);
+    options.interpolation = name;
+    const absl::StatusOr<EvalReport> report = EvaluateAlone(options, data);
+    ASSERT_TRUE(report.ok()) << report.status();
+    torch::NoGradGuard no_grad;
+    const torch::Tensor logits =
+        model->forward(ImagePreprocessor(data.stats(), 32, interpolation)(images));
+    EXPECT_NEAR(report->loss, torch::cross_entropy_loss(logits, labels).item<double>(),
+                1e-5);
+    losses.push_back(report->loss);
+  }
+  std::cout << "loss: bilinear " << losses[0] << ", bicubic " << losses[1] << std::endl;
+  EXPECT_GT(std::abs(losses[0] - losses[1]), 1e-3) << "the resizes differ";
 }
 
 TEST(EvaluationTest, EvalSplitNamesTheHeldOutOrTheTrainingSplit) {

@@ -408,6 +408,47 @@ TEST_F(TesseraTrainCliTest, EvalOnlyGivesTheTrainingRunsFinalTopOneOnItsCheckpoi
   std::filesystem::remove_all(dir);
 }
 
+// --mean and --std reach the in-memory datasets too (an evaluation of
+// published weights normalises as they were trained): the same checkpoint
+// scores another loss with them, and one-channel data refuses three different
+// means.
+TEST_F(TesseraTrainCliTest, EvalOnlyOfInMemoryDataNormalisesWithTheGivenMeanAndStd) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "cli_eval_normalised";
+  std::filesystem::remove_all(dir);
+  std::vector<std::string> train = SmallSyntheticRun();
+  train.push_back("--checkpoint-dir=" + dir.string());
+  const RunResult trained = RunTrainer(train);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+
+  std::vector<std::string> eval = SmallSyntheticRun();
+  for (const char* flag : {"--eval-only", "--resume", "--lr=0"}) eval.push_back(flag);
+  eval.push_back("--checkpoint-dir=" + dir.string());
+  const RunResult own = RunTrainer(eval);
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  std::vector<std::string> given = eval;
+  for (const char* flag : {"--mean=0.9", "--mean=0.9", "--mean=0.9", "--std=0.05",
+                           "--std=0.05", "--std=0.05"}) {
+    given.push_back(flag);
+  }
+  const RunResult normalised = RunTrainer(given);
+  ASSERT_EQ(normalised.exit_code, 0) << normalised.output;
+  const std::string own_loss = FigureAfter(own.output, " loss=");
+  ASSERT_FALSE(own_loss.empty()) << own.output;
+  EXPECT_NE(FigureAfter(normalised.output, " loss="), own_loss) << normalised.output;
+
+  std::vector<std::string> unequal = eval;
+  for (const char* flag : {"--mean=0.1", "--mean=0.2", "--mean=0.3"}) {
+    unequal.push_back(flag);
+  }
+  const RunResult refused = RunTrainer(unequal);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output, HasSubstr("the data has one channel: mean must give it "
+                                        "three equal values, got [0.1, 0.2, 0.3]"));
+  EXPECT_THAT(refused.output, ::testing::Not(HasSubstr("top1=")));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(TesseraTrainCliTest, EvalOnlyOfAMissingCheckpointFailsBeforeAnyWork) {
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) / "cli_eval_no_checkpoints";

@@ -96,6 +96,27 @@ TEST(TrainerOptionsTest, ZeroThreadsMeansTheDefaultOfOne) {
   EXPECT_EQ(EffectiveThreads(options), 3);
 }
 
+TEST(TrainerOptionsTest, EitherInterpolationResizesEveryDataset) {
+  for (const char* dataset : {"fashion-mnist", "cifar10", "synthetic", "imagefolder"}) {
+    for (const char* interpolation : {"bilinear", "bicubic"}) {
+      TrainerOptions options;
+      options.dataset = dataset;
+      options.data_dir = "/data";
+      options.interpolation = interpolation;
+      EXPECT_TRUE(ValidateTrainerOptions(options).ok())
+          << dataset << " " << interpolation << ": " << ValidateTrainerOptions(options);
+    }
+  }
+  TrainerOptions options;
+  EXPECT_EQ(EffectiveInterpolation(options), data::Interpolation::kBilinear);
+  options.interpolation = "bicubic";
+  EXPECT_EQ(EffectiveInterpolation(options), data::Interpolation::kBicubic);
+  options.interpolation = "lanczos";
+  const absl::Status status = ValidateTrainerOptions(options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--interpolation"));
+}
+
 TEST(TrainerOptionsTest, EvalOnlyNeedsNoLearningRateButOneModelSource) {
   TrainerOptions options;
   options.lr = 0;

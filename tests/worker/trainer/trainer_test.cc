@@ -481,6 +481,35 @@ TEST(TrainerTest, ATrialResumedThroughItsRungsEndsExactlyLikeTheUninterruptedRun
   EXPECT_EQ(last[0].test_loss, uninterrupted[0].test_loss);
 }
 
+// Each rung's stopping checkpoint outlives the later rungs that train on into
+// the trial's directory (and prune it to the newest two), so the model every
+// rung scored can still be exported.
+TEST(TrainerTest, EveryRungsStoppingCheckpointOutlivesTheLaterRungs) {
+  const ImageDataset train = Synthetic(256, Split::kTrain);
+  const ImageDataset test = Synthetic(64, Split::kTest);
+  TrainerOptions options = SmallRun();
+  options.max_steps = 18;
+  options.batch_size = 16;
+  options.checkpoint_every = 2;
+  options.checkpoint_dir = FreshDirectory("rung-checkpoints");
+  const CheckpointDirectory dir(options.checkpoint_dir);
+  for (const double fraction : {1.0 / 9.0, 1.0 / 3.0, 0.0}) {
+    options.stop_fraction = fraction;
+    ASSERT_TRUE(TrainAlone(options, train, test).ok()) << "stop_fraction " << fraction;
+    options.resume = true;
+  }
+  EXPECT_EQ(*dir.LatestStep(), std::optional<int64_t>(18));
+  // The rungs stopped at steps 2 and 6; of the rest the newest two remain.
+  for (const int64_t step : {2, 6, 16, 18}) {
+    EXPECT_TRUE(std::filesystem::exists(dir.ModelPath(step))) << "step " << step;
+  }
+  for (const int64_t step : {4, 8, 14}) {
+    EXPECT_FALSE(std::filesystem::exists(dir.StepDir(step))) << "step " << step;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.KeepMarkerPath(6)));
+  EXPECT_FALSE(std::filesystem::exists(dir.KeepMarkerPath(18)));
+}
+
 // Runs one rank on `data` and returns its outcome and every reported value.
 ReportedRun RunOneRankOn(const TrainingData& data, const TrainerOptions& options,
                          const TrainerLoopOptions& loop) {

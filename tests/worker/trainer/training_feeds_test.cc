@@ -84,5 +84,40 @@ TEST(TrainingFeedsTest, LoadsTheTestSplitFinished) {
   EXPECT_EQ(batch.labels.size(0), 3);
 }
 
+TEST(TrainingFeedsTest, ResizesWithTheRunsInterpolationWhereverBatchesAreFinished) {
+  Fixture f;
+  TrainerOptions options;
+  options.seed = 9;
+  options.augment = false;
+  options.interpolation = "bicubic";
+  const DataPosition start{0, 0};
+  const std::vector<int64_t> ids = f.epochs.RankBatch(f.sampler.EpochOrder(0), start, 0);
+  const auto expected = [&](data::Interpolation interpolation) {
+    return f.data
+        .MakeLoader(Split::kTrain,
+                    BatchLoaderOptions{.image_size = 32, .interpolation = interpolation})
+        ->Load(ids, 0, static_cast<int64_t>(ids.size()), 0)
+        .value()
+        .images;
+  };
+  const torch::Tensor bicubic = expected(data::Interpolation::kBicubic);
+  ASSERT_FALSE(torch::equal(bicubic, expected(data::Interpolation::kBilinear)));
+  // By the loader threads (the CPU's way), and by the feed after the copy (a
+  // GPU's way, here on the CPU).
+  for (const bool on_device : {false, true}) {
+    const std::unique_ptr<TrainingFeeds> feeds =
+        TrainingFeeds::Create(f.data, options,
+                              FeedPlan{.sampler = &f.sampler,
+                                       .epochs = &f.epochs,
+                                       .start = start,
+                                       .micro_batches = 1,
+                                       .image_size = 32,
+                                       .finish_on_device = on_device});
+    const absl::StatusOr<Batch> fed = feeds->train().Next();
+    ASSERT_TRUE(fed.ok()) << fed.status();
+    EXPECT_TRUE(torch::equal(fed->images, bicubic)) << "on_device=" << on_device;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::trainer

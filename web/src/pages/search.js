@@ -70,6 +70,9 @@ export function mountSearch(root, { id }, ctx) {
   ctx.setTitle(`Search ${id}`);
   let search = null;
   let stopped = false;
+  // Set by unmount: a read in flight then must not draw into destroyed charts
+  // nor set the status of the page shown next.
+  let unmounted = false;
   let timer = null;
   // job id -> its points of the metric; jobs that ended are not read again.
   const metrics = new Map();
@@ -133,7 +136,7 @@ export function mountSearch(root, { id }, ctx) {
     const metric = search.spec?.search?.metric || 'metric';
     setChildren(bestSlot, best
       ? [h('strong', null, `trial ${num(best.index)}`), `: ${metric} ${fmtNum(best.best_metric, 4)}`,
-        ` at rung ${num(best.rung)} (${num(best.steps)} steps). `, describeValues(search, best), ' ',
+        ` at rung ${num(best.best_rung)}, step ${num(best.best_step)}. `, describeValues(search, best), ' ',
         ...(best.job_ids || []).map((j, i) => [i ? ' ' : '', jobLink(j)])]
       : h('span', { class: 'muted' }, 'No trial has a metric yet.'));
   }
@@ -233,22 +236,29 @@ export function mountSearch(root, { id }, ctx) {
     renderBest();
     renderTrials();
     await readMetrics();
+    if (unmounted) return;
     renderFigures();
     root.dataset.loaded = 'true';
   }
 
   async function loop() {
+    let status;
+    let detail = '';
     try {
       await refresh();
-      ctx.setLive(search && isTerminal(search.state) ? 'ended' : 'polling');
+      status = search && isTerminal(search.state) ? 'ended' : 'polling';
     } catch (e) {
-      ctx.setLive(e instanceof ApiError && e.status === 401 ? 'signin' : 'offline', String(e.message || e));
+      status = e instanceof ApiError && e.status === 401 ? 'signin' : 'offline';
+      detail = String(e.message || e);
     }
+    if (unmounted) return;
+    ctx.setLive(status, detail);
     if (!stopped && !(search && isTerminal(search.state))) timer = setTimeout(loop, POLL_MS);
   }
   loop();
   return {
     unmount() {
+      unmounted = true;
       stopped = true;
       clearTimeout(timer);
       metricPanel.destroy();

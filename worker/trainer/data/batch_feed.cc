@@ -32,7 +32,7 @@ struct BatchFeed::Staged {
 BatchFeed::BatchFeed(BatchPrefetcher* source, const BatchFeedOptions& options)
     : source_(source),
       options_(options),
-      finish_(options.stats, options.image_size, options.device) {
+      finish_(options.stats, options.image_size, options.interpolation, options.device) {
   if (options_.stage == BatchStage::kDevice)
     side_ = DeviceCopyStream::Create(options_.device);
 }

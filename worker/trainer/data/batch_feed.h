@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "worker/trainer/data/batch_loader.h"
 #include "worker/trainer/data/batch_prefetcher.h"
+#include "worker/trainer/data/crop_resize.h"
 #include "worker/trainer/data/image_dataset.h"
 #include "worker/trainer/data/image_preprocessor.h"
 
@@ -38,9 +39,11 @@ struct BatchFeedOptions {
   c10::Device device = c10::Device(c10::kCPU);
   // The stage of the loaders whose batches the feed takes.
   BatchStage stage = BatchStage::kHost;
-  // Normalisation statistics and the model's input size, for raw batches.
+  // Normalisation statistics, the model's input size and the resize to it,
+  // for raw batches (as the loaders' BatchLoaderOptions).
   ChannelStats stats;
   int image_size = 28;
+  data::Interpolation interpolation = data::Interpolation::kBilinear;
   // Raw batches: Next() stages the batch after the one it returns before
   // finishing that one (on CUDA its copy then overlaps the returned batch's
   // compute). Off: each batch is copied when it is asked for.

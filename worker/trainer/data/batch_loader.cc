@@ -25,7 +25,9 @@ BatchLoader::BatchLoader(const ImageDataset& dataset, const ChannelStats& stats,
 
 BatchLoader::BatchLoader(const ImageDataset& dataset, const ChannelStats& stats,
                          const BatchLoaderOptions& options)
-    : dataset_(dataset), options_(options), finish_(stats, options.image_size) {}
+    : dataset_(dataset),
+      options_(options),
+      finish_(stats, options.image_size, options.interpolation) {}
 
 absl::StatusOr<Batch> BatchLoader::Load(const std::vector<int64_t>& indices,
                                         int64_t begin, int64_t end, int64_t epoch) const {

@@ -3,8 +3,8 @@
 //  - host (the CPU path): gathers the uint8 images (applying the training
 //    augmentation of augmentation.h when enabled) and finishes them with an
 //    ImagePreprocessor on the loader's thread: scaled to [0, 1], normalised per
-//    channel, resized bilinearly when the model expects another size. The
-//    batch is model-ready float32 on the CPU.
+//    channel, resized (bilinearly or bicubically) when the model expects
+//    another size. The batch is model-ready float32 on the CPU.
 //  - device (the CUDA path): gathers the uint8 images at the dataset's native
 //    size, with their labels and each image's drawn crop/flip (not applied), in
 //    pinned memory when asked; the consumer copies them to its device and
@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/trainer/data/augmentation.h"
+#include "worker/trainer/data/crop_resize.h"
 #include "worker/trainer/data/image_dataset.h"
 #include "worker/trainer/data/image_preprocessor.h"
 
@@ -47,8 +48,11 @@ enum class BatchStage {
 };
 
 struct BatchLoaderOptions {
-  // Side length the model expects; images of another size are resized.
+  // Side length the model expects; images of another size are resized with
+  // `interpolation` (ImagePreprocessor). Image folders and shards are decoded
+  // at this size with their own (ImageDataOptions::interpolation).
   int image_size = 28;
+  data::Interpolation interpolation = data::Interpolation::kBilinear;
   // Random crop and flip (training only). Each image's draw depends on (seed,
   // epoch, dataset index): see augmentation.h.
   bool augment = false;

@@ -1,7 +1,10 @@
 #include "worker/trainer/data/image_dataset.h"
 
 #include <cmath>
+#include <cstddef>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -72,6 +75,37 @@ ChannelStats ComputeChannelStats(const ImageDataset& d) {
     stats.stddev.push_back(static_cast<float>(stddev));
   }
   return stats;
+}
+
+absl::StatusOr<ChannelStats> OverrideChannelStats(ChannelStats computed,
+                                                  const std::vector<double>& mean,
+                                                  const std::vector<double>& stddev) {
+  const size_t channels = computed.mean.size();
+  for (const auto& [name, given, into] : {std::tuple{"mean", &mean, &computed.mean},
+                                          std::tuple{"std", &stddev, &computed.stddev}}) {
+    if (given->empty()) continue;
+    if (given->size() != 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " takes three values (R, G, B), got ", given->size()));
+    }
+    if (channels == 1 && ((*given)[0] != (*given)[1] || (*given)[0] != (*given)[2])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the data has one channel: ", name, " must give it three equal values, got [",
+          absl::StrJoin(*given, ", "), "]"));
+    }
+    if (channels != 1 && channels != 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the data has ", channels, " channels: ", name, " gives three"));
+    }
+    for (double v : *given) {
+      if (!std::isfinite(v) || (std::string_view(name) == "std" && v <= 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": ", v, " is not a usable value"));
+      }
+    }
+    into->assign(given->begin(), given->begin() + static_cast<std::ptrdiff_t>(channels));
+  }
+  return computed;
 }
 
 }  // namespace tessera::trainer

@@ -61,6 +61,15 @@ absl::Status ValidateImageDataset(const ImageDataset& dataset);
 // to both splits so they are normalised alike). A zero deviation is reported as 1.
 ChannelStats ComputeChannelStats(const ImageDataset& dataset);
 
+// `computed` with its mean and deviation replaced by the ones given (trainer.mean
+// and trainer.std: three values, R G B; empty keeps the computed ones), as an
+// evaluation of published weights gives the normalisation they were trained
+// with. A one-channel dataset takes three equal values; a deviation must be
+// positive.
+absl::StatusOr<ChannelStats> OverrideChannelStats(ChannelStats computed,
+                                                  const std::vector<double>& mean,
+                                                  const std::vector<double>& stddev);
+
 }  // namespace tessera::trainer
 
 #endif  // TESSERA_WORKER_TRAINER_DATA_IMAGE_DATASET_H_

@@ -6,6 +6,15 @@
 #include <vector>
 
 namespace tessera::trainer {
+namespace {
+
+torch::nn::functional::InterpolateFuncOptions::mode_t InterpolateMode(
+    data::Interpolation interpolation) {
+  if (interpolation == data::Interpolation::kBicubic) return torch::kBicubic;
+  return torch::kBilinear;
+}
+
+}  // namespace
 
 at::Tensor TransformsTensor(const std::vector<ImageTransform>& transforms,
                             bool pin_memory) {
@@ -55,8 +64,9 @@ at::Tensor ApplyImageTransforms(const at::Tensor& images, const at::Tensor& tran
 }
 
 ImagePreprocessor::ImagePreprocessor(const ChannelStats& stats, int image_size,
+                                     data::Interpolation interpolation,
                                      c10::Device device)
-    : image_size_(image_size) {
+    : image_size_(image_size), interpolation_(interpolation) {
   std::vector<float> inv_std;
   for (const float s : stats.stddev) inv_std.push_back(1.0f / s);
   const auto channels = static_cast<int64_t>(stats.mean.size());
@@ -71,15 +81,16 @@ at::Tensor ImagePreprocessor::operator()(const at::Tensor& images,
               images.sizes());
   const torch::Tensor raw =
       transforms.defined() ? ApplyImageTransforms(images, transforms) : images;
-  // Normalising before resizing is exact (bilinear weights sum to 1) and cheaper
-  // when the model's input is larger than the data.
+  // Normalising before resizing is exact up to float rounding (the weights of
+  // either interpolation sum to 1, and a float resize does not clamp) and
+  // cheaper when the model's input is larger than the data.
   torch::Tensor out = raw.to(torch::kFloat).div_(255.0f);
   out.sub_(mean_).mul_(inv_std_);
   if (raw.size(2) != image_size_ || raw.size(3) != image_size_) {
     out = torch::nn::functional::interpolate(
         out, torch::nn::functional::InterpolateFuncOptions()
                  .size(std::vector<int64_t>{image_size_, image_size_})
-                 .mode(torch::kBilinear)
+                 .mode(InterpolateMode(interpolation_))
                  .align_corners(false));
   }
   return out;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/flag_checks.h"
 #include "worker/trainer/data/dataset_check.h"
 #include "worker/trainer/data/shard_packer.h"
 
@@ -91,7 +92,7 @@ int Run(int argc, char** argv) {
   pack_cmd->add_option("--out", pack.out, "Output directory for the shards")->required();
   pack_cmd->add_option("--shard-size", pack.shard_size, "Samples per shard")
       ->default_val(1000)
-      ->check(CLI::PositiveNumber);
+      ->check(NumberAtLeast<int64_t>(1));
   CheckOptions check;
   CLI::App* check_cmd = app.add_subcommand(
       "check", "Decode every image; print class counts, sizes and unreadable files");
@@ -99,7 +100,7 @@ int Run(int argc, char** argv) {
       ->required();
   check_cmd->add_option("--workers", check.workers, "Decode threads")
       ->default_val(2)
-      ->check(CLI::Range(1, 256));
+      ->check(NumberInRange(1, 256));
   check_cmd->add_option("--kind", check.kind, "imagefolder, shards or auto")
       ->default_val("auto")
       ->check(CLI::IsMember({"auto", "imagefolder", "shards"}));

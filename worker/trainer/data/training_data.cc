@@ -1,7 +1,9 @@
 #include "worker/trainer/data/training_data.h"
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -28,11 +30,12 @@ absl::Status CheckHasSplit(const DataShape& shape, Split split) {
 }
 
 InMemoryData::InMemoryData(const ImageDataset& train, const ImageDataset& test,
-                           const std::string& dataset_name, const ImageDataset* val)
+                           const std::string& dataset_name, const ImageDataset* val,
+                           std::optional<ChannelStats> stats)
     : train_(train),
       test_(test),
       val_(val),
-      stats_(ComputeChannelStats(train)),
+      stats_(stats.has_value() ? *std::move(stats) : ComputeChannelStats(train)),
       augments_(AugmentsByDefault(dataset_name)) {
   shape_.channels = train.channels;
   shape_.num_classes = train.num_classes;

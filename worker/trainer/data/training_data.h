@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,10 +76,13 @@ class TrainingData {
 // The in-memory datasets as TrainingData: statistics computed over the
 // training split, class names "0", "1", ... The datasets are not owned and
 // must outlive it. `val` is the held-out validation split, or null for none.
+// `stats`, where given, replaces the training split's statistics
+// (OverrideChannelStats: trainer.mean and trainer.std).
 class InMemoryData final : public TrainingData {
  public:
   InMemoryData(const ImageDataset& train, const ImageDataset& test,
-               const std::string& dataset_name, const ImageDataset* val = nullptr);
+               const std::string& dataset_name, const ImageDataset* val = nullptr,
+               std::optional<ChannelStats> stats = std::nullopt);
 
   const DataShape& shape() const override { return shape_; }
   absl::Status Check() const override;

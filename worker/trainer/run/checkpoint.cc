@@ -29,6 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kLatest[] = "latest";
+constexpr char kKeepMarker[] = "keep";
 constexpr char kStepPrefix[] = "step-";
 constexpr int64_t kFormatVersion = 1;
 
@@ -96,6 +97,10 @@ std::string CheckpointDirectory::RankPath(int64_t step, int rank) const {
   return (fs::path(StepDir(step)) / absl::StrFormat("rank-%05d.pt", rank)).string();
 }
 
+std::string CheckpointDirectory::KeepMarkerPath(int64_t step) const {
+  return (fs::path(StepDir(step)) / kKeepMarker).string();
+}
+
 absl::StatusOr<std::optional<int64_t>> CheckpointDirectory::LatestStep() const {
   const std::string path = (fs::path(root_) / kLatest).string();
   std::error_code error;
@@ -123,7 +128,10 @@ absl::Status CheckpointDirectory::Prune(int64_t latest_step, int keep) const {
     std::error_code type_error;  // a racing removal: not ours to prune then
     if (!it->is_directory(type_error)) continue;
     const std::optional<int64_t> step = ParseStepName(it->path().filename().string());
-    if (step.has_value() && *step <= latest_step) steps.push_back(*step);
+    if (!step.has_value() || *step > latest_step) continue;
+    // Kept, or not known not to be: it stays.
+    if (fs::exists(it->path() / kKeepMarker, type_error) || type_error) continue;
+    steps.push_back(*step);
   }
   if (error) {
     return absl::InternalError(absl::StrCat("listing ", root_, ": ", error.message()));

@@ -8,13 +8,17 @@
 //   step-000000000120/optimizer-rank-00000.shard  ZeRO runs: each rank's optimizer
 //                                       shard (zero_checkpoint.h); model.pt then
 //                                       holds no optimizer state
+//   step-000000000120/keep              rank 0, where a run stopped before its
+//                                       end (stop_fraction: a search's rung)
 //   latest                              "step-000000000120", the newest complete one
 // Every file is written atomically: to a temporary file in the same directory,
 // fsync'd, then renamed over the final name (and the directory fsync'd). A
 // checkpoint becomes visible only when rank 0 rewrites `latest` (the same way),
 // after a barrier has confirmed that every rank's file is in place, so a crash at
 // any moment leaves `latest` naming a complete checkpoint (or no checkpoint).
-// Rank 0 then keeps only the newest `keep` checkpoints.
+// Rank 0 then keeps only the newest `keep` checkpoints, and every one marked
+// `keep`: the next rung of a search trial resumes into the same directory,
+// and each rung's model must stay there for `tessctl search best --export`.
 //
 // LibTorch types appear only as forward declarations; the .cc serialises with
 // torch::serialize archives. Functions block on file I/O; call them from the
@@ -97,6 +101,8 @@ class CheckpointDirectory {
   std::string StepDir(int64_t step) const;
   std::string ModelPath(int64_t step) const;
   std::string RankPath(int64_t step, int rank) const;
+  // "<step dir>/keep": a checkpoint whose directory holds it is never pruned.
+  std::string KeepMarkerPath(int64_t step) const;
 
   // The step of the checkpoint `latest` names; nullopt when there is none yet.
   // DataLoss when `latest` exists but cannot be parsed.
@@ -107,7 +113,8 @@ class CheckpointDirectory {
 
   // Removes checkpoint directories older than the newest `keep` whose step is at
   // most `latest_step` (directories of unfinished, newer checkpoints stay).
-  // Internal naming the directory on the first one that cannot be removed.
+  // Those marked kept (KeepMarkerPath) neither go nor count. Internal naming
+  // the directory on the first one that cannot be removed.
   absl::Status Prune(int64_t latest_step, int keep) const;
 
  private:

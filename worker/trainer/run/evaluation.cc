@@ -205,6 +205,7 @@ absl::StatusOr<std::vector<double>> EvaluationRun::CountSplit() {
                                : BatchStage::kHost;
   BatchLoaderOptions loading;
   loading.image_size = config_.image_size;
+  loading.interpolation = EffectiveInterpolation(options_);
   loading.stage = stage;
   loading.pin_memory = placement_.cuda && stage == BatchStage::kDevice;
   const std::unique_ptr<SampleLoader> loader = data_.MakeLoader(split_, loading);
@@ -213,6 +214,7 @@ absl::StatusOr<std::vector<double>> EvaluationRun::CountSplit() {
   feeding.stage = stage;
   feeding.stats = data_.stats();
   feeding.image_size = config_.image_size;
+  feeding.interpolation = loading.interpolation;
   BatchFeed feed(nullptr, feeding);
   DistributedSamplerOptions sampling;
   sampling.dataset_size = SplitSize(shape, split_);

@@ -619,6 +619,15 @@ absl::Status TrainingRun::SaveCheckpoint(bool wait) {
   // step changes it.
   const absl::Time snapshot_start = absl::Now();
   ASSIGN_OR_RETURN(CheckpointFiles files, replica_->Snapshot(*checkpoints_, state));
+  // Where the run stops before its end (a search's rung), its checkpoint is
+  // never pruned: the next rung trains on into this directory, and the model
+  // this rung scored must stay exportable (`tessctl search best --export`).
+  if (rank_ == 0 && step_ == stop_at_ && stop_at_ < total_steps_) {
+    files.files.emplace_back(
+        checkpoints_->KeepMarkerPath(step_),
+        absl::StrCat("stopped at step ", step_, " of ", total_steps_, " (stop_fraction ",
+                     options_.stop_fraction, ")\n"));
+  }
   RETURN_IF_ERROR(
       publisher_->Start(step_, std::move(files), absl::Now() - snapshot_start));
   if (wait || !options_.checkpoint_async) {

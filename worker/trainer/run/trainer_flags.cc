@@ -155,11 +155,13 @@ void DeclareModelAndDeviceFlags(ConfigFlags& config, TrainerOptions& t) {
 // Image data normalisation and cropping, and fine-tuning from pretrained weights.
 void DeclareImageAndFineTuningFlags(ConfigFlags& config, TrainerOptions& t) {
   config("mean", t.mean,
-         "image data: normalisation mean per RGB channel, three values "
-         "(default ImageNet's 0.485 0.456 0.406)");
+         "normalisation mean per RGB channel, three values (default: ImageNet's "
+         "0.485 0.456 0.406 for image data, the training split's own for the "
+         "other datasets; one-channel data takes three equal values)");
   config("std", t.std,
-         "image data: normalisation deviation per RGB channel, three values "
-         "(default ImageNet's 0.229 0.224 0.225)");
+         "normalisation deviation per RGB channel, three values (default: "
+         "ImageNet's 0.229 0.224 0.225 for image data, the training split's own "
+         "for the other datasets)");
   config("crop-fraction", t.crop_fraction,
          "image data: evaluation centre crop of the image resized to size / fraction");
   config("data-max-skipped", t.data_max_skipped,
@@ -219,7 +221,9 @@ void DeclareSearchFlags(ConfigFlags& config, TrainerOptions& t) {
          "score the validation split every N steps: val_loss, val_accuracy (0: at the "
          "end only)");
   config("interpolation", t.interpolation,
-         absl::StrCat("image data: the resize, ", ChoicesText(kInterpolationChoices)));
+         absl::StrCat("the resize to the model's input size (image crops, and "
+                      "in-memory images of another size), ",
+                      ChoicesText(kInterpolationChoices)));
   config("adam-betas", t.adam_betas, "AdamW's beta1 beta2 (default 0.9 0.999)");
   config("adam-eps", t.adam_eps, "AdamW's epsilon");
   config("lamb-max-trust", t.lamb_max_trust, "LAMB's trust-ratio cap");

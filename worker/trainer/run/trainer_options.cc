@@ -195,11 +195,6 @@ absl::Status ValidateSearchKeys(const TrainerOptions& o) {
         "--val-fraction holds out part of an in-memory training set; ", o.dataset,
         " data has its own validation split, its val/ folder (or val- shards)"));
   }
-  if (o.interpolation == "bicubic" && !IsEncodedImageDataset(o.dataset)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--interpolation bicubic resizes image folders and shards; ",
-                     o.dataset, " is resized bilinearly"));
-  }
   RETURN_IF_ERROR(CheckRange<int64_t>("val-seed", o.val_seed, 0,
                                       std::numeric_limits<int64_t>::max()));
   RETURN_IF_ERROR(CheckRange<int64_t>("eval-every", o.eval_every, 0,
@@ -307,6 +302,11 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& l, bool coordinator_supp
 
 int EffectiveThreads(const TrainerOptions& options) {
   return options.threads > 0 ? options.threads : 1;
+}
+
+data::Interpolation EffectiveInterpolation(const TrainerOptions& options) {
+  return data::ParseInterpolation(options.interpolation)
+      .value_or(data::Interpolation::kBilinear);
 }
 
 }  // namespace tessera::trainer

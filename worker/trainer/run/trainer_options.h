@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "worker/trainer/data/crop_resize.h"
 #include "worker/trainer/dist/launch_options.h"
 
 namespace tessera::trainer {
@@ -94,7 +95,8 @@ struct TrainerOptions {
   double val_fraction = 0.0;
   int64_t val_seed = 0;
   int64_t eval_every = 0;
-  // Image data: the resize's interpolation, one of kInterpolationChoices.
+  // The resize to the model's input size, one of kInterpolationChoices: of
+  // every crop of image data, and of in-memory images of another size.
   std::string interpolation = "bilinear";
   // Optimizer knobs (model/optimizers.h): AdamW's betas and epsilon, LAMB's
   // trust-ratio bounds and whether groups without weight decay take it too.
@@ -152,6 +154,10 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& launch,
 
 // The intra-op thread count to use: `threads`, or the default (1) when it is 0.
 int EffectiveThreads(const TrainerOptions& options);
+
+// The resize `interpolation` names (validated with the options; bilinear for a
+// name it does not know).
+data::Interpolation EffectiveInterpolation(const TrainerOptions& options);
 
 }  // namespace tessera::trainer
 

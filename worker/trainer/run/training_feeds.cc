@@ -56,6 +56,7 @@ std::unique_ptr<TrainingFeeds> TrainingFeeds::Create(const TrainingData& data,
                                : BatchStage::kHost;
   BatchLoaderOptions test_loading;
   test_loading.image_size = plan.image_size;
+  test_loading.interpolation = EffectiveInterpolation(options);
   test_loading.stage = stage;
   test_loading.pin_memory = plan.placement.cuda && stage == BatchStage::kDevice;
   BatchLoaderOptions train_loading = test_loading;
@@ -80,6 +81,7 @@ std::unique_ptr<TrainingFeeds> TrainingFeeds::Create(const TrainingData& data,
   feeding.stage = stage;
   feeding.stats = stats;
   feeding.image_size = plan.image_size;
+  feeding.interpolation = test_loading.interpolation;
   feeds->train_feed_ = std::make_unique<BatchFeed>(feeds->train_batches_.get(), feeding);
   feeds->test_feed_ = std::make_unique<BatchFeed>(nullptr, feeding);
   return feeds;

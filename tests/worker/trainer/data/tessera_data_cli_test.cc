@@ -44,6 +44,18 @@ TEST(TesseraDataCliTest, HelpShowsAnExample) {
   EXPECT_EQ(RunTool("pack").exit_code, 2);
 }
 
+TEST(TesseraDataCliTest, ABadNumberIsOneLineSayingWhatWasExpectedAndAUsageExit) {
+  const std::string hint = "\nRun with --help for more information.\n";
+  const Result workers = RunTool("check /data/pets --workers 257");
+  EXPECT_EQ(workers.exit_code, 2) << workers.output;
+  EXPECT_EQ(workers.output,
+            "--workers: expected a whole number from 1 to 256, got \"257\"" + hint);
+  const Result shard_size = RunTool("pack /data/pets --out /data/shards --shard-size x");
+  EXPECT_EQ(shard_size.exit_code, 2) << shard_size.output;
+  EXPECT_EQ(shard_size.output,
+            "--shard-size: expected a whole number >= 1, got \"x\"" + hint);
+}
+
 TEST(TesseraDataCliTest, PacksAFolderAndChecksBothKinds) {
   ScratchDir dir;
   MakeImageFolder(dir.File("pets"), {"cat", "dog"}, {{"train", 3}, {"val", 2}}, 32);
