@@ -1,6 +1,7 @@
 // ClusterTest: a fixture that runs a real tessera-coordinator and
 // tessera-worker daemons on 127.0.0.1 and talks to them through the generated
-// stubs and the real tessctl. Shared by the end-to-end test files.
+// gRPC client classes and the real tessctl binary. Shared by the end-to-end
+// test files.
 #ifndef TESSERA_TESTS_E2E_CLUSTER_FIXTURE_H_
 #define TESSERA_TESTS_E2E_CLUSTER_FIXTURE_H_
 
